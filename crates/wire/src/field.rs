@@ -84,6 +84,50 @@ pub(crate) fn set_bits(b: &mut [u8], at: usize, bit: usize, width: u32, v: u32) 
     }
 }
 
+/// Declares a checked view over a fixed-length header: the struct, `new_unchecked`,
+/// `new_checked`, `check_len` and `into_inner`. Accessors are written beside it.
+macro_rules! fixed_view {
+    ($(#[$doc:meta])* $name:ident, $len:expr, $what:literal) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone)]
+        pub struct $name<T: AsRef<[u8]>> {
+            buffer: T,
+        }
+
+        impl<T: AsRef<[u8]>> $name<T> {
+            /// Length of the header in bytes.
+            pub const LEN: usize = $len;
+
+            /// Wraps a buffer without checking it.
+            pub const fn new_unchecked(buffer: T) -> Self {
+                $name { buffer }
+            }
+
+            /// Wraps a buffer after checking that the header fits in it.
+            pub fn new_checked(buffer: T) -> $crate::Result<Self> {
+                let v = Self::new_unchecked(buffer);
+                v.check_len()?;
+                Ok(v)
+            }
+
+            /// Checks that the buffer holds the whole header.
+            pub fn check_len(&self) -> $crate::Result<()> {
+                if self.buffer.as_ref().len() < $len {
+                    Err($crate::Error::Truncated($what))
+                } else {
+                    Ok(())
+                }
+            }
+
+            /// Returns the underlying buffer.
+            pub fn into_inner(self) -> T {
+                self.buffer
+            }
+        }
+    };
+}
+pub(crate) use fixed_view;
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,0 +1,281 @@
+//! The InfiniBand Global Route Header (IBTA 8.3) and GIDs.
+//!
+//! The GRH has the same 40-byte layout as an IPv6 header: IPVer, TClass, FlowLabel,
+//! PayLen, NxtHdr, HopLmt, SGID, DGID. It appears on the wire in RoCE v1 (after the
+//! Ethernet header, NxtHdr 0x1B) and, on every transport, as the first 40 bytes of a UD
+//! receive buffer (for RoCE v2 over IPv4 that area holds 20 zero bytes and the IPv4
+//! header instead; see [`crate::grh::GRH_LEN`] and the GID/UD code above this crate).
+
+use crate::ipv6::{addr_at, Ipv6Packet};
+use crate::{Error, Result};
+use core::fmt;
+use core::net::{Ipv4Addr, Ipv6Addr};
+
+/// Length of a GRH.
+pub const GRH_LEN: usize = 40;
+/// NxtHdr value meaning "an IBA transport header (BTH) follows" (IBTA 8.3.1).
+pub const NEXT_HEADER_BTH: u8 = 0x1B;
+
+/// A 128-bit Global Identifier. For RoCE it is an IPv6 address, or an IPv4-mapped one
+/// (`::ffff:a.b.c.d`) for IPv4.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default, PartialOrd, Ord)]
+pub struct Gid(pub [u8; 16]);
+
+impl Gid {
+    /// The all-zero GID (an empty table slot).
+    pub const ZERO: Gid = Gid([0; 16]);
+
+    /// The GID's bytes.
+    pub const fn octets(&self) -> [u8; 16] {
+        self.0
+    }
+
+    /// The subnet prefix (upper 64 bits).
+    pub fn subnet_prefix(&self) -> u64 {
+        crate::field::u64_at(&self.0, 0)
+    }
+
+    /// The interface ID (lower 64 bits).
+    pub fn interface_id(&self) -> u64 {
+        crate::field::u64_at(&self.0, 8)
+    }
+
+    /// The IPv4 address when this GID is IPv4-mapped (`::ffff:a.b.c.d`).
+    pub fn to_ipv4_mapped(&self) -> Option<Ipv4Addr> {
+        Ipv6Addr::from(self.0).to_ipv4_mapped()
+    }
+
+    /// True for an IPv6 multicast GID (first byte 0xff).
+    pub fn is_multicast(&self) -> bool {
+        self.0[0] == 0xff
+    }
+
+    /// The GID in the fixed-width form `show_gids` and sysfs print
+    /// (`fe80:0000:0000:0000:5054:00ff:fe77:0002`).
+    pub fn sysfs(&self) -> SysfsGid {
+        SysfsGid(*self)
+    }
+}
+
+impl From<Ipv6Addr> for Gid {
+    fn from(a: Ipv6Addr) -> Self {
+        Gid(a.octets())
+    }
+}
+
+impl From<Ipv4Addr> for Gid {
+    fn from(a: Ipv4Addr) -> Self {
+        Gid(a.to_ipv6_mapped().octets())
+    }
+}
+
+impl From<Gid> for Ipv6Addr {
+    fn from(g: Gid) -> Self {
+        Ipv6Addr::from(g.0)
+    }
+}
+
+impl fmt::Display for Gid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&Ipv6Addr::from(self.0), f)
+    }
+}
+
+impl fmt::Debug for Gid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Gid({self})")
+    }
+}
+
+/// Display adapter printing a GID as eight 4-digit groups (see [`Gid::sysfs`]).
+#[derive(Clone, Copy)]
+pub struct SysfsGid(Gid);
+
+impl fmt::Display for SysfsGid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, pair) in self.0 .0.chunks_exact(2).enumerate() {
+            if i > 0 {
+                f.write_str(":")?;
+            }
+            write!(f, "{:02x}{:02x}", pair[0], pair[1])?;
+        }
+        Ok(())
+    }
+}
+
+/// A checked view of a 40-byte GRH. Unlike [`Ipv6Packet`] it does not require the
+/// payload to follow (a UD receive buffer holds only the header).
+#[derive(Debug, Clone)]
+pub struct Grh<T: AsRef<[u8]>> {
+    buffer: T,
+}
+
+impl<T: AsRef<[u8]>> Grh<T> {
+    /// Wraps a buffer without checking it.
+    pub const fn new_unchecked(buffer: T) -> Self {
+        Grh { buffer }
+    }
+
+    /// Wraps a buffer of at least 40 bytes.
+    pub fn new_checked(buffer: T) -> Result<Self> {
+        let g = Self::new_unchecked(buffer);
+        g.check_len()?;
+        Ok(g)
+    }
+
+    /// Checks that 40 bytes are present.
+    pub fn check_len(&self) -> Result<()> {
+        if self.buffer.as_ref().len() < GRH_LEN {
+            return Err(Error::Truncated("GRH"));
+        }
+        Ok(())
+    }
+
+    /// Returns the underlying buffer.
+    pub fn into_inner(self) -> T {
+        self.buffer
+    }
+
+    fn ip6(&self) -> Ipv6Packet<&[u8]> {
+        Ipv6Packet::new_unchecked(&self.buffer.as_ref()[..GRH_LEN])
+    }
+
+    /// IPVer (6 for a real GRH).
+    pub fn ip_version(&self) -> u8 {
+        self.ip6().version()
+    }
+
+    /// TClass.
+    pub fn traffic_class(&self) -> u8 {
+        self.ip6().traffic_class()
+    }
+
+    /// FlowLabel.
+    pub fn flow_label(&self) -> u32 {
+        self.ip6().flow_label()
+    }
+
+    /// PayLen.
+    pub fn payload_len(&self) -> u16 {
+        self.ip6().payload_len()
+    }
+
+    /// NxtHdr.
+    pub fn next_header(&self) -> u8 {
+        self.ip6().next_header()
+    }
+
+    /// HopLmt.
+    pub fn hop_limit(&self) -> u8 {
+        self.ip6().hop_limit()
+    }
+
+    /// SGID.
+    pub fn sgid(&self) -> Gid {
+        Gid(addr_at(self.buffer.as_ref(), 8).octets())
+    }
+
+    /// DGID.
+    pub fn dgid(&self) -> Gid {
+        Gid(addr_at(self.buffer.as_ref(), 24).octets())
+    }
+}
+
+/// An owned GRH.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct GrhRepr {
+    /// TClass.
+    pub traffic_class: u8,
+    /// FlowLabel (20 bits).
+    pub flow_label: u32,
+    /// PayLen.
+    pub payload_len: u16,
+    /// NxtHdr.
+    pub next_header: u8,
+    /// HopLmt.
+    pub hop_limit: u8,
+    /// SGID.
+    pub sgid: Gid,
+    /// DGID.
+    pub dgid: Gid,
+}
+
+impl GrhRepr {
+    /// Reads a checked GRH; IPVer must be 6 (IBTA 8.3.1).
+    pub fn parse<T: AsRef<[u8]>>(g: &Grh<T>) -> Result<Self> {
+        g.check_len()?;
+        if g.ip_version() != 6 {
+            return Err(Error::Malformed("GRH IPVer is not 6"));
+        }
+        Ok(GrhRepr {
+            traffic_class: g.traffic_class(),
+            flow_label: g.flow_label(),
+            payload_len: g.payload_len(),
+            next_header: g.next_header(),
+            hop_limit: g.hop_limit(),
+            sgid: g.sgid(),
+            dgid: g.dgid(),
+        })
+    }
+
+    /// Header bytes.
+    pub const fn buffer_len(&self) -> usize {
+        GRH_LEN
+    }
+
+    /// Writes the GRH into the first 40 bytes of `buf` (which must be that long).
+    pub fn emit(&self, buf: &mut [u8]) {
+        let mut p = Ipv6Packet::new_unchecked(&mut buf[..GRH_LEN]);
+        p.set_version_tc_flow(self.traffic_class, self.flow_label);
+        p.set_payload_len(self.payload_len);
+        p.set_next_header(self.next_header);
+        p.set_hop_limit(self.hop_limit);
+        p.set_src_addr(self.sgid.into());
+        p.set_dst_addr(self.dgid.into());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::string::ToString;
+
+    #[test]
+    fn gid_forms() {
+        let g = Gid::from(Ipv4Addr::new(10, 77, 0, 2));
+        assert_eq!(g.to_string(), "::ffff:10.77.0.2");
+        assert_eq!(
+            g.sysfs().to_string(),
+            "0000:0000:0000:0000:0000:ffff:0a4d:0002"
+        );
+        assert_eq!(g.to_ipv4_mapped(), Some(Ipv4Addr::new(10, 77, 0, 2)));
+        let ll: Gid = "fe80::5054:ff:fe77:2".parse::<Ipv6Addr>().unwrap().into();
+        assert_eq!(ll.subnet_prefix(), 0xfe80_0000_0000_0000);
+        assert_eq!(ll.interface_id(), 0x5054_00ff_fe77_0002);
+        assert!(!ll.is_multicast());
+        assert_eq!(ll.to_ipv4_mapped(), None);
+    }
+
+    #[test]
+    fn short_and_wrong_version() {
+        assert_eq!(
+            Grh::new_checked(&[0u8; 39][..]).unwrap_err(),
+            Error::Truncated("GRH")
+        );
+        let g = Grh::new_checked(&[0x45u8; 40][..]).unwrap();
+        assert!(matches!(GrhRepr::parse(&g), Err(Error::Malformed(_))));
+    }
+
+    proptest! {
+        #[test]
+        fn round_trip(tc: u8, fl in 0u32..0x10_0000, len: u16, nh: u8, hl: u8,
+                      s: [u8; 16], d: [u8; 16]) {
+            let repr = GrhRepr { traffic_class: tc, flow_label: fl, payload_len: len,
+                next_header: nh, hop_limit: hl, sgid: Gid(s), dgid: Gid(d) };
+            let mut buf = [0u8; 40];
+            repr.emit(&mut buf);
+            prop_assert_eq!(GrhRepr::parse(&Grh::new_checked(&buf[..]).unwrap()).unwrap(), repr);
+        }
+    }
+}
