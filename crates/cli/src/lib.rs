@@ -1,0 +1,6 @@
+//! Library side of the `rverbs` command-line tool, so its pieces are testable and
+//! fuzzable without spawning the binary.
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod pcap;
