@@ -18,5 +18,6 @@ extern crate std;
 
 pub mod error;
 pub mod field;
+pub mod mad;
 
 pub use error::{Error, Result};
