@@ -174,18 +174,42 @@ pub(crate) trait FieldValue: Sized {
     fn write(&self, b: &mut [u8], at: usize, bit: usize, width: u32);
 }
 
+/// Reads a bit field, taking the byte-aligned fast paths of `field` when it can.
+#[inline]
+fn read_bits(b: &[u8], at: usize, bit: usize, width: u32) -> u32 {
+    match (bit, width) {
+        (0, 8) => u32::from(b[at]),
+        (0, 16) => u32::from(field::u16_at(b, at)),
+        (0, 24) => field::u24_at(b, at),
+        (0, 32) => field::u32_at(b, at),
+        _ => field::bits_at(b, at, bit, width),
+    }
+}
+
+/// Writes a bit field; the counterpart of [`read_bits`].
+#[inline]
+fn write_bits(b: &mut [u8], at: usize, bit: usize, width: u32, v: u32) {
+    match (bit, width) {
+        (0, 8) => b[at] = v as u8,
+        (0, 16) => field::set_u16(b, at, v as u16),
+        (0, 24) => field::set_u24(b, at, v & 0x00FF_FFFF),
+        (0, 32) => field::set_u32(b, at, v),
+        _ => field::set_bits(b, at, bit, width, v),
+    }
+}
+
 macro_rules! bit_field_value {
     ($($ty:ty),*) => {$(
         impl FieldValue for $ty {
             #[inline]
             fn read(b: &[u8], at: usize, bit: usize, width: u32) -> Self {
                 debug_assert!(width <= <$ty>::BITS);
-                field::bits_at(b, at, bit, width) as $ty
+                read_bits(b, at, bit, width) as $ty
             }
             #[inline]
             fn write(&self, b: &mut [u8], at: usize, bit: usize, width: u32) {
                 debug_assert!(width <= <$ty>::BITS);
-                field::set_bits(b, at, bit, width, u32::from(*self));
+                write_bits(b, at, bit, width, u32::from(*self));
             }
         }
     )*};

@@ -86,8 +86,8 @@ macro_rules! layout_tests {
                 }
 
                 #[test]
-                fn parse_emit_round_trip(mut bytes in prop::collection::vec(any::<u8>(), LEN..LEN + 8)) {
-                    $( ($fix)(&mut bytes[..]); )?
+                fn parse_emit_round_trip(bytes in prop::collection::vec(any::<u8>(), LEN..LEN + 8)) {
+                    $( let mut bytes = bytes; ($fix)(&mut bytes[..]); )?
                     let repr = $repr::parse(&$view::new_checked(&bytes[..]).unwrap()).unwrap();
                     let mut out = vec![0xA5u8; repr.buffer_len()];
                     repr.emit(&mut $view::new_unchecked(&mut out[..]));
