@@ -56,6 +56,7 @@ macro_rules! layout_tests {
     ($name:ident: $view:ident, $repr:ident $(, fixup = $fix:expr)?) => {
         mod $name {
             use super::*;
+            #[allow(unused_imports)]
             use proptest::prelude::*;
             use std::vec;
 
