@@ -74,7 +74,7 @@ layout! {
 }
 
 layout! {
-    /// ConnectRequest (REQ, attribute 0x0010; IBTA 12.6.5 Table 106), over the
+    /// ConnectRequest (REQ, attribute 0x0010; IBTA Table 106), over the
     /// 232-byte CM message.
     view CmReq;
     /// ConnectRequest, owned.
@@ -135,7 +135,7 @@ layout! {
 }
 
 layout! {
-    /// MessageReceiptAcknowledgement (MRA, 0x0011; IBTA 12.6.6 Table 107).
+    /// MessageReceiptAcknowledgement (MRA, 0x0011; IBTA Table 107).
     view CmMra;
     /// MRA, owned.
     repr CmMraRepr;
@@ -155,7 +155,7 @@ layout! {
 }
 
 layout! {
-    /// ConnectReject (REJ, 0x0012; IBTA 12.6.7 Table 108).
+    /// ConnectReject (REJ, 0x0012; IBTA Table 108).
     view CmRej;
     /// REJ, owned.
     repr CmRejRepr;
@@ -179,7 +179,7 @@ layout! {
 }
 
 layout! {
-    /// ConnectReply (REP, 0x0013; IBTA 12.6.8 Table 110).
+    /// ConnectReply (REP, 0x0013; IBTA Table 110).
     view CmRep;
     /// REP, owned.
     repr CmRepRepr;
@@ -219,7 +219,7 @@ layout! {
 }
 
 layout! {
-    /// ReadyToUse (RTU, 0x0014; IBTA 12.6.9 Table 111).
+    /// ReadyToUse (RTU, 0x0014; IBTA Table 111).
     view CmRtu;
     /// RTU, owned.
     repr CmRtuRepr;
@@ -235,7 +235,7 @@ layout! {
 }
 
 layout! {
-    /// DisconnectRequest (DREQ, 0x0015; IBTA 12.6.10 Table 112).
+    /// DisconnectRequest (DREQ, 0x0015; IBTA Table 112).
     view CmDreq;
     /// DREQ, owned.
     repr CmDreqRepr;
@@ -253,7 +253,7 @@ layout! {
 }
 
 layout! {
-    /// DisconnectReply (DREP, 0x0016; IBTA 12.6.11 Table 113). Same shape as RTU.
+    /// DisconnectReply (DREP, 0x0016; IBTA Table 113). Same shape as RTU.
     view CmDrep;
     /// DREP, owned.
     repr CmDrepRepr;

@@ -33,13 +33,13 @@ pub mod smp;
 /// `IB_MGMT_MAD_SIZE`).
 pub const MAD_LEN: usize = 256;
 
-/// Length of the common MAD header (IBTA 13.4.2, Figure 145).
+/// Length of the common MAD header (IBTA 13.4.2).
 pub const MAD_HEADER_LEN: usize = 24;
 
 /// The only base version defined for InfiniBand MADs (OPA's 0x80 is not handled here).
 pub const BASE_VERSION: u8 = 1;
 
-/// Management class values (IBTA 13.4.4, Table 115; kernel `IB_MGMT_CLASS_*`).
+/// Management class values (IBTA 13.4.4; kernel `include/rdma/ib_mad.h` `IB_MGMT_CLASS_*`).
 pub mod class {
     /// Subnet management, LID routed.
     pub const SUBN_LID_ROUTED: u8 = 0x01;
@@ -55,7 +55,7 @@ pub mod class {
     pub const SUBN_DIRECTED_ROUTE: u8 = 0x81;
 }
 
-/// Method values (IBTA 13.4.5, Table 116). The response variants carry the
+/// Method values (IBTA 13.4.5; kernel `IB_MGMT_METHOD_*`). The response variants carry the
 /// [`RESPONSE`](method::RESPONSE) bit, which is the top bit of the method byte.
 pub mod method {
     /// The R bit: set in every response method.
@@ -78,8 +78,9 @@ pub mod method {
     pub const REPORT_RESP: u8 = 0x86;
 }
 
-/// Common status field values (IBTA 13.4.7, Table 119: bits 0-4 are class
-/// independent; bits 8-14 are class specific).
+/// Common status field values (IBTA 13.4.7; libibmad `ib_types.h`
+/// `IB_MAD_STATUS_*`): the low byte is common to all classes, bits 8-14 are class
+/// specific.
 pub mod status {
     /// Busy: the request was discarded and may be retried.
     pub const BUSY: u16 = 0x0001;
@@ -108,26 +109,25 @@ pub mod attr {
     pub const NOTICE: u16 = 0x0002;
     /// InformInfo (IBTA 13.4.8.3); listed for completeness.
     pub const INFORM_INFO: u16 = 0x0003;
-    /// PMA PortCounters (IBTA 16.1.3.5).
+    /// PMA PortCounters (kernel `ib_pma.h` `IB_PMA_PORT_COUNTERS`).
     pub const PMA_PORT_COUNTERS: u16 = 0x0012;
-    /// PMA PortCountersExtended (IBTA 16.1.4.11).
+    /// PMA PortCountersExtended (kernel `ib_pma.h` `IB_PMA_PORT_COUNTERS_EXT`).
     pub const PMA_PORT_COUNTERS_EXT: u16 = 0x001D;
-    /// BM BKeyInfo (IBTA Vol 1 16.1 / Vol 2 13.6; Intel `ib_bm.h`
-    /// `BM_ATTRIB_ID_BKEY_INFO`).
+    /// BM BKeyInfo (IBTA 16.1; Intel opa-ff `ib_bm.h` `BM_ATTRIB_ID_BKEY_INFO`).
     pub const BM_BKEY_INFO: u16 = 0x0010;
-    /// CM ConnectRequest (IBTA 12.6.5).
+    /// CM ConnectRequest (IBTA 12.6; kernel `CM_*_ATTR_ID`).
     pub const CM_REQ: u16 = 0x0010;
-    /// CM MessageReceiptAcknowledgement (IBTA 12.6.6).
+    /// CM MessageReceiptAcknowledgement (IBTA 12.6; kernel `CM_*_ATTR_ID`).
     pub const CM_MRA: u16 = 0x0011;
-    /// CM ConnectReject (IBTA 12.6.7).
+    /// CM ConnectReject (IBTA 12.6; kernel `CM_*_ATTR_ID`).
     pub const CM_REJ: u16 = 0x0012;
-    /// CM ConnectReply (IBTA 12.6.8).
+    /// CM ConnectReply (IBTA 12.6; kernel `CM_*_ATTR_ID`).
     pub const CM_REP: u16 = 0x0013;
-    /// CM ReadyToUse (IBTA 12.6.9).
+    /// CM ReadyToUse (IBTA 12.6; kernel `CM_*_ATTR_ID`).
     pub const CM_RTU: u16 = 0x0014;
-    /// CM DisconnectRequest (IBTA 12.6.10).
+    /// CM DisconnectRequest (IBTA 12.6; kernel `CM_*_ATTR_ID`).
     pub const CM_DREQ: u16 = 0x0015;
-    /// CM DisconnectReply (IBTA 12.6.11).
+    /// CM DisconnectReply (IBTA 12.6; kernel `CM_*_ATTR_ID`).
     pub const CM_DREP: u16 = 0x0016;
 }
 
@@ -415,7 +415,7 @@ macro_rules! layout {
 pub(crate) use layout;
 
 layout! {
-    /// The common MAD header (IBTA 13.4.2 Figure 145; kernel `struct ib_mad_hdr`;
+    /// The common MAD header (IBTA 13.4.2; kernel `struct ib_mad_hdr`;
     /// libibmad `IB_MAD_*_F`), over the first 24 bytes of a MAD.
     ///
     /// The view also accepts a whole 256-byte MAD: see [`MadHeader::payload`].

@@ -18,7 +18,8 @@
 
 use super::layout;
 
-/// Notice `Type` values (IBTA 13.4.8.2, Table 120).
+/// Notice `Type` values (IBTA 13.4.8.2; kernel `IB_NOTICE_TYPE_*` minus the
+/// IsGeneric bit).
 pub mod notice_type {
     /// Fatal.
     pub const FATAL: u8 = 0;
@@ -118,8 +119,8 @@ layout! {
 }
 
 layout! {
-    /// DataDetails of SM trap 256, bad M_Key: "Bad M_Key, <M_Key> from <LIDADDR>
-    /// attempted <METHOD> with <ATTRIBUTEID> and <ATTRIBUTEMODIFIER>", plus the
+    /// DataDetails of SM trap 256, bad M_Key (`Bad M_Key, <M_Key> from <LIDADDR>
+    /// attempted <METHOD> with <ATTRIBUTEID> and <ATTRIBUTEMODIFIER>`), plus the
     /// directed-route return path when the offending SMP was directed routed
     /// (IBTA 14.2.5.1; layout of kernel `ib_mad.h` `ntc_256` and rdma-core
     /// `libibmad/ib_types.h` `ntc_256`; DR flag bits of kernel `ib_smi.h`
@@ -154,9 +155,9 @@ layout! {
 }
 
 layout! {
-    /// DataDetails of BM trap 259, bad B_Key: "Bad B_Key, <B_Key> from
+    /// DataDetails of BM trap 259, bad B_Key (`Bad B_Key, <B_Key> from
     /// <LIDADDR>/<GIDADDR>/<QP> attempted <METHOD> with <ATTRIBUTEID> and
-    /// <ATTRIBUTEMODIFIER>".
+    /// <ATTRIBUTEMODIFIER>`).
     ///
     /// Layout followed: rdma-core `libibmad/ib_types.h` `struct _ntc_bkey_259`
     /// (LIDADDR, METHOD, reserved byte, ATTRIBUTEID, ATTRIBUTEMODIFIER, QP in the low

@@ -1,7 +1,7 @@
 //! Performance management (class 0x04) and the GS `ClassPortInfo` attribute.
 //!
 //! A PMA MAD is the common header, 40 reserved bytes and a 192-byte data area at
-//! offset 64 (IBTA 16.1.1; kernel `include/rdma/ib_pma.h` `struct ib_pma_mad`).
+//! offset 64 (IBTA 16.1; kernel `include/rdma/ib_pma.h` `struct ib_pma_mad`).
 //! Attribute layouts follow rdma-core `libibmad/fields.c` (`IB_CPI_*`, `IB_PC_*`,
 //! `IB_PC_EXT_*`), whose bit offsets are IBTA's, counted from the start of the data
 //! area; the same layouts are in kernel `ib_pma.h`.
@@ -59,10 +59,13 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> PerfMad<T> {
 /// ones perfquery tests) and kernel `ib_pma.h` `IB_PMA_CLASS_CAP_*`; the BM ones are
 /// in [`bm::capability`](super::bm::capability).
 pub mod capability {
-    /// The class agent can generate traps (opensm `IB_CLASS_CAP_TRAP`).
+    /// The class agent can generate traps (opensm / libibmad `ib_types.h`
+    /// `IB_CLASS_CAP_TRAP`).
     pub const IS_TRAP_SUPPORTED: u16 = 1 << 0;
     /// The class agent supports Get/Set of Notice (opensm `IB_CLASS_CAP_GETSET`).
     pub const IS_NOTICE_GET_SET_SUPPORTED: u16 = 1 << 1;
+    /// CapabilityMask2 is meaningful (opensm `IB_CLASS_CAP_CAPMASK2`).
+    pub const IS_CAPABILITY_MASK2_SUPPORTED: u16 = 1 << 2;
     /// PMA: PortSelect 0xFF (all ports) is supported (`IB_PM_ALL_PORT_SELECT`).
     pub const PM_ALL_PORT_SELECT: u16 = 1 << 8;
     /// PMA: PortCountersExtended with all eight counters (`IB_PM_EXT_WIDTH_SUPPORTED`).
@@ -177,7 +180,7 @@ pub mod counter_select {
 }
 
 layout! {
-    /// The PortCounters attribute (0x0012; IBTA 16.1.3.5, libibmad `IB_PC_*_F`,
+    /// The PortCounters attribute (0x0012; IBTA 16.1, libibmad `IB_PC_*_F`,
     /// kernel `struct ib_pma_portcounters`), over a PMA data area.
     ///
     /// Counter widths are part of the table ([`PortCountersRepr::FIELDS`]) so the
@@ -236,7 +239,7 @@ layout! {
 }
 
 layout! {
-    /// The PortCountersExtended attribute (0x001D; IBTA 16.1.4.11, libibmad
+    /// The PortCountersExtended attribute (0x001D; IBTA 16.1, libibmad
     /// `IB_PC_EXT_*_F`, kernel `struct ib_pma_portcounters_ext`), over the whole
     /// 192-byte PMA data area. All counters are 64 bits; the error counters from
     /// byte 72 on are valid only when ClassPortInfo CapabilityMask2 has
