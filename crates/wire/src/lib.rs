@@ -49,6 +49,7 @@ pub mod grh;
 pub mod icrc;
 pub mod ipv4;
 pub mod ipv6;
+pub mod mad;
 pub mod opcode;
 pub mod packet;
 pub mod psn;
