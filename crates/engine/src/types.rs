@@ -1,0 +1,505 @@
+//! The verbs vocabulary the engine speaks: handles, access flags, work requests, work
+//! completions, QP types and states, async events and errors. Names and values follow
+//! rdma-core's `libibverbs/verbs.h` so the public API above can map them one to one.
+
+use core::fmt;
+use rverbs_wire::grh::Gid;
+
+/// Time on the engine's clock, in nanoseconds from an arbitrary origin. The engine never
+/// reads a clock: every call that may depend on time is given `now`.
+pub type Nanos = u64;
+
+/// The errno a libibverbs user would see for a failed verb.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Errno {
+    /// Invalid argument (EINVAL).
+    Inval,
+    /// Out of memory or resources (ENOMEM).
+    NoMem,
+    /// The object is in use (EBUSY).
+    Busy,
+    /// Operation not supported (EOPNOTSUPP).
+    NotSupported,
+    /// Permission denied (EPERM).
+    Perm,
+    /// No data (ENODATA).
+    NoData,
+    /// No such entry (ENOENT).
+    NoEnt,
+}
+
+impl Errno {
+    /// The Linux errno value.
+    pub const fn code(self) -> i32 {
+        match self {
+            Errno::Perm => 1,
+            Errno::NoEnt => 2,
+            Errno::NoMem => 12,
+            Errno::Busy => 16,
+            Errno::Inval => 22,
+            Errno::NoData => 61,
+            Errno::NotSupported => 95,
+        }
+    }
+}
+
+/// A failed verb: which verb, the errno, and why.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VerbError {
+    /// The verb that failed, e.g. `"modify_qp"`.
+    pub verb: &'static str,
+    /// The errno.
+    pub errno: Errno,
+    /// A short reason.
+    pub reason: &'static str,
+}
+
+impl VerbError {
+    /// Builds an error.
+    pub const fn new(verb: &'static str, errno: Errno, reason: &'static str) -> Self {
+        VerbError { verb, errno, reason }
+    }
+}
+
+impl fmt::Display for VerbError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} failed (errno {}): {}", self.verb, self.errno.code(), self.reason)
+    }
+}
+
+impl std::error::Error for VerbError {}
+
+/// Result of a verb.
+pub type VerbResult<T> = Result<T, VerbError>;
+
+macro_rules! handle {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub struct $name(pub(crate) u32);
+
+        impl $name {
+            /// The raw handle value (a table index).
+            pub const fn raw(self) -> u32 {
+                self.0
+            }
+        }
+    };
+}
+
+handle!(
+    /// A protection domain.
+    PdId
+);
+handle!(
+    /// A completion queue.
+    CqId
+);
+handle!(
+    /// A shared receive queue.
+    SrqId
+);
+handle!(
+    /// An address handle.
+    AhId
+);
+
+/// Memory access rights (`enum ibv_access_flags`).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Access(pub u32);
+
+impl Access {
+    /// The local side may write (needed for receive buffers and READ/atomic targets).
+    pub const LOCAL_WRITE: Access = Access(1 << 0);
+    /// Remote RDMA WRITE.
+    pub const REMOTE_WRITE: Access = Access(1 << 1);
+    /// Remote RDMA READ.
+    pub const REMOTE_READ: Access = Access(1 << 2);
+    /// Remote atomics.
+    pub const REMOTE_ATOMIC: Access = Access(1 << 3);
+    /// No access beyond local read.
+    pub const NONE: Access = Access(0);
+
+    /// True when all rights in `other` are present.
+    pub const fn contains(self, other: Access) -> bool {
+        self.0 & other.0 == other.0
+    }
+
+    /// The union.
+    pub const fn with(self, other: Access) -> Access {
+        Access(self.0 | other.0)
+    }
+}
+
+impl core::ops::BitOr for Access {
+    type Output = Access;
+    fn bitor(self, o: Access) -> Access {
+        self.with(o)
+    }
+}
+
+impl fmt::Debug for Access {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Access({:#x})", self.0)
+    }
+}
+
+/// QP transport type (`enum ibv_qp_type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum QpType {
+    /// Reliable connected.
+    Rc,
+    /// Unreliable connected.
+    Uc,
+    /// Unreliable datagram.
+    Ud,
+}
+
+/// QP state (`enum ibv_qp_state`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum QpState {
+    /// Reset.
+    Reset,
+    /// Initialised.
+    Init,
+    /// Ready to receive.
+    Rtr,
+    /// Ready to send.
+    Rts,
+    /// Send queue drained.
+    Sqd,
+    /// Send queue error.
+    Sqe,
+    /// Error.
+    Err,
+}
+
+/// Path MTU (`enum ibv_mtu`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Mtu {
+    /// 256 bytes.
+    M256 = 1,
+    /// 512 bytes.
+    M512 = 2,
+    /// 1024 bytes.
+    M1024 = 3,
+    /// 2048 bytes.
+    M2048 = 4,
+    /// 4096 bytes.
+    M4096 = 5,
+}
+
+impl Mtu {
+    /// The MTU in bytes.
+    pub const fn bytes(self) -> usize {
+        128 << (self as u32)
+    }
+
+    /// From the `ibv_mtu` enum value.
+    pub const fn from_enum(v: u8) -> Option<Mtu> {
+        Some(match v {
+            1 => Mtu::M256,
+            2 => Mtu::M512,
+            3 => Mtu::M1024,
+            4 => Mtu::M2048,
+            5 => Mtu::M4096,
+            _ => return None,
+        })
+    }
+
+    /// The largest IB MTU that fits a netdev MTU, as rxe computes it
+    /// (`rxe_net.c`/`rxe.c`: netdev MTU minus 80 bytes of RoCE v2 headers, rounded down).
+    pub const fn from_netdev_mtu(netdev_mtu: usize) -> Option<Mtu> {
+        let room = netdev_mtu.saturating_sub(80);
+        if room >= 4096 {
+            Some(Mtu::M4096)
+        } else if room >= 2048 {
+            Some(Mtu::M2048)
+        } else if room >= 1024 {
+            Some(Mtu::M1024)
+        } else if room >= 512 {
+            Some(Mtu::M512)
+        } else if room >= 256 {
+            Some(Mtu::M256)
+        } else {
+            None
+        }
+    }
+}
+
+/// Where a packet goes and comes from at the IP level: the resolved address vector of
+/// an RC/UC QP or a UD address handle (`struct ibv_ah_attr` with its GRH).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct AddressVector {
+    /// Destination GID.
+    pub dgid: Gid,
+    /// Index of the source GID in the port's table.
+    pub sgid_index: u8,
+    /// Hop limit (IPv6) / TTL (IPv4).
+    pub hop_limit: u8,
+    /// Traffic class (IPv6) / TOS (IPv4).
+    pub traffic_class: u8,
+    /// Flow label (20 bits).
+    pub flow_label: u32,
+}
+
+/// A scatter/gather element (`struct ibv_sge`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Sge {
+    /// Virtual address inside the MR.
+    pub addr: u64,
+    /// Length in bytes.
+    pub length: u32,
+    /// Local key of the MR.
+    pub lkey: u32,
+}
+
+/// Send work request opcode (`enum ibv_wr_opcode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum WrOpcode {
+    /// RDMA WRITE.
+    RdmaWrite,
+    /// RDMA WRITE with immediate.
+    RdmaWriteWithImm,
+    /// SEND.
+    Send,
+    /// SEND with immediate.
+    SendWithImm,
+    /// RDMA READ.
+    RdmaRead,
+    /// Atomic compare and swap.
+    AtomicCmpAndSwp,
+    /// Atomic fetch and add.
+    AtomicFetchAndAdd,
+    /// SEND with invalidate.
+    SendWithInv,
+}
+
+/// Send flags (`enum ibv_send_flags`).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct SendFlags(pub u32);
+
+impl SendFlags {
+    /// Wait for prior RDMA READ and atomic requests to complete before this one starts.
+    pub const FENCE: SendFlags = SendFlags(1 << 0);
+    /// Generate a completion.
+    pub const SIGNALED: SendFlags = SendFlags(1 << 1);
+    /// Set the solicited-event bit.
+    pub const SOLICITED: SendFlags = SendFlags(1 << 2);
+    /// The data is copied at post time (`sg_list` addresses need no MR).
+    pub const INLINE: SendFlags = SendFlags(1 << 3);
+
+    /// True when every flag of `o` is set.
+    pub const fn contains(self, o: SendFlags) -> bool {
+        self.0 & o.0 == o.0
+    }
+}
+
+impl core::ops::BitOr for SendFlags {
+    type Output = SendFlags;
+    fn bitor(self, o: SendFlags) -> SendFlags {
+        SendFlags(self.0 | o.0)
+    }
+}
+
+impl fmt::Debug for SendFlags {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "SendFlags({:#x})", self.0)
+    }
+}
+
+/// A send work request (`struct ibv_send_wr`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SendWr {
+    /// Caller's identifier, returned in the completion.
+    pub wr_id: u64,
+    /// What to do.
+    pub opcode: WrOpcode,
+    /// Local buffers (for INLINE, the data to copy; lkeys are then ignored).
+    pub sg_list: Vec<Sge>,
+    /// Flags.
+    pub flags: SendFlags,
+    /// Immediate data, in network byte order as a big-endian integer.
+    pub imm_data: u32,
+    /// Remote address for RDMA and atomics.
+    pub remote_addr: u64,
+    /// Remote key for RDMA and atomics; the R_Key to invalidate for SEND with invalidate.
+    pub rkey: u32,
+    /// Compare (CmpSwap) or add (FetchAdd) operand.
+    pub compare_add: u64,
+    /// Swap operand (CmpSwap).
+    pub swap: u64,
+    /// UD destination: address handle, remote QPN and Q_Key.
+    pub ud: Option<UdDest>,
+}
+
+impl SendWr {
+    /// A signaled SEND of `sg_list`.
+    pub fn send(wr_id: u64, sg_list: Vec<Sge>) -> Self {
+        SendWr {
+            wr_id,
+            opcode: WrOpcode::Send,
+            sg_list,
+            flags: SendFlags::SIGNALED,
+            imm_data: 0,
+            remote_addr: 0,
+            rkey: 0,
+            compare_add: 0,
+            swap: 0,
+            ud: None,
+        }
+    }
+}
+
+/// Data supplied at post time for an INLINE send: the engine copies it, so the caller
+/// may reuse its buffer at once.
+pub type InlineData = Vec<u8>;
+
+/// UD destination of a send.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct UdDest {
+    /// Address handle.
+    pub ah: AhId,
+    /// Destination QPN.
+    pub remote_qpn: u32,
+    /// Q_Key; when bit 31 is set the QP's own Q_Key is sent instead (IBTA 10.2.4).
+    pub remote_qkey: u32,
+}
+
+/// A receive work request (`struct ibv_recv_wr`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecvWr {
+    /// Caller's identifier.
+    pub wr_id: u64,
+    /// Buffers, filled in order.
+    pub sg_list: Vec<Sge>,
+}
+
+/// Work completion status (`enum ibv_wc_status`, same numbering).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum WcStatus {
+    /// Success.
+    Success = 0,
+    /// Local length error.
+    LocLenErr = 1,
+    /// Local QP operation error.
+    LocQpOpErr = 2,
+    /// Local protection error.
+    LocProtErr = 4,
+    /// Flushed because the QP entered the error state.
+    WrFlushErr = 5,
+    /// Memory window bind error.
+    MwBindErr = 6,
+    /// Bad response from the remote side.
+    BadRespErr = 7,
+    /// Local access error.
+    LocAccessErr = 8,
+    /// Remote invalid request.
+    RemInvReqErr = 9,
+    /// Remote access error.
+    RemAccessErr = 10,
+    /// Remote operation error.
+    RemOpErr = 11,
+    /// Transport retry counter exceeded.
+    RetryExcErr = 12,
+    /// RNR retry counter exceeded.
+    RnrRetryExcErr = 13,
+    /// Fatal error.
+    FatalErr = 19,
+    /// Response timeout.
+    RespTimeoutErr = 20,
+    /// General error.
+    GeneralErr = 21,
+}
+
+/// Work completion opcode (`enum ibv_wc_opcode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum WcOpcode {
+    /// SEND (with or without immediate or invalidate).
+    Send,
+    /// RDMA WRITE.
+    RdmaWrite,
+    /// RDMA READ.
+    RdmaRead,
+    /// Compare and swap.
+    CompSwap,
+    /// Fetch and add.
+    FetchAdd,
+    /// A received SEND.
+    Recv,
+    /// A received RDMA WRITE with immediate.
+    RecvRdmaWithImm,
+}
+
+/// Work completion flags (`enum ibv_wc_flags`).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct WcFlags(pub u32);
+
+impl WcFlags {
+    /// The first 40 bytes of the receive buffer hold the GRH / network header.
+    pub const GRH: WcFlags = WcFlags(1 << 0);
+    /// `imm_data` is valid.
+    pub const WITH_IMM: WcFlags = WcFlags(1 << 1);
+    /// `invalidated_rkey` is valid.
+    pub const WITH_INV: WcFlags = WcFlags(1 << 3);
+
+    /// True when every flag of `o` is set.
+    pub const fn contains(self, o: WcFlags) -> bool {
+        self.0 & o.0 == o.0
+    }
+}
+
+impl fmt::Debug for WcFlags {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "WcFlags({:#x})", self.0)
+    }
+}
+
+/// A work completion (`struct ibv_wc`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Wc {
+    /// The work request's identifier.
+    pub wr_id: u64,
+    /// Status.
+    pub status: WcStatus,
+    /// Opcode.
+    pub opcode: WcOpcode,
+    /// Vendor error (0).
+    pub vendor_err: u32,
+    /// Bytes received (receive side) or transferred (READ/atomics).
+    pub byte_len: u32,
+    /// Immediate data (big-endian integer) when `WITH_IMM`, or the invalidated R_Key when
+    /// `WITH_INV`.
+    pub imm_data: u32,
+    /// The local QP number.
+    pub qp_num: u32,
+    /// Source QP (UD receives).
+    pub src_qp: u32,
+    /// Flags.
+    pub wc_flags: WcFlags,
+    /// P_Key index (UD/GSI receives).
+    pub pkey_index: u16,
+    /// Source LID (always 0 on RoCE).
+    pub slid: u16,
+    /// Service level (0).
+    pub sl: u8,
+    /// Path bits (0).
+    pub dlid_path_bits: u8,
+}
+
+/// Asynchronous events (`enum ibv_event_type`), each naming its object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AsyncEvent {
+    /// A CQ overflowed: completions were lost, the CQ is in error.
+    CqErr(CqId),
+    /// A QP entered the error state because of an error.
+    QpFatal(u32),
+    /// A QP in RTR received its first packet.
+    CommEst(u32),
+    /// The SQ of a QP in SQD is drained.
+    SqDrained(u32),
+    /// An SRQ's WQE count fell below its limit (the limit is disarmed).
+    SrqLimitReached(SrqId),
+    /// The last WQE of a QP attached to an SRQ was consumed (QP in error).
+    QpLastWqeReached(u32),
+}
