@@ -149,7 +149,8 @@ pub fn fill(datagram: &mut [u8]) -> Result<()> {
 /// ID with probability 2^-16, so this is a weaker check than [`verify`] with a known ID.
 /// IPv6 headers are an error: they can be rebuilt exactly, so use [`verify`].
 ///
-/// Cost: one ICRC pass plus at most `log2(len)` products of 32-bit polynomials.
+/// Cost: one ICRC pass plus at most 17 products by constant polynomials mod P (eight
+/// table lookups each), one per set bit of the byte count after the ID.
 pub fn recover_ipv4_id(
     ip_header: &[u8],
     udp_header: &[u8],
@@ -269,16 +270,52 @@ mod gf2 {
         t
     };
 
-    /// `a · x^(-8m) mod P` by square-and-multiply over the bits of `m`: at most
-    /// `log2(m) + 1` products.
-    pub(super) fn mul_x_pow_neg_8m(mut a: u32, m: usize) -> u32 {
-        let mut m = m as u64;
+    /// How many bits `m` may have: the CRC'd stream after the ID is at most
+    /// 56 + 65535 bytes (IPv4 header rest with options, UDP length).
+    pub(super) const M_BITS: usize = 17;
+
+    /// `MUL_NEG_8[n][i][d] = (d << 4i) · x^(-8 · 2^n) mod P`: a product by one of the
+    /// constants in [`X_POW_NEG_8`] is then eight lookups, one per nibble of the other
+    /// factor (the product is linear in it). 17 × 8 × 16 words = 8.5 KiB.
+    pub(super) static MUL_NEG_8: [[[u32; 16]; 8]; M_BITS] = {
+        let mut t = [[[0u32; 16]; 8]; M_BITS];
         let mut n = 0;
-        while m != 0 {
-            if m & 1 != 0 {
-                a = mul(a, X_POW_NEG_8[n]);
+        while n < M_BITS {
+            let mut i = 0;
+            while i < 8 {
+                let mut d = 0;
+                while d < 16 {
+                    t[n][i][d] = mul((d as u32) << (4 * i), X_POW_NEG_8[n]);
+                    d += 1;
+                }
+                i += 1;
             }
-            m >>= 1;
+            n += 1;
+        }
+        t
+    };
+
+    /// `a · x^(-8 · 2^n) mod P` through [`MUL_NEG_8`].
+    pub(super) fn mul_neg_8_pow2(a: u32, n: usize) -> u32 {
+        let t = &MUL_NEG_8[n];
+        let mut p = 0;
+        let mut i = 0;
+        while i < 8 {
+            p ^= t[i][((a >> (4 * i)) & 0xf) as usize];
+            i += 1;
+        }
+        p
+    }
+
+    /// `a · x^(-8m) mod P` by square-and-multiply over the bits of `m` (`m < 2^17`):
+    /// `popcount(m)` products.
+    pub(super) fn mul_x_pow_neg_8m(mut a: u32, m: usize) -> u32 {
+        debug_assert!(m >> M_BITS == 0);
+        let mut n = 0;
+        while n < M_BITS {
+            if (m >> n) & 1 != 0 {
+                a = mul_neg_8_pow2(a, n);
+            }
             n += 1;
         }
         a
@@ -437,6 +474,13 @@ mod tests {
         for inv in X_POW_NEG_8 {
             assert_eq!(mul(fwd, inv), ONE);
             fwd = mul(fwd, fwd);
+        }
+        // The nibble tables multiply by the same constants.
+        for (n, &c) in X_POW_NEG_8[..M_BITS].iter().enumerate() {
+            for _ in 0..200 {
+                let a = rng.next() as u32;
+                assert_eq!(mul_neg_8_pow2(a, n), mul(a, c));
+            }
         }
     }
 
