@@ -145,8 +145,9 @@ pub fn fill(datagram: &mut [u8]) -> Result<()> {
 /// UDP header and `ib_packet_with_icrc` the UDP payload: BTH through pad, then the ICRC.
 ///
 /// Returns `Some(id)` when exactly one ID makes the carried ICRC match (there is never
-/// more than one), `None` when no ID does. A packet corrupted elsewhere still finds some
-/// ID with probability 2^-16, so this is a weaker check than [`verify`] with a known ID.
+/// more than one), `None` when no ID does. Every single-bit error is still caught, but a
+/// packet corrupted over 32 bits or more finds some ID with probability 2^-16, so this is
+/// a weaker check than [`verify`] with a known ID.
 /// IPv6 headers are an error: they can be rebuilt exactly, so use [`verify`].
 ///
 /// Cost: one ICRC pass plus at most 17 products by constant polynomials mod P (eight
