@@ -57,13 +57,23 @@ pub struct VerbError {
 impl VerbError {
     /// Builds an error.
     pub const fn new(verb: &'static str, errno: Errno, reason: &'static str) -> Self {
-        VerbError { verb, errno, reason }
+        VerbError {
+            verb,
+            errno,
+            reason,
+        }
     }
 }
 
 impl fmt::Display for VerbError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} failed (errno {}): {}", self.verb, self.errno.code(), self.reason)
+        write!(
+            f,
+            "{} failed (errno {}): {}",
+            self.verb,
+            self.errno.code(),
+            self.reason
+        )
     }
 }
 

@@ -13,6 +13,11 @@
 //!
 //! It is appended after the pad, least significant byte first. The IPv4 Identification,
 //! flags and lengths are covered, so a receiver needs the real IP header to check it.
+//!
+//! A receiver on a plain UDP socket knows every covered byte but the 16-bit IPv4
+//! Identification (the kernel's rxe sends unpredictable non-zero IDs). Because the CRC
+//! is affine over GF(2), [`recover_ipv4_id`] solves for the one ID (if any) that makes the
+//! carried ICRC match, at the cost of one ICRC pass plus a few polynomial products.
 
 use crate::bth::BTH_LEN;
 use crate::{ipv4, ipv6, udp, Error, Result};
@@ -133,6 +138,191 @@ pub fn fill(datagram: &mut [u8]) -> Result<()> {
     Ok(())
 }
 
+/// Recovers the IPv4 Identification a packet was sent with from its ICRC.
+///
+/// `ip_header` is the IPv4 header (with any options) as the receiver rebuilt it; the
+/// value in its Identification field (bytes 4..6) is ignored. `udp_header` is the 8-byte
+/// UDP header and `ib_packet_with_icrc` the UDP payload: BTH through pad, then the ICRC.
+///
+/// Returns `Some(id)` when exactly one ID makes the carried ICRC match (there is never
+/// more than one), `None` when no ID does. Every single-bit error is still caught, but a
+/// packet corrupted over 32 bits or more finds some ID with probability 2^-16, so this is
+/// a weaker check than [`verify`] with a known ID.
+/// IPv6 headers are an error: they can be rebuilt exactly, so use [`verify`].
+///
+/// Cost: one ICRC pass plus at most 17 products by constant polynomials mod P (eight
+/// table lookups each), one per set bit of the byte count after the ID.
+pub fn recover_ipv4_id(
+    ip_header: &[u8],
+    udp_header: &[u8],
+    ib_packet_with_icrc: &[u8],
+) -> Result<Option<u16>> {
+    match ip_header.first() {
+        None => return Err(Error::Truncated("IP header")),
+        Some(b) if b >> 4 != 4 => {
+            return Err(Error::Malformed("IP ID recovery needs an IPv4 header"))
+        }
+        Some(_) => {}
+    }
+    let ip_len = ip_header.len();
+    if !(ipv4::HEADER_LEN..=60).contains(&ip_len) {
+        return Err(Error::Malformed("IP header length for ICRC"));
+    }
+    let Some(ib_len) = ib_packet_with_icrc.len().checked_sub(ICRC_LEN) else {
+        return Err(Error::Truncated("ICRC"));
+    };
+    if ib_packet_with_icrc.len() > usize::from(u16::MAX) - udp::HEADER_LEN {
+        return Err(Error::Malformed(
+            "UDP payload longer than a UDP length can say",
+        ));
+    }
+    let (ib_packet, trailer) = ib_packet_with_icrc.split_at(ib_len);
+    let mut ip = [0u8; 60];
+    ip[..ip_len].copy_from_slice(ip_header);
+    ip[4] = 0;
+    ip[5] = 0;
+    let c0 = compute_parts(&ip[..ip_len], udp_header, ib_packet)?;
+    let mut b = [0u8; ICRC_LEN];
+    b.copy_from_slice(trailer);
+    let carried = u32::from_le_bytes(b);
+
+    // The CRC'd stream from the first ID byte to its end: the ID and the rest of the IP
+    // header, the UDP header, and the IB packet without the ICRC.
+    let m = (ip_len - 4) + udp::HEADER_LEN + ib_len;
+    let v = gf2::mul_x_pow_neg_8m(carried ^ c0, m);
+    // `v` is the two ID bytes as they entered the register: first byte in bits 0..8.
+    if v >> 16 == 0 {
+        Ok(Some((v as u16).swap_bytes()))
+    } else {
+        Ok(None)
+    }
+}
+
+/// [`recover_ipv4_id`] over a whole IPv4 datagram (IP header first, possibly followed by
+/// link-layer padding) whose Identification field holds any value.
+pub fn verify_ipv4_unknown_id(datagram_without_real_id: &[u8]) -> Result<Option<u16>> {
+    let (ip, udp_hdr, payload) = split(datagram_without_real_id)?;
+    recover_ipv4_id(ip, udp_hdr, payload)
+}
+
+/// Arithmetic on polynomials over GF(2) modulo the CRC-32 polynomial P, in the
+/// bit-reflected representation the CRC register uses: bit 31 holds the coefficient of
+/// x^0, bit 0 that of x^31. The technique is zlib's (`crc32.c`: `multmodp`, `x2nmodp`,
+/// `crc32_combine`), written afresh here.
+///
+/// Why it recovers the ID: the CRC register (before the final inversion) is linear in
+/// the message bits for a fixed length, so changing the two ID bytes from 0 to `id`
+/// changes the ICRC by the CRC of a message that is `id` followed by zeros, i.e. by
+/// `id(x) · x^(32 + 8k) mod P`, where `k` bytes follow the ID. Written as a register
+/// value, the two ID bytes alone (first byte in bits 0..8) already stand for
+/// `id(x) · x^16`, so the change is `v · x^(8m) mod P` with `m = k + 2`. Since x is
+/// invertible mod P (P has a constant term), `v = (carried ^ c0) · x^(-8m) mod P`, and
+/// the ID is valid only when `v` fits in 16 bits. x^-1 = (P - 1) / x needs no Euclid.
+mod gf2 {
+    /// The reflected CRC-32 polynomial (x^32 implied).
+    pub(super) const POLY: u32 = 0xedb8_8320;
+    /// The polynomial 1.
+    pub(super) const ONE: u32 = 0x8000_0000;
+
+    /// `a · x mod P`.
+    pub(super) const fn mul_x(a: u32) -> u32 {
+        (a >> 1) ^ (POLY & (a & 1).wrapping_neg())
+    }
+
+    /// `a · x^-1 mod P`: undoes [`mul_x`] (bit 31, x^0, of its result is set exactly when
+    /// it reduced, because POLY has bit 31 set and `a >> 1` has not).
+    pub(super) const fn div_x(a: u32) -> u32 {
+        if a & ONE != 0 {
+            ((a ^ POLY) << 1) | 1
+        } else {
+            a << 1
+        }
+    }
+
+    /// `a · b mod P`: shift-and-add over the 32 coefficients of `a`, without branches.
+    pub(super) const fn mul(a: u32, mut b: u32) -> u32 {
+        let mut a = a;
+        let mut p = 0;
+        let mut i = 0;
+        while i < 32 {
+            p ^= b & (a >> 31).wrapping_neg();
+            a <<= 1;
+            b = mul_x(b);
+            i += 1;
+        }
+        p
+    }
+
+    /// `X_POW_NEG_8[n] = x^(-8 · 2^n) mod P`.
+    pub(super) const X_POW_NEG_8: [u32; 32] = {
+        let mut t = [0u32; 32];
+        let mut x = ONE;
+        let mut i = 0;
+        while i < 8 {
+            x = div_x(x);
+            i += 1;
+        }
+        t[0] = x;
+        let mut n = 1;
+        while n < 32 {
+            t[n] = mul(t[n - 1], t[n - 1]);
+            n += 1;
+        }
+        t
+    };
+
+    /// How many bits `m` may have: the CRC'd stream after the ID is at most
+    /// 56 + 65535 bytes (IPv4 header rest with options, UDP length).
+    pub(super) const M_BITS: usize = 17;
+
+    /// `MUL_NEG_8[n][i][d] = (d << 4i) · x^(-8 · 2^n) mod P`: a product by one of the
+    /// constants in [`X_POW_NEG_8`] is then eight lookups, one per nibble of the other
+    /// factor (the product is linear in it). 17 × 8 × 16 words = 8.5 KiB.
+    pub(super) static MUL_NEG_8: [[[u32; 16]; 8]; M_BITS] = {
+        let mut t = [[[0u32; 16]; 8]; M_BITS];
+        let mut n = 0;
+        while n < M_BITS {
+            let mut i = 0;
+            while i < 8 {
+                let mut d = 0;
+                while d < 16 {
+                    t[n][i][d] = mul((d as u32) << (4 * i), X_POW_NEG_8[n]);
+                    d += 1;
+                }
+                i += 1;
+            }
+            n += 1;
+        }
+        t
+    };
+
+    /// `a · x^(-8 · 2^n) mod P` through [`MUL_NEG_8`].
+    pub(super) fn mul_neg_8_pow2(a: u32, n: usize) -> u32 {
+        let t = &MUL_NEG_8[n];
+        let mut p = 0;
+        let mut i = 0;
+        while i < 8 {
+            p ^= t[i][((a >> (4 * i)) & 0xf) as usize];
+            i += 1;
+        }
+        p
+    }
+
+    /// `a · x^(-8m) mod P` by square-and-multiply over the bits of `m` (`m < 2^17`):
+    /// `popcount(m)` products.
+    pub(super) fn mul_x_pow_neg_8m(mut a: u32, m: usize) -> u32 {
+        debug_assert!(m >> M_BITS == 0);
+        let mut n = 0;
+        while n < M_BITS {
+            if (m >> n) & 1 != 0 {
+                a = mul_neg_8_pow2(a, n);
+            }
+            n += 1;
+        }
+        a
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -208,5 +398,329 @@ mod tests {
         assert!(compute_parts(&[0x65; 20], &[0; 8], &[0; 12]).is_err());
         // The IP header announces 52 bytes; 20 are present.
         assert!(compute(&hex(VECTOR)[..20]).is_err());
+    }
+
+    // ---- IPv4 Identification recovery ----
+
+    use proptest::prelude::*;
+    use std::vec::Vec;
+
+    /// An IPv4/UDP/RoCE v2 datagram with `ib_len` bytes of IB packet (BTH onwards, before
+    /// the ICRC), `opt_words` words of IP options, and its ICRC filled in.
+    fn datagram(id: u16, src: u32, dst: u32, opt_words: usize, ib: &[u8], sport: u16) -> Vec<u8> {
+        let hl = 20 + 4 * opt_words;
+        let udp_len = 8 + ib.len() + ICRC_LEN;
+        let mut d = std::vec![0u8; hl + udp_len];
+        d[0] = 0x40 | (hl / 4) as u8;
+        d[1] = 0x02;
+        d[2..4].copy_from_slice(&((hl + udp_len) as u16).to_be_bytes());
+        d[4..6].copy_from_slice(&id.to_be_bytes());
+        d[6] = 0x40; // DF
+        d[8] = 64;
+        d[9] = 17;
+        d[12..16].copy_from_slice(&src.to_be_bytes());
+        d[16..20].copy_from_slice(&dst.to_be_bytes());
+        for (i, b) in d[20..hl].iter_mut().enumerate() {
+            *b = (i as u8).wrapping_mul(37) | 1; // opaque option bytes (no EOL)
+        }
+        d[hl..hl + 2].copy_from_slice(&sport.to_be_bytes());
+        d[hl + 2..hl + 4].copy_from_slice(&4791u16.to_be_bytes());
+        d[hl + 4..hl + 6].copy_from_slice(&(udp_len as u16).to_be_bytes());
+        d[hl + 8..hl + 8 + ib.len()].copy_from_slice(ib);
+        fill(&mut d).unwrap();
+        d
+    }
+
+    fn ip_len(d: &[u8]) -> usize {
+        usize::from(d[0] & 0x0f) * 4
+    }
+
+    /// Reproducible pseudo-random numbers (SplitMix64).
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = self.0;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            z ^ (z >> 31)
+        }
+        fn below(&mut self, n: usize) -> usize {
+            (self.next() % n as u64) as usize
+        }
+    }
+
+    #[test]
+    fn gf2_inverse_of_x_and_table() {
+        use gf2::*;
+        let x = mul_x(ONE);
+        assert_eq!(x, 0x4000_0000);
+        assert_eq!(mul(x, div_x(ONE)), ONE);
+        let mut rng = Rng(1);
+        for _ in 0..1000 {
+            let a = rng.next() as u32;
+            assert_eq!(mul_x(div_x(a)), a);
+            assert_eq!(div_x(mul_x(a)), a);
+            let b = rng.next() as u32;
+            assert_eq!(mul(a, b), mul(b, a));
+            assert_eq!(mul(a, ONE), a);
+            assert_eq!(mul(a, x), mul_x(a));
+        }
+        // X_POW_NEG_8[n] is the inverse of x^(8 · 2^n), the latter built by repeated
+        // squaring of x^8 = eight multiplications by x.
+        let mut fwd = ONE;
+        for _ in 0..8 {
+            fwd = mul_x(fwd);
+        }
+        for inv in X_POW_NEG_8 {
+            assert_eq!(mul(fwd, inv), ONE);
+            fwd = mul(fwd, fwd);
+        }
+        // The nibble tables multiply by the same constants.
+        for (n, &c) in X_POW_NEG_8[..M_BITS].iter().enumerate() {
+            for _ in 0..200 {
+                let a = rng.next() as u32;
+                assert_eq!(mul_neg_8_pow2(a, n), mul(a, c));
+            }
+        }
+    }
+
+    /// The GF(2) model matches the real CRC: a change of `v` in the register followed by
+    /// `m` zero bytes changes the CRC by `v · x^(8m)`; dividing that back gives `v`.
+    #[test]
+    fn gf2_matches_crc32_linearity() {
+        let mut rng = Rng(2);
+        for _ in 0..200 {
+            let m = 2 + rng.below(300);
+            let mut msg: Vec<u8> = (0..m).map(|_| rng.next() as u8).collect();
+            let a = crc32fast::hash(&msg);
+            let (b0, b1) = (rng.next() as u8, rng.next() as u8);
+            msg[0] ^= b0;
+            msg[1] ^= b1;
+            let t = a ^ crc32fast::hash(&msg);
+            let v = gf2::mul_x_pow_neg_8m(t, m);
+            assert_eq!(v, u32::from(b0) | u32::from(b1) << 8);
+        }
+    }
+
+    #[test]
+    fn design_vector_has_id_zero_and_others_are_found() {
+        let mut d = hex(VECTOR);
+        d.extend_from_slice(&[0, 0, 0, 0]);
+        fill(&mut d).unwrap();
+        assert_eq!(verify_ipv4_unknown_id(&d), Ok(Some(0)));
+        for id in [1u16, 0x00ff, 0xff00, 0x176c, 0xffff] {
+            d[4..6].copy_from_slice(&id.to_be_bytes());
+            fill(&mut d).unwrap();
+            d[4..6].copy_from_slice(&[0xde, 0xad]); // what the receiver puts there is ignored
+            assert_eq!(verify_ipv4_unknown_id(&d), Ok(Some(id)));
+        }
+    }
+
+    #[test]
+    fn recovery_rejects_bad_inputs() {
+        let mut d = hex(VECTOR);
+        d.extend_from_slice(&[0, 0, 0, 0]);
+        fill(&mut d).unwrap();
+        let (ip, udp_hdr, ib) = (&d[..20], &d[20..28], &d[28..]);
+        assert_eq!(recover_ipv4_id(ip, udp_hdr, ib), Ok(Some(0)));
+        assert!(recover_ipv4_id(&[], udp_hdr, ib).is_err());
+        let mut v6 = [0u8; 40];
+        v6[0] = 0x60;
+        assert!(recover_ipv4_id(&v6, udp_hdr, ib).is_err());
+        assert!(recover_ipv4_id(&ip[..19], udp_hdr, ib).is_err());
+        assert!(recover_ipv4_id(ip, &udp_hdr[..7], ib).is_err());
+        assert!(recover_ipv4_id(ip, udp_hdr, &ib[..15]).is_err()); // BTH + ICRC = 16
+        assert!(recover_ipv4_id(ip, udp_hdr, &ib[..3]).is_err());
+        let huge = std::vec![0u8; 65536];
+        assert!(recover_ipv4_id(ip, udp_hdr, &huge).is_err());
+        assert!(verify_ipv4_unknown_id(&d[..30]).is_err());
+    }
+
+    proptest! {
+        #[test]
+        fn recovers_the_id_used(id: u16, garbage: u16, src: u32, dst: u32, sport: u16,
+                                opt_words in 0usize..=10,
+                                ib in proptest::collection::vec(any::<u8>(), 12..4200)) {
+            let mut d = datagram(id, src, dst, opt_words, &ib, sport);
+            prop_assert!(verify(&d).unwrap());
+            d[4..6].copy_from_slice(&garbage.to_be_bytes());
+            let hl = ip_len(&d);
+            prop_assert_eq!(recover_ipv4_id(&d[..hl], &d[hl..hl + 8], &d[hl + 8..]), Ok(Some(id)));
+            prop_assert_eq!(verify_ipv4_unknown_id(&d), Ok(Some(id)));
+        }
+    }
+
+    /// No single-bit error gives any ID, for every RoCE v2 packet size. The ID is solved
+    /// as `v = (carried ^ c0) · x^(-8m)`; a bit `b` flipped `j` bytes after the first ID
+    /// byte adds `(1 << b) · x^(-8j)` to `v`, and a bit `b` flipped in the ICRC adds
+    /// `(1 << b) · x^(-8m)`. Neither ever fits in 16 bits for `j`, `m` up to the largest
+    /// packet (IPv4 options 40 bytes, IB packet 4200), so such an error is always caught.
+    #[test]
+    fn single_bit_errors_are_always_caught() {
+        use gf2::*;
+        let max_m = (60 - 4) + 8 + 4200;
+        let mut y = ONE; // x^(-8j)
+        for j in 0..=max_m {
+            for b in 0..32 {
+                if b < 8 && j >= 2 {
+                    assert_ne!(mul(1 << b, y) >> 16, 0, "bit {b} of byte {j} after the ID");
+                }
+                if j >= (20 - 4) + 8 + 12 {
+                    assert_ne!(mul(1 << b, y) >> 16, 0, "ICRC bit {b}, m = {j}");
+                }
+            }
+            for _ in 0..8 {
+                y = div_x(y);
+            }
+        }
+        // The same through the API, on random packets and bits.
+        let mut rng = Rng(3);
+        for _ in 0..4000 {
+            let ib: Vec<u8> = (0..12 + rng.below(4189))
+                .map(|_| rng.next() as u8)
+                .collect();
+            let opt_words = rng.below(11);
+            let mut d = datagram(rng.next() as u16, 1, 2, opt_words, &ib, 0xc000);
+            let start = 28 + 4 * opt_words;
+            // Any bit of the IB packet or its ICRC but the masked BTH byte 4.
+            let byte = loop {
+                let b = start + rng.below(ib.len() + ICRC_LEN);
+                if b != start + 4 {
+                    break b;
+                }
+            };
+            d[byte] ^= 1 << rng.below(8);
+            assert_eq!(verify_ipv4_unknown_id(&d), Ok(None), "byte {byte}");
+        }
+    }
+
+    /// Errors spread over 32 bits or more find some ID once in about 2^16 packets: a
+    /// random non-zero 4-byte error moves `v` to a uniformly random non-zero value, which
+    /// fits in 16 bits with probability (2^16 - 1) / (2^32 - 1).
+    #[test]
+    fn burst_errors_false_accept_rate() {
+        const TRIALS: u32 = 1 << 20;
+        let mut rng = Rng(4);
+        let mut false_accepts = 0u32;
+        let mut ib = Vec::new();
+        for _ in 0..TRIALS {
+            ib.clear();
+            let len = 12 + rng.below(52);
+            ib.extend((0..len).map(|_| rng.next() as u8));
+            let id = rng.next() as u16;
+            let mut d = datagram(id, rng.next() as u32, rng.next() as u32, 0, &ib, 0xc000);
+            // Four bytes of the payload or ICRC (after the BTH), not all unchanged.
+            let at = 28 + BTH_LEN + rng.below(len - BTH_LEN + ICRC_LEN - 3);
+            let err = loop {
+                let e = rng.next() as u32;
+                if e != 0 {
+                    break e;
+                }
+            };
+            for (b, e) in d[at..at + 4].iter_mut().zip(err.to_le_bytes()) {
+                *b ^= e;
+            }
+            match verify_ipv4_unknown_id(&d).unwrap() {
+                None => {}
+                Some(got) => {
+                    assert_ne!(got, id, "an error went undetected with the true ID");
+                    false_accepts += 1;
+                }
+            }
+        }
+        // Expected 2^20 / 2^16 = 16 (Poisson): P(X < 5) and P(X > 32) are each below
+        // 1e-3 for a 2^-16 rate; 2^-15 would give 32 and 2^-17 8 on average.
+        std::eprintln!("{false_accepts} false accepts in {TRIALS} corrupted packets");
+        assert!(
+            (5..=32).contains(&false_accepts),
+            "{false_accepts} false accepts in {TRIALS}"
+        );
+    }
+
+    /// Classic pcap (either byte order, micro- or nanosecond) of Ethernet frames: the
+    /// frames' bytes.
+    fn pcap_frames(file: &[u8]) -> Vec<&[u8]> {
+        let magic = u32::from_le_bytes(file[..4].try_into().unwrap());
+        let le = match magic {
+            0xa1b2_c3d4 | 0xa1b2_3c4d => true,
+            0xd4c3_b2a1 | 0x4d3c_b2a1 => false,
+            _ => panic!("not a classic pcap"),
+        };
+        let u32_at = |at: usize| {
+            let b: [u8; 4] = file[at..at + 4].try_into().unwrap();
+            if le {
+                u32::from_le_bytes(b)
+            } else {
+                u32::from_be_bytes(b)
+            }
+        };
+        assert_eq!(u32_at(20), 1, "link type is not Ethernet");
+        let mut frames = Vec::new();
+        let mut at = 24;
+        while at + 16 <= file.len() {
+            let incl = u32_at(at + 8) as usize;
+            frames.push(&file[at + 16..at + 16 + incl]);
+            at += 16 + incl;
+        }
+        assert_eq!(at, file.len());
+        frames
+    }
+
+    /// The kernel's rxe sends non-zero IDs; every captured IPv4 RoCE v2 packet gives its
+    /// ID back from a copy with the ID zeroed.
+    #[test]
+    fn recovers_rxe_ids_from_golden_captures() {
+        let manifest = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let dir = [
+            manifest.join("../../testdata/rxe"),
+            std::path::PathBuf::from("/work/shared/rxe-peer/reference/pcap"),
+        ]
+        .into_iter()
+        .find(|d| d.is_dir());
+        let Some(dir) = dir else {
+            std::eprintln!("SKIPPED: no rxe captures (testdata/rxe or the shared reference)");
+            return;
+        };
+        let mut paths: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "pcap"))
+            .collect();
+        paths.sort();
+        assert!(!paths.is_empty());
+        let (mut checked, mut non_zero) = (0, 0);
+        for path in &paths {
+            let file = std::fs::read(path).unwrap();
+            for (n, frame) in pcap_frames(&file).into_iter().enumerate() {
+                // Ethernet II, IPv4, UDP to 4791.
+                if frame.len() < 14 + 20 + 8 || frame[12..14] != [0x08, 0x00] {
+                    continue;
+                }
+                let ip = &frame[14..];
+                let hl = ip_len(ip);
+                if ip[9] != 17 || ip[hl + 2..hl + 4] != 4791u16.to_be_bytes() {
+                    continue;
+                }
+                let real = u16::from_be_bytes([ip[4], ip[5]]);
+                let at = std::format!("{} frame {}", path.display(), n + 1);
+                assert!(verify(ip).unwrap(), "{at}: capture's ICRC is wrong");
+                let mut copy = ip.to_vec();
+                copy[4] = 0;
+                copy[5] = 0;
+                assert_eq!(verify_ipv4_unknown_id(&copy), Ok(Some(real)), "{at}");
+                // Corrupt one payload byte: the real ID must no longer be found.
+                let last = copy.len() - ICRC_LEN - 1;
+                copy[last] ^= 0x10;
+                assert_ne!(verify_ipv4_unknown_id(&copy), Ok(Some(real)), "{at}");
+                checked += 1;
+                non_zero += usize::from(real != 0);
+            }
+        }
+        std::eprintln!(
+            "{checked} IPv4 RoCE v2 packets ({non_zero} with non-zero IDs) from {}",
+            dir.display()
+        );
+        assert!(checked >= 50 && non_zero >= 20, "{checked} / {non_zero}");
     }
 }
