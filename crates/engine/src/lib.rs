@@ -4,10 +4,31 @@
 //! a deterministic state machine with no sockets, threads or clocks (after quinn-proto):
 //! callers hand it received datagrams, posted work requests and the current time; it
 //! hands back datagrams to send, completions, events and the next deadline.
+//!
+//! * [`Engine`] holds the objects (PDs, MRs, CQs, SRQs, AHs, QPs) and runs the
+//!   requester, responder and completer of every QP;
+//! * [`modify`] validates `ibv_modify_qp` exactly as Linux does;
+//! * [`sim`] joins engines over simulated lossy links on virtual time.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod counters;
+mod engine;
+pub mod memory;
 pub mod modify;
+pub mod net;
+mod objects;
+mod qp;
+mod resp;
+pub mod sim;
+mod slab;
 pub mod types;
 
+pub use counters::Counters;
+pub use engine::{Config, Engine, MrKeys, QpInit};
+pub use memory::{AtomicOp, Memory, VecMemory};
+pub use net::{Datagram, Transmit};
+pub use objects::{KEY_TAG_BITS, MAX_MR};
+pub use qp::{ack_timeout_ns, MAX_PKT_PER_ACK, MAX_UNACKED_PSNS, RNR_TIMER_NS};
+pub use resp::{grh_area, GRH_AREA};
 pub use types::*;

@@ -609,14 +609,18 @@ fn check_values(attr: &QpAttr, mask: QpAttrMask, limits: &ModifyLimits) -> VerbR
     if has(QpAttrMask::DEST_QPN) && attr.dest_qp_num > QPN_MAX {
         return Err(inval("dest_qp_num exceeds 24 bits"));
     }
-    if has(QpAttrMask::MAX_QP_RD_ATOMIC) && u32::from(attr.max_rd_atomic) > limits.max_qp_rd_atom {
-        return Err(inval("max_rd_atomic exceeds the device's max_qp_rd_atom"));
-    }
-    if has(QpAttrMask::MAX_DEST_RD_ATOMIC)
-        && u32::from(attr.max_dest_rd_atomic) > limits.max_qp_init_rd_atom
+    if has(QpAttrMask::MAX_QP_RD_ATOMIC)
+        && u32::from(attr.max_rd_atomic) > limits.max_qp_init_rd_atom
     {
         return Err(inval(
-            "max_dest_rd_atomic exceeds the device's max_qp_init_rd_atom",
+            "max_rd_atomic exceeds the device's max_qp_init_rd_atom",
+        ));
+    }
+    if has(QpAttrMask::MAX_DEST_RD_ATOMIC)
+        && u32::from(attr.max_dest_rd_atomic) > limits.max_qp_rd_atom
+    {
+        return Err(inval(
+            "max_dest_rd_atomic exceeds the device's max_qp_rd_atom",
         ));
     }
     // Never reached through the table (no RC/UC/UD transition allows CAP), kept so the
@@ -1087,7 +1091,7 @@ UD ERR->ERR     req: -; opt: -
             (Rc, INIT, RTR, rc_rtr, |a| a.min_rnr_timer = 31, |a| a.min_rnr_timer = 32, "min_rnr_timer exceeds 31"),
             (Rc, INIT, RTR, rc_rtr, |a| a.rq_psn = 0xff_ffff, |a| a.rq_psn = 1 << 24, "rq_psn exceeds 24 bits"),
             (Rc, INIT, RTR, rc_rtr, |a| a.dest_qp_num = 0xff_ffff, |a| a.dest_qp_num = 1 << 24, "dest_qp_num exceeds 24 bits"),
-            (Rc, INIT, RTR, rc_rtr, |a| a.max_dest_rd_atomic = 128, |a| a.max_dest_rd_atomic = 129, "max_dest_rd_atomic exceeds the device's max_qp_init_rd_atom"),
+            (Rc, INIT, RTR, rc_rtr, |a| a.max_dest_rd_atomic = 128, |a| a.max_dest_rd_atomic = 129, "max_dest_rd_atomic exceeds the device's max_qp_rd_atom"),
             (Rc, INIT, RTR, rc_rtr, |a| a.ah_attr = Some(ah()), |a| a.ah_attr = None, "AV given without ah_attr"),
             (Rc, INIT, RTR, rc_rtr, |a| a.ah_attr.as_mut().unwrap().port_num = 1, |a| a.ah_attr.as_mut().unwrap().port_num = 2, "ah_attr.port_num must be 1"),
             (Rc, INIT, RTR, rc_rtr, |a| a.ah_attr.as_mut().unwrap().av.sgid_index = 3, |a| a.ah_attr.as_mut().unwrap().av.sgid_index = 4, "ah_attr.sgid_index beyond the GID table"),
@@ -1095,7 +1099,7 @@ UD ERR->ERR     req: -; opt: -
             (Rc, RTR, RTS, rc_rts, |a| a.retry_cnt = 7, |a| a.retry_cnt = 8, "retry_cnt exceeds 7"),
             (Rc, RTR, RTS, rc_rts, |a| a.rnr_retry = 7, |a| a.rnr_retry = 8, "rnr_retry exceeds 7"),
             (Rc, RTR, RTS, rc_rts, |a| a.sq_psn = 0xff_ffff, |a| a.sq_psn = 1 << 24, "sq_psn exceeds 24 bits"),
-            (Rc, RTR, RTS, rc_rts, |a| a.max_rd_atomic = 128, |a| a.max_rd_atomic = 129, "max_rd_atomic exceeds the device's max_qp_rd_atom"),
+            (Rc, RTR, RTS, rc_rts, |a| a.max_rd_atomic = 128, |a| a.max_rd_atomic = 129, "max_rd_atomic exceeds the device's max_qp_init_rd_atom"),
             (Ud, RESET, INIT, M::PKEY_INDEX | M::PORT | M::QKEY, |a| a.pkey_index = 0, |a| a.pkey_index = u16::MAX, "pkey_index beyond the P_Key table"),
             (Uc, SQD, SQD, M::AV, |a| a.ah_attr = Some(ah()), |a| a.ah_attr = None, "AV given without ah_attr"),
             (Rc, INIT, RTR, rc_rtr | M::ALT_PATH, |_| {}, |_| {}, "alternate paths are not supported on RoCE"),

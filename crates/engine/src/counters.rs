@@ -1,0 +1,83 @@
+//! Port counters: traffic, and one counter per reason a packet is dropped or a request
+//! fails, so nothing is lost silently. The PMA (PortCounters) reads these later.
+
+macro_rules! counters {
+    ($($(#[$doc:meta])* $name:ident,)*) => {
+        /// Counters of one port.
+        #[derive(Debug, Clone, Default, PartialEq, Eq)]
+        pub struct Counters {
+            $($(#[$doc])* pub $name: u64,)*
+        }
+
+        impl Counters {
+            /// Every counter with its name, in declaration order.
+            pub fn iter(&self) -> impl Iterator<Item = (&'static str, u64)> {
+                [$((stringify!($name), self.$name),)*].into_iter()
+            }
+        }
+    };
+}
+
+counters! {
+    /// Packets sent.
+    tx_packets,
+    /// Bytes sent (the UDP payload: BTH through ICRC).
+    tx_bytes,
+    /// Packets received and accepted by the transport checks.
+    rx_packets,
+    /// Bytes received in accepted packets.
+    rx_bytes,
+    /// Dropped: ICRC mismatch.
+    rx_icrc_errors,
+    /// Dropped: the transport packet did not parse (truncated, bad opcode, bad pad...).
+    rx_malformed,
+    /// Dropped: no QP with the destination QPN.
+    rx_unknown_qp,
+    /// Dropped: the opcode does not belong to the QP's transport.
+    rx_wrong_transport,
+    /// Dropped: P_Key mismatch.
+    rx_bad_pkey,
+    /// Dropped: Q_Key mismatch (UD).
+    rx_bad_qkey,
+    /// Dropped: the QP is not in a state that receives (RESET, INIT, ERR...).
+    rx_wrong_state,
+    /// Dropped: the packet came from an address or QP other than the connected peer.
+    rx_wrong_source,
+    /// Duplicate requests seen by a responder (re-acknowledged or replayed).
+    rx_duplicate_requests,
+    /// Out-of-sequence requests seen by a responder.
+    rx_out_of_sequence,
+    /// Responses or ACKs that matched no outstanding request (stale, duplicate).
+    rx_ghost_responses,
+    /// UC/UD messages dropped (gap in a UC message, UD without a receive WQE, too long).
+    rx_dropped_messages,
+    /// NAK sequence errors sent.
+    tx_nak_seq,
+    /// RNR NAKs sent.
+    tx_rnr_nak,
+    /// NAKs for invalid request, remote access or remote operational errors sent.
+    tx_nak_fatal,
+    /// NAK sequence errors received.
+    rx_nak_seq,
+    /// RNR NAKs received.
+    rx_rnr_nak,
+    /// Retransmission timeouts.
+    retransmit_timeouts,
+    /// Packets retransmitted.
+    retransmitted_packets,
+    /// Completions lost because a CQ was full.
+    cq_overflows,
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn names_are_listed() {
+        let c = super::Counters {
+            rx_icrc_errors: 3,
+            ..Default::default()
+        };
+        assert!(c.iter().any(|(n, v)| n == "rx_icrc_errors" && v == 3));
+        assert_eq!(c.iter().count(), 24);
+    }
+}

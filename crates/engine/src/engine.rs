@@ -1,0 +1,853 @@
+//! The engine: object tables, the verbs, and the sans-IO event loop interface
+//! (`handle_datagram`, `poll_transmit`, `poll_timeout`, `handle_timeout`), after
+//! quinn-proto's `Connection`.
+
+use crate::counters::Counters;
+use crate::memory::Memory;
+use crate::modify::{check_cap, check_modify, ModifyLimits, QpAttr, QpAttrMask, QpCap};
+use crate::net::{self, Datagram, Transmit};
+use crate::objects::*;
+use crate::qp::{Ctx, Qp, SendWqe, Wake, DEFAULT_PKEY};
+use crate::slab::Slab;
+use crate::types::*;
+use rverbs_wire::grh::Gid;
+use rverbs_wire::opcode::Transport;
+use rverbs_wire::packet::Packet;
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::sync::Arc;
+
+/// Engine settings.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The port's GID table (index = sgid_index). Usually built from the interface's
+    /// addresses by the device layer.
+    pub gids: Vec<Gid>,
+    /// Limits checked by `create_qp` / `modify_qp`, including the port's active MTU.
+    pub limits: ModifyLimits,
+    /// Most completions a CQ may hold.
+    pub max_cqe: u32,
+    /// Most QPs.
+    pub max_qp: u32,
+    /// Seed of the key generator (keys are unpredictable to peers only if this is).
+    pub seed: u64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            gids: Vec::new(),
+            limits: ModifyLimits::default(),
+            max_cqe: 1 << 20,
+            max_qp: 1 << 17,
+            seed: 0x5eed_1234_abcd_0001,
+        }
+    }
+}
+
+/// What a new QP is made of (`struct ibv_qp_init_attr`).
+#[derive(Debug, Clone, Copy)]
+pub struct QpInit {
+    /// Protection domain.
+    pub pd: PdId,
+    /// Transport.
+    pub qp_type: QpType,
+    /// CQ for send completions.
+    pub send_cq: CqId,
+    /// CQ for receive completions.
+    pub recv_cq: CqId,
+    /// Shared receive queue, if any.
+    pub srq: Option<SrqId>,
+    /// Queue sizes.
+    pub cap: QpCap,
+    /// Every send WR completes signaled.
+    pub sq_sig_all: bool,
+}
+
+/// Keys of a registered MR.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MrKeys {
+    /// Local key.
+    pub lkey: u32,
+    /// Remote key (equal to the local key, as in rxe).
+    pub rkey: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct TimerEntry {
+    at: Nanos,
+    qpn: u32,
+}
+
+/// The soft RoCE v2 transport engine of one port.
+pub struct Engine {
+    cfg: Config,
+    rng: u64,
+    pds: Slab<Pd>,
+    mrs: Slab<Mr>,
+    cqs: Slab<Cq>,
+    srqs: Slab<Srq>,
+    ahs: Slab<Ah>,
+    qps: HashMap<u32, Qp>,
+    next_qpn: u32,
+    active: VecDeque<u32>,
+    timers: BTreeSet<TimerEntry>,
+    timer_of: HashMap<u32, Nanos>,
+    events: VecDeque<AsyncEvent>,
+    comp_events: VecDeque<CqId>,
+    counters: Counters,
+}
+
+const FIRST_QPN: u32 = 0x11;
+const MAX_QPN: u32 = 0xff_ffff;
+
+macro_rules! ctx {
+    ($s:ident, $now:expr) => {
+        Ctx {
+            mrs: &$s.mrs,
+            cqs: &mut $s.cqs,
+            srqs: &mut $s.srqs,
+            events: &mut $s.events,
+            comp_events: &mut $s.comp_events,
+            counters: &mut $s.counters,
+            gids: &$s.cfg.gids,
+            now: $now,
+        }
+    };
+}
+
+fn err(verb: &'static str, errno: Errno, reason: &'static str) -> VerbError {
+    VerbError::new(verb, errno, reason)
+}
+
+impl Engine {
+    /// A new engine.
+    pub fn new(cfg: Config) -> Self {
+        let rng = cfg.seed | 1;
+        Engine {
+            cfg,
+            rng,
+            pds: Slab::default(),
+            mrs: Slab::default(),
+            cqs: Slab::default(),
+            srqs: Slab::default(),
+            ahs: Slab::default(),
+            qps: HashMap::new(),
+            next_qpn: FIRST_QPN,
+            active: VecDeque::new(),
+            timers: BTreeSet::new(),
+            timer_of: HashMap::new(),
+            events: VecDeque::new(),
+            comp_events: VecDeque::new(),
+            counters: Counters::default(),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// Replaces the GID table (addresses came or went).
+    pub fn set_gids(&mut self, gids: Vec<Gid>) {
+        self.cfg.gids = gids;
+    }
+
+    /// Port counters.
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    // ------------------------------------------------------------------ objects
+
+    /// `ibv_alloc_pd`.
+    pub fn alloc_pd(&mut self) -> PdId {
+        PdId(self.pds.insert(Pd { users: 0 }))
+    }
+
+    /// `ibv_dealloc_pd`: EBUSY while MRs, QPs, SRQs or AHs use it.
+    pub fn dealloc_pd(&mut self, pd: PdId) -> VerbResult<()> {
+        let p = self
+            .pds
+            .get(pd.0)
+            .ok_or(err("dealloc_pd", Errno::Inval, "no such PD"))?;
+        if p.users > 0 {
+            return Err(err("dealloc_pd", Errno::Busy, "the PD still has objects"));
+        }
+        self.pds.remove(pd.0);
+        Ok(())
+    }
+
+    fn pd_use(&mut self, pd: PdId, verb: &'static str, delta: i32) -> VerbResult<()> {
+        let p = self
+            .pds
+            .get_mut(pd.0)
+            .ok_or(err(verb, Errno::Inval, "no such PD"))?;
+        p.users = p.users.saturating_add_signed(delta);
+        Ok(())
+    }
+
+    /// `ibv_reg_mr`: registers `mem` at virtual address `iova` with `access` rights.
+    /// Remote write or atomic access requires local write (IBTA 10.6.3.1, EINVAL).
+    pub fn reg_mr(
+        &mut self,
+        pd: PdId,
+        mem: Arc<dyn Memory>,
+        iova: u64,
+        access: Access,
+    ) -> VerbResult<MrKeys> {
+        const VERB: &str = "reg_mr";
+        if access.0 & !0xf != 0 {
+            return Err(err(VERB, Errno::Inval, "unknown access flags"));
+        }
+        if (access.contains(Access::REMOTE_WRITE) || access.contains(Access::REMOTE_ATOMIC))
+            && !access.contains(Access::LOCAL_WRITE)
+        {
+            return Err(err(
+                VERB,
+                Errno::Inval,
+                "remote write/atomic access needs local write",
+            ));
+        }
+        if iova.checked_add(mem.len() as u64).is_none() {
+            return Err(err(
+                VERB,
+                Errno::Inval,
+                "the region wraps the address space",
+            ));
+        }
+        if self.mrs.len() as u32 >= MAX_MR - 1 {
+            return Err(err(VERB, Errno::NoMem, "too many MRs"));
+        }
+        self.pd_use(pd, VERB, 1)?;
+        let slot = self.mrs.insert(Mr {
+            pd: pd.0,
+            iova,
+            access,
+            key: 0,
+            mem,
+        });
+        let key = make_key(slot, &mut self.rng, None);
+        if let Some(m) = self.mrs.get_mut(slot) {
+            m.key = key;
+        }
+        Ok(MrKeys {
+            lkey: key,
+            rkey: key,
+        })
+    }
+
+    /// `ibv_dereg_mr`. Work requests already started keep their buffers; later use of
+    /// the key fails (LOC_PROT_ERR locally, REM_ACCESS_ERR remotely).
+    pub fn dereg_mr(&mut self, lkey: u32) -> VerbResult<()> {
+        let slot = key_slot(lkey);
+        match self.mrs.get(slot) {
+            Some(m) if m.key == lkey => {
+                let pd = PdId(m.pd);
+                self.mrs.remove(slot);
+                self.pd_use(pd, "dereg_mr", -1)
+            }
+            _ => Err(err("dereg_mr", Errno::Inval, "no MR with this key")),
+        }
+    }
+
+    /// `ibv_create_cq` with room for `cqe` completions.
+    pub fn create_cq(&mut self, cqe: u32) -> VerbResult<CqId> {
+        if cqe == 0 || cqe > self.cfg.max_cqe {
+            return Err(err(
+                "create_cq",
+                Errno::Inval,
+                "cqe is 0 or above the device limit",
+            ));
+        }
+        Ok(CqId(self.cqs.insert(Cq {
+            capacity: cqe as usize,
+            entries: VecDeque::new(),
+            overflowed: false,
+            armed: None,
+            users: 0,
+        })))
+    }
+
+    /// `ibv_destroy_cq`: EBUSY while a QP uses it.
+    pub fn destroy_cq(&mut self, cq: CqId) -> VerbResult<()> {
+        let c = self
+            .cqs
+            .get(cq.0)
+            .ok_or(err("destroy_cq", Errno::Inval, "no such CQ"))?;
+        if c.users > 0 {
+            return Err(err("destroy_cq", Errno::Busy, "a QP still uses the CQ"));
+        }
+        self.cqs.remove(cq.0);
+        Ok(())
+    }
+
+    /// `ibv_poll_cq`: moves up to `out.len()` completions into `out`, returning how many.
+    /// An overflowed CQ reports EIO-like failure through [`AsyncEvent::CqErr`]; its
+    /// remaining completions can still be polled.
+    pub fn poll_cq(&mut self, cq: CqId, out: &mut [Wc]) -> VerbResult<usize> {
+        let c = self
+            .cqs
+            .get_mut(cq.0)
+            .ok_or(err("poll_cq", Errno::Inval, "no such CQ"))?;
+        let n = out.len().min(c.entries.len());
+        for (slot, wc) in out.iter_mut().zip(c.entries.drain(..n)) {
+            *slot = wc;
+        }
+        Ok(n)
+    }
+
+    /// `ibv_req_notify_cq`: one completion event when the next (solicited, if asked)
+    /// completion arrives; see [`Engine::poll_completion_event`].
+    pub fn req_notify_cq(&mut self, cq: CqId, solicited_only: bool) -> VerbResult<()> {
+        let c = self
+            .cqs
+            .get_mut(cq.0)
+            .ok_or(err("req_notify_cq", Errno::Inval, "no such CQ"))?;
+        c.armed = Some(solicited_only);
+        Ok(())
+    }
+
+    /// The next CQ that has a completion event for its channel.
+    pub fn poll_completion_event(&mut self) -> Option<CqId> {
+        self.comp_events.pop_front()
+    }
+
+    /// The next asynchronous event.
+    pub fn poll_event(&mut self) -> Option<AsyncEvent> {
+        self.events.pop_front()
+    }
+
+    /// `ibv_create_srq`.
+    pub fn create_srq(
+        &mut self,
+        pd: PdId,
+        max_wr: u32,
+        max_sge: u32,
+        limit: u32,
+    ) -> VerbResult<SrqId> {
+        const VERB: &str = "create_srq";
+        let l = &self.cfg.limits;
+        if max_wr == 0
+            || max_wr > l.max_qp_wr
+            || max_sge == 0
+            || max_sge > l.max_recv_sge
+            || limit > max_wr
+        {
+            return Err(err(
+                VERB,
+                Errno::Inval,
+                "max_wr, max_sge or srq_limit out of range",
+            ));
+        }
+        self.pd_use(pd, VERB, 1)?;
+        Ok(SrqId(self.srqs.insert(Srq {
+            pd: pd.0,
+            max_wr,
+            max_sge,
+            limit,
+            queue: VecDeque::new(),
+            users: 0,
+        })))
+    }
+
+    /// `ibv_modify_srq` (IBV_SRQ_LIMIT): arms the limit event.
+    pub fn arm_srq(&mut self, srq: SrqId, limit: u32) -> VerbResult<()> {
+        let s = self
+            .srqs
+            .get_mut(srq.0)
+            .ok_or(err("modify_srq", Errno::Inval, "no such SRQ"))?;
+        if limit > s.max_wr {
+            return Err(err("modify_srq", Errno::Inval, "srq_limit above max_wr"));
+        }
+        s.limit = limit;
+        Ok(())
+    }
+
+    /// `ibv_destroy_srq`: EBUSY while a QP uses it.
+    pub fn destroy_srq(&mut self, srq: SrqId) -> VerbResult<()> {
+        let s = self
+            .srqs
+            .get(srq.0)
+            .ok_or(err("destroy_srq", Errno::Inval, "no such SRQ"))?;
+        if s.users > 0 {
+            return Err(err("destroy_srq", Errno::Busy, "a QP still uses the SRQ"));
+        }
+        let pd = PdId(s.pd);
+        self.srqs.remove(srq.0);
+        self.pd_use(pd, "destroy_srq", -1)
+    }
+
+    /// `ibv_post_srq_recv`.
+    pub fn post_srq_recv(&mut self, srq: SrqId, wr: RecvWr) -> VerbResult<()> {
+        let s =
+            self.srqs
+                .get_mut(srq.0)
+                .ok_or(err("post_srq_recv", Errno::Inval, "no such SRQ"))?;
+        if wr.sg_list.len() > s.max_sge as usize {
+            return Err(err("post_srq_recv", Errno::Inval, "too many SGEs"));
+        }
+        if s.queue.len() >= s.max_wr as usize {
+            return Err(err("post_srq_recv", Errno::NoMem, "the SRQ is full"));
+        }
+        s.queue.push_back(RecvWqe {
+            wr_id: wr.wr_id,
+            sges: wr.sg_list,
+        });
+        Ok(())
+    }
+
+    fn check_av(&self, av: &AddressVector, verb: &'static str) -> VerbResult<()> {
+        let sgid = self.cfg.gids.get(usize::from(av.sgid_index)).ok_or(err(
+            verb,
+            Errno::Inval,
+            "sgid_index beyond the GID table",
+        ))?;
+        if sgid.to_ipv4_mapped().is_some() != av.dgid.to_ipv4_mapped().is_some() {
+            return Err(err(
+                verb,
+                Errno::Inval,
+                "source and destination GIDs are of different IP families",
+            ));
+        }
+        if av.dgid == Gid::ZERO {
+            return Err(err(verb, Errno::Inval, "the destination GID is zero"));
+        }
+        Ok(())
+    }
+
+    /// `ibv_create_ah`.
+    pub fn create_ah(&mut self, pd: PdId, av: AddressVector) -> VerbResult<AhId> {
+        self.check_av(&av, "create_ah")?;
+        self.pd_use(pd, "create_ah", 1)?;
+        Ok(AhId(self.ahs.insert(Ah { pd: pd.0, av })))
+    }
+
+    /// `ibv_destroy_ah`.
+    pub fn destroy_ah(&mut self, ah: AhId) -> VerbResult<()> {
+        let a = self
+            .ahs
+            .remove(ah.0)
+            .ok_or(err("destroy_ah", Errno::Inval, "no such AH"))?;
+        self.pd_use(PdId(a.pd), "destroy_ah", -1)
+    }
+
+    /// `ibv_create_qp`: returns the QP number. The QP starts in RESET.
+    pub fn create_qp(&mut self, init: QpInit) -> VerbResult<u32> {
+        const VERB: &str = "create_qp";
+        if self.qps.len() as u32 >= self.cfg.max_qp {
+            return Err(err(VERB, Errno::NoMem, "too many QPs"));
+        }
+        if self.pds.get(init.pd.0).is_none() {
+            return Err(err(VERB, Errno::Inval, "no such PD"));
+        }
+        if self.cqs.get(init.send_cq.0).is_none() || self.cqs.get(init.recv_cq.0).is_none() {
+            return Err(err(VERB, Errno::Inval, "no such CQ"));
+        }
+        if let Some(s) = init.srq {
+            if self.srqs.get(s.0).is_none_or(|s| s.pd != init.pd.0) {
+                return Err(err(VERB, Errno::Inval, "no such SRQ in this PD"));
+            }
+        }
+        check_cap(&init.cap, init.srq.is_some(), &self.cfg.limits)
+            .map_err(|e| VerbError { verb: VERB, ..e })?;
+        let mut qpn = self.next_qpn;
+        while self.qps.contains_key(&qpn) {
+            qpn = if qpn >= MAX_QPN { FIRST_QPN } else { qpn + 1 };
+        }
+        self.next_qpn = if qpn >= MAX_QPN { FIRST_QPN } else { qpn + 1 };
+        self.pd_use(init.pd, VERB, 1)?;
+        for cq in [init.send_cq, init.recv_cq] {
+            if let Some(c) = self.cqs.get_mut(cq.0) {
+                c.users += 1;
+            }
+        }
+        if let Some(s) = init.srq.and_then(|s| self.srqs.get_mut(s.0)) {
+            s.users += 1;
+        }
+        let qp = Qp::new(qpn, &init);
+        self.qps.insert(qpn, qp);
+        Ok(qpn)
+    }
+
+    /// `ibv_destroy_qp`. Outstanding work is discarded without completions, as the
+    /// kernel does.
+    pub fn destroy_qp(&mut self, qpn: u32) -> VerbResult<()> {
+        let qp = self
+            .qps
+            .remove(&qpn)
+            .ok_or(err("destroy_qp", Errno::Inval, "no such QP"))?;
+        for cq in [qp.send_cq, qp.recv_cq] {
+            if let Some(c) = self.cqs.get_mut(cq.0) {
+                c.users = c.users.saturating_sub(1);
+            }
+        }
+        if let Some(s) = qp.srq.and_then(|s| self.srqs.get_mut(s.0)) {
+            s.users = s.users.saturating_sub(1);
+        }
+        self.set_timer(qpn, None);
+        self.pd_use(PdId(qp.pd), "destroy_qp", -1)
+    }
+
+    /// `ibv_modify_qp`, validated exactly as Linux does (see [`crate::modify`]).
+    pub fn modify_qp(
+        &mut self,
+        qpn: u32,
+        attr: &QpAttr,
+        mask: QpAttrMask,
+        now: Nanos,
+    ) -> VerbResult<()> {
+        let qp = self
+            .qps
+            .get(&qpn)
+            .ok_or(err("modify_qp", Errno::Inval, "no such QP"))?;
+        let mut limits = self.cfg.limits;
+        limits.gid_table_len = self.cfg.gids.len() as u32;
+        let next = check_modify(qp.qp_type, qp.state, attr, mask, &limits)?;
+        if mask.contains(QpAttrMask::AV) {
+            let av = attr.ah_attr.ok_or(err(
+                "modify_qp",
+                Errno::Inval,
+                "AV in the mask but no ah_attr",
+            ))?;
+            self.check_av(&av.av, "modify_qp")?;
+        }
+        let mut ctx = ctx!(self, now);
+        let Some(qp) = self.qps.get_mut(&qpn) else {
+            unreachable!("checked above")
+        };
+        qp.apply_modify(attr, mask, next, &mut ctx);
+        let deadline = qp.deadline();
+        self.set_timer(qpn, deadline);
+        self.wake(qpn);
+        Ok(())
+    }
+
+    /// `ibv_query_qp`: the current attributes.
+    pub fn query_qp(&self, qpn: u32) -> VerbResult<QpAttr> {
+        let qp = self
+            .qps
+            .get(&qpn)
+            .ok_or(err("query_qp", Errno::Inval, "no such QP"))?;
+        let mut a = qp.attr;
+        a.qp_state = qp.state;
+        a.cur_qp_state = qp.state;
+        a.sq_psn = qp.next_psn.value();
+        a.rq_psn = qp.epsn.value();
+        Ok(a)
+    }
+
+    /// `ibv_post_send` of one work request. Errors are those of the post itself
+    /// (EINVAL, ENOMEM); failures while executing come back as completions.
+    pub fn post_send(&mut self, qpn: u32, wr: SendWr, now: Nanos) -> VerbResult<()> {
+        const VERB: &str = "post_send";
+        let qp = self
+            .qps
+            .get(&qpn)
+            .ok_or(err(VERB, Errno::Inval, "no such QP"))?;
+        match qp.state {
+            QpState::Rts | QpState::Sqd | QpState::Err => {}
+            QpState::Sqe => {}
+            _ => return Err(err(VERB, Errno::Inval, "the QP is not in RTS")),
+        }
+        let allowed = match qp.qp_type {
+            QpType::Rc => true,
+            QpType::Uc => matches!(
+                wr.opcode,
+                WrOpcode::Send
+                    | WrOpcode::SendWithImm
+                    | WrOpcode::RdmaWrite
+                    | WrOpcode::RdmaWriteWithImm
+            ),
+            QpType::Ud => matches!(wr.opcode, WrOpcode::Send | WrOpcode::SendWithImm),
+        };
+        if !allowed {
+            return Err(err(
+                VERB,
+                Errno::Inval,
+                "opcode not supported on this QP type",
+            ));
+        }
+        let cap = qp.attr.cap;
+        if qp.sq.len() >= cap.max_send_wr as usize {
+            return Err(err(VERB, Errno::NoMem, "the send queue is full"));
+        }
+        let inline = wr.flags.contains(SendFlags::INLINE);
+        if !inline && wr.sg_list.len() > cap.max_send_sge as usize {
+            return Err(err(VERB, Errno::Inval, "too many SGEs"));
+        }
+        let len: u64 = wr.sg_list.iter().map(|s| u64::from(s.length)).sum();
+        if inline && len > u64::from(cap.max_inline_data) {
+            return Err(err(VERB, Errno::Inval, "inline data above max_inline_data"));
+        }
+        if len > 1 << 31 {
+            return Err(err(VERB, Errno::Inval, "message longer than 2 GiB"));
+        }
+        let atomic = matches!(
+            wr.opcode,
+            WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd
+        );
+        if atomic && (len != 8 || wr.sg_list.len() != 1) {
+            return Err(err(VERB, Errno::Inval, "an atomic needs one 8-byte SGE"));
+        }
+        if inline && (atomic || wr.opcode == WrOpcode::RdmaRead) {
+            return Err(err(
+                VERB,
+                Errno::Inval,
+                "INLINE only applies to SEND and WRITE",
+            ));
+        }
+        let ud = match (qp.qp_type, wr.ud) {
+            (QpType::Ud, Some(d)) => {
+                let ah = self
+                    .ahs
+                    .get(d.ah.0)
+                    .ok_or(err(VERB, Errno::Inval, "no such AH"))?;
+                if ah.pd != qp.pd {
+                    return Err(err(VERB, Errno::Inval, "the AH belongs to another PD"));
+                }
+                if len > qp.mtu() as u64 {
+                    return Err(err(
+                        VERB,
+                        Errno::Inval,
+                        "UD message longer than the path MTU",
+                    ));
+                }
+                Some((ah.av, d.remote_qpn & 0xff_ffff, d.remote_qkey))
+            }
+            (QpType::Ud, None) => {
+                return Err(err(VERB, Errno::Inval, "UD send without a destination"))
+            }
+            _ => None,
+        };
+        // INLINE: copy now, so the caller may reuse its buffer at once.
+        let inline_data = if inline {
+            let mut buf = vec![0u8; len as usize];
+            let (data, _) = resolve_sges(&self.mrs, qp.pd, &wr.sg_list, Access::NONE)
+                .map_err(|_| err(VERB, Errno::Inval, "inline SGE outside a registered region"))?;
+            data.read(0, &mut buf);
+            Some(Arc::from(buf))
+        } else {
+            None
+        };
+        let state = qp.state;
+        let wqe = SendWqe {
+            wr,
+            inline: inline_data,
+            ud,
+            len: len as usize,
+            data: None,
+            started: false,
+            first_psn: rverbs_wire::psn::Psn::ZERO,
+            npkts: 0,
+            next_pkt: 0,
+            read_from: 0,
+            rd_counted: false,
+        };
+        let mut ctx = ctx!(self, now);
+        let Some(qp) = self.qps.get_mut(&qpn) else {
+            unreachable!("checked above")
+        };
+        if matches!(state, QpState::Err | QpState::Sqe) {
+            // Posted to a QP in error: completes at once with a flush error.
+            let wc = qp.send_wc(&wqe, WcStatus::WrFlushErr);
+            ctx.push_wc(qp.send_cq, wc, false);
+            return Ok(());
+        }
+        qp.sq.push_back(wqe);
+        self.wake(qpn);
+        Ok(())
+    }
+
+    /// `ibv_post_recv` of one work request.
+    pub fn post_recv(&mut self, qpn: u32, wr: RecvWr, now: Nanos) -> VerbResult<()> {
+        const VERB: &str = "post_recv";
+        let mut ctx = ctx!(self, now);
+        let qp = self
+            .qps
+            .get_mut(&qpn)
+            .ok_or(err(VERB, Errno::Inval, "no such QP"))?;
+        if qp.srq.is_some() {
+            return Err(err(VERB, Errno::Inval, "the QP uses an SRQ"));
+        }
+        if qp.state == QpState::Reset {
+            return Err(err(VERB, Errno::Inval, "the QP is in RESET"));
+        }
+        if wr.sg_list.len() > qp.attr.cap.max_recv_sge as usize {
+            return Err(err(VERB, Errno::Inval, "too many SGEs"));
+        }
+        if qp.rq.len() >= qp.attr.cap.max_recv_wr as usize {
+            return Err(err(VERB, Errno::NoMem, "the receive queue is full"));
+        }
+        if qp.state == QpState::Err {
+            let wc = qp.recv_wc(wr.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, 0);
+            ctx.push_wc(qp.recv_cq, wc, false);
+            return Ok(());
+        }
+        qp.rq.push_back(RecvWqe {
+            wr_id: wr.wr_id,
+            sges: wr.sg_list,
+        });
+        Ok(())
+    }
+
+    // -------------------------------------------------------------- event loop
+
+    fn wake(&mut self, qpn: u32) {
+        if let Some(qp) = self.qps.get_mut(&qpn) {
+            if !qp.active {
+                qp.active = true;
+                self.active.push_back(qpn);
+            }
+        }
+    }
+
+    fn set_timer(&mut self, qpn: u32, at: Option<Nanos>) {
+        if let Some(old) = self.timer_of.remove(&qpn) {
+            self.timers.remove(&TimerEntry { at: old, qpn });
+        }
+        if let Some(at) = at {
+            self.timers.insert(TimerEntry { at, qpn });
+            self.timer_of.insert(qpn, at);
+        }
+    }
+
+    /// Feeds one received datagram. Bad packets are dropped and counted, never fatal.
+    pub fn handle_datagram(&mut self, now: Nanos, d: &Datagram<'_>) {
+        if !net::icrc_ok(d) {
+            self.counters.rx_icrc_errors += 1;
+            return;
+        }
+        let Ok(pkt) = Packet::new_checked(d.payload) else {
+            self.counters.rx_malformed += 1;
+            return;
+        };
+        let bth = pkt.bth();
+        if bth.tver() != rverbs_wire::bth::TVER {
+            self.counters.rx_malformed += 1;
+            return;
+        }
+        let Some(info) = pkt.info() else {
+            self.counters.rx_malformed += 1;
+            return;
+        };
+        let qpn = bth.dest_qp();
+        let Some(qp) = self.qps.get(&qpn) else {
+            self.counters.rx_unknown_qp += 1;
+            return;
+        };
+        let transport_ok = matches!(
+            (info.transport, qp.qp_type),
+            (Transport::Rc, QpType::Rc) | (Transport::Uc, QpType::Uc) | (Transport::Ud, QpType::Ud)
+        );
+        if !transport_ok {
+            self.counters.rx_wrong_transport += 1;
+            return;
+        }
+        // P_Key match (IBTA 10.9.3): equal low 15 bits, at least one full member.
+        let pkey = bth.pkey();
+        if (pkey & 0x7fff) != (DEFAULT_PKEY & 0x7fff)
+            || (pkey & 0x8000 == 0 && DEFAULT_PKEY & 0x8000 == 0)
+        {
+            self.counters.rx_bad_pkey += 1;
+            return;
+        }
+        if qp.qp_type != QpType::Ud {
+            // Connected QPs accept packets only from their peer, to their own address.
+            let av = qp.attr.ah_attr.map(|a| a.av);
+            let peer_ok = av.is_some_and(|av| {
+                net::ip_to_gid(d.src) == av.dgid
+                    && self.cfg.gids.get(usize::from(av.sgid_index)) == Some(&net::ip_to_gid(d.dst))
+            });
+            if !peer_ok {
+                self.counters.rx_wrong_source += 1;
+                return;
+            }
+        }
+        let mut ctx = ctx!(self, now);
+        let Some(qp) = self.qps.get_mut(&qpn) else {
+            return;
+        };
+        let wake = if info.is_request {
+            qp.on_request(&pkt, d, &mut ctx)
+        } else if qp.qp_type == QpType::Rc
+            && matches!(qp.state, QpState::Rts | QpState::Sqd | QpState::Sqe)
+        {
+            ctx.counters.rx_packets += 1;
+            ctx.counters.rx_bytes += d.payload.len() as u64;
+            qp.on_response(&pkt, &mut ctx)
+        } else {
+            ctx.counters.rx_wrong_state += 1;
+            Wake::default()
+        };
+        self.after(qpn, wake);
+    }
+
+    fn after(&mut self, qpn: u32, wake: Wake) {
+        let deadline = self.qps.get(&qpn).and_then(Qp::deadline);
+        self.set_timer(qpn, deadline);
+        if wake.transmit {
+            self.wake(qpn);
+        }
+    }
+
+    /// The next datagram to send, if any. Call until `None` after every input.
+    pub fn poll_transmit(&mut self, now: Nanos) -> Option<Transmit> {
+        while let Some(qpn) = self.active.pop_front() {
+            let mut ctx = ctx!(self, now);
+            let Some(qp) = self.qps.get_mut(&qpn) else {
+                continue;
+            };
+            let t = match qp.next_response(&mut ctx) {
+                Some(t) => Some(t),
+                None => qp.next_request(&mut ctx),
+            };
+            match t {
+                Some(t) => {
+                    // Round robin: the QP goes to the back while it has more.
+                    self.active.push_back(qpn);
+                    let deadline = qp.deadline();
+                    self.set_timer(qpn, deadline);
+                    return Some(t);
+                }
+                None => {
+                    qp.active = false;
+                    let deadline = qp.deadline();
+                    self.set_timer(qpn, deadline);
+                }
+            }
+        }
+        None
+    }
+
+    /// When [`Engine::handle_timeout`] should next be called.
+    pub fn poll_timeout(&self) -> Option<Nanos> {
+        self.timers.first().map(|t| t.at)
+    }
+
+    /// Fires every timer due at `now`.
+    pub fn handle_timeout(&mut self, now: Nanos) {
+        while let Some(&t) = self.timers.first() {
+            if t.at > now {
+                break;
+            }
+            self.timers.pop_first();
+            self.timer_of.remove(&t.qpn);
+            let mut ctx = ctx!(self, now);
+            let Some(qp) = self.qps.get_mut(&t.qpn) else {
+                continue;
+            };
+            let wake = qp.on_timer(&mut ctx);
+            self.after(t.qpn, wake);
+        }
+    }
+
+    /// The state of a QP.
+    pub fn qp_state(&self, qpn: u32) -> Option<QpState> {
+        self.qps.get(&qpn).map(|q| q.state)
+    }
+
+    /// Number of live QPs.
+    pub fn qp_count(&self) -> usize {
+        self.qps.len()
+    }
+}

@@ -1,0 +1,225 @@
+//! The engine's edge: datagrams in, datagrams out. Addresses are IP addresses (a RoCE
+//! GID is an IPv6 address or an IPv4-mapped one); the driver owns sockets.
+
+use rverbs_wire::grh::Gid;
+use rverbs_wire::{icrc, ipv4, ipv6, udp};
+use std::net::IpAddr;
+
+/// A datagram the engine wants sent to UDP port 4791.
+///
+/// The ICRC in `payload` is computed for the IP header a Linux unconnected UDP socket
+/// with `IP_PMTUDISC_DO` produces: for IPv4, Identification 0 and DF set (DESIGN §3;
+/// the ICRC covers the ID, so a driver that sends a different ID must recompute it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Transmit {
+    /// Source address (the QP's source GID).
+    pub src: IpAddr,
+    /// Destination address.
+    pub dst: IpAddr,
+    /// UDP source port (0xC000..=0xFFFF, fixed per QP like rxe).
+    pub src_port: u16,
+    /// TTL / hop limit.
+    pub hop_limit: u8,
+    /// TOS / traffic class.
+    pub traffic_class: u8,
+    /// IPv6 flow label.
+    pub flow_label: u32,
+    /// BTH through ICRC.
+    pub payload: Vec<u8>,
+}
+
+/// A datagram received on UDP port 4791.
+#[derive(Debug, Clone, Copy)]
+pub struct Datagram<'a> {
+    /// Source address.
+    pub src: IpAddr,
+    /// Destination address (which local GID it was sent to).
+    pub dst: IpAddr,
+    /// UDP source port.
+    pub src_port: u16,
+    /// TTL / hop limit as received.
+    pub hop_limit: u8,
+    /// TOS / traffic class as received.
+    pub traffic_class: u8,
+    /// IPv6 flow label as received (0 for IPv4).
+    pub flow_label: u32,
+    /// The IPv4 Identification when the driver could read it (raw sockets); `None` when
+    /// the socket hides it, in which case the engine recovers it from the ICRC.
+    pub ipv4_id: Option<u16>,
+    /// BTH through ICRC.
+    pub payload: &'a [u8],
+}
+
+/// The IP address a GID stands for.
+pub fn gid_to_ip(g: Gid) -> IpAddr {
+    match g.to_ipv4_mapped() {
+        Some(v4) => IpAddr::V4(v4),
+        None => IpAddr::V6(g.into()),
+    }
+}
+
+/// The GID of an IP address.
+pub fn ip_to_gid(a: IpAddr) -> Gid {
+    match a {
+        IpAddr::V4(v4) => v4.into(),
+        IpAddr::V6(v6) => v6.into(),
+    }
+}
+
+fn headers(src: IpAddr, dst: IpAddr, src_port: u16, ib_len: usize) -> ([u8; 48], usize) {
+    let mut h = [0u8; 48];
+    let udp_len = udp::HEADER_LEN + ib_len;
+    let ip_len = match (src, dst) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => {
+            let repr = ipv4::Ipv4Repr {
+                src: s,
+                dst: d,
+                tos: 0,
+                ident: 0,
+                dont_frag: true,
+                ttl: 64,
+                protocol: ipv4::PROTO_UDP,
+                payload_len: udp_len,
+            };
+            repr.emit(&mut ipv4::Ipv4Packet::new_unchecked(&mut h[..20]));
+            20
+        }
+        _ => {
+            let to6 = |a: IpAddr| match a {
+                IpAddr::V4(v) => v.to_ipv6_mapped(),
+                IpAddr::V6(v) => v,
+            };
+            let repr = ipv6::Ipv6Repr {
+                src: to6(src),
+                dst: to6(dst),
+                traffic_class: 0,
+                flow_label: 0,
+                next_header: ipv4::PROTO_UDP,
+                hop_limit: 64,
+                payload_len: udp_len,
+            };
+            repr.emit(&mut ipv6::Ipv6Packet::new_unchecked(&mut h[..40]));
+            40
+        }
+    };
+    let u = udp::UdpRepr {
+        src_port,
+        dst_port: udp::ROCE_V2_PORT,
+        payload_len: ib_len,
+        checksum: 0,
+    };
+    u.emit(&mut udp::UdpPacket::new_unchecked(
+        &mut h[ip_len..ip_len + 8],
+    ));
+    (h, ip_len)
+}
+
+/// Computes and stores the ICRC of an outgoing packet (the last four bytes of
+/// `payload` are overwritten), for IPv4 ID 0 with DF (see [`Transmit`]).
+pub fn fill_icrc(src: IpAddr, dst: IpAddr, src_port: u16, payload: &mut [u8]) {
+    let (h, ip_len) = headers(src, dst, src_port, payload.len());
+    let n = payload.len() - icrc::ICRC_LEN;
+    // The layouts are ours and well formed, so the CRC cannot fail.
+    let crc = icrc::compute_parts(&h[..ip_len], &h[ip_len..ip_len + 8], &payload[..n]).unwrap_or(0);
+    payload[n..].copy_from_slice(&crc.to_le_bytes());
+}
+
+/// Checks the ICRC of a received datagram. For IPv4 with an unknown Identification
+/// (a plain UDP socket hides it), the one ID that makes the ICRC match is recovered from
+/// the ICRC itself (`icrc::recover_ipv4_id`, DESIGN §3), at a 2^-16 false-accept rate.
+pub fn icrc_ok(d: &Datagram<'_>) -> bool {
+    if d.payload.len() < icrc::ICRC_LEN + 12 {
+        return false;
+    }
+    let (mut h, ip_len) = headers(d.src, d.dst, d.src_port, d.payload.len());
+    if ip_len == 20 && d.ipv4_id.is_none() {
+        return matches!(
+            icrc::recover_ipv4_id(&h[..20], &h[20..28], d.payload),
+            Ok(Some(_))
+        );
+    }
+    if let (Some(id), 20) = (d.ipv4_id, ip_len) {
+        h[4..6].copy_from_slice(&id.to_be_bytes());
+    }
+    let n = d.payload.len() - icrc::ICRC_LEN;
+    let mut carried = [0u8; 4];
+    carried.copy_from_slice(&d.payload[n..]);
+    match icrc::compute_parts(&h[..ip_len], &h[ip_len..ip_len + 8], &d.payload[..n]) {
+        Ok(c) => c == u32::from_le_bytes(carried),
+        Err(_) => false,
+    }
+}
+
+/// UDP source port of an RC/UC QP, as rxe and rdma-core choose it: the flow label of
+/// the path, or when that is 0 one derived from both QPNs (`rdma_calc_flow_label`),
+/// folded to 14 bits over 0xC000 (`rdma_flow_label_to_udp_sport`). The derived label is
+/// symmetric, so both directions of a connection use the same port.
+pub fn connected_src_port(lqpn: u32, rqpn: u32, flow_label: u32) -> u16 {
+    let fl = if flow_label != 0 {
+        flow_label & 0xf_ffff
+    } else {
+        let mut v = u64::from(lqpn) * u64::from(rqpn);
+        v ^= v >> 20;
+        v ^= v >> 40;
+        (v & 0xf_ffff) as u32
+    };
+    let low = (fl & 0x3fff) ^ ((fl & 0xf_c000) >> 14);
+    0xc000 | low as u16
+}
+
+/// UDP source port of a UD QP: `0xC000 + hash_32(qpn, 14)` (rxe `rxe_qp.c`).
+pub fn ud_src_port(qpn: u32) -> u16 {
+    const GOLDEN_RATIO_32: u32 = 0x61c8_8647;
+    0xc000 + (qpn.wrapping_mul(GOLDEN_RATIO_32) >> (32 - 14)) as u16
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn source_ports_match_rxe() {
+        // rxe-peer README: QPNs 0x11 and 0x15 give 0xc165; QP1 gives 55410.
+        assert_eq!(connected_src_port(0x11, 0x15, 0), 0xc165);
+        assert_eq!(connected_src_port(0x15, 0x11, 0), 0xc165);
+        assert_eq!(ud_src_port(1), 55410);
+        // golden rc_atomic_cswap.pcap: QP 0x28 both ends -> 50752.
+        assert_eq!(connected_src_port(0x28, 0x28, 0), 50752);
+    }
+
+    #[test]
+    fn icrc_round_trip_v4_and_v6() {
+        for (s, d) in [
+            (
+                "10.0.0.1".parse::<IpAddr>().unwrap(),
+                "10.0.0.2".parse().unwrap(),
+            ),
+            ("fd00::1".parse().unwrap(), "fd00::2".parse().unwrap()),
+        ] {
+            let mut p = vec![0u8; 12 + 8 + 4];
+            p[0] = 0x04;
+            fill_icrc(s, d, 0xc000, &mut p);
+            let dg = Datagram {
+                src: s,
+                dst: d,
+                src_port: 0xc000,
+                hop_limit: 3,
+                traffic_class: 7,
+                flow_label: 0,
+                ipv4_id: None,
+                payload: &p,
+            };
+            assert!(icrc_ok(&dg));
+            let mut bad = p.clone();
+            bad[13] ^= 1;
+            assert!(!icrc_ok(&Datagram {
+                payload: &bad,
+                ..dg
+            }));
+            assert!(!icrc_ok(&Datagram {
+                src_port: 0xc001,
+                ..dg
+            }));
+        }
+    }
+}

@@ -1,0 +1,301 @@
+//! PDs, MRs, CQs, SRQs and AHs, and the checks made when a work request or a remote
+//! request touches memory.
+
+use crate::memory::Memory;
+use crate::types::*;
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+/// Bits of a key that select the MR slot; the low [`KEY_TAG_BITS`] bits are a tag that
+/// changes on every registration of the slot, so a stale key (from a deregistered MR)
+/// or a guessed one fails the lookup.
+pub const KEY_TAG_BITS: u32 = 12;
+const KEY_TAG_MASK: u32 = (1 << KEY_TAG_BITS) - 1;
+/// Most MRs the engine holds at once (2^20).
+pub const MAX_MR: u32 = 1 << (32 - KEY_TAG_BITS);
+
+pub(crate) struct Pd {
+    pub(crate) users: u32,
+}
+
+/// A registered memory region.
+pub(crate) struct Mr {
+    pub(crate) pd: u32,
+    pub(crate) iova: u64,
+    pub(crate) access: Access,
+    pub(crate) key: u32,
+    pub(crate) mem: Arc<dyn Memory>,
+}
+
+impl Mr {
+    pub(crate) fn len(&self) -> u64 {
+        self.mem.len() as u64
+    }
+
+    /// Offset of `[va, va + len)` inside the region, if it lies inside.
+    pub(crate) fn offset_of(&self, va: u64, len: u64) -> Option<usize> {
+        let off = va.checked_sub(self.iova)?;
+        let end = off.checked_add(len)?;
+        (end <= self.len()).then_some(off as usize)
+    }
+}
+
+/// The slot a key names.
+pub(crate) fn key_slot(key: u32) -> u32 {
+    key >> KEY_TAG_BITS
+}
+
+/// A key for `slot` with a tag different from `old_tag` (from a small PRNG state).
+pub(crate) fn make_key(slot: u32, rng: &mut u64, old_tag: Option<u32>) -> u32 {
+    loop {
+        // xorshift64*: deterministic for a given engine seed, which keeps simulations
+        // reproducible.
+        *rng ^= *rng >> 12;
+        *rng ^= *rng << 25;
+        *rng ^= *rng >> 27;
+        let tag = ((rng.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 40) as u32) & KEY_TAG_MASK;
+        if tag != 0 && Some(tag) != old_tag {
+            return (slot << KEY_TAG_BITS) | tag;
+        }
+    }
+}
+
+/// A resolved piece of registered memory.
+#[derive(Clone)]
+pub(crate) struct Seg {
+    pub(crate) mem: Arc<dyn Memory>,
+    pub(crate) offset: usize,
+    pub(crate) len: usize,
+}
+
+/// Local data of a work request: resolved SGEs, or bytes copied at post time.
+#[derive(Clone)]
+pub(crate) enum Data {
+    Segs(Vec<Seg>),
+    Inline(Arc<[u8]>),
+}
+
+impl Data {
+    /// Copies `dst.len()` bytes from offset `off` of the gathered data.
+    pub(crate) fn read(&self, mut off: usize, mut dst: &mut [u8]) {
+        match self {
+            Data::Inline(b) => dst.copy_from_slice(&b[off..off + dst.len()]),
+            Data::Segs(segs) => {
+                for s in segs {
+                    if dst.is_empty() {
+                        break;
+                    }
+                    if off >= s.len {
+                        off -= s.len;
+                        continue;
+                    }
+                    let n = (s.len - off).min(dst.len());
+                    let (now, rest) = dst.split_at_mut(n);
+                    s.mem.read(s.offset + off, now);
+                    dst = rest;
+                    off = 0;
+                }
+            }
+        }
+    }
+
+    /// Scatters `src` starting at offset `off`.
+    pub(crate) fn write(&self, mut off: usize, mut src: &[u8]) {
+        let Data::Segs(segs) = self else { return };
+        for s in segs {
+            if src.is_empty() {
+                break;
+            }
+            if off >= s.len {
+                off -= s.len;
+                continue;
+            }
+            let n = (s.len - off).min(src.len());
+            s.mem.write(s.offset + off, &src[..n]);
+            src = &src[n..];
+            off = 0;
+        }
+    }
+}
+
+/// Resolves local SGEs against the MR table: each lkey must name a live MR of `pd`,
+/// with `need` rights, covering the SGE (IBTA 10.6.3.1 local protection checks).
+pub(crate) fn resolve_sges(
+    mrs: &crate::slab::Slab<Mr>,
+    pd: u32,
+    sges: &[Sge],
+    need: Access,
+) -> Result<(Data, usize), WcStatus> {
+    let mut segs = Vec::with_capacity(sges.len());
+    let mut total = 0usize;
+    for s in sges {
+        if s.length == 0 {
+            continue;
+        }
+        let mr = mrs
+            .get(key_slot(s.lkey))
+            .filter(|m| m.key == s.lkey && m.pd == pd)
+            .ok_or(WcStatus::LocProtErr)?;
+        if !mr.access.contains(need) {
+            return Err(WcStatus::LocProtErr);
+        }
+        let offset = mr
+            .offset_of(s.addr, u64::from(s.length))
+            .ok_or(WcStatus::LocProtErr)?;
+        segs.push(Seg {
+            mem: mr.mem.clone(),
+            offset,
+            len: s.length as usize,
+        });
+        total += s.length as usize;
+    }
+    Ok((Data::Segs(segs), total))
+}
+
+/// Checks an R_Key for `[va, va + len)` with `need` rights (IBTA 9.7.4.1.3/4/5): a
+/// live MR of the QP's PD, with the right, covering the range. `None` means a remote
+/// access error.
+pub(crate) fn check_rkey(
+    mrs: &crate::slab::Slab<Mr>,
+    pd: u32,
+    rkey: u32,
+    va: u64,
+    len: u64,
+    need: Access,
+) -> Option<Seg> {
+    let mr = mrs
+        .get(key_slot(rkey))
+        .filter(|m| m.key == rkey && m.pd == pd)?;
+    if !mr.access.contains(need) {
+        return None;
+    }
+    let offset = mr.offset_of(va, len)?;
+    Some(Seg {
+        mem: mr.mem.clone(),
+        offset,
+        len: len as usize,
+    })
+}
+
+/// A completion queue.
+pub(crate) struct Cq {
+    pub(crate) capacity: usize,
+    pub(crate) entries: VecDeque<Wc>,
+    pub(crate) overflowed: bool,
+    /// Armed for one notification; `Some(true)` = solicited (or error) completions only.
+    pub(crate) armed: Option<bool>,
+    pub(crate) users: u32,
+}
+
+/// A received WQE as stored in an RQ or SRQ.
+#[derive(Clone)]
+pub(crate) struct RecvWqe {
+    pub(crate) wr_id: u64,
+    pub(crate) sges: Vec<Sge>,
+}
+
+/// A shared receive queue.
+pub(crate) struct Srq {
+    pub(crate) pd: u32,
+    pub(crate) max_wr: u32,
+    pub(crate) max_sge: u32,
+    pub(crate) limit: u32,
+    pub(crate) queue: VecDeque<RecvWqe>,
+    pub(crate) users: u32,
+}
+
+/// An address handle.
+pub(crate) struct Ah {
+    pub(crate) pd: u32,
+    pub(crate) av: AddressVector,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory::VecMemory;
+    use crate::slab::Slab;
+
+    fn table() -> (Slab<Mr>, u32, Arc<VecMemory>) {
+        let mut mrs = Slab::default();
+        let mem = Arc::new(VecMemory::from_vec((0u8..64).collect()));
+        let slot = mrs.insert(Mr {
+            pd: 1,
+            iova: 0x1000,
+            access: Access::LOCAL_WRITE | Access::REMOTE_READ,
+            key: 0,
+            mem: mem.clone(),
+        });
+        let mut rng = 7;
+        let key = make_key(slot, &mut rng, None);
+        mrs.get_mut(slot).unwrap().key = key;
+        (mrs, key, mem)
+    }
+
+    #[test]
+    fn keys_differ_per_registration() {
+        let mut rng = 1;
+        let a = make_key(3, &mut rng, None);
+        let b = make_key(3, &mut rng, Some(a & KEY_TAG_MASK));
+        assert_eq!(key_slot(a), 3);
+        assert_ne!(a, b);
+        assert_ne!(a & KEY_TAG_MASK, 0);
+    }
+
+    #[test]
+    fn rkey_checks() {
+        let (mrs, key, _) = table();
+        assert!(check_rkey(&mrs, 1, key, 0x1000, 64, Access::REMOTE_READ).is_some());
+        assert!(check_rkey(&mrs, 1, key, 0x1000, 65, Access::REMOTE_READ).is_none());
+        assert!(check_rkey(&mrs, 1, key, 0xfff, 1, Access::REMOTE_READ).is_none());
+        assert!(check_rkey(&mrs, 2, key, 0x1000, 1, Access::REMOTE_READ).is_none());
+        assert!(check_rkey(&mrs, 1, key ^ 1, 0x1000, 1, Access::REMOTE_READ).is_none());
+        assert!(check_rkey(&mrs, 1, key, 0x1000, 1, Access::REMOTE_WRITE).is_none());
+        assert!(check_rkey(&mrs, 1, key, u64::MAX, 2, Access::REMOTE_READ).is_none());
+    }
+
+    #[test]
+    fn gather_and_scatter_across_sges() {
+        let (mrs, key, mem) = table();
+        let sges = [
+            Sge {
+                addr: 0x1000,
+                length: 3,
+                lkey: key,
+            },
+            Sge {
+                addr: 0x1010,
+                length: 0,
+                lkey: 0xdead,
+            },
+            Sge {
+                addr: 0x1020,
+                length: 4,
+                lkey: key,
+            },
+        ];
+        let (data, total) = resolve_sges(&mrs, 1, &sges, Access::LOCAL_WRITE).unwrap();
+        assert_eq!(total, 7);
+        let mut out = [0u8; 5];
+        data.read(1, &mut out);
+        assert_eq!(out, [1, 2, 32, 33, 34]);
+        data.write(2, &[0xaa, 0xbb]);
+        assert_eq!(&mem.snapshot()[2..3], &[0xaa]);
+        assert_eq!(&mem.snapshot()[32..33], &[0xbb]);
+        let bad = [Sge {
+            addr: 0x1000,
+            length: 65,
+            lkey: key,
+        }];
+        assert_eq!(
+            resolve_sges(&mrs, 1, &bad, Access::NONE).err(),
+            Some(WcStatus::LocProtErr)
+        );
+        let wrong_right = [Sge {
+            addr: 0x1000,
+            length: 1,
+            lkey: key,
+        }];
+        assert!(resolve_sges(&mrs, 1, &wrong_right, Access::REMOTE_WRITE).is_err());
+    }
+}

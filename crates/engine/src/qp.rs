@@ -1,0 +1,1108 @@
+//! A queue pair: its attributes, its queues, and the requester and completer halves of
+//! the transport (IBTA 9.7.5/9.7.6; rxe `rxe_req.c`, `rxe_comp.c`). The responder half is
+//! in `resp.rs`.
+
+use crate::counters::Counters;
+use crate::modify::{QpAttr, QpAttrMask};
+use crate::net::{self, Transmit};
+use crate::objects::{resolve_sges, Cq, Data, Mr, RecvWqe, Srq};
+use crate::slab::Slab;
+use crate::types::*;
+use rverbs_wire::bth::BthRepr;
+use rverbs_wire::ext::{AtomicEthRepr, DethRepr, RethRepr};
+use rverbs_wire::grh::Gid;
+use rverbs_wire::opcode::Opcode;
+use rverbs_wire::packet::{Packet, PacketRepr};
+use rverbs_wire::psn::Psn;
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+/// At most this many PSNs may be outstanding (sent, not acknowledged) (rxe
+/// `RXE_MAX_UNACKED_PSNS`).
+pub const MAX_UNACKED_PSNS: u32 = 128;
+/// The requester asks for an ACK at least every this many packets (rxe
+/// `RXE_MAX_PKT_PER_ACK`), besides the last packet of every message.
+pub const MAX_PKT_PER_ACK: u32 = 64;
+/// The default P_Key (index 0 of the only P_Key table entry).
+pub const DEFAULT_PKEY: u16 = 0xffff;
+
+/// Local ACK timeout: 4.096 µs · 2^timeout (IBTA 9.7.6.1.3); 0 means infinite.
+pub fn ack_timeout_ns(timeout: u8) -> Option<Nanos> {
+    (timeout != 0).then(|| 4096u64 << timeout.min(31))
+}
+
+/// The RNR NAK timer table (IBTA 9.7.5.2.8, table 45), in nanoseconds. Code 0 is the
+/// longest, 655.36 ms.
+pub const RNR_TIMER_NS: [Nanos; 32] = [
+    655_360_000,
+    10_000,
+    20_000,
+    30_000,
+    40_000,
+    60_000,
+    80_000,
+    120_000,
+    160_000,
+    240_000,
+    320_000,
+    480_000,
+    640_000,
+    960_000,
+    1_280_000,
+    1_920_000,
+    2_560_000,
+    3_840_000,
+    5_120_000,
+    7_680_000,
+    10_240_000,
+    15_360_000,
+    20_480_000,
+    30_720_000,
+    40_960_000,
+    61_440_000,
+    81_920_000,
+    122_880_000,
+    163_840_000,
+    245_760_000,
+    327_680_000,
+    491_520_000,
+];
+
+/// Shared state every QP operation may touch.
+pub(crate) struct Ctx<'a> {
+    pub(crate) mrs: &'a Slab<Mr>,
+    pub(crate) cqs: &'a mut Slab<Cq>,
+    pub(crate) srqs: &'a mut Slab<Srq>,
+    pub(crate) events: &'a mut VecDeque<AsyncEvent>,
+    pub(crate) comp_events: &'a mut VecDeque<CqId>,
+    pub(crate) counters: &'a mut Counters,
+    pub(crate) gids: &'a [Gid],
+    pub(crate) now: Nanos,
+}
+
+impl Ctx<'_> {
+    /// Adds a completion; on overflow the completion is counted as lost, the CQ is put
+    /// in error and `false` is returned (the caller moves the QP to the error state).
+    pub(crate) fn push_wc(&mut self, cq: CqId, wc: Wc, solicited: bool) -> bool {
+        let Some(c) = self.cqs.get_mut(cq.0) else {
+            return false;
+        };
+        if c.overflowed || c.entries.len() >= c.capacity {
+            self.counters.cq_overflows += 1;
+            if !c.overflowed {
+                c.overflowed = true;
+                self.events.push_back(AsyncEvent::CqErr(cq));
+            }
+            return false;
+        }
+        c.entries.push_back(wc);
+        if let Some(solicited_only) = c.armed {
+            if !solicited_only || solicited || wc.status != WcStatus::Success {
+                c.armed = None;
+                self.comp_events.push_back(cq);
+            }
+        }
+        true
+    }
+}
+
+/// A send WQE and its progress.
+pub(crate) struct SendWqe {
+    pub(crate) wr: SendWr,
+    pub(crate) inline: Option<Arc<[u8]>>,
+    pub(crate) ud: Option<(AddressVector, u32, u32)>,
+    pub(crate) len: usize,
+    pub(crate) data: Option<Data>,
+    pub(crate) started: bool,
+    pub(crate) first_psn: Psn,
+    /// PSNs the WQE uses: packets for SEND/WRITE, response packets for READ, 1 for atomics.
+    pub(crate) npkts: u32,
+    /// Packets sent (SEND/WRITE), or for READ/atomics whether the request is out.
+    pub(crate) next_pkt: u32,
+    /// READ: the response packet the (re)sent request starts at.
+    pub(crate) read_from: u32,
+    /// READ/atomic: counted against `max_rd_atomic`.
+    pub(crate) rd_counted: bool,
+}
+
+impl SendWqe {
+    pub(crate) fn is_rd_atomic(&self) -> bool {
+        matches!(
+            self.wr.opcode,
+            WrOpcode::RdmaRead | WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd
+        )
+    }
+
+    fn last_psn(&self) -> Psn {
+        self.first_psn.add(self.npkts.saturating_sub(1))
+    }
+
+    fn fully_sent(&self) -> bool {
+        self.next_pkt >= self.npkts
+    }
+}
+
+/// Responder output waiting to be sent, in PSN order.
+pub(crate) enum RespOut {
+    Ack {
+        psn: Psn,
+        syndrome: u8,
+        msn: u32,
+    },
+    Read {
+        seg: crate::objects::Seg,
+        first_psn: Psn,
+        npkts: u32,
+        next: u32,
+        start: u32,
+        msn: u32,
+    },
+    AtomicAck {
+        psn: Psn,
+        orig: u64,
+        msn: u32,
+    },
+}
+
+/// Saved READ/atomic request, for replay of duplicates (IBTA 9.7.5.1.4).
+pub(crate) struct Resource {
+    pub(crate) first_psn: Psn,
+    pub(crate) npkts: u32,
+    pub(crate) kind: ResourceKind,
+}
+
+pub(crate) enum ResourceKind {
+    Read { seg: crate::objects::Seg },
+    Atomic { orig: u64 },
+}
+
+/// The message a responder is in the middle of.
+pub(crate) enum InMsg {
+    Send {
+        wqe: RecvWqe,
+        data: Data,
+        cap: usize,
+        offset: usize,
+    },
+    Write {
+        seg: Option<crate::objects::Seg>,
+        len: usize,
+        offset: usize,
+    },
+}
+
+pub(crate) struct Qp {
+    pub(crate) qpn: u32,
+    pub(crate) qp_type: QpType,
+    pub(crate) state: QpState,
+    pub(crate) pd: u32,
+    pub(crate) send_cq: CqId,
+    pub(crate) recv_cq: CqId,
+    pub(crate) srq: Option<SrqId>,
+    pub(crate) sq_sig_all: bool,
+    pub(crate) attr: QpAttr,
+    pub(crate) src_port: u16,
+    pub(crate) sq: VecDeque<SendWqe>,
+    pub(crate) rq: VecDeque<RecvWqe>,
+    // requester / completer
+    pub(crate) sq_next: usize,
+    pub(crate) next_psn: Psn,
+    pub(crate) comp_psn: Psn,
+    pub(crate) noack_pkts: u32,
+    pub(crate) rd_outstanding: u32,
+    pub(crate) retry_left: u8,
+    pub(crate) rnr_left: u8,
+    pub(crate) retransmit_at: Option<Nanos>,
+    pub(crate) rnr_wait_until: Option<Nanos>,
+    pub(crate) sqd_notified: bool,
+    // responder
+    pub(crate) epsn: Psn,
+    pub(crate) msn: u32,
+    pub(crate) in_msg: Option<InMsg>,
+    pub(crate) drop_msg: bool,
+    pub(crate) nak_seq_sent: bool,
+    pub(crate) comm_est: bool,
+    pub(crate) resources: VecDeque<Resource>,
+    pub(crate) out: VecDeque<RespOut>,
+    /// A fatal NAK built just before the QP entered the error state.
+    pub(crate) pending_nak: Option<Transmit>,
+    // scheduling
+    pub(crate) active: bool,
+}
+
+/// What a QP wants from the engine after an operation.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Wake {
+    /// It may have packets to send.
+    pub(crate) transmit: bool,
+    /// Its deadlines changed.
+    pub(crate) timers: bool,
+}
+
+impl Qp {
+    pub(crate) fn new(qpn: u32, init: &crate::engine::QpInit) -> Self {
+        let qp_type = init.qp_type;
+        Qp {
+            qpn,
+            qp_type,
+            state: QpState::Reset,
+            pd: init.pd.0,
+            send_cq: init.send_cq,
+            recv_cq: init.recv_cq,
+            srq: init.srq,
+            sq_sig_all: init.sq_sig_all,
+            attr: QpAttr {
+                cap: init.cap,
+                ..QpAttr::default()
+            },
+            src_port: if qp_type == QpType::Ud {
+                net::ud_src_port(qpn)
+            } else {
+                0xc000
+            },
+            sq: VecDeque::new(),
+            rq: VecDeque::new(),
+            sq_next: 0,
+            next_psn: Psn::ZERO,
+            comp_psn: Psn::ZERO,
+            noack_pkts: 0,
+            rd_outstanding: 0,
+            retry_left: 0,
+            rnr_left: 0,
+            retransmit_at: None,
+            rnr_wait_until: None,
+            sqd_notified: false,
+            epsn: Psn::ZERO,
+            msn: 0,
+            in_msg: None,
+            drop_msg: false,
+            nak_seq_sent: false,
+            comm_est: false,
+            resources: VecDeque::new(),
+            out: VecDeque::new(),
+            pending_nak: None,
+            active: false,
+        }
+    }
+
+    pub(crate) fn mtu(&self) -> usize {
+        self.attr.path_mtu.bytes()
+    }
+
+    /// Applies an already validated modify (see `modify::check_modify`).
+    pub(crate) fn apply_modify(
+        &mut self,
+        attr: &QpAttr,
+        mask: QpAttrMask,
+        next: QpState,
+        ctx: &mut Ctx<'_>,
+    ) {
+        let m = |b: QpAttrMask| mask.contains(b);
+        let a = &mut self.attr;
+        if m(QpAttrMask::QKEY) {
+            a.qkey = attr.qkey;
+        }
+        if m(QpAttrMask::ACCESS_FLAGS) {
+            a.qp_access_flags = attr.qp_access_flags;
+        }
+        if m(QpAttrMask::PKEY_INDEX) {
+            a.pkey_index = attr.pkey_index;
+        }
+        if m(QpAttrMask::PORT) {
+            a.port_num = attr.port_num;
+        }
+        if m(QpAttrMask::AV) {
+            a.ah_attr = attr.ah_attr;
+        }
+        if m(QpAttrMask::PATH_MTU) {
+            a.path_mtu = attr.path_mtu;
+        }
+        if m(QpAttrMask::TIMEOUT) {
+            a.timeout = attr.timeout;
+        }
+        if m(QpAttrMask::RETRY_CNT) {
+            a.retry_cnt = attr.retry_cnt;
+            self.retry_left = attr.retry_cnt;
+        }
+        if m(QpAttrMask::RNR_RETRY) {
+            a.rnr_retry = attr.rnr_retry;
+            self.rnr_left = attr.rnr_retry;
+        }
+        if m(QpAttrMask::RQ_PSN) {
+            a.rq_psn = attr.rq_psn;
+            self.epsn = Psn::new(attr.rq_psn);
+        }
+        if m(QpAttrMask::SQ_PSN) {
+            a.sq_psn = attr.sq_psn;
+            self.next_psn = Psn::new(attr.sq_psn);
+            self.comp_psn = self.next_psn;
+        }
+        if m(QpAttrMask::MAX_QP_RD_ATOMIC) {
+            a.max_rd_atomic = attr.max_rd_atomic;
+        }
+        if m(QpAttrMask::MAX_DEST_RD_ATOMIC) {
+            a.max_dest_rd_atomic = attr.max_dest_rd_atomic;
+        }
+        if m(QpAttrMask::MIN_RNR_TIMER) {
+            a.min_rnr_timer = attr.min_rnr_timer;
+        }
+        if m(QpAttrMask::DEST_QPN) {
+            a.dest_qp_num = attr.dest_qp_num;
+        }
+        if m(QpAttrMask::EN_SQD_ASYNC_NOTIFY) {
+            a.en_sqd_async_notify = attr.en_sqd_async_notify;
+        }
+        if m(QpAttrMask::CAP) {
+            a.cap = attr.cap;
+        }
+        if m(QpAttrMask::RATE_LIMIT) {
+            a.rate_limit = attr.rate_limit;
+        }
+        if m(QpAttrMask::PATH_MIG_STATE) {
+            a.path_mig_state = attr.path_mig_state;
+        }
+        if self.qp_type != QpType::Ud && (m(QpAttrMask::AV) || m(QpAttrMask::DEST_QPN)) {
+            let fl = a.ah_attr.map_or(0, |h| h.av.flow_label);
+            self.src_port = net::connected_src_port(self.qpn, a.dest_qp_num, fl);
+        }
+        let prev = self.state;
+        self.state = next;
+        self.attr.qp_state = next;
+        match next {
+            QpState::Reset => self.reset(),
+            QpState::Err if prev != QpState::Err => self.flush(ctx),
+            QpState::Sqd => self.sqd_notified = false,
+            _ => {}
+        }
+    }
+
+    fn reset(&mut self) {
+        let init = crate::engine::QpInit {
+            pd: PdId(self.pd),
+            qp_type: self.qp_type,
+            send_cq: self.send_cq,
+            recv_cq: self.recv_cq,
+            srq: self.srq,
+            cap: self.attr.cap,
+            sq_sig_all: self.sq_sig_all,
+        };
+        *self = Qp::new(self.qpn, &init);
+    }
+
+    /// Moves the QP to the error state because of an error (QP_FATAL).
+    pub(crate) fn fail(&mut self, ctx: &mut Ctx<'_>) {
+        if self.state == QpState::Err {
+            return;
+        }
+        self.state = QpState::Err;
+        self.attr.qp_state = QpState::Err;
+        ctx.events.push_back(AsyncEvent::QpFatal(self.qpn));
+        self.flush(ctx);
+    }
+
+    /// Completes every outstanding WQE with WR_FLUSH_ERR (IBTA 10.3.1, "Error state").
+    pub(crate) fn flush(&mut self, ctx: &mut Ctx<'_>) {
+        while let Some(w) = self.sq.pop_front() {
+            let wc = self.send_wc(&w, WcStatus::WrFlushErr);
+            ctx.push_wc(self.send_cq, wc, false);
+        }
+        self.sq_next = 0;
+        if let Some(InMsg::Send { wqe, .. }) = self.in_msg.take() {
+            let wc = self.recv_wc(wqe.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, 0);
+            ctx.push_wc(self.recv_cq, wc, false);
+        }
+        while let Some(r) = self.rq.pop_front() {
+            let wc = self.recv_wc(r.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, 0);
+            ctx.push_wc(self.recv_cq, wc, false);
+        }
+        if let Some(srq) = self.srq {
+            ctx.events.push_back(AsyncEvent::QpLastWqeReached(self.qpn));
+            let _ = srq;
+        }
+        self.out.clear();
+        self.resources.clear();
+        self.retransmit_at = None;
+        self.rnr_wait_until = None;
+        self.rd_outstanding = 0;
+    }
+
+    pub(crate) fn send_wc(&self, w: &SendWqe, status: WcStatus) -> Wc {
+        let opcode = match w.wr.opcode {
+            WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::SendWithInv => WcOpcode::Send,
+            WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm => WcOpcode::RdmaWrite,
+            WrOpcode::RdmaRead => WcOpcode::RdmaRead,
+            WrOpcode::AtomicCmpAndSwp => WcOpcode::CompSwap,
+            WrOpcode::AtomicFetchAndAdd => WcOpcode::FetchAdd,
+        };
+        Wc {
+            wr_id: w.wr.wr_id,
+            status,
+            opcode,
+            vendor_err: 0,
+            byte_len: w.len as u32,
+            imm_data: 0,
+            qp_num: self.qpn,
+            src_qp: 0,
+            wc_flags: WcFlags::default(),
+            pkey_index: 0,
+            slid: 0,
+            sl: 0,
+            dlid_path_bits: 0,
+        }
+    }
+
+    pub(crate) fn recv_wc(
+        &self,
+        wr_id: u64,
+        status: WcStatus,
+        opcode: WcOpcode,
+        byte_len: u32,
+    ) -> Wc {
+        Wc {
+            wr_id,
+            status,
+            opcode,
+            vendor_err: 0,
+            byte_len,
+            imm_data: 0,
+            qp_num: self.qpn,
+            src_qp: 0,
+            wc_flags: WcFlags::default(),
+            pkey_index: 0,
+            slid: 0,
+            sl: 0,
+            dlid_path_bits: 0,
+        }
+    }
+
+    /// Completes the oldest send WQE. Errors always complete; successes only when
+    /// signaled. An error, or a full CQ, moves the QP to the error state (or SQE for
+    /// UC/UD local errors, IBTA 10.3.1).
+    pub(crate) fn complete_front(&mut self, status: WcStatus, ctx: &mut Ctx<'_>) {
+        let Some(w) = self.sq.pop_front() else { return };
+        self.sq_next = self.sq_next.saturating_sub(1);
+        if w.rd_counted {
+            self.rd_outstanding = self.rd_outstanding.saturating_sub(1);
+        }
+        if w.started {
+            self.comp_psn = w.first_psn.add(w.npkts);
+        }
+        let signaled = self.sq_sig_all || w.wr.flags.contains(SendFlags::SIGNALED);
+        let mut ok = true;
+        if status != WcStatus::Success || signaled {
+            let wc = self.send_wc(&w, status);
+            ok = ctx.push_wc(self.send_cq, wc, false);
+        }
+        if status != WcStatus::Success {
+            if self.qp_type != QpType::Rc
+                && status != WcStatus::WrFlushErr
+                && self.state == QpState::Rts
+            {
+                // Send queue error: the rest of the SQ is flushed, receives go on.
+                self.state = QpState::Sqe;
+                self.attr.qp_state = QpState::Sqe;
+                while let Some(w) = self.sq.pop_front() {
+                    let wc = self.send_wc(&w, WcStatus::WrFlushErr);
+                    ctx.push_wc(self.send_cq, wc, false);
+                }
+                self.sq_next = 0;
+            } else {
+                self.fail(ctx);
+            }
+        } else if !ok {
+            self.fail(ctx);
+        }
+    }
+
+    // ---------------------------------------------------------------- requester
+
+    fn can_send(&self) -> bool {
+        matches!(self.state, QpState::Rts | QpState::Sqd)
+    }
+
+    /// Builds the next requester packet, if the QP may send one now.
+    pub(crate) fn next_request(&mut self, ctx: &mut Ctx<'_>) -> Option<Transmit> {
+        if !self.can_send() {
+            return None;
+        }
+        if self.rnr_wait_until.is_some_and(|t| t > ctx.now) {
+            return None;
+        }
+        self.rnr_wait_until = None;
+        loop {
+            let idx = self.sq_next;
+            let mtu = self.mtu();
+            let rc = self.qp_type == QpType::Rc;
+            let max_rd = u32::from(self.attr.max_rd_atomic.max(1));
+            let (started, fence, rd_atomic) = {
+                let w = self.sq.get(idx)?;
+                (
+                    w.started,
+                    w.wr.flags.contains(SendFlags::FENCE),
+                    w.is_rd_atomic(),
+                )
+            };
+            if !started {
+                if self.state == QpState::Sqd {
+                    return None;
+                }
+                if rc && fence && self.rd_outstanding > 0 {
+                    return None;
+                }
+                if rc && rd_atomic && self.rd_outstanding >= max_rd {
+                    return None;
+                }
+                if rc && self.next_psn.forward_from(self.comp_psn) >= MAX_UNACKED_PSNS {
+                    return None;
+                }
+                let pd = self.pd;
+                let w = self.sq.get_mut(idx)?;
+                if w.inline.is_none() {
+                    let need = if rd_atomic {
+                        Access::LOCAL_WRITE
+                    } else {
+                        Access::NONE
+                    };
+                    match resolve_sges(ctx.mrs, pd, &w.wr.sg_list, need) {
+                        Ok((d, _)) => w.data = Some(d),
+                        Err(status) => {
+                            // A bad local buffer fails this WQE (IBTA 10.8.3 local
+                            // protection error); the QP leaves RTS.
+                            self.fail_wqe_at(idx, status, ctx);
+                            return None;
+                        }
+                    }
+                } else {
+                    w.data = w.inline.clone().map(Data::Inline);
+                }
+                w.npkts = match w.wr.opcode {
+                    WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd => 1,
+                    _ => w.len.div_ceil(mtu).max(1) as u32,
+                };
+                w.first_psn = self.next_psn;
+                w.started = true;
+                w.next_pkt = 0;
+                w.read_from = 0;
+                self.next_psn = self.next_psn.add(w.npkts);
+            }
+            let w = &self.sq[idx];
+            if w.fully_sent() {
+                self.sq_next += 1;
+                continue;
+            }
+            let psn = w.first_psn.add(if w.wr.opcode == WrOpcode::RdmaRead {
+                w.read_from
+            } else {
+                w.next_pkt
+            });
+            if rc && psn.forward_from(self.comp_psn) >= MAX_UNACKED_PSNS {
+                return None;
+            }
+            let t = self.build_request(idx, psn, ctx);
+            let w = &mut self.sq[idx];
+            if w.wr.opcode == WrOpcode::RdmaRead || w.is_rd_atomic() {
+                w.next_pkt = w.npkts;
+                if !w.rd_counted {
+                    w.rd_counted = true;
+                    self.rd_outstanding += 1;
+                }
+            } else {
+                w.next_pkt += 1;
+            }
+            if w.fully_sent() {
+                self.sq_next += 1;
+                if !rc {
+                    // UC and UD complete when the last packet leaves (IBTA 9.8.3).
+                    self.complete_front(WcStatus::Success, ctx);
+                }
+            }
+            if rc && self.retransmit_at.is_none() {
+                self.retransmit_at = ack_timeout_ns(self.attr.timeout).map(|d| ctx.now + d);
+            }
+            ctx.counters.tx_packets += 1;
+            ctx.counters.tx_bytes += t.payload.len() as u64;
+            return Some(t);
+        }
+    }
+
+    fn fail_wqe_at(&mut self, idx: usize, status: WcStatus, ctx: &mut Ctx<'_>) {
+        // Everything before idx is already sent; for RC those wait for their ACKs, so
+        // complete them first as the spec orders completions (only possible when idx
+        // is the front). Otherwise flush through the QP error path.
+        if idx == 0 {
+            self.complete_front(status, ctx);
+        } else {
+            let w = self.sq.remove(idx);
+            if let Some(w) = w {
+                let wc = self.send_wc(&w, status);
+                ctx.push_wc(self.send_cq, wc, false);
+            }
+            self.fail(ctx);
+        }
+    }
+
+    fn build_request(&mut self, idx: usize, psn: Psn, ctx: &mut Ctx<'_>) -> Transmit {
+        let mtu = self.mtu();
+        let rc = self.qp_type == QpType::Rc;
+        let qkey_own = self.attr.qkey;
+        let w = &self.sq[idx];
+        let (k, n) = (w.next_pkt, w.npkts);
+        let first = k == 0;
+        let last = k + 1 >= n;
+        let kind_only = first && last;
+        let mut payload_range = (0usize, 0usize);
+        let tbase: u8 = match self.qp_type {
+            QpType::Rc => 0x00,
+            QpType::Uc => 0x20,
+            QpType::Ud => 0x60,
+        };
+        let seg_op = |f: u8, m: u8, l: u8, o: u8| -> u8 {
+            if kind_only {
+                o
+            } else if first {
+                f
+            } else if last {
+                l
+            } else {
+                m
+            }
+        };
+        let mut reth = None;
+        let mut atomic = None;
+        let mut imm = None;
+        let mut ieth = None;
+        let opcode = match w.wr.opcode {
+            WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::SendWithInv => {
+                payload_range = (k as usize * mtu, (w.len - k as usize * mtu).min(mtu));
+                match w.wr.opcode {
+                    WrOpcode::SendWithImm if last => imm = Some(w.wr.imm_data),
+                    WrOpcode::SendWithInv if last => ieth = Some(w.wr.rkey),
+                    _ => {}
+                }
+                match (w.wr.opcode, last) {
+                    (WrOpcode::SendWithImm, true) => seg_op(0, 1, 0x03, 0x05),
+                    (WrOpcode::SendWithInv, true) => seg_op(0, 1, 0x16, 0x17),
+                    _ => seg_op(0x00, 0x01, 0x02, 0x04),
+                }
+            }
+            WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm => {
+                payload_range = (k as usize * mtu, (w.len - k as usize * mtu).min(mtu));
+                if first {
+                    reth = Some(RethRepr {
+                        va: w.wr.remote_addr,
+                        rkey: w.wr.rkey,
+                        dma_len: w.len as u32,
+                    });
+                }
+                if w.wr.opcode == WrOpcode::RdmaWriteWithImm && last {
+                    imm = Some(w.wr.imm_data);
+                    seg_op(0x06, 0x07, 0x09, 0x0b)
+                } else {
+                    seg_op(0x06, 0x07, 0x08, 0x0a)
+                }
+            }
+            WrOpcode::RdmaRead => {
+                let off = w.read_from as usize * mtu;
+                reth = Some(RethRepr {
+                    va: w.wr.remote_addr.wrapping_add(off as u64),
+                    rkey: w.wr.rkey,
+                    dma_len: (w.len - off) as u32,
+                });
+                0x0c
+            }
+            WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd => {
+                let cs = w.wr.opcode == WrOpcode::AtomicCmpAndSwp;
+                atomic = Some(AtomicEthRepr {
+                    va: w.wr.remote_addr,
+                    rkey: w.wr.rkey,
+                    swap_add: if cs { w.wr.swap } else { w.wr.compare_add },
+                    compare: if cs { w.wr.compare_add } else { 0 },
+                });
+                if cs {
+                    0x13
+                } else {
+                    0x14
+                }
+            }
+        };
+        let ends_message = match w.wr.opcode {
+            WrOpcode::RdmaRead | WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd => true,
+            _ => last,
+        };
+        let ack_req = if rc {
+            self.noack_pkts += 1;
+            if ends_message || self.noack_pkts >= MAX_PKT_PER_ACK {
+                self.noack_pkts = 0;
+                true
+            } else {
+                false
+            }
+        } else {
+            false
+        };
+        let (dest_qp, deth, av) = match (self.qp_type, w.ud) {
+            (QpType::Ud, Some((av, rqpn, qkey))) => {
+                // A Q_Key with the high bit set means "use the QP's own" (IBTA 10.2.4).
+                let qkey = if qkey & 0x8000_0000 != 0 {
+                    qkey_own
+                } else {
+                    qkey
+                };
+                (
+                    rqpn,
+                    Some(DethRepr {
+                        qkey,
+                        src_qp: self.qpn,
+                    }),
+                    av,
+                )
+            }
+            _ => (
+                self.attr.dest_qp_num,
+                None,
+                self.attr.ah_attr.map(|a| a.av).unwrap_or(AddressVector {
+                    dgid: Gid::ZERO,
+                    sgid_index: 0,
+                    hop_limit: 64,
+                    traffic_class: 0,
+                    flow_label: 0,
+                }),
+            ),
+        };
+        let bth = BthRepr {
+            opcode: Opcode(tbase | opcode),
+            solicited: last && w.wr.flags.contains(SendFlags::SOLICITED),
+            mig_req: true,
+            pad: 0,
+            pkey: DEFAULT_PKEY,
+            fecn: false,
+            becn: false,
+            dest_qp,
+            ack_req,
+            psn,
+        };
+        let mut data = vec![0u8; payload_range.1];
+        if let Some(d) = &w.data {
+            d.read(payload_range.0, &mut data);
+        }
+        let repr = PacketRepr {
+            deth,
+            reth,
+            atomic_eth: atomic,
+            immediate: imm,
+            ieth_rkey: ieth,
+            ..PacketRepr::new(bth, &data)
+        };
+        self.transmit(&repr, &av, ctx)
+    }
+
+    /// Serialises a packet for `av` and fills its ICRC.
+    pub(crate) fn transmit(
+        &self,
+        repr: &PacketRepr<'_>,
+        av: &AddressVector,
+        ctx: &Ctx<'_>,
+    ) -> Transmit {
+        let mut payload = vec![0u8; repr.buffer_len()];
+        // Our own Reprs always match their opcode; a failure here is a bug, so send
+        // what we have rather than panic in the data path.
+        let _ = repr.emit(&mut payload);
+        let src = net::gid_to_ip(
+            ctx.gids
+                .get(usize::from(av.sgid_index))
+                .copied()
+                .unwrap_or(Gid::ZERO),
+        );
+        let dst = net::gid_to_ip(av.dgid);
+        net::fill_icrc(src, dst, self.src_port, &mut payload);
+        Transmit {
+            src,
+            dst,
+            src_port: self.src_port,
+            hop_limit: av.hop_limit,
+            traffic_class: av.traffic_class,
+            flow_label: av.flow_label,
+            payload,
+        }
+    }
+
+    // ---------------------------------------------------------------- completer
+
+    /// Handles an RC response (ACK, NAK, READ response, ATOMIC ACK): rxe `rxe_comp.c`.
+    pub(crate) fn on_response(&mut self, pkt: &Packet<&[u8]>, ctx: &mut Ctx<'_>) -> Wake {
+        let bth = pkt.bth();
+        let psn = bth.psn();
+        let op = bth.opcode();
+        let outstanding = self.next_psn.forward_from(self.comp_psn);
+        if outstanding == 0 || !psn.in_window(self.comp_psn, outstanding) {
+            // ACKs repeat the last acknowledged PSN (comp_psn - 1): harmless.
+            ctx.counters.rx_ghost_responses += 1;
+            return Wake::default();
+        }
+        let syndrome = pkt
+            .aeth()
+            .map(|a| rverbs_wire::ext::Syndrome::from_byte(a.syndrome()));
+        use rverbs_wire::ext::{NakCode, Syndrome};
+        let mut wake = Wake {
+            transmit: true,
+            timers: true,
+        };
+        while let Some(w) = self.sq.front() {
+            if !w.started {
+                break;
+            }
+            let last = w.last_psn();
+            if psn.is_after(last) {
+                // The peer has gone past this WQE: a SEND/WRITE is acknowledged
+                // implicitly; a READ/atomic whose response never came must be redone
+                // (IBTA 9.7.5.1.3 implied NAK).
+                if w.is_rd_atomic() {
+                    ctx.counters.rx_ghost_responses += 1;
+                    self.retry(ctx, false);
+                    return wake;
+                }
+                self.complete_front(WcStatus::Success, ctx);
+                continue;
+            }
+            // psn falls inside this WQE.
+            match (op, syndrome) {
+                (Opcode::RC_ACKNOWLEDGE, Some(Syndrome::Ack { .. })) => {
+                    if w.is_rd_atomic() {
+                        // An ACK inside a READ/atomic range carries no data: ignore.
+                        ctx.counters.rx_ghost_responses += 1;
+                        wake.transmit = false;
+                    } else if psn == last {
+                        self.complete_front(WcStatus::Success, ctx);
+                    } else {
+                        self.comp_psn = psn.next();
+                    }
+                }
+                (Opcode::RC_ACKNOWLEDGE, Some(Syndrome::RnrNak { timer })) => {
+                    ctx.counters.rx_rnr_nak += 1;
+                    self.comp_psn = psn;
+                    if self.rnr_left == 0 {
+                        self.complete_front(WcStatus::RnrRetryExcErr, ctx);
+                        return wake;
+                    }
+                    if self.attr.rnr_retry != 7 {
+                        self.rnr_left -= 1;
+                    }
+                    self.go_back(psn);
+                    self.rnr_wait_until = Some(ctx.now + RNR_TIMER_NS[usize::from(timer & 31)]);
+                    self.retransmit_at = None;
+                }
+                (Opcode::RC_ACKNOWLEDGE, Some(Syndrome::Nak(NakCode::PsnSequenceError))) => {
+                    ctx.counters.rx_nak_seq += 1;
+                    self.comp_psn = psn;
+                    self.retry(ctx, false);
+                }
+                (Opcode::RC_ACKNOWLEDGE, Some(Syndrome::Nak(code))) => {
+                    let status = match code {
+                        NakCode::InvalidRequest => WcStatus::RemInvReqErr,
+                        NakCode::RemoteAccessError => WcStatus::RemAccessErr,
+                        NakCode::RemoteOperationalError => WcStatus::RemOpErr,
+                        _ => WcStatus::BadRespErr,
+                    };
+                    self.complete_front(status, ctx);
+                }
+                (
+                    Opcode::RC_RDMA_READ_RESPONSE_FIRST
+                    | Opcode::RC_RDMA_READ_RESPONSE_MIDDLE
+                    | Opcode::RC_RDMA_READ_RESPONSE_LAST
+                    | Opcode::RC_RDMA_READ_RESPONSE_ONLY,
+                    _,
+                ) => {
+                    if w.wr.opcode != WrOpcode::RdmaRead || psn != self.comp_psn {
+                        if psn.is_after(self.comp_psn) && w.wr.opcode == WrOpcode::RdmaRead {
+                            // A response went missing: ask again from the gap.
+                            self.retry(ctx, false);
+                        } else {
+                            ctx.counters.rx_ghost_responses += 1;
+                            wake.transmit = false;
+                        }
+                        break;
+                    }
+                    let k = psn.forward_from(w.first_psn) as usize;
+                    let mtu = self.mtu();
+                    let off = k * mtu;
+                    let want = (w.len - off).min(mtu);
+                    let data = pkt.payload();
+                    let is_last = k + 1 == w.npkts as usize;
+                    let ends = matches!(
+                        op,
+                        Opcode::RC_RDMA_READ_RESPONSE_LAST | Opcode::RC_RDMA_READ_RESPONSE_ONLY
+                    );
+                    if data.len() != want || ends != is_last {
+                        ctx.counters.rx_ghost_responses += 1;
+                        wake.transmit = false;
+                        break;
+                    }
+                    if let Some(d) = &w.data {
+                        d.write(off, data);
+                    }
+                    if is_last {
+                        self.complete_front(WcStatus::Success, ctx);
+                    } else {
+                        self.comp_psn = psn.next();
+                    }
+                }
+                (Opcode::RC_ATOMIC_ACKNOWLEDGE, _) => {
+                    let ok = matches!(
+                        w.wr.opcode,
+                        WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd
+                    ) && psn == w.first_psn;
+                    match pkt.atomic_ack_eth() {
+                        Some(a) if ok => {
+                            if let Some(d) = &w.data {
+                                d.write(0, &a.orig().to_ne_bytes());
+                            }
+                            self.complete_front(WcStatus::Success, ctx);
+                        }
+                        _ => {
+                            ctx.counters.rx_ghost_responses += 1;
+                            wake.transmit = false;
+                        }
+                    }
+                }
+                _ => {
+                    ctx.counters.rx_ghost_responses += 1;
+                    wake.transmit = false;
+                }
+            }
+            break;
+        }
+        if wake.transmit {
+            // Progress: the retry budget is restored (IBTA 9.7.6.1.4).
+            self.retry_left = self.attr.retry_cnt;
+            if !matches!(syndrome, Some(Syndrome::RnrNak { .. })) {
+                self.rnr_left = self.attr.rnr_retry;
+            }
+        }
+        self.rearm(ctx.now);
+        self.check_drained(ctx);
+        wake
+    }
+
+    /// Restarts the timer after progress, or stops it when nothing is outstanding.
+    pub(crate) fn rearm(&mut self, now: Nanos) {
+        let outstanding = self.sq.iter().take(self.sq_next.max(1)).any(|w| w.started);
+        self.retransmit_at = if outstanding && self.rnr_wait_until.is_none() {
+            ack_timeout_ns(self.attr.timeout).map(|d| now + d)
+        } else {
+            None
+        };
+    }
+
+    fn check_drained(&mut self, ctx: &mut Ctx<'_>) {
+        if self.state == QpState::Sqd && !self.sqd_notified && self.sq.iter().all(|w| !w.started) {
+            self.sqd_notified = true;
+            if self.attr.en_sqd_async_notify {
+                ctx.events.push_back(AsyncEvent::SqDrained(self.qpn));
+            }
+        }
+    }
+
+    /// Rewinds the requester to resend from `psn` (go-back-N).
+    fn go_back(&mut self, psn: Psn) {
+        self.noack_pkts = 0;
+        for (i, w) in self.sq.iter_mut().enumerate() {
+            if !w.started {
+                break;
+            }
+            let k = psn.forward_from(w.first_psn);
+            if k < w.npkts {
+                if w.wr.opcode == WrOpcode::RdmaRead {
+                    w.read_from = k;
+                    w.next_pkt = 0;
+                } else if w.is_rd_atomic() {
+                    w.next_pkt = 0;
+                } else {
+                    w.next_pkt = k;
+                }
+                self.sq_next = i;
+                // Later started WQEs are resent whole, keeping their PSNs.
+                for later in self.sq.iter_mut().skip(i + 1) {
+                    if !later.started {
+                        break;
+                    }
+                    later.next_pkt = 0;
+                    later.read_from = 0;
+                }
+                return;
+            }
+        }
+    }
+
+    /// A retry after a timeout (`timeout == true`) or a sequence NAK / implied NAK:
+    /// spends one unit of retry_cnt, or fails the oldest WQE with RETRY_EXC_ERR.
+    pub(crate) fn retry(&mut self, ctx: &mut Ctx<'_>, timeout: bool) {
+        if timeout {
+            ctx.counters.retransmit_timeouts += 1;
+        }
+        if self.retry_left == 0 {
+            self.complete_front(WcStatus::RetryExcErr, ctx);
+            return;
+        }
+        self.retry_left -= 1;
+        let from = self.comp_psn;
+        self.go_back(from);
+        let resent: u32 = self
+            .sq
+            .iter()
+            .skip(self.sq_next)
+            .take_while(|w| w.started)
+            .map(|w| w.npkts.saturating_sub(w.next_pkt))
+            .sum();
+        ctx.counters.retransmitted_packets += u64::from(resent);
+        self.rearm(ctx.now);
+    }
+
+    /// The timer fired.
+    pub(crate) fn on_timer(&mut self, ctx: &mut Ctx<'_>) -> Wake {
+        let mut wake = Wake::default();
+        if self.rnr_wait_until.is_some_and(|t| t <= ctx.now) {
+            self.rnr_wait_until = None;
+            self.rearm(ctx.now);
+            wake = Wake {
+                transmit: true,
+                timers: true,
+            };
+        }
+        if self.retransmit_at.is_some_and(|t| t <= ctx.now) && self.state != QpState::Err {
+            self.retransmit_at = None;
+            let outstanding = self.sq.front().is_some_and(|w| w.started);
+            if outstanding {
+                self.retry(ctx, true);
+            }
+            wake = Wake {
+                transmit: true,
+                timers: true,
+            };
+        }
+        wake
+    }
+
+    /// The earliest deadline of this QP.
+    pub(crate) fn deadline(&self) -> Option<Nanos> {
+        match (self.retransmit_at, self.rnr_wait_until) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Takes a receive WQE from the RQ or the SRQ (raising the SRQ limit event).
+    pub(crate) fn take_recv(&mut self, ctx: &mut Ctx<'_>) -> Option<RecvWqe> {
+        match self.srq {
+            None => self.rq.pop_front(),
+            Some(id) => {
+                let srq = ctx.srqs.get_mut(id.0)?;
+                let w = srq.queue.pop_front()?;
+                if srq.limit > 0 && (srq.queue.len() as u32) < srq.limit {
+                    srq.limit = 0;
+                    ctx.events.push_back(AsyncEvent::SrqLimitReached(id));
+                }
+                Some(w)
+            }
+        }
+    }
+}

@@ -1,0 +1,147 @@
+//! RC, UC and UD basics on a clean simulated network.
+
+mod common;
+use common::*;
+use rverbs_engine::sim::{LinkConfig, Sim};
+use rverbs_engine::*;
+
+#[test]
+fn rc_send_recv_segmented() {
+    let mut sim = Sim::new(2, false, LinkConfig::default(), 1);
+    let o = PairOpts::default();
+    let (a, b) = pair(&mut sim, &o);
+    let msg = pattern(2500, 7);
+    fill(&a, 0, &msg);
+    sim.engines[1]
+        .post_recv(
+            b.qpn,
+            RecvWr {
+                wr_id: 77,
+                sg_list: vec![sge(&b, 0, 4096)],
+            },
+            0,
+        )
+        .unwrap();
+    sim.engines[0]
+        .post_send(a.qpn, wr(5, WrOpcode::Send, vec![sge(&a, 0, 2500)]), 0)
+        .unwrap();
+    let wcs = wait_wcs(&mut sim, &b, 1, SEC);
+    assert_eq!(wcs.len(), 1, "{wcs:?}");
+    assert_eq!(
+        (wcs[0].wr_id, wcs[0].status, wcs[0].byte_len),
+        (77, WcStatus::Success, 2500)
+    );
+    assert_eq!(&b.mem.snapshot()[..2500], &msg[..]);
+    let wcs = wait_wcs(&mut sim, &a, 1, SEC);
+    assert_eq!(
+        (wcs[0].wr_id, wcs[0].status, wcs[0].opcode),
+        (5, WcStatus::Success, WcOpcode::Send)
+    );
+    assert_eq!(sim.stats.sent, 4, "3 data packets and one coalesced ACK");
+}
+
+#[test]
+fn rc_write_read_atomics() {
+    let mut sim = Sim::new(2, false, LinkConfig::default(), 2);
+    let o = PairOpts::default();
+    let (a, b) = pair(&mut sim, &o);
+    let data = pattern(5000, 3);
+    fill(&a, 0, &data);
+    let mut w = wr(1, WrOpcode::RdmaWrite, vec![sge(&a, 0, 5000)]);
+    w.remote_addr = b.base + 100;
+    w.rkey = b.keys.rkey;
+    sim.engines[0].post_send(a.qpn, w, 0).unwrap();
+    let mut r = wr(2, WrOpcode::RdmaRead, vec![sge(&a, 10_000, 5000)]);
+    r.remote_addr = b.base + 100;
+    r.rkey = b.keys.rkey;
+    sim.engines[0].post_send(a.qpn, r, 0).unwrap();
+    b.mem.write(8192, &40u64.to_ne_bytes());
+    let mut fa = wr(3, WrOpcode::AtomicFetchAndAdd, vec![sge(&a, 20_000, 8)]);
+    fa.remote_addr = b.base + 8192;
+    fa.rkey = b.keys.rkey;
+    fa.compare_add = 2;
+    sim.engines[0].post_send(a.qpn, fa, 0).unwrap();
+    let mut cs = wr(4, WrOpcode::AtomicCmpAndSwp, vec![sge(&a, 20_008, 8)]);
+    cs.remote_addr = b.base + 8192;
+    cs.rkey = b.keys.rkey;
+    cs.compare_add = 42;
+    cs.swap = 7;
+    sim.engines[0].post_send(a.qpn, cs, 0).unwrap();
+    let wcs = wait_wcs(&mut sim, &a, 4, SEC);
+    let ids: Vec<(u64, WcStatus)> = wcs.iter().map(|w| (w.wr_id, w.status)).collect();
+    assert_eq!(
+        ids,
+        vec![
+            (1, WcStatus::Success),
+            (2, WcStatus::Success),
+            (3, WcStatus::Success),
+            (4, WcStatus::Success)
+        ]
+    );
+    let bm = b.mem.snapshot();
+    assert_eq!(&bm[100..5100], &data[..]);
+    let am = a.mem.snapshot();
+    assert_eq!(&am[10_000..15_000], &data[..]);
+    assert_eq!(
+        u64::from_ne_bytes(am[20_000..20_008].try_into().unwrap()),
+        40
+    );
+    assert_eq!(
+        u64::from_ne_bytes(am[20_008..20_016].try_into().unwrap()),
+        42
+    );
+    assert_eq!(u64::from_ne_bytes(bm[8192..8200].try_into().unwrap()), 7);
+}
+
+#[test]
+fn uc_and_ud_send() {
+    for qp_type in [QpType::Uc, QpType::Ud] {
+        let mut sim = Sim::new(2, qp_type == QpType::Ud, LinkConfig::default(), 3);
+        let o = PairOpts {
+            qp_type,
+            ..Default::default()
+        };
+        let (a, b) = pair(&mut sim, &o);
+        fill(&a, 0, b"hello, datagram");
+        sim.engines[1]
+            .post_recv(
+                b.qpn,
+                RecvWr {
+                    wr_id: 9,
+                    sg_list: vec![sge(&b, 0, 1024)],
+                },
+                0,
+            )
+            .unwrap();
+        let mut w = wr(1, WrOpcode::SendWithImm, vec![sge(&a, 0, 15)]);
+        w.imm_data = 0x1234_5678;
+        if qp_type == QpType::Ud {
+            let av = av_to(&sim, 1);
+            let ah = sim.engines[0].create_ah(a.pd, av).unwrap();
+            w.ud = Some(UdDest {
+                ah,
+                remote_qpn: b.qpn,
+                remote_qkey: 0x1111_1111,
+            });
+        }
+        sim.engines[0].post_send(a.qpn, w, 0).unwrap();
+        let wcs = wait_wcs(&mut sim, &b, 1, SEC);
+        assert_eq!(wcs.len(), 1, "{qp_type:?}");
+        let wc = wcs[0];
+        assert_eq!(wc.status, WcStatus::Success);
+        assert_eq!(wc.imm_data, 0x1234_5678);
+        let m = b.mem.snapshot();
+        if qp_type == QpType::Ud {
+            assert_eq!(wc.byte_len, 40 + 15);
+            assert!(wc.wc_flags.contains(WcFlags::GRH));
+            assert_eq!(wc.src_qp, a.qpn);
+            assert_eq!(m[0] >> 4, 6, "IPv6 header in the GRH area");
+            assert_eq!(&m[40..55], b"hello, datagram");
+        } else {
+            assert_eq!(wc.byte_len, 15);
+            assert_eq!(&m[..15], b"hello, datagram");
+        }
+        let wcs = wait_wcs(&mut sim, &a, 1, SEC);
+        assert_eq!(wcs[0].status, WcStatus::Success);
+    }
+}
