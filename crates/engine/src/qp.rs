@@ -214,6 +214,7 @@ pub(crate) struct Qp {
     pub(crate) rnr_left: u8,
     pub(crate) retransmit_at: Option<Nanos>,
     pub(crate) rnr_wait_until: Option<Nanos>,
+    pub(crate) nak_retry: bool,
     pub(crate) sqd_notified: bool,
     // responder
     pub(crate) epsn: Psn,
@@ -271,6 +272,7 @@ impl Qp {
             rnr_left: 0,
             retransmit_at: None,
             rnr_wait_until: None,
+            nak_retry: false,
             sqd_notified: false,
             epsn: Psn::ZERO,
             msn: 0,
@@ -843,6 +845,7 @@ impl Qp {
             .aeth()
             .map(|a| rverbs_wire::ext::Syndrome::from_byte(a.syndrome()));
         use rverbs_wire::ext::{NakCode, Syndrome};
+        let before = (self.comp_psn, self.sq.len());
         let mut wake = Wake {
             transmit: true,
             timers: true,
@@ -859,7 +862,7 @@ impl Qp {
                 if w.is_rd_atomic() {
                     ctx.counters.rx_ghost_responses += 1;
                     self.retry(ctx, false);
-                    return wake;
+                    break;
                 }
                 self.complete_front(WcStatus::Success, ctx);
                 continue;
@@ -882,7 +885,7 @@ impl Qp {
                     self.comp_psn = psn;
                     if self.rnr_left == 0 {
                         self.complete_front(WcStatus::RnrRetryExcErr, ctx);
-                        return wake;
+                        break;
                     }
                     if self.attr.rnr_retry != 7 {
                         self.rnr_left -= 1;
@@ -971,9 +974,11 @@ impl Qp {
             }
             break;
         }
-        if wake.transmit {
-            // Progress: the retry budget is restored (IBTA 9.7.6.1.4).
+        if (self.comp_psn, self.sq.len()) != before {
+            // Progress: the retry budget is restored (IBTA 9.7.6.1.4), and a new gap
+            // may start a new retry.
             self.retry_left = self.attr.retry_cnt;
+            self.nak_retry = false;
             if !matches!(syndrome, Some(Syndrome::RnrNak { .. })) {
                 self.rnr_left = self.attr.rnr_retry;
             }
@@ -1038,6 +1043,13 @@ impl Qp {
     pub(crate) fn retry(&mut self, ctx: &mut Ctx<'_>, timeout: bool) {
         if timeout {
             ctx.counters.retransmit_timeouts += 1;
+            self.nak_retry = false;
+        } else if self.nak_retry {
+            // One retry per gap: later packets behind the same gap are ignored until
+            // progress or a timeout (rxe `comp.started_retry`).
+            return;
+        } else {
+            self.nak_retry = true;
         }
         if self.retry_left == 0 {
             self.complete_front(WcStatus::RetryExcErr, ctx);

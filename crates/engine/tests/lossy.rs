@@ -1,0 +1,142 @@
+//! RC under loss, duplication, reordering and corruption.
+
+mod common;
+use common::*;
+use rverbs_engine::sim::{LinkConfig, Sim};
+use rverbs_engine::*;
+
+fn run(link: LinkConfig, seed: u64, n: usize, max_len: usize) -> Result<(), String> {
+    let mut sim = Sim::new(2, seed % 2 == 0, link, seed);
+    let o = PairOpts {
+        mem_len: 1 << 22,
+        timeout: 8,
+        ..Default::default()
+    };
+    let (a, b) = pair(&mut sim, &o);
+    let src = pattern(1 << 20, seed as u8);
+    fill(&a, 0, &src);
+    fill(&b, 2 << 20, &pattern(1 << 20, seed as u8 ^ 0x5a));
+    let mut rng = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    let mut next = || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    let mut expect_recv = Vec::new();
+    for i in 0..n {
+        let len = (next() % max_len as u64) as u32;
+        let off = next() % ((1 << 20) - u64::from(len));
+        let kind = next() % 4;
+        let mut w;
+        match kind {
+            0 => {
+                sim.engines[1]
+                    .post_recv(
+                        b.qpn,
+                        RecvWr {
+                            wr_id: i as u64,
+                            sg_list: vec![sge(&b, (1 << 20) + off, len)],
+                        },
+                        sim.now,
+                    )
+                    .unwrap();
+                w = wr(i as u64, WrOpcode::Send, vec![sge(&a, off, len)]);
+                expect_recv.push((i as u64, off, len));
+            }
+            1 => {
+                w = wr(i as u64, WrOpcode::RdmaWrite, vec![sge(&a, off, len)]);
+                w.remote_addr = b.base + (3 << 20) + off;
+                w.rkey = b.keys.rkey;
+            }
+            2 => {
+                w = wr(
+                    i as u64,
+                    WrOpcode::RdmaRead,
+                    vec![sge(&a, (1 << 20) + off, len)],
+                );
+                w.remote_addr = b.base + (2 << 20) + off;
+                w.rkey = b.keys.rkey;
+            }
+            _ => {
+                w = wr(
+                    i as u64,
+                    WrOpcode::AtomicFetchAndAdd,
+                    vec![sge(&a, (3 << 20) + 8 * i as u64, 8)],
+                );
+                w.remote_addr = b.base + (1 << 21) - 8;
+                w.rkey = b.keys.rkey;
+                w.compare_add = 1;
+            }
+        }
+        sim.engines[0]
+            .post_send(a.qpn, w, sim.now)
+            .map_err(|e| e.to_string())?;
+    }
+    let wcs = wait_wcs(&mut sim, &a, n, 600 * SEC);
+    if wcs.len() != n {
+        return Err(format!(
+            "{} of {n} send completions; state {:?}; {:?}",
+            wcs.len(),
+            sim.engines[0].qp_state(a.qpn),
+            sim.engines[0].counters()
+        ));
+    }
+    for (i, wc) in wcs.iter().enumerate() {
+        if wc.wr_id != i as u64 || wc.status != WcStatus::Success {
+            return Err(format!("completion {i}: {wc:?}"));
+        }
+    }
+    let rwcs = wait_wcs(&mut sim, &b, expect_recv.len(), 10 * SEC);
+    if rwcs.len() != expect_recv.len() {
+        return Err(format!(
+            "{} of {} receive completions",
+            rwcs.len(),
+            expect_recv.len()
+        ));
+    }
+    let bm = b.mem.snapshot();
+    for (wc, (id, off, len)) in rwcs.iter().zip(&expect_recv) {
+        if wc.wr_id != *id || wc.byte_len != *len || wc.status != WcStatus::Success {
+            return Err(format!("recv {wc:?} expected id {id} len {len}"));
+        }
+        let (off, len) = (*off as usize, *len as usize);
+        if bm[(1 << 20) + off..(1 << 20) + off + len] != src[off..off + len] {
+            return Err(format!("recv {id}: data differs"));
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn clean_mix() {
+    run(LinkConfig::default(), 1, 300, 9000).unwrap();
+}
+
+#[test]
+fn lossy_mix() {
+    for seed in 1..6 {
+        let link = LinkConfig {
+            loss: 0.05,
+            dup: 0.02,
+            reorder: 0.05,
+            corrupt: 0.01,
+            ..Default::default()
+        };
+        run(link, seed, 200, 9000).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+    }
+}
+
+#[test]
+fn heavy_loss() {
+    for seed in 1..4 {
+        let link = LinkConfig {
+            loss: 0.2,
+            dup: 0.05,
+            reorder: 0.1,
+            corrupt: 0.02,
+            ..Default::default()
+        };
+        run(link, seed, 100, 5000).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+    }
+}
