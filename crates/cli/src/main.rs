@@ -16,6 +16,17 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Two endpoints on the loopback soft device exchange RC SEND/RECV, RDMA WRITE,
+    /// RDMA READ and atomics over real RoCE v2 packets, verify every byte, and report
+    /// the speed.
+    Demo {
+        /// Iterations of each operation.
+        #[arg(short = 'n', long, default_value_t = 1000)]
+        iters: usize,
+        /// Message size in bytes.
+        #[arg(short = 's', long, default_value_t = 65536)]
+        size: usize,
+    },
     /// Work with packet captures.
     Pcap {
         #[command(subcommand)]
@@ -45,6 +56,16 @@ enum PcapCommand {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
+        Command::Demo { iters, size } => {
+            let mut out = std::io::stdout();
+            match rverbs_cli::demo::run(&mut out, iters.max(1), size.max(8)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("rverbs demo: {e}");
+                    ExitCode::from(1)
+                }
+            }
+        }
         Command::Pcap {
             command: PcapCommand::Decode { file },
         } => {

@@ -30,6 +30,10 @@ pub struct Config {
     pub max_qp: u32,
     /// Seed of the key generator (keys are unpredictable to peers only if this is).
     pub seed: u64,
+    /// Send every packet from this UDP source port instead of rxe's per-QP
+    /// `0xC000 | hash` ports: a driver on a plain UDP socket bound to 4791 can only send
+    /// from that port, and the ICRC covers it. Receivers accept any source port.
+    pub src_port: Option<u16>,
 }
 
 impl Default for Config {
@@ -40,6 +44,7 @@ impl Default for Config {
             max_cqe: 1 << 20,
             max_qp: 1 << 17,
             seed: 0x5eed_1234_abcd_0001,
+            src_port: None,
         }
     }
 }
@@ -110,6 +115,7 @@ macro_rules! ctx {
             comp_events: &mut $s.comp_events,
             counters: &mut $s.counters,
             gids: &$s.cfg.gids,
+            src_port: $s.cfg.src_port,
             now: $now,
         }
     };

@@ -77,6 +77,7 @@ pub(crate) struct Ctx<'a> {
     pub(crate) comp_events: &'a mut VecDeque<CqId>,
     pub(crate) counters: &'a mut Counters,
     pub(crate) gids: &'a [Gid],
+    pub(crate) src_port: Option<u16>,
     pub(crate) now: Nanos,
 }
 
@@ -816,11 +817,12 @@ impl Qp {
                 .unwrap_or(Gid::ZERO),
         );
         let dst = net::gid_to_ip(av.dgid);
-        net::fill_icrc(src, dst, self.src_port, &mut payload);
+        let src_port = ctx.src_port.unwrap_or(self.src_port);
+        net::fill_icrc(src, dst, src_port, &mut payload);
         Transmit {
             src,
             dst,
-            src_port: self.src_port,
+            src_port,
             hop_limit: av.hop_limit,
             traffic_class: av.traffic_class,
             flow_label: av.flow_label,

@@ -1,0 +1,288 @@
+//! An open device: the engine, its UDP sockets and the driver thread that keeps
+//! receiving, acknowledging and retransmitting while the application is busy.
+//!
+//! **Progress model.** One driver thread per context waits in `poll(2)` on the sockets
+//! and an eventfd, with the engine's next deadline as timeout; it feeds every received
+//! datagram to the engine and sends what the engine produces. Verbs that create work
+//! (`post_send`, `modify_qp`, ...) run the engine on the caller's thread and send its
+//! packets at once, so a request leaves without a thread hop; they then wake the
+//! driver so it re-reads the deadline. The engine sits behind one mutex.
+
+use crate::device::DeviceInfo;
+use crate::error::{Error, Result};
+use crate::sys;
+use rverbs_engine::{Config, Datagram, Engine, Nanos, Transmit};
+use rverbs_wire::grh::Gid;
+use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+/// The RoCE v2 UDP port.
+pub const ROCE_PORT: u16 = 4791;
+
+pub(crate) struct Shared {
+    pub(crate) engine: Mutex<Engine>,
+    sockets: Vec<(IpAddr, UdpSocket)>,
+    wake: OwnedFd,
+    epoch: Instant,
+    shutdown: AtomicBool,
+    pub(crate) info: DeviceInfo,
+}
+
+impl Shared {
+    pub(crate) fn now(&self) -> Nanos {
+        self.epoch.elapsed().as_nanos() as Nanos
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Engine> {
+        self.engine.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Sends everything the engine has to send.
+    pub(crate) fn flush(&self, engine: &mut Engine, now: Nanos) {
+        while let Some(t) = engine.poll_transmit(now) {
+            self.send(&t);
+        }
+    }
+
+    fn send(&self, t: &Transmit) {
+        let Some((_, sock)) = self
+            .sockets
+            .iter()
+            .find(|(a, _)| *a == t.src)
+            .or(self.sockets.first())
+        else {
+            return;
+        };
+        // A send error (no route, buffer full) is a lost packet: the transport's
+        // retransmission covers it, as on a real link.
+        let _ = sock.send_to(&t.payload, SocketAddr::new(t.dst, ROCE_PORT));
+    }
+
+    /// Tells the driver thread to re-read the engine's deadline.
+    pub(crate) fn wake(&self) {
+        sys::eventfd_signal(&self.wake);
+    }
+}
+
+/// Owns the driver thread; the last handle to go stops it.
+pub(crate) struct ContextInner {
+    pub(crate) shared: Arc<Shared>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Drop for ContextInner {
+    fn drop(&mut self) {
+        self.shared.shutdown.store(true, Ordering::SeqCst);
+        self.shared.wake();
+        if let Some(t) = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// An open soft RoCE v2 device (`struct ibv_context`). Cheap to clone; the device
+/// closes when the context and every object made from it are dropped.
+#[derive(Clone)]
+pub struct Context {
+    pub(crate) inner: Arc<ContextInner>,
+}
+
+fn udp_socket(addr: IpAddr) -> std::io::Result<UdpSocket> {
+    let domain = if addr.is_ipv4() {
+        Domain::IPV4
+    } else {
+        Domain::IPV6
+    };
+    let s = Socket::new(domain, Type::DGRAM, Some(Protocol::UDP))?;
+    if addr.is_ipv6() {
+        s.set_only_v6(true)?;
+    } else {
+        sys::set_pmtudisc_do(&s)?;
+    }
+    let _ = s.set_recv_buffer_size(4 << 20);
+    let _ = s.set_send_buffer_size(4 << 20);
+    s.bind(&SockAddr::from(SocketAddr::new(addr, ROCE_PORT)))?;
+    s.set_nonblocking(true)?;
+    Ok(s.into())
+}
+
+/// Binds a free loopback address 127.0.0.x:4791 (x in 2..=254), so that any number of
+/// processes on one machine each get their own RoCE address with no setup and no root.
+fn loopback_socket() -> Result<(IpAddr, UdpSocket)> {
+    let start = (std::process::id() % 253) as u8;
+    let mut last = None;
+    for i in 0..253u8 {
+        let x = 2 + (start.wrapping_add(i) % 253);
+        let addr = IpAddr::V4(Ipv4Addr::new(127, 0, 0, x));
+        match udp_socket(addr) {
+            Ok(s) => return Ok((addr, s)),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(Error::io(
+        "binding a free 127.0.0.x:4791 (all 253 loopback addresses are taken)",
+        last.unwrap_or_else(|| std::io::Error::other("no address")),
+    ))
+}
+
+impl Context {
+    /// Opens a device: binds its UDP port 4791 and starts the driver thread.
+    ///
+    /// The loopback device binds a free `127.0.0.x` per context (any number of
+    /// processes may open it); other devices bind each of their addresses, so only one
+    /// process at a time can open them (port 4791 can be bound once per address).
+    pub fn open(info: DeviceInfo) -> Result<Context> {
+        let mut sockets = Vec::new();
+        if info.is_loopback() {
+            sockets.push(loopback_socket()?);
+        } else {
+            for &a in &info.addrs {
+                let s = udp_socket(a)
+                    .map_err(|e| Error::io("binding the device's RoCE v2 port 4791", e))?;
+                sockets.push((a, s));
+            }
+            if sockets.is_empty() {
+                return Err(Error::NoDevice(format!("{} has no address", info.name)));
+            }
+        }
+        let mut gids = vec![info.default_gid()];
+        gids.extend(
+            sockets
+                .iter()
+                .map(|(a, _)| rverbs_engine::net::ip_to_gid(*a)),
+        );
+        let mut cfg = Config {
+            gids,
+            seed: seed(),
+            src_port: Some(ROCE_PORT),
+            ..Config::default()
+        };
+        cfg.limits.active_mtu = info.active_mtu();
+        let shared = Arc::new(Shared {
+            engine: Mutex::new(Engine::new(cfg)),
+            sockets,
+            wake: sys::eventfd().map_err(|e| Error::io("creating the driver's eventfd", e))?,
+            epoch: Instant::now(),
+            shutdown: AtomicBool::new(false),
+            info,
+        });
+        let s2 = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name(format!("rverbs-{}", shared.info.name))
+            .spawn(move || driver(s2))
+            .map_err(|e| Error::io("starting the driver thread", e))?;
+        Ok(Context {
+            inner: Arc::new(ContextInner {
+                shared,
+                thread: Mutex::new(Some(thread)),
+            }),
+        })
+    }
+
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
+        &self.inner.shared
+    }
+
+    /// The device this context opened.
+    pub fn device(&self) -> &DeviceInfo {
+        &self.inner.shared.info
+    }
+
+    /// The port's GID table (index 0 is the default GID).
+    pub fn gids(&self) -> Vec<Gid> {
+        self.shared().lock().config().gids.clone()
+    }
+
+    /// The GID at `index`.
+    pub fn gid(&self, index: u8) -> Option<Gid> {
+        self.gids().get(usize::from(index)).copied()
+    }
+
+    /// The index of the first GID of the given IP family (`true` = IPv6).
+    pub fn gid_index_for(&self, ipv6: bool) -> Option<u8> {
+        self.gids()
+            .iter()
+            .skip(1)
+            .position(|g| g.to_ipv4_mapped().is_none() == ipv6)
+            .map(|i| i as u8 + 1)
+    }
+
+    /// Port counters (traffic, and a counter per drop reason).
+    pub fn counters(&self) -> rverbs_engine::Counters {
+        self.shared().lock().counters().clone()
+    }
+}
+
+fn seed() -> u64 {
+    // Keys must not be guessable by peers: seed from the clock, the pid and an address
+    // of the stack (ASLR).
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let local = 0u8;
+    t ^ (u64::from(std::process::id()) << 32) ^ (&local as *const u8 as u64).rotate_left(17)
+}
+
+fn driver(shared: Arc<Shared>) {
+    let mut fds: Vec<i32> = shared.sockets.iter().map(|(_, s)| s.as_raw_fd()).collect();
+    fds.push(shared.wake.as_raw_fd());
+    let mut ready = Vec::new();
+    let mut buf = vec![0u8; 65536];
+    while !shared.shutdown.load(Ordering::SeqCst) {
+        let timeout_ms = {
+            let e = shared.lock();
+            match e.poll_timeout() {
+                None => 1000,
+                Some(t) => {
+                    let now = shared.now();
+                    if t <= now {
+                        0
+                    } else {
+                        ((t - now).div_ceil(1_000_000)).min(1000) as i32
+                    }
+                }
+            }
+        };
+        if sys::poll_readable(&fds, timeout_ms, &mut ready).is_err() {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+            continue;
+        }
+        if ready.last() == Some(&true) {
+            sys::eventfd_drain(&shared.wake);
+        }
+        let mut engine = shared.lock();
+        let now = shared.now();
+        for (i, (local, sock)) in shared.sockets.iter().enumerate() {
+            if !ready.get(i).copied().unwrap_or(false) {
+                continue;
+            }
+            // Drain what is queued (bounded, so timers still run under load).
+            for _ in 0..256 {
+                let Ok((n, from)) = sock.recv_from(&mut buf) else {
+                    break;
+                };
+                let d = Datagram {
+                    src: from.ip(),
+                    dst: *local,
+                    src_port: from.port(),
+                    hop_limit: 64,
+                    traffic_class: 0,
+                    flow_label: 0,
+                    ipv4_id: None,
+                    payload: &buf[..n],
+                };
+                engine.handle_datagram(now, &d);
+                shared.flush(&mut engine, now);
+            }
+        }
+        if engine.poll_timeout().is_some_and(|t| t <= now) {
+            engine.handle_timeout(now);
+        }
+        shared.flush(&mut engine, now);
+    }
+}

@@ -1,0 +1,205 @@
+//! Soft devices: one per network interface with an address, like a host with rxe on
+//! every interface, plus explicit devices from `RVERBS_DEVICES`.
+
+use crate::error::{Error, Result};
+use rverbs_engine::Mtu;
+use rverbs_wire::grh::Gid;
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+/// A soft RoCE v2 device: a network interface and its addresses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceInfo {
+    /// Device name, `rv_<interface>` (e.g. `rv_lo`, `rv_eth0`).
+    pub name: String,
+    /// The network interface.
+    pub ifname: String,
+    /// Interface index (0 when unknown).
+    pub ifindex: u32,
+    /// The interface's addresses (IPv4 first), each a RoCE v2 GID.
+    pub addrs: Vec<IpAddr>,
+    /// The interface MTU.
+    pub netdev_mtu: usize,
+    /// The interface MAC address, if it has one.
+    pub mac: Option<[u8; 6]>,
+}
+
+impl DeviceInfo {
+    /// True for the loopback device.
+    pub fn is_loopback(&self) -> bool {
+        self.addrs.iter().all(|a| a.is_loopback())
+    }
+
+    /// The active path MTU, as rxe derives it from the netdev MTU.
+    pub fn active_mtu(&self) -> Mtu {
+        Mtu::from_netdev_mtu(self.netdev_mtu).unwrap_or(Mtu::M256)
+    }
+
+    /// The default GID (index 0): fe80::EUI-64 of the MAC, as the kernel's roce_gid_mgmt
+    /// builds it. Interfaces without a MAC (loopback) get a stable substitute built from
+    /// the interface index, so the entry exists like it does on rxe over lo.
+    pub fn default_gid(&self) -> Gid {
+        let mut g = [0u8; 16];
+        g[0] = 0xfe;
+        g[1] = 0x80;
+        let mac = self.mac.filter(|m| m.iter().any(|&b| b != 0)).unwrap_or([
+            0x02,
+            0,
+            0,
+            0,
+            (self.ifindex >> 8) as u8,
+            self.ifindex as u8,
+        ]);
+        g[8] = mac[0] ^ 0x02;
+        g[9] = mac[1];
+        g[10] = mac[2];
+        g[11] = 0xff;
+        g[12] = 0xfe;
+        g[13] = mac[3];
+        g[14] = mac[4];
+        g[15] = mac[5];
+        Gid(g)
+    }
+
+    /// Opens the device.
+    pub fn open(&self) -> Result<crate::Context> {
+        crate::Context::open(self.clone())
+    }
+}
+
+fn sysfs(ifname: &str, file: &str) -> Option<String> {
+    std::fs::read_to_string(format!("/sys/class/net/{ifname}/{file}"))
+        .ok()
+        .map(|s| s.trim().to_string())
+}
+
+fn parse_mac(s: &str) -> Option<[u8; 6]> {
+    let mut mac = [0u8; 6];
+    let mut parts = s.split(':');
+    for b in &mut mac {
+        *b = u8::from_str_radix(parts.next()?, 16).ok()?;
+    }
+    parts.next().is_none().then_some(mac)
+}
+
+fn from_interface(name: String, ifname: &str, index: u32, mut addrs: Vec<IpAddr>) -> DeviceInfo {
+    addrs.sort_by_key(|a| (a.is_ipv6(), *a));
+    addrs.dedup();
+    DeviceInfo {
+        name,
+        ifname: ifname.to_string(),
+        ifindex: index,
+        addrs,
+        netdev_mtu: sysfs(ifname, "mtu")
+            .and_then(|m| m.parse().ok())
+            .unwrap_or(1500),
+        mac: sysfs(ifname, "address").and_then(|m| parse_mac(&m)),
+    }
+}
+
+/// Every soft device: one per interface with an address, or those `RVERBS_DEVICES`
+/// defines (`name=interface` or `name=address` entries, comma separated; an optional
+/// `:mtu` suffix overrides the MTU, e.g. `rv0=lo,rv1=10.77.0.1:1500`).
+pub fn devices() -> Result<Vec<DeviceInfo>> {
+    let ifaces =
+        if_addrs::get_if_addrs().map_err(|e| Error::io("listing network interfaces", e))?;
+    let mut by_name: BTreeMap<String, (u32, Vec<IpAddr>)> = BTreeMap::new();
+    for i in &ifaces {
+        // IPv6 link-local addresses are not usable as RoCE v2 sources without a scope.
+        if let IpAddr::V6(v6) = i.ip() {
+            if v6.segments()[0] & 0xffc0 == 0xfe80 {
+                continue;
+            }
+        }
+        let e = by_name
+            .entry(i.name.clone())
+            .or_insert((i.index.unwrap_or(0), Vec::new()));
+        e.1.push(i.ip());
+    }
+    if let Ok(spec) = std::env::var("RVERBS_DEVICES") {
+        let mut out = Vec::new();
+        for entry in spec.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+            let (name, target) = entry.split_once('=').ok_or_else(|| {
+                Error::NoDevice(format!(
+                    "RVERBS_DEVICES entry {entry:?} (want name=interface)"
+                ))
+            })?;
+            let (target, mtu) = match target.rsplit_once(':') {
+                Some((t, m)) if !t.contains(':') || t.parse::<IpAddr>().is_ok() => {
+                    (t, m.parse().ok())
+                }
+                _ => (target, None),
+            };
+            let mut dev = if let Ok(ip) = target.parse::<IpAddr>() {
+                let (ifname, idx) = ifaces
+                    .iter()
+                    .find(|i| i.ip() == ip)
+                    .map(|i| (i.name.clone(), i.index.unwrap_or(0)))
+                    .unwrap_or_else(|| ("lo".into(), 0));
+                from_interface(name.into(), &ifname, idx, vec![ip])
+            } else {
+                let (idx, addrs) = by_name.get(target).cloned().ok_or_else(|| {
+                    Error::NoDevice(format!("interface {target} (from RVERBS_DEVICES)"))
+                })?;
+                from_interface(name.into(), target, idx, addrs)
+            };
+            if let Some(m) = mtu {
+                dev.netdev_mtu = m;
+            }
+            out.push(dev);
+        }
+        return Ok(out);
+    }
+    Ok(by_name
+        .into_iter()
+        .map(|(n, (idx, addrs))| from_interface(format!("rv_{n}"), &n, idx, addrs))
+        .collect())
+}
+
+/// The device called `name`, or the loopback device when `name` is `None`.
+pub fn device(name: Option<&str>) -> Result<DeviceInfo> {
+    let all = devices()?;
+    match name {
+        Some(n) => all
+            .into_iter()
+            .find(|d| d.name == n)
+            .ok_or_else(|| Error::NoDevice(n.into())),
+        None => all
+            .iter()
+            .find(|d| d.is_loopback())
+            .or(all.first())
+            .cloned()
+            .ok_or_else(|| Error::NoDevice("(any)".into())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_gid_is_eui64() {
+        let d = DeviceInfo {
+            name: "rv_eth0".into(),
+            ifname: "eth0".into(),
+            ifindex: 2,
+            addrs: vec![],
+            netdev_mtu: 1500,
+            mac: Some([0x52, 0x54, 0x00, 0x77, 0x00, 0x02]),
+        };
+        // rxe-peer reference/gid-table.txt: fe80::5054:ff:fe77:2 for this MAC.
+        assert_eq!(d.default_gid().to_string(), "fe80::5054:ff:fe77:2");
+        assert_eq!(d.active_mtu(), Mtu::M1024);
+        assert_eq!(parse_mac("52:54:00:77:00:02"), d.mac);
+        assert_eq!(parse_mac("52:54"), None);
+    }
+
+    #[test]
+    fn loopback_is_listed() {
+        let all = devices().unwrap();
+        let lo = all.iter().find(|d| d.ifname == "lo").expect("rv_lo");
+        assert_eq!(lo.name, "rv_lo");
+        assert!(lo.is_loopback());
+        assert!(lo.addrs.contains(&"127.0.0.1".parse().unwrap()));
+    }
+}

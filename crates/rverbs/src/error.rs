@@ -1,0 +1,64 @@
+//! Errors: every failure names the verb and carries the errno a libibverbs user expects.
+
+use rverbs_engine::VerbError;
+use std::fmt;
+
+/// An error from a verb or from the device.
+#[derive(Debug)]
+pub enum Error {
+    /// A verb refused its arguments or the object's state.
+    Verb(VerbError),
+    /// The device could not be opened or its socket failed.
+    Io {
+        /// What was being done.
+        what: &'static str,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// No device matched.
+    NoDevice(String),
+}
+
+impl Error {
+    /// The errno a libibverbs caller would have seen.
+    pub fn errno(&self) -> i32 {
+        match self {
+            Error::Verb(v) => v.errno.code(),
+            Error::Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
+            Error::NoDevice(_) => libc::ENODEV,
+        }
+    }
+
+    pub(crate) fn io(what: &'static str, source: std::io::Error) -> Self {
+        Error::Io { what, source }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Verb(v) => v.fmt(f),
+            Error::Io { what, source } => write!(f, "{what}: {source}"),
+            Error::NoDevice(name) => write!(f, "no RDMA device named {name}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Verb(v) => Some(v),
+            Error::Io { source, .. } => Some(source),
+            Error::NoDevice(_) => None,
+        }
+    }
+}
+
+impl From<VerbError> for Error {
+    fn from(v: VerbError) -> Self {
+        Error::Verb(v)
+    }
+}
+
+/// Result of a verb.
+pub type Result<T> = std::result::Result<T, Error>;
