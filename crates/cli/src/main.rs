@@ -27,6 +27,49 @@ enum Command {
         #[arg(short = 's', long, default_value_t = 65536)]
         size: usize,
     },
+    /// Ping-pong SENDs with a peer, compatible with rdma-core's ibv_rc_pingpong,
+    /// ibv_uc_pingpong and ibv_ud_pingpong (options, TCP exchange on port 18515,
+    /// closing lines). Without SERVER, waits for a client.
+    Pingpong {
+        /// rc, uc or ud.
+        #[arg(value_parser = ["rc", "uc", "ud"])]
+        transport: String,
+        /// Server to connect to (omit to be the server).
+        server: Option<String>,
+        /// Listen on / connect to this TCP port.
+        #[arg(short = 'p', long, default_value_t = 18515)]
+        port: u16,
+        /// Use this device (default: the loopback soft device).
+        #[arg(short = 'd', long = "ib-dev")]
+        dev: Option<String>,
+        /// Port of the device (only 1 exists).
+        #[arg(short = 'i', long = "ib-port", default_value_t = 1)]
+        ib_port: u8,
+        /// Message size (default 4096; 2048 for ud).
+        #[arg(short = 's', long)]
+        size: Option<usize>,
+        /// Path MTU (rc, uc).
+        #[arg(short = 'm', long, default_value_t = 1024)]
+        mtu: usize,
+        /// Receives to keep posted.
+        #[arg(short = 'r', long = "rx-depth", default_value_t = 500)]
+        rx_depth: usize,
+        /// Exchanges.
+        #[arg(short = 'n', long, default_value_t = 1000)]
+        iters: usize,
+        /// Service level (ignored on RoCE).
+        #[arg(short = 'l', long, default_value_t = 0)]
+        sl: u8,
+        /// Sleep on CQ events instead of polling.
+        #[arg(short = 'e', long)]
+        events: bool,
+        /// Local GID index (default: one of the peer's address family).
+        #[arg(short = 'g', long = "gid-idx")]
+        gid_idx: Option<u8>,
+        /// Validate every received buffer.
+        #[arg(short = 'c', long = "chk")]
+        check: bool,
+    },
     /// Work with packet captures.
     Pcap {
         #[command(subcommand)]
@@ -62,6 +105,56 @@ fn main() -> ExitCode {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("rverbs demo: {e}");
+                    ExitCode::from(1)
+                }
+            }
+        }
+        Command::Pingpong {
+            transport,
+            server,
+            port,
+            dev,
+            ib_port,
+            size,
+            mtu,
+            rx_depth,
+            iters,
+            sl: _,
+            events,
+            gid_idx,
+            check,
+        } => {
+            if ib_port != 1 {
+                eprintln!("rverbs pingpong: the soft device has one port (1)");
+                return ExitCode::from(1);
+            }
+            let qp_type = match transport.as_str() {
+                "uc" => rverbs::QpType::Uc,
+                "ud" => rverbs::QpType::Ud,
+                _ => rverbs::QpType::Rc,
+            };
+            let o = rverbs_cli::pingpong::Opts {
+                qp_type,
+                server,
+                port,
+                dev,
+                size: size.unwrap_or(if qp_type == rverbs::QpType::Ud {
+                    2048
+                } else {
+                    4096
+                }),
+                mtu,
+                rx_depth: rx_depth.max(2),
+                iters: iters.max(1),
+                events,
+                gid_idx,
+                check,
+            };
+            let mut out = std::io::stdout();
+            match rverbs_cli::pingpong::run(&o, &mut out) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("{e}");
                     ExitCode::from(1)
                 }
             }

@@ -313,6 +313,11 @@ impl Engine {
         Ok(())
     }
 
+    /// True when [`Engine::poll_completion_event`] has something.
+    pub fn has_completion_events(&self) -> bool {
+        !self.comp_events.is_empty()
+    }
+
     /// The next CQ that has a completion event for its channel.
     pub fn poll_completion_event(&mut self) -> Option<CqId> {
         self.comp_events.pop_front()
@@ -470,7 +475,11 @@ impl Engine {
         if let Some(s) = init.srq.and_then(|s| self.srqs.get_mut(s.0)) {
             s.users += 1;
         }
-        let qp = Qp::new(qpn, &init);
+        let mut qp = Qp::new(qpn, &init);
+        if init.qp_type == QpType::Ud {
+            // UD has no path: datagrams are limited by the port's active MTU.
+            qp.attr.path_mtu = self.cfg.limits.active_mtu;
+        }
         self.qps.insert(qpn, qp);
         Ok(qpn)
     }

@@ -17,7 +17,7 @@ use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
@@ -26,6 +26,8 @@ pub const ROCE_PORT: u16 = 4791;
 
 pub(crate) struct Shared {
     pub(crate) engine: Mutex<Engine>,
+    /// Signalled (with the engine lock) when completion events may be pending.
+    pub(crate) events: Condvar,
     sockets: Vec<(IpAddr, UdpSocket)>,
     wake: OwnedFd,
     epoch: Instant,
@@ -42,10 +44,13 @@ impl Shared {
         self.engine.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Sends everything the engine has to send.
+    /// Sends everything the engine has to send, and wakes event waiters.
     pub(crate) fn flush(&self, engine: &mut Engine, now: Nanos) {
         while let Some(t) = engine.poll_transmit(now) {
             self.send(&t);
+        }
+        if engine.has_completion_events() {
+            self.events.notify_all();
         }
     }
 
@@ -165,6 +170,7 @@ impl Context {
         cfg.limits.active_mtu = info.active_mtu();
         let shared = Arc::new(Shared {
             engine: Mutex::new(Engine::new(cfg)),
+            events: Condvar::new(),
             sockets,
             wake: sys::eventfd().map_err(|e| Error::io("creating the driver's eventfd", e))?,
             epoch: Instant::now(),
@@ -210,6 +216,29 @@ impl Context {
             .skip(1)
             .position(|g| g.to_ipv4_mapped().is_none() == ipv6)
             .map(|i| i as u8 + 1)
+    }
+
+    /// Waits for the next completion event (`ibv_get_cq_event`): a CQ armed with
+    /// [`crate::Cq::req_notify`] got a completion. Returns the CQ's handle number, or
+    /// `None` after `timeout`.
+    pub fn get_cq_event(&self, timeout: std::time::Duration) -> Option<u32> {
+        let s = self.shared();
+        let deadline = Instant::now() + timeout;
+        let mut e = s.lock();
+        loop {
+            if let Some(cq) = e.poll_completion_event() {
+                return Some(cq.raw());
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return None;
+            }
+            e = s
+                .events
+                .wait_timeout(e, deadline - now)
+                .map(|(g, _)| g)
+                .unwrap_or_else(|p| p.into_inner().0);
+        }
     }
 
     /// Port counters (traffic, and a counter per drop reason).

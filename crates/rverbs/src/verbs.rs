@@ -336,6 +336,22 @@ impl Cq {
         Ok(self.inner.ctx.shared().lock().poll_cq(self.inner.id, out)?)
     }
 
+    /// Arms the CQ for one completion event (`ibv_req_notify_cq`); wait for it with
+    /// [`Context::get_cq_event`].
+    pub fn req_notify(&self, solicited_only: bool) -> Result<()> {
+        Ok(self
+            .inner
+            .ctx
+            .shared()
+            .lock()
+            .req_notify_cq(self.inner.id, solicited_only)?)
+    }
+
+    /// The handle number [`Context::get_cq_event`] reports for this CQ.
+    pub fn handle(&self) -> u32 {
+        self.inner.id.raw()
+    }
+
     /// Polls until at least one completion arrives or `timeout` passes (busy-polling
     /// with yields: the latency-first choice).
     pub fn poll_wait(&self, out: &mut [Wc], timeout: std::time::Duration) -> Result<usize> {
@@ -491,8 +507,9 @@ impl Qp {
         Ok(())
     }
 
-    /// RESET → INIT → RTR → RTS towards `peer` (RC/UC), or → RTS (UD).
-    pub fn connect(&self, peer: &PeerInfo, o: &ConnectOpts) -> Result<()> {
+    /// RESET → INIT with the access rights (RC/UC) or Q_Key (UD) of `o`; receives may be
+    /// posted from then on.
+    pub fn init(&self, o: &ConnectOpts) -> Result<()> {
         let ud = self.qp_type == QpType::Ud;
         let base = QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT;
         let init = QpAttr {
@@ -509,7 +526,15 @@ impl Qp {
             } else {
                 QpAttrMask::ACCESS_FLAGS
             },
-        )?;
+        )
+    }
+
+    /// (RESET →) INIT → RTR → RTS towards `peer` (RC/UC), or → RTS (UD). A QP already
+    /// in INIT (see [`Qp::init`]) keeps its INIT attributes.
+    pub fn connect(&self, peer: &PeerInfo, o: &ConnectOpts) -> Result<()> {
+        if self.state() == QpState::Reset {
+            self.init(o)?;
+        }
         let av = AddressVector {
             dgid: peer.gid,
             sgid_index: o.sgid_index,

@@ -1,0 +1,436 @@
+//! `rverbs pingpong {rc|uc|ud} [SERVER]`: wire- and handshake-compatible with rdma-core's
+//! `ibv_rc_pingpong`, `ibv_uc_pingpong` and `ibv_ud_pingpong` (libibverbs/examples), so
+//! either side can be a real rdma-core tool on a host with rxe or a RoCE NIC.
+//!
+//! The exchange: the client connects to TCP port 18515 and sends
+//! `"%04x:%06x:%06x:%s\0"` (LID, QPN, PSN, GID as 32 hex digits of its raw bytes), 52
+//! bytes; the server connects its QP, answers with its own 52 bytes, and the client
+//! answers `"done\0"`. Then both ping-pong SENDs of `size` bytes `iters` times, each
+//! side posting its next send once its previous send and receive have completed.
+
+use rverbs::{
+    device, AccessFlags, AhAttrs, ConnectOpts, Gid, Mtu, PeerInfo, QpInitAttr, QpType, SendRequest,
+    Wc, WcFlags, WcOpcode, WcStatus,
+};
+use std::io::{Read, Write};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::time::{Duration, Instant};
+
+/// Options, named as rdma-core names them.
+#[derive(Debug, Clone)]
+pub struct Opts {
+    /// Transport.
+    pub qp_type: QpType,
+    /// Server to connect to; `None` = be the server.
+    pub server: Option<String>,
+    /// TCP port of the exchange.
+    pub port: u16,
+    /// Device name (default: loopback, or the device owning the route's address).
+    pub dev: Option<String>,
+    /// Message size.
+    pub size: usize,
+    /// Path MTU in bytes (RC/UC).
+    pub mtu: usize,
+    /// Receives kept posted.
+    pub rx_depth: usize,
+    /// Exchanges.
+    pub iters: usize,
+    /// Sleep on CQ events instead of polling.
+    pub events: bool,
+    /// GID index; `None` picks one of the peer's address family.
+    pub gid_idx: Option<u8>,
+    /// Validate every received buffer.
+    pub check: bool,
+}
+
+const RECV_WRID: u64 = 1;
+const SEND_WRID: u64 = 2;
+const GRH: usize = 40;
+
+#[derive(Debug, Clone, Copy)]
+struct Dest {
+    lid: u16,
+    qpn: u32,
+    psn: u32,
+    gid: Gid,
+}
+
+fn encode(d: &Dest) -> [u8; 52] {
+    let gid: String = d.gid.octets().iter().map(|b| format!("{b:02x}")).collect();
+    let text = format!("{:04x}:{:06x}:{:06x}:{gid}", d.lid, d.qpn, d.psn);
+    let mut msg = [0u8; 52];
+    msg[..51].copy_from_slice(text.as_bytes());
+    msg
+}
+
+fn decode(msg: &[u8; 52]) -> Result<Dest, String> {
+    let text = std::str::from_utf8(&msg[..51]).map_err(|_| "peer address is not text")?;
+    let mut f = text.split(':');
+    let mut hex = |what: &str| -> Result<u32, String> {
+        u32::from_str_radix(f.next().ok_or(format!("missing {what}"))?, 16)
+            .map_err(|_| format!("bad {what}"))
+    };
+    let lid = hex("LID")? as u16;
+    let qpn = hex("QPN")?;
+    let psn = hex("PSN")?;
+    let g = &text[19..51];
+    let mut gid = [0u8; 16];
+    for (i, b) in gid.iter_mut().enumerate() {
+        *b = u8::from_str_radix(&g[2 * i..2 * i + 2], 16).map_err(|_| "bad GID")?;
+    }
+    Ok(Dest {
+        lid,
+        qpn,
+        psn,
+        gid: Gid(gid),
+    })
+}
+
+fn mtu_of(bytes: usize) -> Result<Mtu, String> {
+    Ok(match bytes {
+        256 => Mtu::M256,
+        512 => Mtu::M512,
+        1024 => Mtu::M1024,
+        2048 => Mtu::M2048,
+        4096 => Mtu::M4096,
+        _ => return Err(format!("invalid MTU {bytes}")),
+    })
+}
+
+/// The validation pattern of iteration `iter` (-c): every byte depends on its offset
+/// and the iteration, so a stale or misplaced buffer is caught.
+fn pattern(buf: &mut [u8], iter: usize) {
+    for (i, b) in buf.iter_mut().enumerate() {
+        *b = (i as u8).wrapping_mul(7).wrapping_add(iter as u8);
+    }
+}
+
+fn wc0() -> Wc {
+    Wc {
+        wr_id: 0,
+        status: WcStatus::Success,
+        opcode: WcOpcode::Send,
+        vendor_err: 0,
+        byte_len: 0,
+        imm_data: 0,
+        qp_num: 0,
+        src_qp: 0,
+        wc_flags: WcFlags::default(),
+        pkey_index: 0,
+        slid: 0,
+        sl: 0,
+        dlid_path_bits: 0,
+    }
+}
+
+/// Runs one side. Output goes to `out` in rdma-core's format.
+pub fn run(o: &Opts, out: &mut impl Write) -> Result<(), String> {
+    let e = |e: rverbs::Error| e.to_string();
+    let w = |r: std::io::Result<()>| r.map_err(|e| e.to_string());
+    let ud = o.qp_type == QpType::Ud;
+    let dev = device(o.dev.as_deref()).map_err(e)?;
+    let ctx = dev.open().map_err(e)?;
+    if ud && o.size > dev.active_mtu().bytes() {
+        return Err(format!(
+            "Requested size larger than port MTU ({})",
+            dev.active_mtu().bytes()
+        ));
+    }
+    let pd = ctx.alloc_pd().map_err(e)?;
+    let cq = ctx.create_cq(o.rx_depth as u32 + 1).map_err(e)?;
+    let buf_len = if ud { o.size + GRH } else { o.size };
+    let mr = pd
+        .reg_mr_from(vec![0x7b; buf_len.max(1)], AccessFlags::LOCAL_WRITE)
+        .map_err(e)?;
+    let mut attr = QpInitAttr::new(o.qp_type, &cq);
+    attr.cap.max_send_wr = 1;
+    attr.cap.max_recv_wr = o.rx_depth as u32;
+    attr.cap.max_send_sge = 1;
+    attr.cap.max_recv_sge = 1;
+    let qp = pd.create_qp(&attr).map_err(e)?;
+    let inline = o.size <= attr.cap.max_inline_data as usize;
+    let psn = rand_u32() & 0xff_ffff;
+    let conn_opts = ConnectOpts {
+        sgid_index: 0,
+        mtu: mtu_of(o.mtu)?,
+        psn,
+        access: AccessFlags::NONE,
+        timeout: 14,
+        retry_cnt: 7,
+        rnr_retry: 7,
+        min_rnr_timer: 12,
+        rd_atomic: 1,
+        hop_limit: 1,
+        traffic_class: 0,
+        qkey: 0x1111_1111,
+    };
+    qp.init(&conn_opts).map_err(e)?;
+    let recv_buf = mr.slice(0..buf_len);
+    let send_buf = if ud {
+        mr.slice(GRH..GRH + o.size)
+    } else {
+        mr.slice(0..o.size)
+    };
+    let mut routs = 0;
+    for _ in 0..o.rx_depth {
+        qp.post_recv(RECV_WRID, &[recv_buf]).map_err(e)?;
+        routs += 1;
+    }
+    if o.events {
+        cq.req_notify(false).map_err(e)?;
+    }
+    // Which local GID: the one asked for, or one of the peer's address family.
+    let pick_gid = |ipv6: bool| -> Result<u8, String> {
+        match o.gid_idx {
+            Some(i) => Ok(i),
+            None => ctx.gid_index_for(ipv6).ok_or_else(|| {
+                format!(
+                    "no {} GID on {}",
+                    if ipv6 { "IPv6" } else { "IPv4" },
+                    dev.name
+                )
+            }),
+        }
+    };
+    let show = |g: &Gid| std::net::Ipv6Addr::from(g.octets()).to_string();
+    let connect = |rem: &Dest, sgid: u8| -> Result<(), String> {
+        let opts = ConnectOpts {
+            sgid_index: sgid,
+            ..conn_opts
+        };
+        qp.connect(
+            &PeerInfo {
+                qpn: rem.qpn,
+                psn: rem.psn,
+                gid: rem.gid,
+            },
+            &opts,
+        )
+        .map_err(e)
+    };
+    let (rem, sgid) = match &o.server {
+        Some(server) => {
+            let addrs: Vec<SocketAddr> = (server.as_str(), o.port)
+                .to_socket_addrs()
+                .map_err(|err| format!("{server}: {err}"))?
+                .collect();
+            let mut stream = None;
+            for a in &addrs {
+                if let Ok(s) = TcpStream::connect_timeout(a, Duration::from_secs(10)) {
+                    stream = Some((s, *a));
+                    break;
+                }
+            }
+            let (mut s, addr) = stream.ok_or(format!("Couldn't connect to {server}:{}", o.port))?;
+            let sgid = pick_gid(
+                addr.ip().is_ipv6()
+                    && !matches!(addr.ip(), IpAddr::V6(v) if v.to_ipv4_mapped().is_some()),
+            )?;
+            let me = Dest {
+                lid: 0,
+                qpn: qp.qp_num(),
+                psn,
+                gid: ctx.gid(sgid).ok_or("no such GID index")?,
+            };
+            w(writeln!(
+                out,
+                "  local address:  LID 0x{:04x}, QPN 0x{:06x}, PSN 0x{:06x}, GID {}",
+                0,
+                me.qpn,
+                psn,
+                show(&me.gid)
+            ))?;
+            s.write_all(&encode(&me)).map_err(|e| e.to_string())?;
+            let mut msg = [0u8; 52];
+            s.read_exact(&mut msg)
+                .map_err(|_| "Couldn't read/write remote address")?;
+            s.write_all(b"done\0").map_err(|e| e.to_string())?;
+            let rem = decode(&msg)?;
+            (rem, sgid)
+        }
+        None => {
+            let listener = TcpListener::bind(("::", o.port))
+                .or_else(|_| TcpListener::bind(("0.0.0.0", o.port)))
+                .map_err(|err| format!("Couldn't listen to port {}: {err}", o.port))?;
+            let (mut s, _) = listener.accept().map_err(|e| e.to_string())?;
+            let mut msg = [0u8; 52];
+            s.read_exact(&mut msg)
+                .map_err(|_| "Couldn't read remote address")?;
+            let rem = decode(&msg)?;
+            let sgid = pick_gid(rem.gid.to_ipv4_mapped().is_none())?;
+            let me = Dest {
+                lid: 0,
+                qpn: qp.qp_num(),
+                psn,
+                gid: ctx.gid(sgid).ok_or("no such GID index")?,
+            };
+            w(writeln!(
+                out,
+                "  local address:  LID 0x{:04x}, QPN 0x{:06x}, PSN 0x{:06x}, GID {}",
+                0,
+                me.qpn,
+                psn,
+                show(&me.gid)
+            ))?;
+            connect(&rem, sgid)?;
+            s.write_all(&encode(&me)).map_err(|e| e.to_string())?;
+            let mut done = [0u8; 5];
+            let _ = s.read(&mut done);
+            (rem, sgid)
+        }
+    };
+    w(writeln!(
+        out,
+        "  remote address: LID 0x{:04x}, QPN 0x{:06x}, PSN 0x{:06x}, GID {}",
+        rem.lid,
+        rem.qpn,
+        rem.psn,
+        show(&rem.gid)
+    ))?;
+    let client = o.server.is_some();
+    if client {
+        connect(&rem, sgid)?;
+    }
+    let ah = if ud {
+        Some(
+            pd.create_ah(&AhAttrs {
+                dgid: rem.gid,
+                sgid_index: sgid,
+                hop_limit: 1,
+                traffic_class: 0,
+                flow_label: 0,
+            })
+            .map_err(e)?,
+        )
+    } else {
+        None
+    };
+    let post_send = |iter: usize| -> Result<(), String> {
+        if o.check {
+            mr.with(|b| pattern(&mut b[if ud { GRH } else { 0 }..][..o.size], iter));
+        }
+        let mut req = SendRequest::send(SEND_WRID, &[send_buf]);
+        if inline {
+            req = req.inline();
+        }
+        if let Some(ah) = &ah {
+            req = req.to(ah, rem.qpn, 0x1111_1111);
+        }
+        qp.post_send(&req).map_err(e)
+    };
+    let mut pending = RECV_WRID;
+    if client {
+        post_send(0)?;
+        pending |= SEND_WRID;
+    }
+    let start = Instant::now();
+    let (mut rcnt, mut scnt) = (0usize, 0usize);
+    let mut wcs = [wc0(), wc0()];
+    let mut last_progress = Instant::now();
+    while rcnt < o.iters || scnt < o.iters {
+        if o.events {
+            if ctx.get_cq_event(Duration::from_secs(30)).is_none() {
+                return Err("no completion event in 30 s".into());
+            }
+            cq.req_notify(false).map_err(e)?;
+        }
+        let ne = cq.poll(&mut wcs).map_err(e)?;
+        if ne == 0 {
+            if last_progress.elapsed() > Duration::from_secs(30) {
+                return Err(format!("no completion in 30 s (rcnt {rcnt}, scnt {scnt})"));
+            }
+            std::thread::yield_now();
+            continue;
+        }
+        last_progress = Instant::now();
+        for wc in &wcs[..ne] {
+            if wc.status != WcStatus::Success {
+                return Err(format!(
+                    "Failed status {:?} ({}) for wr_id {}",
+                    wc.status, wc.status as i32, wc.wr_id
+                ));
+            }
+            match wc.wr_id {
+                SEND_WRID => scnt += 1,
+                RECV_WRID => {
+                    if o.check {
+                        let mut want = vec![0u8; o.size];
+                        // The peer's iteration number: our rcnt (both sides alternate).
+                        pattern(&mut want, rcnt);
+                        let got = mr.with(|b| b[if ud { GRH } else { 0 }..][..o.size].to_vec());
+                        if got != want {
+                            return Err(format!(
+                                "Error validating received buffer of iteration {rcnt}"
+                            ));
+                        }
+                    }
+                    routs -= 1;
+                    if routs <= 1 {
+                        while routs < o.rx_depth {
+                            qp.post_recv(RECV_WRID, &[recv_buf]).map_err(e)?;
+                            routs += 1;
+                        }
+                    }
+                    rcnt += 1;
+                }
+                other => return Err(format!("Completion for unknown wr_id {other}")),
+            }
+            pending &= !wc.wr_id;
+            if scnt < o.iters && pending == 0 {
+                post_send(scnt)?;
+                pending = RECV_WRID | SEND_WRID;
+            }
+        }
+    }
+    let usec = start.elapsed().as_secs_f64() * 1e6;
+    let bytes = o.size as u64 * o.iters as u64 * 2;
+    w(writeln!(
+        out,
+        "{bytes} bytes in {:.2} seconds = {:.2} Mbit/sec",
+        usec / 1e6,
+        bytes as f64 * 8.0 / usec
+    ))?;
+    w(writeln!(
+        out,
+        "{} iters in {:.2} seconds = {:.2} usec/iter",
+        o.iters,
+        usec / 1e6,
+        usec / o.iters as f64
+    ))?;
+    Ok(())
+}
+
+fn rand_u32() -> u32 {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    t ^ std::process::id().rotate_left(16)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exchange_format_matches_rdma_core() {
+        let d = Dest {
+            lid: 0,
+            qpn: 0x2c,
+            psn: 0xcbfa69,
+            gid: "::ffff:10.77.0.1"
+                .parse::<std::net::Ipv6Addr>()
+                .unwrap()
+                .into(),
+        };
+        let m = encode(&d);
+        assert_eq!(
+            &m[..],
+            b"0000:00002c:cbfa69:00000000000000000000ffff0a4d0001\0"
+        );
+        let back = decode(&m).unwrap();
+        assert_eq!((back.qpn, back.psn, back.gid), (0x2c, 0xcbfa69, d.gid));
+        let mut bad = m;
+        bad[5] = b'x';
+        assert!(decode(&bad).is_err());
+    }
+}
