@@ -8,7 +8,6 @@ mod common;
 mod driver;
 use common::*;
 use driver::*;
-use rverbs_engine::modify::{QpAttr, QpAttrMask};
 use rverbs_engine::sim::{LinkConfig, Sim};
 use rverbs_engine::*;
 use rverbs_wire::bth::BthRepr;

@@ -126,7 +126,7 @@ fn duplicate_read_request_replays_from_the_asked_psn() {
     assert!(tx(&mut sim, 0).is_empty());
     assert_eq!(
         fire(&mut sim, 0),
-        t0 + 4096 << 10,
+        t0 + (4096 << 10),
         "timeout 10 = 4.194304 ms"
     );
     let again = tx(&mut sim, 0);
