@@ -527,3 +527,18 @@ fn transport_drops_are_counted() {
     assert_eq!(drain(&mut sim, &b).len(), 1);
     let _ = a;
 }
+#[test]
+fn a_reused_slot_never_gets_its_previous_key_back() {
+    // KEY_TAG_BITS: "a tag that changes on every registration of the slot".
+    let mut e = Engine::new(Config::default());
+    let pd = e.alloc_pd();
+    let mem: Arc<dyn Memory> = Arc::new(VecMemory::zeroed(8));
+    let mut prev = e.reg_mr(pd, mem.clone(), 0, Access::NONE).unwrap().lkey;
+    for _ in 0..20_000 {
+        e.dereg_mr(prev).unwrap();
+        let k = e.reg_mr(pd, mem.clone(), 0, Access::NONE).unwrap().lkey;
+        assert_eq!(k >> KEY_TAG_BITS, prev >> KEY_TAG_BITS, "same slot");
+        assert_ne!(k, prev, "a stale key would name the new region");
+        prev = k;
+    }
+}
