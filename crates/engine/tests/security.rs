@@ -8,6 +8,7 @@ mod common;
 mod driver;
 use common::*;
 use driver::*;
+use rverbs_engine::modify::{QpAttr, QpAttrMask};
 use rverbs_engine::sim::{LinkConfig, Sim};
 use rverbs_engine::*;
 use rverbs_wire::bth::BthRepr;
@@ -541,4 +542,58 @@ fn a_reused_slot_never_gets_its_previous_key_back() {
         assert_ne!(k, prev, "a stale key would name the new region");
         prev = k;
     }
+}
+
+/// B's QP loses one remote right while its MR keeps them all.
+fn qp_without(sim: &mut Sim, b: &End, right: Access) {
+    let attr = QpAttr {
+        qp_state: QpState::Rts,
+        qp_access_flags: Access(ALL.0 & !right.0),
+        ..Default::default()
+    };
+    sim.engines[1]
+        .modify_qp(
+            b.qpn,
+            &attr,
+            QpAttrMask::STATE | QpAttrMask::ACCESS_FLAGS,
+            0,
+        )
+        .unwrap();
+}
+
+#[test]
+fn operations_the_qp_does_not_allow_are_invalid_requests() {
+    // rxe `check_op_valid`: RESPST_ERR_UNSUPPORTED_OPCODE, class C, NAK invalid request.
+    for (right, op, len) in [
+        (Access::REMOTE_WRITE, WrOpcode::RdmaWrite, 64),
+        (Access::REMOTE_READ, WrOpcode::RdmaRead, 64),
+        (Access::REMOTE_ATOMIC, WrOpcode::AtomicCmpAndSwp, 8),
+    ] {
+        let (mut sim, a, b) = setup();
+        qp_without(&mut sim, &b, right);
+        let w = remote(1, op, sge(&a, 0, len), b.base, b.keys.rkey);
+        rejected(
+            &mut sim,
+            &a,
+            &b,
+            w,
+            WcStatus::RemInvReqErr,
+            "NAK-INV msn=0",
+            &[&b.mem, &a.mem],
+        );
+    }
+    // Even a zero-length WRITE, which checks no R_Key, needs the QP's right.
+    let (mut sim, a, b) = setup();
+    qp_without(&mut sim, &b, Access::REMOTE_WRITE);
+    let mut w = remote(1, WrOpcode::RdmaWrite, sge(&a, 0, 0), b.base, 0);
+    w.sg_list.clear();
+    rejected(
+        &mut sim,
+        &a,
+        &b,
+        w,
+        WcStatus::RemInvReqErr,
+        "NAK-INV msn=0",
+        &[&b.mem],
+    );
 }
