@@ -597,3 +597,49 @@ fn operations_the_qp_does_not_allow_are_invalid_requests() {
         &[&b.mem],
     );
 }
+#[test]
+fn bad_local_sge_behind_an_outstanding_send_completes_in_order() {
+    // Completions of a send queue come back in posting order (IBTA ch. 10; rxe's
+    // completer only reaches the failed WQE after the ones before it).
+    let (mut sim, a, b) = setup();
+    for i in 0..2 {
+        let now = sim.now;
+        sim.engines[1]
+            .post_recv(
+                b.qpn,
+                RecvWr {
+                    wr_id: i,
+                    sg_list: vec![sge(&b, 0, 64)],
+                },
+                now,
+            )
+            .unwrap();
+    }
+    let now = sim.now;
+    let mut ok = wr(1, WrOpcode::Send, vec![sge(&a, 0, 8)]);
+    ok.flags = SendFlags::SIGNALED;
+    sim.engines[0].post_send(a.qpn, ok, now).unwrap();
+    let p = tx(&mut sim, 0);
+    assert_eq!(lines(&p), ["RC_SEND_ONLY 100"]);
+    let mut bad = wr(2, WrOpcode::Send, vec![sge(&a, 0, 8)]);
+    bad.sg_list[0].lkey ^= 1;
+    sim.engines[0].post_send(a.qpn, bad, now).unwrap();
+    sim.engines[0]
+        .post_send(a.qpn, wr(3, WrOpcode::Send, vec![sge(&a, 0, 8)]), now)
+        .unwrap();
+    assert!(tx(&mut sim, 0).is_empty());
+    rx_all(&mut sim, &p);
+    let ack = tx(&mut sim, 1);
+    rx_all(&mut sim, &ack);
+    assert!(tx(&mut sim, 0).is_empty());
+    let wcs = drain(&mut sim, &a);
+    assert_eq!(
+        wcs.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
+        [
+            (1, WcStatus::Success),
+            (2, WcStatus::LocProtErr),
+            (3, WcStatus::WrFlushErr)
+        ]
+    );
+    assert_eq!(sim.engines[0].qp_state(a.qpn), Some(QpState::Err));
+}
