@@ -89,6 +89,8 @@ pub struct Engine {
     rng: u64,
     pds: Slab<Pd>,
     mrs: Slab<Mr>,
+    /// Tag of the last key of each freed MR slot, so the next key of the slot differs.
+    mr_freed_tags: HashMap<u32, u32>,
     cqs: Slab<Cq>,
     srqs: Slab<Srq>,
     ahs: Slab<Ah>,
@@ -134,6 +136,7 @@ impl Engine {
             rng,
             pds: Slab::default(),
             mrs: Slab::default(),
+            mr_freed_tags: HashMap::new(),
             cqs: Slab::default(),
             srqs: Slab::default(),
             ahs: Slab::default(),
@@ -232,7 +235,11 @@ impl Engine {
             key: 0,
             mem,
         });
-        let key = make_key(slot, &mut self.rng, None);
+        // A new tag for the slot, never the one of its previous MR, as KEY_TAG_BITS
+        // promises: the key of a deregistered MR must stay invalid (IBTA 10.6.3), so it
+        // must not name the slot's new region. (rxe draws 8 random bits per MR.)
+        let old_tag = self.mr_freed_tags.remove(&slot);
+        let key = make_key(slot, &mut self.rng, old_tag);
         if let Some(m) = self.mrs.get_mut(slot) {
             m.key = key;
         }
@@ -250,6 +257,8 @@ impl Engine {
             Some(m) if m.key == lkey => {
                 let pd = PdId(m.pd);
                 self.mrs.remove(slot);
+                self.mr_freed_tags
+                    .insert(slot, lkey & ((1 << KEY_TAG_BITS) - 1));
                 self.pd_use(pd, "dereg_mr", -1)
             }
             _ => Err(err("dereg_mr", Errno::Inval, "no MR with this key")),

@@ -629,18 +629,13 @@ impl Qp {
     }
 
     fn fail_wqe_at(&mut self, idx: usize, status: WcStatus, ctx: &mut Ctx<'_>) {
-        // Everything before idx is already sent; for RC those wait for their ACKs, so
-        // complete them first as the spec orders completions (only possible when idx
-        // is the front). Otherwise flush through the QP error path.
+        // A work queue completes in posting order (IBTA ch. 10 work completions). Everything
+        // before idx is already sent and, for RC, waits for its ACK: the requester stops
+        // at this WQE and fails it once it is the front of the SQ (the response that
+        // completes the ones before wakes the requester, which lands here with idx 0),
+        // as rxe's completer reaches a failed WQE only after those before it.
         if idx == 0 {
             self.complete_front(status, ctx);
-        } else {
-            let w = self.sq.remove(idx);
-            if let Some(w) = w {
-                let wc = self.send_wc(&w, status);
-                ctx.push_wc(self.send_cq, wc, false);
-            }
-            self.fail(ctx);
         }
     }
 

@@ -250,10 +250,13 @@ impl Qp {
                 if info.starts_message {
                     let reth = pkt.reth().expect("WRITE FIRST/ONLY has a RETH");
                     let len = reth.dma_len() as usize;
-                    let seg = if len == 0 {
+                    // An operation the QP does not enable is an invalid request, even
+                    // with length 0; an R_Key that does not allow it is an access error
+                    // (rxe `check_op_valid` → NAK invalid request, class C).
+                    let seg = if !access.contains(Access::REMOTE_WRITE) {
+                        return Err(Fail::Fatal(NakCode::InvalidRequest, None));
+                    } else if len == 0 {
                         None
-                    } else if !access.contains(Access::REMOTE_WRITE) {
-                        return Err(Fail::Fatal(NakCode::RemoteAccessError, None));
                     } else {
                         match check_rkey(
                             ctx.mrs,
@@ -299,14 +302,15 @@ impl Qp {
             OpKind::RdmaReadRequest => {
                 let reth = pkt.reth().expect("READ request has a RETH");
                 let len = reth.dma_len() as usize;
-                let seg = if len == 0 {
+                // Not enabled on the QP: invalid request (rxe `check_op_valid`).
+                let seg = if !access.contains(Access::REMOTE_READ) {
+                    return Err(Fail::Fatal(NakCode::InvalidRequest, None));
+                } else if len == 0 {
                     crate::objects::Seg {
                         mem: std::sync::Arc::new(crate::memory::VecMemory::zeroed(0)),
                         offset: 0,
                         len: 0,
                     }
-                } else if !access.contains(Access::REMOTE_READ) {
-                    return Err(Fail::Fatal(NakCode::RemoteAccessError, None));
                 } else {
                     check_rkey(
                         ctx.mrs,
@@ -339,7 +343,8 @@ impl Qp {
             OpKind::CompareSwap | OpKind::FetchAdd => {
                 let a = pkt.atomic_eth().expect("atomic has an AtomicETH");
                 if !access.contains(Access::REMOTE_ATOMIC) {
-                    return Err(Fail::Fatal(NakCode::RemoteAccessError, None));
+                    // Not enabled on the QP: invalid request (rxe `check_op_valid`).
+                    return Err(Fail::Fatal(NakCode::InvalidRequest, None));
                 }
                 if a.va() % 8 != 0 {
                     return Err(Fail::Fatal(NakCode::InvalidRequest, None));
