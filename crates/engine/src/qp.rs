@@ -155,7 +155,6 @@ pub(crate) enum RespOut {
         first_psn: Psn,
         npkts: u32,
         next: u32,
-        start: u32,
         msn: u32,
     },
     AtomicAck {

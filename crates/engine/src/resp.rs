@@ -334,7 +334,6 @@ impl Qp {
                     first_psn: psn,
                     npkts,
                     next: 0,
-                    start: 0,
                     msn: self.msn,
                 });
                 self.epsn = psn.add(npkts);
@@ -467,7 +466,6 @@ impl Qp {
                             first_psn: first,
                             npkts,
                             next: k,
-                            start: k,
                             msn,
                         });
                     }
@@ -585,7 +583,6 @@ impl Qp {
                 first_psn,
                 npkts,
                 next,
-                start,
                 msn,
             } => {
                 let k = *next;
@@ -595,9 +592,10 @@ impl Qp {
                 if len > 0 {
                     seg.mem.read(seg.offset + off, &mut data);
                 }
-                // A (re)played read starts with FIRST/ONLY at whatever PSN it begins
-                // (rxe `read_reply` on a duplicate request does the same).
-                let starts = k == *start;
+                // FIRST/ONLY only at the resource's first PSN: a replay from a later PSN
+                // continues with MIDDLE/LAST, as rxe's `duplicate_request` sets
+                // `rdatm_res_state_replay` and its completer expects.
+                let starts = k == 0;
                 let ends = k + 1 >= *npkts;
                 let opcode = match (starts, ends) {
                     (true, true) => Opcode::RC_RDMA_READ_RESPONSE_ONLY,

@@ -100,7 +100,8 @@ fn duplicate_read_request_replays_from_the_asked_psn() {
     assert_eq!(
         lines(&replay),
         [
-            la("RC_RDMA_READ_RESPONSE_FIRST", 101, "ACK msn=1"),
+            // A replay from a later PSN continues MIDDLE/LAST (rxe rdatm_res_state_replay).
+            l("RC_RDMA_READ_RESPONSE_MIDDLE", 101),
             la("RC_RDMA_READ_RESPONSE_LAST", 102, "ACK msn=1"),
         ]
     );
@@ -110,7 +111,7 @@ fn duplicate_read_request_replays_from_the_asked_psn() {
     assert_eq!(&a.mem.snapshot()[..3000], &data[..3000]);
 
     // A second READ loses only its LAST: after the timeout the requester asks for the
-    // last PSN, and the replay is a single READ_RESPONSE_ONLY.
+    // last PSN, and the replay is a single READ_RESPONSE_LAST.
     send(
         &mut sim,
         &a,
@@ -135,7 +136,7 @@ fn duplicate_read_request_replays_from_the_asked_psn() {
     let replay = tx(&mut sim, 1);
     assert_eq!(
         lines(&replay),
-        [la("RC_RDMA_READ_RESPONSE_ONLY", 104, "ACK msn=2")]
+        [la("RC_RDMA_READ_RESPONSE_LAST", 104, "ACK msn=2")]
     );
     rx_all(&mut sim, &replay);
     assert_eq!(st(&drain(&mut sim, &a)), [(2, WcStatus::Success)]);
