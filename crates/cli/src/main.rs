@@ -4,7 +4,11 @@ use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(name = "rverbs", version, about = "RDMA verbs tools for the rverbs stack")]
+#[command(
+    name = "rverbs",
+    version,
+    about = "RDMA verbs tools for the rverbs stack"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -41,7 +45,9 @@ enum PcapCommand {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Pcap { command: PcapCommand::Decode { file } } => {
+        Command::Pcap {
+            command: PcapCommand::Decode { file },
+        } => {
             let input = match std::fs::File::open(&file) {
                 Ok(f) => std::io::BufReader::new(f),
                 Err(e) => {

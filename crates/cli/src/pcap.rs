@@ -73,7 +73,10 @@ pub fn decode_record(linktype: Linktype, data: &[u8]) -> Record {
     };
     match decoded {
         Ok(Decoded::NotRoce) => Record::NotRoce,
-        Ok(Decoded::Roce(f)) => Record::Roce { line: f.to_string(), icrc_ok: f.icrc_ok },
+        Ok(Decoded::Roce(f)) => Record::Roce {
+            line: f.to_string(),
+            icrc_ok: f.icrc_ok,
+        },
         Err(e) => Record::Malformed(reason(e)),
     }
 }
@@ -131,8 +134,14 @@ impl fmt::Display for DecodeError {
             DecodeError::Truncated { after_packets } => {
                 write!(f, "capture is cut short after packet {after_packets}")
             }
-            DecodeError::Corrupt { after_packets, detail } => {
-                write!(f, "capture is corrupt after packet {after_packets}: {detail}")
+            DecodeError::Corrupt {
+                after_packets,
+                detail,
+            } => {
+                write!(
+                    f,
+                    "capture is corrupt after packet {after_packets}: {detail}"
+                )
             }
             DecodeError::Io(e) => write!(f, "{e}"),
         }
@@ -209,10 +218,12 @@ fn decode_into<R: Read + Send, W: Write>(
                             )),
                         })
                     }
-                    PcapBlockOwned::NG(Block::SimplePacket(spb)) => Some(match interfaces.first() {
-                        Some(lt) => decode_record(*lt, spb.packet_data()),
-                        None => Record::Malformed("simple packet with no interface".into()),
-                    }),
+                    PcapBlockOwned::NG(Block::SimplePacket(spb)) => {
+                        Some(match interfaces.first() {
+                            Some(lt) => decode_record(*lt, spb.packet_data()),
+                            None => Record::Malformed("simple packet with no interface".into()),
+                        })
+                    }
                     PcapBlockOwned::NG(_) => None,
                 };
                 (offset, record)
@@ -221,13 +232,19 @@ fn decode_into<R: Read + Send, W: Write>(
             Err(PcapError::Incomplete(_)) => {
                 idle_refills += 1;
                 if idle_refills > MAX_IDLE_REFILLS {
-                    return Err(DecodeError::Truncated { after_packets: totals.packets });
+                    return Err(DecodeError::Truncated {
+                        after_packets: totals.packets,
+                    });
                 }
-                reader.refill().map_err(|_| std::io::Error::other("read failed"))?;
+                reader
+                    .refill()
+                    .map_err(|_| std::io::Error::other("read failed"))?;
                 continue;
             }
             Err(PcapError::UnexpectedEof) => {
-                return Err(DecodeError::Truncated { after_packets: totals.packets });
+                return Err(DecodeError::Truncated {
+                    after_packets: totals.packets,
+                });
             }
             Err(e) => {
                 let detail = match e {
@@ -235,7 +252,10 @@ fn decode_into<R: Read + Send, W: Write>(
                     PcapError::ReadError => "read failed".to_string(),
                     other => format!("{other:?}"),
                 };
-                return Err(DecodeError::Corrupt { after_packets: totals.packets, detail });
+                return Err(DecodeError::Corrupt {
+                    after_packets: totals.packets,
+                    detail,
+                });
             }
         };
         if let Some(record) = record {
@@ -269,7 +289,10 @@ mod tests {
     /// DESIGN §3 vector (IPv4 RC SEND_ONLY "hello" with its ICRC).
     fn datagram() -> Vec<u8> {
         let s = "4500003400004000401126b70a0000010a000002c00012b7002000000430ffff000000118000000068656c6c6f00000006451676";
-        (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect()
+        (0..s.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+            .collect()
     }
 
     fn legacy_pcap(linktype: u32, records: &[Vec<u8>]) -> Vec<u8> {
@@ -299,7 +322,10 @@ mod tests {
     fn raw_ip_capture() {
         let mut bad = datagram();
         bad[45] ^= 0x20;
-        let cap = legacy_pcap(101, &[datagram(), bad, datagram()[..30].to_vec(), vec![0x60]]);
+        let cap = legacy_pcap(
+            101,
+            &[datagram(), bad, datagram()[..30].to_vec(), vec![0x60]],
+        );
         let (r, text) = run(&cap);
         let totals = r.unwrap();
         assert_eq!(
@@ -318,19 +344,37 @@ mod tests {
         let mut sll = vec![0u8; 16];
         sll[14] = 0x08;
         sll.extend_from_slice(&datagram());
-        assert!(matches!(decode_record(Linktype(113), &sll), Record::Roce { icrc_ok: true, .. }));
+        assert!(matches!(
+            decode_record(Linktype(113), &sll),
+            Record::Roce { icrc_ok: true, .. }
+        ));
         let mut sll2 = vec![0u8; 20];
         sll2[0] = 0x08;
         sll2.extend_from_slice(&datagram());
-        assert!(matches!(decode_record(Linktype(276), &sll2), Record::Roce { icrc_ok: true, .. }));
+        assert!(matches!(
+            decode_record(Linktype(276), &sll2),
+            Record::Roce { icrc_ok: true, .. }
+        ));
         sll2[0] = 0x08;
         sll2[1] = 0x06;
-        assert!(matches!(decode_record(Linktype(276), &sll2), Record::NotRoce));
+        assert!(matches!(
+            decode_record(Linktype(276), &sll2),
+            Record::NotRoce
+        ));
         let mut null = 2u32.to_le_bytes().to_vec();
         null.extend_from_slice(&datagram());
-        assert!(matches!(decode_record(Linktype(0), &null), Record::Roce { .. }));
-        assert!(matches!(decode_record(Linktype(0), &[2]), Record::Malformed(_)));
-        assert!(matches!(decode_record(Linktype(147), &null), Record::Malformed(_)));
+        assert!(matches!(
+            decode_record(Linktype(0), &null),
+            Record::Roce { .. }
+        ));
+        assert!(matches!(
+            decode_record(Linktype(0), &[2]),
+            Record::Malformed(_)
+        ));
+        assert!(matches!(
+            decode_record(Linktype(147), &null),
+            Record::Malformed(_)
+        ));
     }
 
     #[test]
@@ -343,7 +387,10 @@ mod tests {
 
         let cap = legacy_pcap(101, &[datagram(), datagram()]);
         let (r, text) = run(&cap[..cap.len() - 10]);
-        assert!(matches!(r, Err(DecodeError::Truncated { after_packets: 1 })), "{r:?}");
+        assert!(
+            matches!(r, Err(DecodeError::Truncated { after_packets: 1 })),
+            "{r:?}"
+        );
         assert!(text.ends_with("packets=1 roce=1 icrc_ok=1 icrc_bad=0 malformed=0\n"));
 
         // A record claiming 2 GiB.
@@ -393,7 +440,11 @@ mod tests {
         cap.extend(block(6, &epb(7, &datagram())));
         let (r, text) = run(&cap);
         let t = r.unwrap();
-        assert_eq!((t.packets, t.roce, t.icrc_ok, t.malformed), (3, 2, 2, 1), "{text}");
+        assert_eq!(
+            (t.packets, t.roce, t.icrc_ok, t.malformed),
+            (3, 2, 2, 1),
+            "{text}"
+        );
         assert!(text.contains("3 malformed: packet names interface 7 with no description"));
     }
 }

@@ -43,7 +43,11 @@ fn captures() -> Vec<PathBuf> {
         .filter(|p| p.extension().is_some_and(|e| e == "pcap"))
         .collect();
     v.sort();
-    assert!(v.len() >= 15, "expected the 15 rxe golden captures, found {}", v.len());
+    assert!(
+        v.len() >= 15,
+        "expected the 15 rxe golden captures, found {}",
+        v.len()
+    );
     v
 }
 
@@ -66,7 +70,9 @@ fn num(s: &str, hex_bytes: bool) -> u64 {
 /// One tshark row per frame: key → value, only for fields present.
 fn tshark_rows(pcap: &Path) -> Option<Vec<BTreeMap<&'static str, u64>>> {
     let mut cmd = Command::new("tshark");
-    cmd.arg("-r").arg(pcap).args(["-T", "fields", "-E", "separator=\t"]);
+    cmd.arg("-r")
+        .arg(pcap)
+        .args(["-T", "fields", "-E", "separator=\t"]);
     cmd.args(["-o", "infiniband.try_heuristic_first:FALSE"]);
     for (f, _) in FIELDS {
         cmd.args(["-e", f]);
@@ -76,7 +82,11 @@ fn tshark_rows(pcap: &Path) -> Option<Vec<BTreeMap<&'static str, u64>>> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
         Err(e) => panic!("tshark: {e}"),
     };
-    assert!(out.status.success(), "tshark failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "tshark failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let text = String::from_utf8(out.stdout).unwrap();
     Some(
         text.lines()
@@ -100,12 +110,20 @@ fn tshark_rows(pcap: &Path) -> Option<Vec<BTreeMap<&'static str, u64>>> {
 fn our_rows(pcap: &Path) -> Vec<BTreeMap<&'static str, u64>> {
     let mut out = Vec::new();
     let totals = rverbs_cli::pcap::decode(std::fs::File::open(pcap).unwrap(), &mut out).unwrap();
-    assert_eq!((totals.malformed, totals.icrc_bad), (0, 0), "{}", pcap.display());
+    assert_eq!(
+        (totals.malformed, totals.icrc_bad),
+        (0, 0),
+        "{}",
+        pcap.display()
+    );
     let text = String::from_utf8(out).unwrap();
     let names: BTreeMap<&str, u8> = Opcode::all().map(|(o, i)| (i.name, o.0)).collect();
     let key = |group: &str, name: &str| -> Option<&'static str> {
         let full = format!("{group}.{name}");
-        FIELDS.iter().map(|(_, k)| *k).find(|k| *k == full || (*k == name && group != "aeth"))
+        FIELDS
+            .iter()
+            .map(|(_, k)| *k)
+            .find(|k| *k == full || (*k == name && group != "aeth"))
     };
     let mut rows = Vec::new();
     for line in text.lines().filter(|l| !l.starts_with("packets=")) {
@@ -129,7 +147,11 @@ fn our_rows(pcap: &Path) -> Vec<BTreeMap<&'static str, u64>> {
                     g => group = g,
                 },
                 Some((name, value)) => {
-                    let name = if group == "aeth" && name == "syn" { "syn" } else { name };
+                    let name = if group == "aeth" && name == "syn" {
+                        "syn"
+                    } else {
+                        name
+                    };
                     if let Some(k) = key(group, name) {
                         row.insert(k, num(value, false));
                     }
@@ -147,7 +169,10 @@ fn decoder_agrees_with_tshark_on_every_golden_packet() {
     let mut compared = 0;
     for pcap in captures() {
         let Some(theirs) = tshark_rows(&pcap) else {
-            assert!(!required, "RVERBS_REQUIRE_TSHARK is set but tshark is not installed");
+            assert!(
+                !required,
+                "RVERBS_REQUIRE_TSHARK is set but tshark is not installed"
+            );
             eprintln!("SKIPPED: tshark is not installed; the Wireshark comparison did not run");
             return;
         };
@@ -155,7 +180,11 @@ fn decoder_agrees_with_tshark_on_every_golden_packet() {
         assert_eq!(ours.len(), theirs.len(), "{}: packet count", pcap.display());
         for (i, (o, t)) in ours.iter().zip(&theirs).enumerate() {
             assert_eq!(o, t, "{} packet {}", pcap.display(), i + 1);
-            assert!(t.len() >= 6, "tshark decoded too little of packet {}: {t:?}", i + 1);
+            assert!(
+                t.len() >= 6,
+                "tshark decoded too little of packet {}: {t:?}",
+                i + 1
+            );
             compared += 1;
         }
     }
