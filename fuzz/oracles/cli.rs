@@ -1,0 +1,44 @@
+// Fuzz oracles for `rverbs-cli`'s capture decoder, shared by the cargo-fuzz targets in
+// `fuzz/fuzz_targets/` and the stable replay test `crates/cli/tests/fuzz_seeds.rs`,
+// which both `include!` this file.
+
+use pcap_parser::Linktype;
+use rverbs_cli::pcap::{decode, decode_record, DecodeError, Record};
+
+/// Link types `decode_record` knows, and one it does not (147, USER0).
+pub const LINKTYPES: [i32; 9] = [0, 1, 101, 108, 113, 228, 229, 276, 147];
+
+/// The first byte picks a link type from [`LINKTYPES`]; the rest is one record.
+pub fn pcap_record(data: &[u8]) {
+    let Some((&selector, rest)) = data.split_first() else {
+        return;
+    };
+    let linktype = LINKTYPES[usize::from(selector) % LINKTYPES.len()];
+    match decode_record(Linktype(linktype), rest) {
+        Record::NotRoce => {}
+        Record::Roce { line, icrc_ok } => {
+            let tail = if icrc_ok { "icrc=ok" } else { "icrc=bad" };
+            assert!(line.ends_with(tail), "{line}");
+            assert!(!line.contains('\n'), "{line}");
+        }
+        Record::Malformed(why) => {
+            assert!(!why.is_empty());
+            assert!(!why.contains('\n'), "{why}");
+            if linktype == 147 {
+                assert_eq!(why, "unsupported link type 147");
+            }
+        }
+    }
+}
+
+/// The bytes as a whole pcap/pcapng capture, decoded into a sink; the totals must add up.
+pub fn pcap_file(data: &[u8]) {
+    match decode(data, &mut std::io::sink()) {
+        Ok(t) => {
+            assert_eq!(t.roce, t.icrc_ok + t.icrc_bad);
+            assert!(t.roce + t.malformed <= t.packets);
+        }
+        Err(DecodeError::Io(e)) => panic!("reading a byte slice cannot fail: {e}"),
+        Err(_) => {}
+    }
+}

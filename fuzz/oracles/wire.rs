@@ -1,0 +1,207 @@
+// Fuzz oracles for `rverbs-wire`, shared by the cargo-fuzz targets in
+// `fuzz/fuzz_targets/` and the stable replay test `crates/wire/tests/fuzz_seeds.rs`,
+// which both `include!` this file. Each function must not panic on any input; the
+// asserts are the round-trip / consistency properties the parsers promise.
+
+use rverbs_wire::frame::{self, Decoded};
+use rverbs_wire::icrc;
+use rverbs_wire::mad::bm::{BKeyInfo, BKeyInfoRepr, BmMad, BmMadRepr};
+use rverbs_wire::mad::cm::{
+    CmDrep, CmDrepRepr, CmDreq, CmDreqRepr, CmMad, CmMadRepr, CmMessage, CmMra, CmMraRepr,
+    CmPath, CmPathRepr, CmRej, CmRejRepr, CmRep, CmRepRepr, CmReq, CmReqRepr, CmRtu,
+    CmRtuRepr,
+};
+use rverbs_wire::mad::notice::{
+    GsNotice, GsNoticeRepr, Notice, NoticeRepr, Trap256Details, Trap256DetailsRepr,
+    Trap259BKeyDetails, Trap259BKeyDetailsRepr,
+};
+use rverbs_wire::mad::pma::{
+    ClassPortInfo, ClassPortInfoRepr, PerfMad, PerfMadRepr, PortCounters, PortCountersExtended,
+    PortCountersExtendedRepr, PortCountersRepr,
+};
+use rverbs_wire::mad::smp::{DrSmp, DrSmpRepr, Smp, SmpRepr};
+use rverbs_wire::mad::{MadHeader, MadHeaderRepr};
+use rverbs_wire::packet::{Packet, PacketRepr};
+
+/// `Packet::new_checked`; on success every accessor, Display, and the
+/// parse → emit → re-parse round trip.
+pub fn packet(data: &[u8]) {
+    let Ok(p) = Packet::new_checked(data) else {
+        return;
+    };
+    let bth = p.bth();
+    let _ = (bth.opcode(), bth.solicited(), bth.mig_req(), bth.pad(), bth.tver());
+    let _ = (bth.pkey(), bth.fecn(), bth.becn(), bth.resv6(), bth.dest_qp());
+    let _ = (bth.ack_req(), bth.resv7(), bth.psn());
+    assert_eq!(p.opcode(), bth.opcode());
+    assert!(p.info().is_some(), "new_checked accepted an unknown opcode");
+    if let Some(h) = p.reth() {
+        let _ = (h.va(), h.rkey(), h.dma_len());
+    }
+    if let Some(h) = p.aeth() {
+        let _ = (h.syndrome(), h.msn());
+    }
+    if let Some(h) = p.deth() {
+        let _ = (h.qkey(), h.src_qp());
+    }
+    if let Some(h) = p.feth() {
+        let _ = (h.selectivity(), h.placement());
+    }
+    if let Some(h) = p.atomic_eth() {
+        let _ = (h.va(), h.rkey(), h.swap_add(), h.compare());
+    }
+    let _ = format!("{:?}", p.atomic_ack_eth());
+    let _ = (p.immediate(), p.ieth_rkey(), p.icrc());
+    let (header_len, payload_len) = (p.header_len(), p.payload_len());
+    let range = p.payload_range();
+    assert_eq!(range.len(), payload_len);
+    assert_eq!(range.start, header_len);
+    assert_eq!(p.payload(), &data[range.clone()]);
+    assert_eq!(p.pad_bytes().len(), usize::from(bth.pad()));
+    assert_eq!(p.without_icrc().len(), data.len() - 4);
+    assert_eq!(header_len + payload_len + usize::from(bth.pad()) + 4, data.len());
+    let text = p.to_string();
+    assert!(!text.is_empty());
+
+    let Ok(repr) = PacketRepr::parse(&p) else {
+        return;
+    };
+    repr.validate()
+        .expect("a repr parsed from a checked packet must validate");
+    assert_eq!(repr.buffer_len(), data.len());
+    let mut buf = vec![0u8; repr.buffer_len()];
+    repr.emit(&mut buf).expect("emit of a parsed repr failed");
+    let again = Packet::new_checked(&buf[..]).expect("emitted packet does not check");
+    assert_eq!(PacketRepr::parse(&again).expect("re-parse failed"), repr);
+    assert_eq!(again.payload(), p.payload());
+}
+
+/// The first byte picks Ethernet (even) or IP (odd); the rest is the frame. A RoCE
+/// frame is displayed and its transport packet goes through [`packet`]; the ICRC
+/// functions are run directly on the bytes too.
+pub fn frame(data: &[u8]) {
+    let Some((&selector, rest)) = data.split_first() else {
+        return;
+    };
+    let ethernet = selector & 1 == 0;
+    let decoded = if ethernet {
+        frame::parse_ethernet(rest)
+    } else {
+        frame::parse_ip(rest)
+    };
+    if let Ok(Decoded::Roce(f)) = &decoded {
+        let line = f.to_string();
+        let tail = if f.icrc_ok { "icrc=ok" } else { "icrc=bad" };
+        assert!(line.ends_with(tail), "{line}");
+        let _ = (f.ip.src(), f.ip.dst(), format!("{:?}", f.ethernet));
+        assert_eq!(f.ethernet.is_some(), ethernet);
+        if !ethernet {
+            assert_eq!(icrc::verify(rest), Ok(f.icrc_ok));
+        }
+        packet(f.packet.clone().into_inner());
+    }
+    // The ICRC functions on the bytes as an IP datagram.
+    let computed = icrc::compute(rest);
+    let verified = icrc::verify(rest);
+    if let Ok(c) = computed {
+        let carried = icrc::carried(rest).expect("compute succeeded but carried failed");
+        assert_eq!(verified, Ok(c == carried));
+        let mut fixed = rest.to_vec();
+        icrc::fill(&mut fixed).expect("compute succeeded but fill failed");
+        assert_eq!(icrc::verify(&fixed), Ok(true));
+        assert_eq!(icrc::carried(&fixed), Ok(c));
+    } else {
+        assert!(verified.is_err());
+    }
+}
+
+/// `new_checked` + `parse`; when parse succeeds, `emit` into a fresh buffer, re-parse
+/// (must equal) and emit again (bytes must be identical).
+macro_rules! round_trip {
+    ($view:ident, $repr:ident, $bytes:expr) => {{
+        if let Ok(view) = $view::new_checked($bytes) {
+            if let Ok(repr) = $repr::parse(&view) {
+                let mut out = vec![0u8; repr.buffer_len()];
+                repr.emit(&mut $view::new_unchecked(&mut out[..]));
+                let view2 = $view::new_checked(&out[..]).expect(concat!(
+                    stringify!($repr),
+                    ": emitted buffer fails check_len"
+                ));
+                let again = $repr::parse(&view2)
+                    .expect(concat!(stringify!($repr), ": re-parse failed"));
+                assert_eq!(again, repr, concat!(stringify!($repr), ": round trip"));
+                let mut out2 = vec![0xA5u8; repr.buffer_len()];
+                again.emit(&mut $view::new_unchecked(&mut out2[..]));
+                assert_eq!(out, out2, concat!(stringify!($repr), ": emit not stable"));
+            }
+        }
+    }};
+}
+
+/// Every attribute layout, over `bytes` wherever they sit in a MAD.
+fn mad_attributes(bytes: &[u8]) {
+    round_trip!(ClassPortInfo, ClassPortInfoRepr, bytes);
+    round_trip!(PortCounters, PortCountersRepr, bytes);
+    round_trip!(PortCountersExtended, PortCountersExtendedRepr, bytes);
+    round_trip!(BKeyInfo, BKeyInfoRepr, bytes);
+    round_trip!(Notice, NoticeRepr, bytes);
+    round_trip!(GsNotice, GsNoticeRepr, bytes);
+    round_trip!(Trap256Details, Trap256DetailsRepr, bytes);
+    round_trip!(Trap259BKeyDetails, Trap259BKeyDetailsRepr, bytes);
+    round_trip!(CmPath, CmPathRepr, bytes);
+    round_trip!(CmReq, CmReqRepr, bytes);
+    round_trip!(CmMra, CmMraRepr, bytes);
+    round_trip!(CmRej, CmRejRepr, bytes);
+    round_trip!(CmRep, CmRepRepr, bytes);
+    round_trip!(CmRtu, CmRtuRepr, bytes);
+    round_trip!(CmDreq, CmDreqRepr, bytes);
+    round_trip!(CmDrep, CmDrepRepr, bytes);
+}
+
+/// Every MAD layout on the bytes: the common header (with its DR helpers checked
+/// against the repr's), the class MADs, the CM dispatcher, and every attribute view
+/// over the MAD's data areas.
+pub fn mad(data: &[u8]) {
+    if let Ok(h) = MadHeader::new_checked(data) {
+        let r = MadHeaderRepr::parse(&h).expect("header parse after new_checked");
+        assert_eq!(h.is_response(), r.is_response());
+        assert_eq!(h.dr_direction(), r.dr_direction());
+        assert_eq!(h.dr_status(), r.dr_status());
+        assert_eq!(h.hop_pointer(), r.hop_pointer());
+        assert_eq!(h.hop_count(), r.hop_count());
+        assert_eq!(
+            MadHeaderRepr::dr_status_word(r.dr_direction(), r.dr_status()),
+            r.status
+        );
+        assert_eq!(
+            MadHeaderRepr::dr_class_specific(r.hop_pointer(), r.hop_count()),
+            r.class_specific
+        );
+        assert_eq!(h.payload().len(), data.len() - 24);
+    }
+    round_trip!(MadHeader, MadHeaderRepr, data);
+    round_trip!(Smp, SmpRepr, data);
+    round_trip!(DrSmp, DrSmpRepr, data);
+    round_trip!(PerfMad, PerfMadRepr, data);
+    round_trip!(BmMad, BmMadRepr, data);
+    round_trip!(CmMad, CmMadRepr, data);
+    if let Ok(m) = CmMad::new_checked(data) {
+        let header = m.header();
+        if let Ok(msg) = CmMessage::parse(header.attribute_id, m.data_ref()) {
+            assert_eq!(msg.attribute_id(), header.attribute_id);
+        }
+    }
+    if let Ok(m) = Smp::new_checked(data) {
+        mad_attributes(m.data_ref());
+    }
+    if let Ok(m) = PerfMad::new_checked(data) {
+        mad_attributes(m.data_ref());
+    }
+    if let Ok(m) = CmMad::new_checked(data) {
+        mad_attributes(m.data_ref());
+    }
+    if let Ok(n) = Notice::new_checked(data) {
+        mad_attributes(n.data_details_ref());
+    }
+    mad_attributes(data);
+}
