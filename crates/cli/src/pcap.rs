@@ -177,6 +177,8 @@ struct BlockGuard<R> {
     pcapng: Option<bool>,
     little_endian: bool,
     eof: bool,
+    /// Why the stream was cut, for the caller (pcap-parser reports only "read error").
+    fault: std::sync::Arc<std::sync::Mutex<Option<String>>>,
 }
 
 impl<R: Read> BlockGuard<R> {
@@ -190,6 +192,7 @@ impl<R: Read> BlockGuard<R> {
             pcapng: None,
             little_endian: true,
             eof: false,
+            fault: Default::default(),
         }
     }
 
@@ -246,10 +249,9 @@ impl<R: Read> BlockGuard<R> {
                 u32::from_be_bytes(raw)
             };
             if len < 12 || len % 4 != 0 {
-                return Err(std::io::Error::new(
-                    std::io::ErrorKind::InvalidData,
-                    format!("pcapng block at byte {} has length {len}", self.next_block),
-                ));
+                let why = format!("pcapng block at byte {} has length {len}", self.next_block);
+                *self.fault.lock().unwrap_or_else(|e| e.into_inner()) = Some(why.clone());
+                return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, why));
             }
             self.next_block += u64::from(len);
         }
@@ -289,7 +291,27 @@ fn decode_into<R: Read + Send, W: Write>(
     out: &mut W,
     totals: &mut Totals,
 ) -> Result<(), DecodeError> {
-    let mut reader = match create_reader(MAX_RECORD * 2, BlockGuard::new(input)) {
+    let guard = BlockGuard::new(input);
+    let fault = guard.fault.clone();
+    let result = decode_guarded(guard, out, totals);
+    let fault = fault.lock().unwrap_or_else(|e| e.into_inner()).take();
+    match (result, fault) {
+        (Err(DecodeError::Io(_) | DecodeError::Corrupt { .. }), Some(detail)) => {
+            Err(DecodeError::Corrupt {
+                after_packets: totals.packets,
+                detail,
+            })
+        }
+        (r, _) => r,
+    }
+}
+
+fn decode_guarded<R: Read + Send, W: Write>(
+    input: R,
+    out: &mut W,
+    totals: &mut Totals,
+) -> Result<(), DecodeError> {
+    let mut reader = match create_reader(MAX_RECORD * 2, input) {
         Ok(r) => r,
         Err(PcapError::ReadError) => {
             return Err(DecodeError::Io(std::io::Error::other("read failed")));
