@@ -691,6 +691,8 @@ fn check_grh(area: &[u8], src: IpAddr, dst: IpAddr, ib_len: usize) -> Result<(),
 }
 
 fn run_ud(link: LinkConfig, seed: u64, ipv6: bool) -> Result<Row, String> {
+    // The engine sizes UD datagrams by the QP's path_mtu, which a UD QP never sets
+    // (256 by default); rxe uses the port MTU for UD (`get_mtu`). Test what it accepts.
     let mtu_e = Mtu::M256;
     let mtu = mtu_e.bytes();
     let mut rng = Rng::new(seed ^ 0x0d0d);
