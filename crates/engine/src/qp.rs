@@ -1053,14 +1053,26 @@ impl Qp {
         }
         self.retry_left -= 1;
         let from = self.comp_psn;
+        // `retransmitted_packets` counts packets that went out before and will go
+        // out again (go-back-N resends from the gap what was already sent, IBTA
+        // 9.7.5.2.5): not the unsent rest of a message, and for a READ/atomic its one
+        // request packet, not the response PSNs it spans. (rxe only counts retries,
+        // `RXE_CNT_COMP_RETRY`; that is `retransmit_timeouts` + `rx_nak_seq` here.)
+        let sent = |q: &Qp| -> u32 {
+            q.sq.iter()
+                .take_while(|w| w.started)
+                .map(|w| {
+                    if w.is_rd_atomic() {
+                        u32::from(w.fully_sent())
+                    } else {
+                        w.next_pkt
+                    }
+                })
+                .sum()
+        };
+        let before = sent(self);
         self.go_back(from);
-        let resent: u32 = self
-            .sq
-            .iter()
-            .skip(self.sq_next)
-            .take_while(|w| w.started)
-            .map(|w| w.npkts.saturating_sub(w.next_pkt))
-            .sum();
+        let resent = before.saturating_sub(sent(self));
         ctx.counters.retransmitted_packets += u64::from(resent);
         self.rearm(ctx.now);
     }

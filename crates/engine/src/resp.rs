@@ -667,10 +667,10 @@ impl Qp {
         }
         data.write(
             0,
-            &grh_area(
-                d,
-                payload.len() + rverbs_wire::icrc::ICRC_LEN + pkt.header_len(),
-            ),
+            // The whole UDP payload, pad included: rxe copies the received IP header
+            // itself (`rxe_resp.c` `send_data_in` of `ip_hdr(skb)`), whose length
+            // covers BTH through ICRC with the pad bytes (IBTA 9.3.1.3, pad to 4).
+            &grh_area(d, d.payload.len()),
         );
         data.write(GRH_AREA, payload);
         let mut wc = self.recv_wc(wqe.wr_id, WcStatus::Success, WcOpcode::Recv, total as u32);

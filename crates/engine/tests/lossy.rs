@@ -140,3 +140,60 @@ fn heavy_loss() {
         run(link, seed, 100, 5000).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
     }
 }
+
+/// Regression: `retransmitted_packets` added, on every retry, every packet of every
+/// started message from the gap on, sent or not (a 1 MiB WRITE with one lost packet
+/// counted 1024 while only the 128-PSN window had gone out), so on a reordering link
+/// it exceeded the packets sent. Go-back-N resends what was sent (IBTA 9.7.5.2.5).
+#[test]
+fn retransmitted_packets_counts_only_resent() {
+    let mut sim = Sim::new(2, false, LinkConfig::default(), 9);
+    let o = PairOpts {
+        mem_len: 1 << 21,
+        ..Default::default()
+    };
+    let (a, b) = pair(&mut sim, &o);
+    let mut w = wr(1, WrOpcode::RdmaWrite, vec![sge(&a, 0, 1 << 20)]);
+    w.remote_addr = b.base;
+    w.rkey = b.keys.rkey;
+    sim.engines[0].post_send(a.qpn, w, 0).unwrap();
+    let deliver = |sim: &mut Sim, to: usize, t: &Transmit| {
+        let d = Datagram {
+            src: t.src,
+            dst: t.dst,
+            src_port: t.src_port,
+            hop_limit: t.hop_limit,
+            traffic_class: t.traffic_class,
+            flow_label: t.flow_label,
+            ipv4_id: Some(0),
+            payload: &t.payload,
+        };
+        sim.engines[to].handle_datagram(0, &d);
+    };
+    // The window goes out; the first packet is lost.
+    let mut window = Vec::new();
+    while let Some(t) = sim.engines[0].poll_transmit(0) {
+        window.push(t);
+    }
+    assert_eq!(window.len(), MAX_UNACKED_PSNS as usize);
+    for t in &window[1..] {
+        deliver(&mut sim, 1, t);
+    }
+    // One NAK sequence error comes back and the requester goes back to the gap.
+    let mut naks = Vec::new();
+    while let Some(t) = sim.engines[1].poll_transmit(0) {
+        naks.push(t);
+    }
+    assert_eq!(naks.len(), 1);
+    deliver(&mut sim, 0, &naks[0]);
+    assert_eq!(sim.engines[0].counters().rx_nak_seq, 1);
+    assert_eq!(
+        sim.engines[0].counters().retransmitted_packets,
+        u64::from(MAX_UNACKED_PSNS)
+    );
+    let wcs = wait_wcs(&mut sim, &a, 1, SEC);
+    assert_eq!(wcs.len(), 1);
+    assert_eq!(wcs[0].status, WcStatus::Success);
+    let c = sim.engines[0].counters();
+    assert!(c.retransmitted_packets <= c.tx_packets, "{c:?}");
+}
