@@ -388,7 +388,12 @@ impl Qp {
             cap: self.attr.cap,
             sq_sig_all: self.sq_sig_all,
         };
+        let ud_mtu = self.attr.path_mtu;
         *self = Qp::new(self.qpn, &init);
+        if self.qp_type == QpType::Ud {
+            // UD keeps the port's MTU (set at create_qp) across a reset.
+            self.attr.path_mtu = ud_mtu;
+        }
     }
 
     /// Moves the QP to the error state because of an error (QP_FATAL).
