@@ -774,7 +774,8 @@ impl Qp {
         let bth = BthRepr {
             opcode: Opcode(tbase | opcode),
             solicited: last && w.wr.flags.contains(SendFlags::SOLICITED),
-            mig_req: true,
+            // rxe sends M = 0 (golden captures; rxe_req.c bth_init).
+            mig_req: false,
             pad: 0,
             pkey: DEFAULT_PKEY,
             fecn: false,

@@ -523,7 +523,8 @@ impl Qp {
         BthRepr {
             opcode,
             solicited: false,
-            mig_req: true,
+            // rxe sends M = 0 (golden captures; rxe_req.c bth_init).
+            mig_req: false,
             pad: 0,
             pkey: DEFAULT_PKEY,
             fecn: false,
