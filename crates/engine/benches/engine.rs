@@ -12,7 +12,9 @@
 //!
 //! After the criterion groups a summary prints, per RC case, messages/s, packets/s
 //! (both directions, ACKs included) and bytes/s from its own short timed loop, with the
-//! ratio to a memcpy of the same bytes timed in the same loop.
+//! ratio to a memcpy of the same bytes timed in the same loop. It is skipped under
+//! `--profile-time`; `cargo bench -p rverbs-engine --bench engine -- summary` runs it
+//! alone (the filter matches no criterion benchmark).
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use rverbs_engine::modify::{AhAttr, ModifyLimits, QpAttr, QpAttrMask, QpCap};
@@ -25,6 +27,9 @@ use std::time::{Duration, Instant};
 const SIZES: [usize; 3] = [64, 4096, 65536];
 const MTUS: [Mtu; 2] = [Mtu::M1024, Mtu::M4096];
 const NOW: Nanos = 1_000_000;
+/// Virtual time per round of deliveries: the clock moves as it would on a real host
+/// (timers never fire: nothing is lost and `handle_timeout` is never called).
+const TICK: Nanos = 1_000;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Op {
@@ -55,6 +60,7 @@ struct Pair {
     a: Side,
     b: Side,
     wcs: Vec<Wc>,
+    now: Nanos,
 }
 
 fn addr(i: usize) -> IpAddr {
@@ -177,10 +183,10 @@ fn datagram(t: &Transmit) -> Datagram<'_> {
 }
 
 /// Moves every transmit of `from` into `to`; returns how many.
-fn deliver(from: &mut Engine, to: &mut Engine) -> u64 {
+fn deliver(from: &mut Engine, to: &mut Engine, now: Nanos) -> u64 {
     let mut n = 0;
-    while let Some(t) = from.poll_transmit(NOW) {
-        to.handle_datagram(NOW, &datagram(&t));
+    while let Some(t) = from.poll_transmit(now) {
+        to.handle_datagram(now, &datagram(&t));
         n += 1;
     }
     n
@@ -212,6 +218,7 @@ impl Pair {
             a,
             b,
             wcs: vec![wc; 16],
+            now: NOW,
         }
     }
 
@@ -219,6 +226,7 @@ impl Pair {
     /// datagrams exchanged.
     fn message(&mut self, op: Op, len: usize) -> u64 {
         let (a, b) = (&mut self.a, &mut self.b);
+        self.now += TICK;
         if op == Op::Send {
             b.engine
                 .post_recv(
@@ -231,7 +239,7 @@ impl Pair {
                             lkey: b.keys.lkey,
                         }],
                     },
-                    NOW,
+                    self.now,
                 )
                 .expect("post_recv");
         }
@@ -249,10 +257,13 @@ impl Pair {
                 ..SendWr::send(1, sg)
             },
         };
-        a.engine.post_send(a.qpn, wr, NOW).expect("post_send");
+        a.engine.post_send(a.qpn, wr, self.now).expect("post_send");
         let mut packets = 0;
         loop {
-            let n = deliver(&mut a.engine, &mut b.engine) + deliver(&mut b.engine, &mut a.engine);
+            let now = self.now;
+            let n = deliver(&mut a.engine, &mut b.engine, now)
+                + deliver(&mut b.engine, &mut a.engine, now);
+            self.now += TICK;
             if n == 0 {
                 break;
             }
@@ -353,7 +364,7 @@ fn icrc(c: &mut Criterion) {
 /// memcpy of the same bytes timed the same way.
 fn summary(_: &mut Criterion) {
     let args: Vec<String> = std::env::args().collect();
-    if args.iter().any(|a| a == "--list") {
+    if args.iter().any(|a| a == "--list" || a == "--profile-time") {
         return;
     }
     let quick = args.iter().any(|a| a == "--test");
