@@ -702,6 +702,10 @@ impl Engine {
     }
 
     fn set_timer(&mut self, qpn: u32, at: Option<Nanos>) {
+        // Every packet in or out re-states the QP's deadline, which is mostly unchanged.
+        if self.timer_of.get(&qpn).copied() == at {
+            return;
+        }
         if let Some(old) = self.timer_of.remove(&qpn) {
             self.timers.remove(&TimerEntry { at: old, qpn });
         }
