@@ -14,7 +14,32 @@ use rverbs_wire::grh::Gid;
 use rverbs_wire::opcode::Transport;
 use rverbs_wire::packet::Packet;
 use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
+
+/// Hasher for QPN-keyed maps, looked up several times per packet. The keys are QPNs
+/// this engine allocated (a peer's packet only looks one up), so there is nothing for
+/// SipHash's flood resistance to protect: one multiply (Fibonacci hashing) will do.
+#[derive(Default)]
+struct QpnHasher(u64);
+
+impl Hasher for QpnHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+
+    fn write_u32(&mut self, n: u32) {
+        self.0 = (self.0 ^ u64::from(n)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
+type QpnMap<V> = HashMap<u32, V, BuildHasherDefault<QpnHasher>>;
 
 /// Engine settings.
 #[derive(Debug, Clone)]
@@ -94,11 +119,11 @@ pub struct Engine {
     cqs: Slab<Cq>,
     srqs: Slab<Srq>,
     ahs: Slab<Ah>,
-    qps: HashMap<u32, Qp>,
+    qps: QpnMap<Qp>,
     next_qpn: u32,
     active: VecDeque<u32>,
     timers: BTreeSet<TimerEntry>,
-    timer_of: HashMap<u32, Nanos>,
+    timer_of: QpnMap<Nanos>,
     events: VecDeque<AsyncEvent>,
     comp_events: VecDeque<CqId>,
     counters: Counters,
@@ -140,11 +165,11 @@ impl Engine {
             cqs: Slab::default(),
             srqs: Slab::default(),
             ahs: Slab::default(),
-            qps: HashMap::new(),
+            qps: QpnMap::default(),
             next_qpn: FIRST_QPN,
             active: VecDeque::new(),
             timers: BTreeSet::new(),
-            timer_of: HashMap::new(),
+            timer_of: QpnMap::default(),
             events: VecDeque::new(),
             comp_events: VecDeque::new(),
             counters: Counters::default(),
@@ -726,6 +751,10 @@ impl Engine {
     }
 
     fn set_timer(&mut self, qpn: u32, at: Option<Nanos>) {
+        // Every packet in or out re-states the QP's deadline, which is mostly unchanged.
+        if self.timer_of.get(&qpn).copied() == at {
+            return;
+        }
         if let Some(old) = self.timer_of.remove(&qpn) {
             self.timers.remove(&TimerEntry { at: old, qpn });
         }

@@ -8,7 +8,7 @@ use crate::net::{self, Transmit};
 use crate::objects::{resolve_sges, Cq, Data, Mr, RecvWqe, Srq};
 use crate::slab::Slab;
 use crate::types::*;
-use rverbs_wire::bth::BthRepr;
+use rverbs_wire::bth::{Bth, BthRepr};
 use rverbs_wire::ext::{AtomicEthRepr, DethRepr, RethRepr};
 use rverbs_wire::grh::Gid;
 use rverbs_wire::opcode::Opcode;
@@ -784,19 +784,27 @@ impl Qp {
             ack_req,
             psn,
         };
-        let mut data = vec![0u8; payload_range.1];
-        if let Some(d) = &w.data {
-            d.read(payload_range.0, &mut data);
-        }
         let repr = PacketRepr {
             deth,
             reth,
             atomic_eth: atomic,
             immediate: imm,
             ieth_rkey: ieth,
-            ..PacketRepr::new(bth, &data)
+            ..PacketRepr::new(bth, &[])
         };
-        self.transmit(&repr, &av, ctx)
+        let (off, len) = payload_range;
+        let data = w.data.as_ref();
+        self.transmit_with(
+            &repr,
+            len,
+            |buf| {
+                if let Some(d) = data {
+                    d.read(off, buf);
+                }
+            },
+            &av,
+            ctx,
+        )
     }
 
     /// Serialises a packet for `av` and fills its ICRC.
@@ -806,10 +814,37 @@ impl Qp {
         av: &AddressVector,
         ctx: &Ctx<'_>,
     ) -> Transmit {
-        let mut payload = vec![0u8; repr.buffer_len()];
-        // Our own Reprs always match their opcode; a failure here is a bug, so send
-        // what we have rather than panic in the data path.
-        let _ = repr.emit(&mut payload);
+        let body = repr.payload;
+        self.transmit_with(repr, body.len(), |buf| buf.copy_from_slice(body), av, ctx)
+    }
+
+    /// [`Qp::transmit`] of a packet whose `len` payload bytes `fill` writes straight
+    /// into the datagram (`repr.payload` is empty), saving a staging buffer and a copy
+    /// per packet.
+    pub(crate) fn transmit_with(
+        &self,
+        repr: &PacketRepr<'_>,
+        len: usize,
+        fill: impl FnOnce(&mut [u8]),
+        av: &AddressVector,
+        ctx: &Ctx<'_>,
+    ) -> Transmit {
+        let empty = PacketRepr {
+            payload: &[],
+            ..*repr
+        };
+        let hdr = empty.buffer_len() - rverbs_wire::icrc::ICRC_LEN;
+        let pad = len.wrapping_neg() & 3;
+        let mut payload = vec![0u8; hdr + len + pad + rverbs_wire::icrc::ICRC_LEN];
+        // Headers (and a zero ICRC, overwritten below). Our own Reprs always match
+        // their opcode; a failure here is a bug, so send what we have rather than
+        // panic in the data path.
+        let _ = empty.emit(&mut payload[..hdr + rverbs_wire::icrc::ICRC_LEN]);
+        if len > 0 {
+            fill(&mut payload[hdr..hdr + len]);
+            Bth::new_unchecked(&mut payload[..rverbs_wire::bth::BTH_LEN]).set_pad(pad as u8);
+        }
+        // The pad and the ICRC are still zero from the allocation and the emit.
         let src = net::gid_to_ip(
             ctx.gids
                 .get(usize::from(av.sgid_index))
@@ -1128,6 +1163,112 @@ impl Qp {
                     ctx.events.push_back(AsyncEvent::SrqLimitReached(id));
                 }
                 Some(w)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::QpInit;
+    use crate::modify::QpCap;
+    use rverbs_wire::ext::{AethRepr, Syndrome};
+
+    /// `transmit_with` builds the same datagram as emitting the whole packet at once,
+    /// for every pad length and with and without extension headers.
+    #[test]
+    fn transmit_with_matches_a_whole_emit() {
+        let qp = Qp::new(
+            0x11,
+            &QpInit {
+                pd: PdId(0),
+                qp_type: QpType::Rc,
+                send_cq: CqId(0),
+                recv_cq: CqId(0),
+                srq: None,
+                cap: QpCap::default(),
+                sq_sig_all: false,
+            },
+        );
+        let (mrs, mut cqs, mut srqs) = (Slab::default(), Slab::default(), Slab::default());
+        let (mut events, mut comp_events, mut counters) =
+            (VecDeque::new(), VecDeque::new(), Counters::default());
+        let gids = [Gid::from(std::net::Ipv4Addr::new(10, 0, 0, 1))];
+        let ctx = Ctx {
+            mrs: &mrs,
+            cqs: &mut cqs,
+            srqs: &mut srqs,
+            events: &mut events,
+            comp_events: &mut comp_events,
+            counters: &mut counters,
+            gids: &gids,
+            src_port: None,
+            now: 0,
+        };
+        let av = AddressVector {
+            dgid: Gid::from(std::net::Ipv4Addr::new(10, 0, 0, 2)),
+            sgid_index: 0,
+            hop_limit: 64,
+            traffic_class: 0,
+            flow_label: 0,
+        };
+        let data: Vec<u8> = (0..64u8).map(|i| i.wrapping_mul(37) | 1).collect();
+        for (opcode, aeth, reth) in [
+            (Opcode::RC_SEND_ONLY, None, None),
+            (
+                Opcode::RC_RDMA_WRITE_ONLY,
+                None,
+                Some(RethRepr {
+                    va: 0x1234,
+                    rkey: 0x5678,
+                    dma_len: 9,
+                }),
+            ),
+            (
+                Opcode::RC_RDMA_READ_RESPONSE_ONLY,
+                Some(AethRepr {
+                    syndrome: Syndrome::ACK,
+                    msn: 3,
+                }),
+                None,
+            ),
+        ] {
+            for len in 0..9 {
+                let bth = BthRepr {
+                    opcode,
+                    solicited: false,
+                    mig_req: true,
+                    pad: 0,
+                    pkey: DEFAULT_PKEY,
+                    fecn: false,
+                    becn: false,
+                    dest_qp: 0x22,
+                    ack_req: true,
+                    psn: Psn::new(5),
+                };
+                let whole = PacketRepr {
+                    aeth,
+                    reth,
+                    ..PacketRepr::new(bth, &data[..len])
+                };
+                let split = PacketRepr {
+                    payload: &[],
+                    ..whole
+                };
+                let a = qp.transmit(&whole, &av, &ctx);
+                let b = qp.transmit_with(
+                    &split,
+                    len,
+                    |buf| buf.copy_from_slice(&data[..len]),
+                    &av,
+                    &ctx,
+                );
+                assert_eq!(a, b, "{opcode:?} len {len}");
+                let mut expect = vec![0u8; whole.buffer_len()];
+                whole.emit(&mut expect).unwrap();
+                let n = expect.len() - 4;
+                assert_eq!(&a.payload[..n], &expect[..n], "{opcode:?} len {len}");
             }
         }
     }

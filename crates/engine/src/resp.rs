@@ -589,10 +589,7 @@ impl Qp {
                 let k = *next;
                 let off = k as usize * mtu;
                 let len = seg.len.saturating_sub(off).min(mtu);
-                let mut data = vec![0u8; len];
-                if len > 0 {
-                    seg.mem.read(seg.offset + off, &mut data);
-                }
+                let (mem, at) = (seg.mem.clone(), seg.offset + off);
                 // FIRST/ONLY only at the resource's first PSN: a replay from a later PSN
                 // continues with MIDDLE/LAST, as rxe's `duplicate_request` sets
                 // `rdatm_res_state_replay` and its completer expects.
@@ -616,9 +613,10 @@ impl Qp {
                 });
                 let repr = PacketRepr {
                     aeth,
-                    ..PacketRepr::new(self.resp_bth(opcode, psn), &data)
+                    ..PacketRepr::new(self.resp_bth(opcode, psn), &[])
                 };
-                self.transmit(&repr, &self.peer_av(), ctx)
+                let read = |buf: &mut [u8]| mem.read(at, buf);
+                self.transmit_with(&repr, len, read, &self.peer_av(), ctx)
             }
         };
         ctx.counters.tx_packets += 1;
