@@ -25,28 +25,10 @@ fn side(ctx: Context, len: usize) -> Result<Side> {
     Ok(Side { ctx, cq, mr, qp })
 }
 
-fn wc0() -> Wc {
-    Wc {
-        wr_id: 0,
-        status: WcStatus::Success,
-        opcode: WcOpcode::Send,
-        vendor_err: 0,
-        byte_len: 0,
-        imm_data: 0,
-        qp_num: 0,
-        src_qp: 0,
-        wc_flags: WcFlags::default(),
-        pkey_index: 0,
-        slid: 0,
-        sl: 0,
-        dlid_path_bits: 0,
-    }
-}
-
 /// Waits for `n` completions on `cq`, failing on any error status.
 fn reap(cq: &Cq, n: usize) -> std::result::Result<Vec<Wc>, String> {
     let mut all = Vec::with_capacity(n);
-    let mut buf = vec![wc0(); 64];
+    let mut buf = vec![Wc::default(); 64];
     let deadline = Instant::now() + Duration::from_secs(30);
     while all.len() < n {
         let got = cq.poll(&mut buf).map_err(|e| e.to_string())?;

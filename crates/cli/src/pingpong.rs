@@ -10,7 +10,7 @@
 
 use rverbs::{
     device, AccessFlags, AhAttrs, ConnectOpts, Gid, Mtu, PeerInfo, QpInitAttr, QpType, SendRequest,
-    Wc, WcFlags, WcOpcode, WcStatus,
+    Wc, WcStatus,
 };
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
@@ -104,24 +104,6 @@ fn mtu_of(bytes: usize) -> Result<Mtu, String> {
 fn pattern(buf: &mut [u8]) {
     for (i, b) in buf.iter_mut().enumerate() {
         *b = if i % 4096 == 0 { 0 } else { 0x7b };
-    }
-}
-
-fn wc0() -> Wc {
-    Wc {
-        wr_id: 0,
-        status: WcStatus::Success,
-        opcode: WcOpcode::Send,
-        vendor_err: 0,
-        byte_len: 0,
-        imm_data: 0,
-        qp_num: 0,
-        src_qp: 0,
-        wc_flags: WcFlags::default(),
-        pkey_index: 0,
-        slid: 0,
-        sl: 0,
-        dlid_path_bits: 0,
     }
 }
 
@@ -327,7 +309,7 @@ pub fn run(o: &Opts, out: &mut impl Write) -> Result<(), String> {
     }
     let start = Instant::now();
     let (mut rcnt, mut scnt) = (0usize, 0usize);
-    let mut wcs = [wc0(), wc0()];
+    let mut wcs = [Wc::default(), Wc::default()];
     let mut last_progress = Instant::now();
     while rcnt < o.iters || scnt < o.iters {
         if o.events {

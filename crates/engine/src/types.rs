@@ -497,6 +497,27 @@ pub struct Wc {
     pub dlid_path_bits: u8,
 }
 
+impl Default for Wc {
+    /// An empty slot for [`crate::Engine::poll_cq`] to fill.
+    fn default() -> Self {
+        Wc {
+            wr_id: 0,
+            status: WcStatus::Success,
+            opcode: WcOpcode::Send,
+            vendor_err: 0,
+            byte_len: 0,
+            imm_data: 0,
+            qp_num: 0,
+            src_qp: 0,
+            wc_flags: WcFlags::default(),
+            pkey_index: 0,
+            slid: 0,
+            sl: 0,
+            dlid_path_bits: 0,
+        }
+    }
+}
+
 /// Asynchronous events (`enum ibv_event_type`), each naming its object.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AsyncEvent {

@@ -39,3 +39,8 @@ pub use verbs::{
     AccessFlags, Ah, AhAttrs, ConnectOpts, Cq, LocalBuf, Mr, Pd, PeerInfo, Qp, QpInitAttr,
     RemoteBuf, SendRequest,
 };
+
+/// The README's Rust examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeDoctests;

@@ -3,26 +3,8 @@
 use rverbs::*;
 use std::time::Duration;
 
-fn wc0() -> Wc {
-    Wc {
-        wr_id: 0,
-        status: WcStatus::Success,
-        opcode: WcOpcode::Send,
-        vendor_err: 0,
-        byte_len: 0,
-        imm_data: 0,
-        qp_num: 0,
-        src_qp: 0,
-        wc_flags: WcFlags::default(),
-        pkey_index: 0,
-        slid: 0,
-        sl: 0,
-        dlid_path_bits: 0,
-    }
-}
-
 fn wait(cq: &Cq) -> Wc {
-    let mut out = [wc0()];
+    let mut out = [Wc::default()];
     let n = cq.poll_wait(&mut out, Duration::from_secs(10)).unwrap();
     assert_eq!(n, 1, "no completion within 10 s");
     out[0]

@@ -56,8 +56,3 @@ pub mod psn;
 pub mod udp;
 
 pub use error::{Error, Result};
-
-/// The README's Rust examples, compiled and run as doctests.
-#[cfg(doctest)]
-#[doc = include_str!("../../../README.md")]
-pub struct ReadmeDoctests;
