@@ -106,6 +106,7 @@ fn udp_socket(addr: IpAddr) -> std::io::Result<UdpSocket> {
     let s = Socket::new(domain, Type::DGRAM, Some(Protocol::UDP))?;
     if addr.is_ipv6() {
         s.set_only_v6(true)?;
+        sys::set_udp_no_check6_rx(&s)?;
     } else {
         sys::set_pmtudisc_do(&s)?;
     }

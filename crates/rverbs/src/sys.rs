@@ -1,5 +1,6 @@
-//! The few system calls socket2 does not wrap: `IP_MTU_DISCOVER`, `eventfd` and `poll`.
-//! Every `unsafe` block of the crate is here, each with the promise it relies on.
+//! The few system calls socket2 does not wrap: `IP_MTU_DISCOVER`, `UDP_NO_CHECK6_RX`,
+//! `eventfd` and `poll`. Every `unsafe` block of the crate is here, each with the
+//! promise it relies on.
 #![allow(unsafe_code)]
 
 use std::io;
@@ -16,6 +17,28 @@ pub(crate) fn set_pmtudisc_do(fd: &impl AsRawFd) -> io::Result<()> {
             fd.as_raw_fd(),
             libc::IPPROTO_IP,
             libc::IP_MTU_DISCOVER,
+            (&v as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Sets `UDP_NO_CHECK6_RX`: accept IPv6 UDP datagrams with a zero checksum. RFC 8200
+/// forbids them, but RoCE v2 senders such as the kernel's rxe send checksum 0 on IPv6
+/// too (the ICRC protects the packet), and Linux drops them without this option.
+pub(crate) fn set_udp_no_check6_rx(fd: &impl AsRawFd) -> io::Result<()> {
+    let v: libc::c_int = 1;
+    // SAFETY: as in `set_pmtudisc_do`: an open socket and a live c_int of the size passed.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::IPPROTO_UDP,
+            libc::UDP_NO_CHECK6_RX,
             (&v as *const libc::c_int).cast(),
             std::mem::size_of::<libc::c_int>() as libc::socklen_t,
         )
