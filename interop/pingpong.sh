@@ -58,6 +58,9 @@ exit=0"
     echo "--- rverbs:"; cat "$rv_log"; echo "--- guest:"; echo "$vm_log"
   fi
   rm -f "$rv_log"
+  # A killed case can leave an rdma-core tool running (run.sh's timeout kills only its
+  # shell); its QP would keep retransmitting into the next case.
+  "$peer/run.sh" -v 1 'for p in $(ps | grep _pingpong | grep -v grep | awk "{print \$1}"); do kill -9 $p; done; true' >/dev/null 2>&1
 }
 
 counters() { "$peer/run.sh" -v 1 'cd /sys/class/infiniband/rxe0/ports/1/hw_counters && for f in *; do echo "$f $(cat $f)"; done' 2>/dev/null; }

@@ -19,7 +19,12 @@ fn pair(args: &[&str], port: u16) -> (String, String) {
     // The client retries until the server listens.
     let mut client_out = None;
     for _ in 0..50 {
-        let out = Command::new(bin).arg("pingpong").args(args).args(["-p", &port_s, "localhost"]).output().unwrap();
+        let out = Command::new(bin)
+            .arg("pingpong")
+            .args(args)
+            .args(["-p", &port_s, "localhost"])
+            .output()
+            .unwrap();
         let text = String::from_utf8_lossy(&out.stderr).to_string();
         if !out.status.success() && text.contains("Couldn't connect") {
             std::thread::sleep(Duration::from_millis(100));
@@ -30,8 +35,16 @@ fn pair(args: &[&str], port: u16) -> (String, String) {
     }
     let client = client_out.expect("server never listened");
     let server = server.wait_with_output().unwrap();
-    let s = format!("{}{}", String::from_utf8_lossy(&server.stdout), String::from_utf8_lossy(&server.stderr));
-    let c = format!("{}{}", String::from_utf8_lossy(&client.stdout), String::from_utf8_lossy(&client.stderr));
+    let s = format!(
+        "{}{}",
+        String::from_utf8_lossy(&server.stdout),
+        String::from_utf8_lossy(&server.stderr)
+    );
+    let c = format!(
+        "{}{}",
+        String::from_utf8_lossy(&client.stdout),
+        String::from_utf8_lossy(&client.stderr)
+    );
     assert!(server.status.success(), "server failed:\n{s}\nclient:\n{c}");
     assert!(client.status.success(), "client failed:\n{c}\nserver:\n{s}");
     (s, c)
@@ -41,18 +54,30 @@ fn pair(args: &[&str], port: u16) -> (String, String) {
 fn rc_uc_ud_between_processes() {
     let cases: &[(&[&str], &str)] = &[
         (&["rc", "-n", "200", "-s", "100", "-c"], "200 iters in"),
-        (&["rc", "-n", "100", "-s", "10000", "-c", "-e"], "100 iters in"),
+        (
+            &["rc", "-n", "100", "-s", "10000", "-c", "-e"],
+            "100 iters in",
+        ),
         (&["uc", "-n", "200", "-s", "1024", "-c"], "200 iters in"),
-        (&["uc", "-n", "100", "-s", "5000", "-c", "-e"], "100 iters in"),
+        (
+            &["uc", "-n", "100", "-s", "5000", "-c", "-e"],
+            "100 iters in",
+        ),
         (&["ud", "-n", "200", "-s", "1000"], "200 iters in"),
         (&["ud", "-n", "100", "-s", "2048", "-e"], "100 iters in"),
     ];
     for (i, (args, want)) in cases.iter().enumerate() {
-        let (s, c) = pair(args, 19600 + i as u16 + (std::process::id() % 200) as u16 * 8);
+        let (s, c) = pair(
+            args,
+            19600 + i as u16 + (std::process::id() % 200) as u16 * 8,
+        );
         for text in [&s, &c] {
             assert!(text.contains(want), "{args:?}:\n{text}");
             assert!(text.contains("bytes in"), "{args:?}:\n{text}");
-            assert!(text.contains("remote address: LID 0x0000"), "{args:?}:\n{text}");
+            assert!(
+                text.contains("remote address: LID 0x0000"),
+                "{args:?}:\n{text}"
+            );
         }
     }
 }
@@ -60,11 +85,17 @@ fn rc_uc_ud_between_processes() {
 #[test]
 fn bad_arguments_fail_cleanly() {
     let bin = env!("CARGO_BIN_EXE_rverbs");
-    let out = Command::new(bin).args(["pingpong", "rc", "-m", "3000", "localhost", "-p", "1"]).output().unwrap();
+    let out = Command::new(bin)
+        .args(["pingpong", "rc", "-m", "3000", "localhost", "-p", "1"])
+        .output()
+        .unwrap();
     assert!(!out.status.success());
     let out = Command::new(bin).args(["pingpong", "xx"]).output().unwrap();
     assert!(!out.status.success());
-    let out = Command::new(bin).args(["pingpong", "ud", "-s", "100000", "-p", "19599"]).output().unwrap();
+    let out = Command::new(bin)
+        .args(["pingpong", "ud", "-s", "100000", "-p", "19599"])
+        .output()
+        .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("larger than port MTU"));
 }

@@ -55,6 +55,10 @@ pub struct Config {
     pub max_qp: u32,
     /// Seed of the key generator (keys are unpredictable to peers only if this is).
     pub seed: u64,
+    /// The first QP number to hand out (wrapping at 2^24, skipping 0 and 1). A device
+    /// that restarts should pick it at random, so stale packets of an old connection
+    /// are unlikely to reach a new QP with the same number.
+    pub first_qpn: u32,
     /// Send every packet from this UDP source port instead of rxe's per-QP
     /// `0xC000 | hash` ports: a driver on a plain UDP socket bound to 4791 can only send
     /// from that port, and the ICRC covers it. Receivers accept any source port.
@@ -69,6 +73,7 @@ impl Default for Config {
             max_cqe: 1 << 20,
             max_qp: 1 << 17,
             seed: 0x5eed_1234_abcd_0001,
+            first_qpn: FIRST_QPN,
             src_port: None,
         }
     }
@@ -156,6 +161,11 @@ impl Engine {
     /// A new engine.
     pub fn new(cfg: Config) -> Self {
         let rng = cfg.seed | 1;
+        let next_qpn = if (FIRST_QPN..=MAX_QPN).contains(&cfg.first_qpn) {
+            cfg.first_qpn
+        } else {
+            FIRST_QPN
+        };
         Engine {
             cfg,
             rng,
@@ -166,7 +176,7 @@ impl Engine {
             srqs: Slab::default(),
             ahs: Slab::default(),
             qps: QpnMap::default(),
-            next_qpn: FIRST_QPN,
+            next_qpn,
             active: VecDeque::new(),
             timers: BTreeSet::new(),
             timer_of: QpnMap::default(),
