@@ -69,6 +69,9 @@ enum Command {
         /// Validate every received buffer.
         #[arg(short = 'c', long = "chk")]
         check: bool,
+        /// Print the port's counters (drops by reason, retransmissions) to stderr.
+        #[arg(long)]
+        stats: bool,
     },
     /// Work with packet captures.
     Pcap {
@@ -123,6 +126,7 @@ fn main() -> ExitCode {
             events,
             gid_idx,
             check,
+            stats,
         } => {
             if ib_port != 1 {
                 eprintln!("rverbs pingpong: the soft device has one port (1)");
@@ -149,6 +153,7 @@ fn main() -> ExitCode {
                 events,
                 gid_idx,
                 check,
+                stats,
             };
             let mut out = std::io::stdout();
             match rverbs_cli::pingpong::run(&o, &mut out) {

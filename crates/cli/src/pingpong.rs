@@ -41,6 +41,8 @@ pub struct Opts {
     pub gid_idx: Option<u8>,
     /// Validate every received buffer.
     pub check: bool,
+    /// Print the device's port counters at the end (to stderr, one `name=value` line).
+    pub stats: bool,
 }
 
 const RECV_WRID: u64 = 1;
@@ -380,6 +382,11 @@ pub fn run(o: &Opts, out: &mut impl Write) -> Result<(), String> {
         usec / 1e6,
         usec / o.iters as f64
     ))?;
+    if o.stats {
+        let c = ctx.counters();
+        let line: Vec<String> = c.iter().map(|(n, v)| format!("{n}={v}")).collect();
+        eprintln!("rverbs counters: {}", line.join(" "));
+    }
     Ok(())
 }
 

@@ -162,9 +162,13 @@ impl Context {
                 .iter()
                 .map(|(a, _)| rverbs_engine::net::ip_to_gid(*a)),
         );
+        let seed = seed();
         let mut cfg = Config {
             gids,
-            seed: seed(),
+            seed,
+            // QPNs start at a random point so a restarted process does not reuse the
+            // numbers its peers may still be retransmitting to.
+            first_qpn: 0x11 + (seed >> 40) as u32 % 0xf0_0000,
             src_port: Some(ROCE_PORT),
             ..Config::default()
         };
