@@ -78,21 +78,7 @@ pub fn engine(data: &[u8]) {
     let (mut e, qpns, rkey, cq0) = setup();
     let mut now: Nanos = 0;
     let mut rest = data;
-    let mut wcs = [Wc {
-        wr_id: 0,
-        status: WcStatus::Success,
-        opcode: WcOpcode::Send,
-        vendor_err: 0,
-        byte_len: 0,
-        imm_data: 0,
-        qp_num: 0,
-        src_qp: 0,
-        wc_flags: WcFlags::default(),
-        pkey_index: 0,
-        slid: 0,
-        sl: 0,
-        dlid_path_bits: 0,
-    }; 16];
+    let mut wcs = [Wc::default(); 16];
     let mut sent = 0usize;
     while rest.len() >= 3 {
         let ctl = rest[0];

@@ -110,7 +110,7 @@ fn pattern(buf: &mut [u8]) {
 }
 
 /// Runs one side. Output goes to `out` in rdma-core's format.
-pub fn run(o: &Opts, out: &mut impl Write) -> Result<(), String> {
+pub fn run<W: Write>(o: &Opts, out: &mut W) -> Result<(), String> {
     let e = |e: rverbs::Error| e.to_string();
     let w = |r: std::io::Result<()>| r.map_err(|e| e.to_string());
     let ud = o.qp_type == QpType::Ud;
@@ -194,6 +194,24 @@ pub fn run(o: &Opts, out: &mut impl Write) -> Result<(), String> {
         )
         .map_err(e)
     };
+    // Our address for the exchange, printed as rdma-core prints it.
+    let announce = |out: &mut W, sgid: u8| -> Result<Dest, String> {
+        let me = Dest {
+            lid: 0,
+            qpn: qp.qp_num(),
+            psn,
+            gid: ctx.gid(sgid).ok_or("no such GID index")?,
+        };
+        w(writeln!(
+            out,
+            "  local address:  LID 0x{:04x}, QPN 0x{:06x}, PSN 0x{:06x}, GID {}",
+            0,
+            me.qpn,
+            psn,
+            show(&me.gid)
+        ))?;
+        Ok(me)
+    };
     let (rem, sgid) = match &o.server {
         Some(server) => {
             let addrs: Vec<SocketAddr> = (server.as_str(), o.port)
@@ -212,20 +230,7 @@ pub fn run(o: &Opts, out: &mut impl Write) -> Result<(), String> {
                 addr.ip().is_ipv6()
                     && !matches!(addr.ip(), IpAddr::V6(v) if v.to_ipv4_mapped().is_some()),
             )?;
-            let me = Dest {
-                lid: 0,
-                qpn: qp.qp_num(),
-                psn,
-                gid: ctx.gid(sgid).ok_or("no such GID index")?,
-            };
-            w(writeln!(
-                out,
-                "  local address:  LID 0x{:04x}, QPN 0x{:06x}, PSN 0x{:06x}, GID {}",
-                0,
-                me.qpn,
-                psn,
-                show(&me.gid)
-            ))?;
+            let me = announce(out, sgid)?;
             s.write_all(&encode(&me)).map_err(|e| e.to_string())?;
             let mut msg = [0u8; 52];
             s.read_exact(&mut msg)
@@ -244,20 +249,7 @@ pub fn run(o: &Opts, out: &mut impl Write) -> Result<(), String> {
                 .map_err(|_| "Couldn't read remote address")?;
             let rem = decode(&msg)?;
             let sgid = pick_gid(rem.gid.to_ipv4_mapped().is_none())?;
-            let me = Dest {
-                lid: 0,
-                qpn: qp.qp_num(),
-                psn,
-                gid: ctx.gid(sgid).ok_or("no such GID index")?,
-            };
-            w(writeln!(
-                out,
-                "  local address:  LID 0x{:04x}, QPN 0x{:06x}, PSN 0x{:06x}, GID {}",
-                0,
-                me.qpn,
-                psn,
-                show(&me.gid)
-            ))?;
+            let me = announce(out, sgid)?;
             connect(&rem, sgid)?;
             s.write_all(&encode(&me)).map_err(|e| e.to_string())?;
             let mut done = [0u8; 5];

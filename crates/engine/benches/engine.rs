@@ -199,21 +199,7 @@ impl Pair {
         let (qa, qb) = (a.qpn, b.qpn);
         connect(&mut a, 0, qb, mtu);
         connect(&mut b, 1, qa, mtu);
-        let wc = Wc {
-            wr_id: 0,
-            status: WcStatus::Success,
-            opcode: WcOpcode::Send,
-            vendor_err: 0,
-            byte_len: 0,
-            imm_data: 0,
-            qp_num: 0,
-            src_qp: 0,
-            wc_flags: WcFlags::default(),
-            pkey_index: 0,
-            slid: 0,
-            sl: 0,
-            dlid_path_bits: 0,
-        };
+        let wc = Wc::default();
         Pair {
             a,
             b,

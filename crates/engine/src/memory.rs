@@ -18,6 +18,26 @@ pub enum AtomicOp {
     FetchAdd(u64),
 }
 
+impl AtomicOp {
+    /// Applies the operation to the native-endian u64 in `word` and returns the value
+    /// it held before: the one definition every [`Memory`] implementation can share.
+    pub fn apply(self, word: &mut [u8; 8]) -> u64 {
+        let old = u64::from_ne_bytes(*word);
+        let new = match self {
+            AtomicOp::CmpSwap { compare, swap } => {
+                if old == compare {
+                    swap
+                } else {
+                    old
+                }
+            }
+            AtomicOp::FetchAdd(add) => old.wrapping_add(add),
+        };
+        *word = new.to_ne_bytes();
+        old
+    }
+}
+
 /// Memory backing a memory region. Offsets are relative to the region's start and the
 /// engine only calls with `offset + len <= self.len()`.
 pub trait Memory: Send + Sync {
@@ -84,21 +104,8 @@ impl Memory for VecMemory {
 
     fn atomic(&self, offset: usize, op: AtomicOp) -> u64 {
         let mut b = self.lock();
-        let mut v = [0u8; 8];
-        v.copy_from_slice(&b[offset..offset + 8]);
-        let old = u64::from_ne_bytes(v);
-        let new = match op {
-            AtomicOp::CmpSwap { compare, swap } => {
-                if old == compare {
-                    swap
-                } else {
-                    old
-                }
-            }
-            AtomicOp::FetchAdd(add) => old.wrapping_add(add),
-        };
-        b[offset..offset + 8].copy_from_slice(&new.to_ne_bytes());
-        old
+        let word: &mut [u8; 8] = (&mut b[offset..offset + 8]).try_into().expect("8 bytes");
+        op.apply(word)
     }
 }
 

@@ -590,29 +590,11 @@ fn srq_shared_by_two_qps_fires_the_limit_event_once() {
         rx_all(&mut sim, &acks);
     }
     assert_eq!(fired_after, [4], "once, when 2 < limit 3 WQEs are left");
-    let mut buf = [drain_dummy(); 16];
+    let mut buf = [Wc::default(); 16];
     let n = sim.engines[1].poll_cq(cq, &mut buf).unwrap();
     let got: Vec<(u64, u32)> = buf[..n].iter().map(|w| (w.wr_id, w.qp_num)).collect();
     let expect: Vec<(u64, u32)> = (0..6u64).map(|i| (i, ends[(i % 2) as usize].1)).collect();
     assert_eq!(got, expect);
-}
-
-fn drain_dummy() -> Wc {
-    Wc {
-        wr_id: 0,
-        status: WcStatus::Success,
-        opcode: WcOpcode::Send,
-        vendor_err: 0,
-        byte_len: 0,
-        imm_data: 0,
-        qp_num: 0,
-        src_qp: 0,
-        wc_flags: WcFlags::default(),
-        pkey_index: 0,
-        slid: 0,
-        sl: 0,
-        dlid_path_bits: 0,
-    }
 }
 
 #[test]

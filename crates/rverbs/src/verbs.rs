@@ -48,21 +48,8 @@ impl Memory for Region {
     }
     fn atomic(&self, offset: usize, op: AtomicOp) -> u64 {
         let mut b = self.lock();
-        let mut v = [0u8; 8];
-        v.copy_from_slice(&b[offset..offset + 8]);
-        let old = u64::from_ne_bytes(v);
-        let new = match op {
-            AtomicOp::CmpSwap { compare, swap } => {
-                if old == compare {
-                    swap
-                } else {
-                    old
-                }
-            }
-            AtomicOp::FetchAdd(a) => old.wrapping_add(a),
-        };
-        b[offset..offset + 8].copy_from_slice(&new.to_ne_bytes());
-        old
+        let word: &mut [u8; 8] = (&mut b[offset..offset + 8]).try_into().expect("8 bytes");
+        op.apply(word)
     }
 }
 

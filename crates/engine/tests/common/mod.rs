@@ -211,21 +211,7 @@ pub fn wr(wr_id: u64, opcode: WrOpcode, sg: Vec<Sge>) -> SendWr {
 /// Polls every completion of `e`'s CQ.
 pub fn drain(sim: &mut Sim, e: &End) -> Vec<Wc> {
     let mut out = Vec::new();
-    let mut buf = [Wc {
-        wr_id: 0,
-        status: WcStatus::Success,
-        opcode: WcOpcode::Send,
-        vendor_err: 0,
-        byte_len: 0,
-        imm_data: 0,
-        qp_num: 0,
-        src_qp: 0,
-        wc_flags: WcFlags::default(),
-        pkey_index: 0,
-        slid: 0,
-        sl: 0,
-        dlid_path_bits: 0,
-    }; 64];
+    let mut buf = [Wc::default(); 64];
     loop {
         let n = sim.engines[e.engine].poll_cq(e.cq, &mut buf).unwrap();
         out.extend_from_slice(&buf[..n]);
