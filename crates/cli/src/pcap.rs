@@ -230,8 +230,11 @@ impl<R: Read> BlockGuard<R> {
                 if self.eof {
                     return Ok(self.buf.len());
                 }
-                if self.next_block > self.base + self.given as u64 {
-                    return Ok((self.next_block - self.base) as usize);
+                // Bytes of blocks already checked may go; the next header may lie
+                // beyond what is buffered.
+                let upto = (self.next_block.min(end) - self.base) as usize;
+                if upto > self.given {
+                    return Ok(upto);
                 }
                 self.fill()?;
                 continue;
@@ -459,6 +462,21 @@ mod tests {
     /// wraps and the capture ends as truncated; with overflow checks (debug, tests,
     /// fuzzing) it panics. Not fixed yet: needs an upstream fix or a block-screening
     /// reader in front of pcap-parser.
+    /// A pcapng block whose length points past the buffered bytes (found by the
+    /// `pcap_file` fuzz target in `BlockGuard` itself).
+    #[test]
+    fn pcapng_block_longer_than_the_buffer() {
+        let mut capture = std::fs::read(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../fuzz/seeds/pcap_file/block-past-buffer.pcapng"
+        ))
+        .unwrap();
+        let (r, _) = run(&capture);
+        assert!(r.is_err());
+        capture.truncate(40);
+        assert!(run(&capture).0.is_err());
+    }
+
     /// pcap-parser 0.17.0 underflows on a pcapng block shorter than 12 bytes (found by
     /// the `pcap_file` fuzz target); [`BlockGuard`] rejects such blocks first.
     #[test]
