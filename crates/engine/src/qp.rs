@@ -422,9 +422,8 @@ impl Qp {
             let wc = self.recv_wc(r.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, 0);
             ctx.push_wc(self.recv_cq, wc, false);
         }
-        if let Some(srq) = self.srq {
+        if self.srq.is_some() {
             ctx.events.push_back(AsyncEvent::QpLastWqeReached(self.qpn));
-            let _ = srq;
         }
         self.out.clear();
         self.resources.clear();
@@ -445,16 +444,9 @@ impl Qp {
             wr_id: w.wr.wr_id,
             status,
             opcode,
-            vendor_err: 0,
             byte_len: w.len as u32,
-            imm_data: 0,
             qp_num: self.qpn,
-            src_qp: 0,
-            wc_flags: WcFlags::default(),
-            pkey_index: 0,
-            slid: 0,
-            sl: 0,
-            dlid_path_bits: 0,
+            ..Wc::default()
         }
     }
 
@@ -469,16 +461,9 @@ impl Qp {
             wr_id,
             status,
             opcode,
-            vendor_err: 0,
             byte_len,
-            imm_data: 0,
             qp_num: self.qpn,
-            src_qp: 0,
-            wc_flags: WcFlags::default(),
-            pkey_index: 0,
-            slid: 0,
-            sl: 0,
-            dlid_path_bits: 0,
+            ..Wc::default()
         }
     }
 
