@@ -10,6 +10,7 @@
 
 use crate::device::DeviceInfo;
 use crate::error::{Error, Result};
+use crate::faults::{FaultState, FaultStats, Faults};
 use crate::sys;
 use rverbs_engine::{Config, Datagram, Engine, Nanos, Transmit};
 use rverbs_wire::grh::Gid;
@@ -33,6 +34,7 @@ pub(crate) struct Shared {
     epoch: Instant,
     shutdown: AtomicBool,
     pub(crate) info: DeviceInfo,
+    faults: Option<Mutex<FaultState>>,
 }
 
 impl Shared {
@@ -55,23 +57,67 @@ impl Shared {
     }
 
     fn send(&self, t: &Transmit) {
+        let Some(faults) = &self.faults else {
+            self.send_raw(t.src, t.dst, &t.payload);
+            return;
+        };
+        let mut bytes = t.payload.clone();
+        let mut f = faults.lock().unwrap_or_else(|e| e.into_inner());
+        let v = f.judge(&mut bytes, true);
+        for _ in 0..v.copies {
+            if v.delay_ns == 0 {
+                self.send_raw(t.src, t.dst, &bytes);
+            } else {
+                f.hold(self.now() + v.delay_ns, t.src, t.dst, bytes.clone());
+            }
+        }
+        if v.delay_ns > 0 {
+            drop(f);
+            self.wake();
+        }
+    }
+
+    fn send_raw(&self, src: IpAddr, dst: IpAddr, bytes: &[u8]) {
         let Some((_, sock)) = self
             .sockets
             .iter()
-            .find(|(a, _)| *a == t.src)
+            .find(|(a, _)| *a == src)
             .or(self.sockets.first())
         else {
             return;
         };
         // A send error (no route, buffer full) is a lost packet: the transport's
         // retransmission covers it, as on a real link.
-        let _ = sock.send_to(&t.payload, SocketAddr::new(t.dst, ROCE_PORT));
+        let _ = sock.send_to(bytes, SocketAddr::new(dst, ROCE_PORT));
+    }
+
+    /// Sends held (delayed) datagrams that are due; returns when the next one is.
+    fn send_due(&self, now: Nanos) -> Option<Nanos> {
+        let faults = self.faults.as_ref()?;
+        loop {
+            let mut f = faults.lock().unwrap_or_else(|e| e.into_inner());
+            match f.due(now) {
+                Some((src, dst, bytes)) => {
+                    drop(f);
+                    self.send_raw(src, dst, &bytes);
+                }
+                None => return f.next_due(),
+            }
+        }
     }
 
     /// Tells the driver thread to re-read the engine's deadline.
     pub(crate) fn wake(&self) {
         sys::eventfd_signal(&self.wake);
     }
+}
+
+/// Options for [`Context::open_with`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct OpenOptions {
+    /// Faults to inject into the device's traffic (default: none, or `RVERBS_FAULTS`
+    /// with [`Context::open`]).
+    pub faults: Option<Faults>,
 }
 
 /// Owns the driver thread; the last handle to go stops it.
@@ -143,6 +189,14 @@ impl Context {
     /// processes may open it); other devices bind each of their addresses, so only one
     /// process at a time can open them (port 4791 can be bound once per address).
     pub fn open(info: DeviceInfo) -> Result<Context> {
+        let faults = Faults::from_env()
+            .map_err(|e| Error::io("reading RVERBS_FAULTS", std::io::Error::other(e)))?;
+        Context::open_with(info, &OpenOptions { faults })
+    }
+
+    /// Opens a device with explicit options (see [`OpenOptions`]); [`Context::open`]
+    /// takes them from the environment.
+    pub fn open_with(info: DeviceInfo, opts: &OpenOptions) -> Result<Context> {
         let mut sockets = Vec::new();
         if info.is_loopback() {
             sockets.push(loopback_socket()?);
@@ -181,6 +235,15 @@ impl Context {
             epoch: Instant::now(),
             shutdown: AtomicBool::new(false),
             info,
+            faults: opts
+                .faults
+                .filter(|f| {
+                    *f != Faults {
+                        seed: f.seed,
+                        ..Faults::default()
+                    }
+                })
+                .map(|f| Mutex::new(FaultState::new(f))),
         });
         let s2 = shared.clone();
         let thread = std::thread::Builder::new()
@@ -246,6 +309,16 @@ impl Context {
         }
     }
 
+    /// What the fault injector did so far (all zero without `RVERBS_FAULTS`).
+    pub fn fault_stats(&self) -> FaultStats {
+        self.shared()
+            .faults
+            .as_ref()
+            .map_or_else(FaultStats::default, |f| {
+                f.lock().unwrap_or_else(|e| e.into_inner()).stats
+            })
+    }
+
     /// Port counters (traffic, and a counter per drop reason).
     pub fn counters(&self) -> rverbs_engine::Counters {
         self.shared().lock().counters().clone()
@@ -268,9 +341,14 @@ fn driver(shared: Arc<Shared>) {
     let mut ready = Vec::new();
     let mut buf = vec![0u8; 65536];
     while !shared.shutdown.load(Ordering::SeqCst) {
+        let next_due = shared.send_due(shared.now());
         let timeout_ms = {
             let e = shared.lock();
-            match e.poll_timeout() {
+            let deadline = match (e.poll_timeout(), next_due) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            match deadline {
                 None => 1000,
                 Some(t) => {
                     let now = shared.now();
@@ -300,18 +378,29 @@ fn driver(shared: Arc<Shared>) {
                 let Ok((n, from)) = sock.recv_from(&mut buf) else {
                     break;
                 };
-                let d = Datagram {
-                    src: from.ip(),
-                    dst: *local,
-                    src_port: from.port(),
-                    hop_limit: 64,
-                    traffic_class: 0,
-                    flow_label: 0,
-                    ipv4_id: None,
-                    payload: &buf[..n],
+                let copies = match &shared.faults {
+                    Some(f) => {
+                        f.lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .judge(&mut buf[..n], false)
+                            .copies
+                    }
+                    None => 1,
                 };
-                engine.handle_datagram(now, &d);
-                shared.flush(&mut engine, now);
+                for _ in 0..copies {
+                    let d = Datagram {
+                        src: from.ip(),
+                        dst: *local,
+                        src_port: from.port(),
+                        hop_limit: 64,
+                        traffic_class: 0,
+                        flow_label: 0,
+                        ipv4_id: None,
+                        payload: &buf[..n],
+                    };
+                    engine.handle_datagram(now, &d);
+                    shared.flush(&mut engine, now);
+                }
             }
         }
         if engine.poll_timeout().is_some_and(|t| t <= now) {

@@ -26,12 +26,14 @@
 mod context;
 mod device;
 mod error;
+mod faults;
 mod sys;
 mod verbs;
 
-pub use context::{Context, ROCE_PORT};
+pub use context::{Context, OpenOptions, ROCE_PORT};
 pub use device::{device, devices, DeviceInfo};
 pub use error::{Error, Result};
+pub use faults::{FaultStats, Faults};
 pub use rverbs_engine::modify::{QpAttr, QpAttrMask, QpCap};
 pub use rverbs_engine::{Counters, Mtu, QpState, QpType, Wc, WcFlags, WcOpcode, WcStatus};
 pub use rverbs_wire::grh::Gid;
