@@ -8,6 +8,7 @@
 //! packets at once, so a request leaves without a thread hop; they then wake the
 //! driver so it re-reads the deadline. The engine sits behind one mutex.
 
+use crate::capture::PcapWriter;
 use crate::device::DeviceInfo;
 use crate::error::{Error, Result};
 use crate::faults::{FaultState, FaultStats, Faults};
@@ -35,6 +36,7 @@ pub(crate) struct Shared {
     shutdown: AtomicBool,
     pub(crate) info: DeviceInfo,
     faults: Option<Mutex<FaultState>>,
+    pcap: Option<Mutex<PcapWriter>>,
 }
 
 impl Shared {
@@ -77,7 +79,23 @@ impl Shared {
         }
     }
 
+    fn record(&self, src: IpAddr, dst: IpAddr, src_port: u16, bytes: &[u8]) {
+        if let Some(p) = &self.pcap {
+            // The socket sends with its default TTL 64 and TOS 0, and from port 4791.
+            p.lock().unwrap_or_else(|e| e.into_inner()).write(
+                src,
+                dst,
+                (src_port, ROCE_PORT),
+                64,
+                0,
+                None,
+                bytes,
+            );
+        }
+    }
+
     fn send_raw(&self, src: IpAddr, dst: IpAddr, bytes: &[u8]) {
+        self.record(src, dst, ROCE_PORT, bytes);
         let Some((_, sock)) = self
             .sockets
             .iter()
@@ -113,11 +131,34 @@ impl Shared {
 }
 
 /// Options for [`Context::open_with`].
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct OpenOptions {
     /// Faults to inject into the device's traffic (default: none, or `RVERBS_FAULTS`
     /// with [`Context::open`]).
     pub faults: Option<Faults>,
+    /// Write every datagram sent and received to this pcap file (default: none, or
+    /// `RVERBS_PCAP` with [`Context::open`]).
+    pub pcap: Option<std::path::PathBuf>,
+}
+
+/// `RVERBS_PCAP` for the n-th context a process opens: the path itself for the first,
+/// then `name.2.pcap`, `name.3.pcap`, ... so contexts never share a file.
+fn pcap_path_from_env() -> Option<std::path::PathBuf> {
+    static OPENED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let base = std::path::PathBuf::from(std::env::var_os("RVERBS_PCAP")?);
+    let n = OPENED.fetch_add(1, Ordering::SeqCst) + 1;
+    if n == 1 {
+        return Some(base);
+    }
+    let stem = base
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let ext = base
+        .extension()
+        .map(|e| e.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "pcap".into());
+    Some(base.with_file_name(format!("{stem}.{n}.{ext}")))
 }
 
 /// Owns the driver thread; the last handle to go stops it.
@@ -191,7 +232,13 @@ impl Context {
     pub fn open(info: DeviceInfo) -> Result<Context> {
         let faults = Faults::from_env()
             .map_err(|e| Error::io("reading RVERBS_FAULTS", std::io::Error::other(e)))?;
-        Context::open_with(info, &OpenOptions { faults })
+        Context::open_with(
+            info,
+            &OpenOptions {
+                faults,
+                pcap: pcap_path_from_env(),
+            },
+        )
     }
 
     /// Opens a device with explicit options (see [`OpenOptions`]); [`Context::open`]
@@ -235,6 +282,14 @@ impl Context {
             epoch: Instant::now(),
             shutdown: AtomicBool::new(false),
             info,
+            pcap: match &opts.pcap {
+                Some(p) => {
+                    Some(Mutex::new(PcapWriter::create(p).map_err(|e| {
+                        Error::io("creating the RVERBS_PCAP capture file", e)
+                    })?))
+                }
+                None => None,
+            },
             faults: opts
                 .faults
                 .filter(|f| {
@@ -341,6 +396,9 @@ fn driver(shared: Arc<Shared>) {
     let mut ready = Vec::new();
     let mut buf = vec![0u8; 65536];
     while !shared.shutdown.load(Ordering::SeqCst) {
+        if let Some(p) = &shared.pcap {
+            p.lock().unwrap_or_else(|e| e.into_inner()).flush();
+        }
         let next_due = shared.send_due(shared.now());
         let timeout_ms = {
             let e = shared.lock();
@@ -378,6 +436,7 @@ fn driver(shared: Arc<Shared>) {
                 let Ok((n, from)) = sock.recv_from(&mut buf) else {
                     break;
                 };
+                shared.record(from.ip(), *local, from.port(), &buf[..n]);
                 let copies = match &shared.faults {
                     Some(f) => {
                         f.lock()

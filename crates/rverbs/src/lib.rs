@@ -23,6 +23,7 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+mod capture;
 mod context;
 mod device;
 mod error;

@@ -99,22 +99,69 @@ fn rc_between_two_contexts() {
 #[test]
 fn rc_survives_injected_faults() {
     let dev = device(None).unwrap();
-    let faults = |seed| Faults { loss: 0.05, dup: 0.02, reorder: 0.05, corrupt: 0.02, delay_us: 50, seed };
-    let a = Context::open_with(dev.clone(), &OpenOptions { faults: Some(faults(7)) }).unwrap();
-    let b = Context::open_with(dev, &OpenOptions { faults: Some(faults(8)) }).unwrap();
+    let faults = |seed| Faults {
+        loss: 0.05,
+        dup: 0.02,
+        reorder: 0.05,
+        corrupt: 0.02,
+        delay_us: 50,
+        seed,
+    };
+    let a = Context::open_with(
+        dev.clone(),
+        &OpenOptions {
+            faults: Some(faults(7)),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let b = Context::open_with(
+        dev,
+        &OpenOptions {
+            faults: Some(faults(8)),
+            ..Default::default()
+        },
+    )
+    .unwrap();
     let (pda, pdb) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
     let (cqa, cqb) = (a.create_cq(1024).unwrap(), b.create_cq(1024).unwrap());
-    let (ma, mb) = (pda.reg_mr(1 << 21, AccessFlags::ALL).unwrap(), pdb.reg_mr(1 << 21, AccessFlags::ALL).unwrap());
+    let (ma, mb) = (
+        pda.reg_mr(1 << 21, AccessFlags::ALL).unwrap(),
+        pdb.reg_mr(1 << 21, AccessFlags::ALL).unwrap(),
+    );
     let qa = pda.create_qp(&QpInitAttr::new(QpType::Rc, &cqa)).unwrap();
     let qb = pdb.create_qp(&QpInitAttr::new(QpType::Rc, &cqb)).unwrap();
     // A short ACK timeout so losses are repaired quickly: 4.096 µs · 2^12 = 16.8 ms.
-    let o = ConnectOpts { timeout: 12, ..ConnectOpts::default() };
-    qa.connect(&PeerInfo { qpn: qb.qp_num(), psn: 0, gid: b.gid(1).unwrap() }, &o).unwrap();
-    qb.connect(&PeerInfo { qpn: qa.qp_num(), psn: 0, gid: a.gid(1).unwrap() }, &o).unwrap();
+    let o = ConnectOpts {
+        timeout: 12,
+        ..ConnectOpts::default()
+    };
+    qa.connect(
+        &PeerInfo {
+            qpn: qb.qp_num(),
+            psn: 0,
+            gid: b.gid(1).unwrap(),
+        },
+        &o,
+    )
+    .unwrap();
+    qb.connect(
+        &PeerInfo {
+            qpn: qa.qp_num(),
+            psn: 0,
+            gid: a.gid(1).unwrap(),
+        },
+        &o,
+    )
+    .unwrap();
     let data: Vec<u8> = (0..1_000_000u32).map(|i| (i * 13 + 5) as u8).collect();
     ma.write(0, &data);
     for i in 0..10u64 {
-        qb.post_recv(i, &[mb.slice(i as usize * 100_000..(i as usize + 1) * 100_000)]).unwrap();
+        qb.post_recv(
+            i,
+            &[mb.slice(i as usize * 100_000..(i as usize + 1) * 100_000)],
+        )
+        .unwrap();
     }
     for i in 0..10u64 {
         let r = i as usize * 100_000..(i as usize + 1) * 100_000;
@@ -122,19 +169,34 @@ fn rc_survives_injected_faults() {
     }
     for i in 0..10 {
         let wc = wait(&cqb);
-        assert_eq!((wc.wr_id, wc.status, wc.byte_len), (i, WcStatus::Success, 100_000));
+        assert_eq!(
+            (wc.wr_id, wc.status, wc.byte_len),
+            (i, WcStatus::Success, 100_000)
+        );
     }
     for i in 0..10 {
         let wc = wait(&cqa);
         assert_eq!((wc.wr_id, wc.status), (i, WcStatus::Success));
     }
     assert_eq!(mb.to_vec()[..1_000_000], data[..]);
-    qa.post_send(&SendRequest::read(99, &[ma.slice(1_000_000..2_000_000)], mb.remote(0..1_000_000))).unwrap();
+    qa.post_send(&SendRequest::read(
+        99,
+        &[ma.slice(1_000_000..2_000_000)],
+        mb.remote(0..1_000_000),
+    ))
+    .unwrap();
     assert_eq!(wait(&cqa).status, WcStatus::Success);
     assert_eq!(ma.to_vec()[1_000_000..2_000_000], data[..]);
     let (fa, fb) = (a.fault_stats(), b.fault_stats());
-    assert!(fa.lost + fb.lost > 0 && fa.corrupted + fb.corrupted > 0 && fa.duplicated + fb.duplicated > 0);
+    assert!(
+        fa.lost + fb.lost > 0
+            && fa.corrupted + fb.corrupted > 0
+            && fa.duplicated + fb.duplicated > 0
+    );
     let (ca, cb) = (a.counters(), b.counters());
-    assert!(ca.rx_icrc_errors + cb.rx_icrc_errors > 0, "corruption must be caught by the ICRC");
+    assert!(
+        ca.rx_icrc_errors + cb.rx_icrc_errors > 0,
+        "corruption must be caught by the ICRC"
+    );
     assert!(ca.retransmitted_packets + cb.retransmitted_packets > 0);
 }
