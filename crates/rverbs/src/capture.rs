@@ -34,23 +34,16 @@ impl PcapWriter {
         Ok(PcapWriter { out })
     }
 
-    /// Writes one RoCE v2 datagram (`payload` = BTH .. ICRC) between `src` and `dst`.
-    pub(crate) fn write(
-        &mut self,
-        src: IpAddr,
-        dst: IpAddr,
-        ports: (u16, u16),
-        hop_limit: u8,
-        traffic_class: u8,
-        ipv4_id: Option<u16>,
-        payload: &[u8],
-    ) {
+    /// Writes one RoCE v2 datagram (`payload` = BTH .. ICRC) between `src` and `dst`,
+    /// with the TTL 64 and TOS 0 the device's sockets use.
+    pub(crate) fn write(&mut self, src: IpAddr, dst: IpAddr, ports: (u16, u16), payload: &[u8]) {
+        let (hop_limit, traffic_class) = (64, 0);
         let udp_len = udp::HEADER_LEN + payload.len();
         let mut pkt = Vec::with_capacity(40 + udp_len);
         let ip_len = match (src, dst) {
             (IpAddr::V4(s), IpAddr::V4(d)) => {
                 pkt.resize(ipv4::HEADER_LEN + udp_len, 0);
-                let mut id = ipv4_id.unwrap_or(0);
+                let mut id = 0;
                 let repr = |ident| ipv4::Ipv4Repr {
                     src: s,
                     dst: d,
@@ -63,14 +56,14 @@ impl PcapWriter {
                 };
                 repr(id).emit(&mut ipv4::Ipv4Packet::new_unchecked(&mut pkt[..]));
                 self.udp(&mut pkt[ipv4::HEADER_LEN..], ports, payload);
-                if ipv4_id.is_none() {
-                    let (h, rest) = pkt.split_at(ipv4::HEADER_LEN);
-                    if let Ok(Some(found)) =
-                        icrc::recover_ipv4_id(h, &rest[..udp::HEADER_LEN], &rest[udp::HEADER_LEN..])
-                    {
-                        id = found;
-                        repr(id).emit(&mut ipv4::Ipv4Packet::new_unchecked(&mut pkt[..]));
-                    }
+                // Sent packets carry ID 0 (DF, unconnected socket); for received ones the
+                // real ID is the one that makes the ICRC verify.
+                let (h, rest) = pkt.split_at(ipv4::HEADER_LEN);
+                if let Ok(Some(found)) =
+                    icrc::recover_ipv4_id(h, &rest[..udp::HEADER_LEN], &rest[udp::HEADER_LEN..])
+                {
+                    id = found;
+                    repr(id).emit(&mut ipv4::Ipv4Packet::new_unchecked(&mut pkt[..]));
                 }
                 ipv4::HEADER_LEN
             }

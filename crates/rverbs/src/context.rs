@@ -86,9 +86,6 @@ impl Shared {
                 src,
                 dst,
                 (src_port, ROCE_PORT),
-                64,
-                0,
-                None,
                 bytes,
             );
         }
