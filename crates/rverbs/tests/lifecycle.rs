@@ -1,0 +1,87 @@
+//! A peer that vanishes mid-transfer ends in RETRY_EXC_ERR within the configured
+//! timeout x retries, with the remaining work flushed; closing contexts leaks no file
+//! descriptors and no threads.
+
+use rverbs::*;
+use std::time::{Duration, Instant};
+
+fn count(dir: &str) -> usize {
+    std::fs::read_dir(dir).map(|d| d.count()).unwrap_or(0)
+}
+
+#[test]
+fn vanished_peer_gives_retry_exceeded_and_nothing_leaks() {
+    let (fds0, threads0) = (count("/proc/self/fd"), count("/proc/self/task"));
+    {
+        let dev = device(None).unwrap();
+        let (a, b) = (dev.open().unwrap(), dev.open().unwrap());
+        let (pda, pdb) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
+        let (cqa, cqb) = (a.create_cq(64).unwrap(), b.create_cq(64).unwrap());
+        let ma = pda.reg_mr(1 << 20, AccessFlags::ALL).unwrap();
+        let mb = pdb.reg_mr(1 << 20, AccessFlags::ALL).unwrap();
+        let qa = pda.create_qp(&QpInitAttr::new(QpType::Rc, &cqa)).unwrap();
+        let qb = pdb.create_qp(&QpInitAttr::new(QpType::Rc, &cqb)).unwrap();
+        // timeout 10 = 4.2 ms, retry_cnt 3: the peer is declared gone after ~17 ms.
+        let o = ConnectOpts {
+            timeout: 10,
+            retry_cnt: 3,
+            ..ConnectOpts::default()
+        };
+        qa.connect(
+            &PeerInfo {
+                qpn: qb.qp_num(),
+                psn: 0,
+                gid: b.gid(1).unwrap(),
+            },
+            &o,
+        )
+        .unwrap();
+        qb.connect(
+            &PeerInfo {
+                qpn: qa.qp_num(),
+                psn: 0,
+                gid: a.gid(1).unwrap(),
+            },
+            &o,
+        )
+        .unwrap();
+        let remote = mb.remote(0..1 << 20);
+        // The peer goes away (its device closes) before the transfer.
+        drop((qb, mb, cqb, pdb, b));
+        let start = Instant::now();
+        for i in 0..4 {
+            qa.post_send(&SendRequest::write(i, &[ma.all()], remote))
+                .unwrap();
+        }
+        let mut wcs = Vec::new();
+        let mut buf = [Wc::default(); 8];
+        while wcs.len() < 4 && start.elapsed() < Duration::from_secs(10) {
+            let n = cqa.poll(&mut buf).unwrap();
+            wcs.extend_from_slice(&buf[..n]);
+        }
+        let took = start.elapsed();
+        let st: Vec<(u64, WcStatus)> = wcs.iter().map(|w| (w.wr_id, w.status)).collect();
+        assert_eq!(
+            st,
+            [
+                (0, WcStatus::RetryExcErr),
+                (1, WcStatus::WrFlushErr),
+                (2, WcStatus::WrFlushErr),
+                (3, WcStatus::WrFlushErr)
+            ]
+        );
+        assert_eq!(qa.state(), QpState::Err);
+        // 4 timeouts of 4.2 ms (first try + 3 retries); generous bound for a busy machine.
+        assert!(took < Duration::from_secs(2), "took {took:?}");
+        assert!(a.counters().retransmit_timeouts >= 4);
+    }
+    // Every context, socket, eventfd and driver thread is gone.
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < deadline
+        && (count("/proc/self/fd") > fds0 || count("/proc/self/task") > threads0)
+    {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(count("/proc/self/fd") <= fds0, "file descriptors leaked");
+    assert!(count("/proc/self/task") <= threads0, "threads leaked");
+}
