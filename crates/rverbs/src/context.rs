@@ -37,6 +37,10 @@ pub(crate) struct Shared {
     pub(crate) info: DeviceInfo,
     faults: Option<Mutex<FaultState>>,
     pcap: Option<Mutex<PcapWriter>>,
+    /// Bumped (under the engine lock) after every engine activity that can complete
+    /// work: a poller that found its CQ empty need not take the lock again until it
+    /// changes, so busy-polling applications do not starve the driver thread.
+    pub(crate) activity: std::sync::atomic::AtomicU64,
 }
 
 impl Shared {
@@ -53,6 +57,7 @@ impl Shared {
         while let Some(t) = engine.poll_transmit(now) {
             self.send(&t);
         }
+        self.activity.fetch_add(1, Ordering::Release);
         if engine.has_completion_events() {
             self.events.notify_all();
         }
@@ -279,6 +284,7 @@ impl Context {
             epoch: Instant::now(),
             shutdown: AtomicBool::new(false),
             info,
+            activity: std::sync::atomic::AtomicU64::new(1),
             pcap: match &opts.pcap {
                 Some(p) => {
                     Some(Mutex::new(PcapWriter::create(p).map_err(|e| {

@@ -89,6 +89,7 @@ impl Context {
             inner: Arc::new(CqInner {
                 ctx: self.clone(),
                 id,
+                empty_at: std::sync::atomic::AtomicU64::new(0),
             }),
         })
     }
@@ -303,6 +304,8 @@ pub struct RemoteBuf {
 struct CqInner {
     ctx: Context,
     id: CqId,
+    /// The context's activity count when a poll last found this CQ empty.
+    empty_at: std::sync::atomic::AtomicU64,
 }
 
 impl Drop for CqInner {
@@ -320,7 +323,19 @@ pub struct Cq {
 impl Cq {
     /// `ibv_poll_cq`: fills `out` with up to `out.len()` completions; returns how many.
     pub fn poll(&self, out: &mut [Wc]) -> Result<usize> {
-        Ok(self.inner.ctx.shared().lock().poll_cq(self.inner.id, out)?)
+        use std::sync::atomic::Ordering;
+        let shared = self.inner.ctx.shared();
+        // Nothing happened since the last empty poll: no completion can have arrived
+        // (every path that adds one bumps `activity` afterwards, under the lock).
+        let seen = shared.activity.load(Ordering::Acquire);
+        if seen == self.inner.empty_at.load(Ordering::Relaxed) {
+            return Ok(0);
+        }
+        let n = shared.lock().poll_cq(self.inner.id, out)?;
+        if n == 0 {
+            self.inner.empty_at.store(seen, Ordering::Relaxed);
+        }
+        Ok(n)
     }
 
     /// Arms the CQ for one completion event (`ibv_req_notify_cq`); wait for it with
@@ -593,7 +608,11 @@ impl Qp {
             wr_id,
             sg_list: bufs.iter().map(LocalBuf::sge).collect(),
         };
-        Ok(s.lock().post_recv(self.qpn, wr, now)?)
+        let mut e = s.lock();
+        e.post_recv(self.qpn, wr, now)?;
+        // A receive posted to a QP in error completes at once: let pollers see it.
+        s.flush(&mut e, now);
+        Ok(())
     }
 }
 
