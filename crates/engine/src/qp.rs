@@ -747,13 +747,7 @@ impl Qp {
             _ => (
                 self.attr.dest_qp_num,
                 None,
-                self.attr.ah_attr.map(|a| a.av).unwrap_or(AddressVector {
-                    dgid: Gid::ZERO,
-                    sgid_index: 0,
-                    hop_limit: 64,
-                    traffic_class: 0,
-                    flow_label: 0,
-                }),
+                self.peer_av(),
             ),
         };
         let bth = BthRepr {

@@ -535,7 +535,8 @@ impl Qp {
         }
     }
 
-    fn peer_av(&self) -> AddressVector {
+    /// The connected peer's address vector (RC/UC; set at RTR).
+    pub(crate) fn peer_av(&self) -> AddressVector {
         self.attr.ah_attr.map(|a| a.av).unwrap_or(AddressVector {
             dgid: Gid::ZERO,
             sgid_index: 0,
