@@ -5,7 +5,7 @@
 // Checks: no panic, bounded output per input, time always moves forward, and the
 // engine stays usable (a fresh QP can still be created afterwards).
 
-use rverbs_engine::modify::{AhAttr, QpAttr, QpAttrMask, QpCap};
+use rverbs_engine::modify::{required, AhAttr, QpAttr, QpCap};
 use rverbs_engine::net::{fill_icrc, ip_to_gid};
 use rverbs_engine::*;
 use std::net::{IpAddr, Ipv4Addr};
@@ -26,34 +26,26 @@ fn setup() -> (Engine, Vec<u32>, u32, CqId) {
     let mut qpns = Vec::new();
     for qp_type in [QpType::Rc, QpType::Uc, QpType::Ud] {
         let qpn = e.create_qp(QpInit { pd, qp_type, send_cq: cq, recv_cq: cq, srq: None, cap, sq_sig_all: true }).unwrap();
-        let base = QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT;
-        let init = QpAttr { qp_state: QpState::Init, port_num: 1, qp_access_flags: all, qkey: 0x1111_1111, ..Default::default() };
-        let m = if qp_type == QpType::Ud { QpAttrMask::QKEY } else { QpAttrMask::ACCESS_FLAGS };
-        e.modify_qp(qpn, &init, base | m, 0).unwrap();
-        let rtr = QpAttr {
-            qp_state: QpState::Rtr,
+        let attr = QpAttr {
+            port_num: 1,
+            qp_access_flags: all,
+            qkey: 0x1111_1111,
             path_mtu: Mtu::M1024,
             dest_qp_num: 0x99,
-            rq_psn: 0,
             max_dest_rd_atomic: 4,
             min_rnr_timer: 1,
             ah_attr: Some(AhAttr { av, port_num: 1 }),
+            timeout: 1,
+            retry_cnt: 3,
+            rnr_retry: 3,
+            max_rd_atomic: 4,
             ..Default::default()
         };
-        let conn = QpAttrMask::STATE | QpAttrMask::AV | QpAttrMask::PATH_MTU | QpAttrMask::DEST_QPN | QpAttrMask::RQ_PSN;
-        let m = match qp_type {
-            QpType::Rc => conn | QpAttrMask::MAX_DEST_RD_ATOMIC | QpAttrMask::MIN_RNR_TIMER,
-            QpType::Uc => conn,
-            QpType::Ud => QpAttrMask::STATE,
-        };
-        e.modify_qp(qpn, &rtr, m, 0).unwrap();
-        let rts = QpAttr { qp_state: QpState::Rts, sq_psn: 0, timeout: 1, retry_cnt: 3, rnr_retry: 3, max_rd_atomic: 4, ..Default::default() };
-        let m = if qp_type == QpType::Rc {
-            QpAttrMask::STATE | QpAttrMask::SQ_PSN | QpAttrMask::TIMEOUT | QpAttrMask::RETRY_CNT | QpAttrMask::RNR_RETRY | QpAttrMask::MAX_QP_RD_ATOMIC
-        } else {
-            QpAttrMask::STATE | QpAttrMask::SQ_PSN
-        };
-        e.modify_qp(qpn, &rts, m, 0).unwrap();
+        let path = [QpState::Reset, QpState::Init, QpState::Rtr, QpState::Rts];
+        for w in path.windows(2) {
+            let mask = required(qp_type, w[0], w[1]).unwrap();
+            e.modify_qp(qpn, &QpAttr { qp_state: w[1], ..attr }, mask, 0).unwrap();
+        }
         for i in 0..8 {
             let sg = vec![Sge { addr: 0x1000 + i * 2048, length: 2048, lkey: keys.lkey }];
             e.post_recv(qpn, RecvWr { wr_id: i, sg_list: sg }, 0).unwrap();

@@ -452,6 +452,12 @@ pub fn transition(qp_type: QpType, from: QpState, to: QpState) -> Option<(QpAttr
         .map(|(_, _, r, o)| (r, o))
 }
 
+/// The attributes a transition requires (`STATE` included), or `None` if it is not
+/// legal: what a caller that sets exactly the mandatory attributes passes as the mask.
+pub fn required(qp_type: QpType, from: QpState, to: QpState) -> Option<QpAttrMask> {
+    transition(qp_type, from, to).map(|(r, _)| r | QpAttrMask::STATE)
+}
+
 /// The access rights a QP may grant: the four of [`Access`]. (rxe's
 /// `RXE_ACCESS_SUPPORTED_QP` also tolerates MR-only bits such as `MW_BIND`; this device
 /// has none of them, so they are rejected.)
@@ -1160,5 +1166,41 @@ UD ERR->ERR     req: -; opt: -
         assert_eq!((l.max_qp_rd_atom, l.max_qp_init_rd_atom), (128, 128));
         assert_eq!((l.pkey_table_len, l.gid_table_len), (1, 1024));
         assert_eq!(Some(l.active_mtu), Mtu::from_netdev_mtu(1500));
+    }
+
+    #[test]
+    fn required_masks_of_the_connection_path() {
+        use QpAttrMask as M;
+        use QpType::{Rc, Uc, Ud};
+        let q = |t, f, to| required(t, f, to).unwrap();
+        assert_eq!(
+            q(Rc, RESET, INIT),
+            M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS
+        );
+        assert_eq!(
+            q(Ud, RESET, INIT),
+            M::STATE | M::PKEY_INDEX | M::PORT | M::QKEY
+        );
+        assert_eq!(
+            q(Rc, INIT, RTR),
+            M::STATE
+                | M::AV
+                | M::PATH_MTU
+                | M::DEST_QPN
+                | M::RQ_PSN
+                | M::MAX_DEST_RD_ATOMIC
+                | M::MIN_RNR_TIMER
+        );
+        assert_eq!(
+            q(Uc, INIT, RTR),
+            M::STATE | M::AV | M::PATH_MTU | M::DEST_QPN | M::RQ_PSN
+        );
+        assert_eq!(q(Ud, INIT, RTR), M::STATE);
+        assert_eq!(
+            q(Rc, RTR, RTS),
+            M::STATE | M::SQ_PSN | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC
+        );
+        assert_eq!(q(Uc, RTR, RTS), M::STATE | M::SQ_PSN);
+        assert!(required(Rc, RESET, RTS).is_none());
     }
 }

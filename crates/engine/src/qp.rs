@@ -744,11 +744,7 @@ impl Qp {
                     av,
                 )
             }
-            _ => (
-                self.attr.dest_qp_num,
-                None,
-                self.peer_av(),
-            ),
+            _ => (self.attr.dest_qp_num, None, self.peer_av()),
         };
         let bth = BthRepr {
             opcode: Opcode(tbase | opcode),

@@ -509,25 +509,65 @@ impl Qp {
         Ok(())
     }
 
-    /// RESET → INIT with the access rights (RC/UC) or Q_Key (UD) of `o`; receives may be
-    /// posted from then on.
-    pub fn init(&self, o: &ConnectOpts) -> Result<()> {
-        let ud = self.qp_type == QpType::Ud;
-        let base = QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT;
-        let init = QpAttr {
-            qp_state: QpState::Init,
+    /// One step of the connection path with exactly the attributes Linux requires for
+    /// it (`modify::required`), taken from `attr`.
+    fn step(&self, attr: &QpAttr, from: QpState, to: QpState) -> Result<()> {
+        let mask = rverbs_engine::modify::required(self.qp_type, from, to).ok_or(
+            rverbs_engine::VerbError::new(
+                "modify_qp",
+                rverbs_engine::Errno::Inval,
+                "illegal transition",
+            ),
+        )?;
+        self.modify(
+            &QpAttr {
+                qp_state: to,
+                ..*attr
+            },
+            mask,
+        )
+    }
+
+    /// The attributes of the whole connection path, from `o` and the peer.
+    fn connect_attr(peer: &PeerInfo, o: &ConnectOpts) -> QpAttr {
+        let av = AddressVector {
+            dgid: peer.gid,
+            sgid_index: o.sgid_index,
+            hop_limit: o.hop_limit,
+            traffic_class: o.traffic_class,
+            flow_label: 0,
+        };
+        QpAttr {
             port_num: 1,
             qp_access_flags: o.access.0,
             qkey: o.qkey,
+            path_mtu: o.mtu,
+            dest_qp_num: peer.qpn,
+            rq_psn: peer.psn,
+            max_dest_rd_atomic: o.rd_atomic,
+            min_rnr_timer: o.min_rnr_timer,
+            ah_attr: Some(AhAttr { av, port_num: 1 }),
+            sq_psn: o.psn,
+            timeout: o.timeout,
+            retry_cnt: o.retry_cnt,
+            rnr_retry: o.rnr_retry,
+            max_rd_atomic: o.rd_atomic,
             ..Default::default()
+        }
+    }
+
+    /// RESET → INIT with the access rights (RC/UC) or Q_Key (UD) of `o`; receives may be
+    /// posted from then on.
+    pub fn init(&self, o: &ConnectOpts) -> Result<()> {
+        let nobody = PeerInfo {
+            qpn: 0,
+            psn: 0,
+            gid: Gid::ZERO,
         };
-        self.modify(
-            &init,
-            base | if ud {
-                QpAttrMask::QKEY
-            } else {
-                QpAttrMask::ACCESS_FLAGS
-            },
+        self.step(
+            &Self::connect_attr(&nobody, o),
+            QpState::Reset,
+            QpState::Init,
         )
     }
 
@@ -537,55 +577,9 @@ impl Qp {
         if self.state() == QpState::Reset {
             self.init(o)?;
         }
-        let av = AddressVector {
-            dgid: peer.gid,
-            sgid_index: o.sgid_index,
-            hop_limit: o.hop_limit,
-            traffic_class: o.traffic_class,
-            flow_label: 0,
-        };
-        let rtr = QpAttr {
-            qp_state: QpState::Rtr,
-            path_mtu: o.mtu,
-            dest_qp_num: peer.qpn,
-            rq_psn: peer.psn,
-            max_dest_rd_atomic: o.rd_atomic,
-            min_rnr_timer: o.min_rnr_timer,
-            ah_attr: Some(AhAttr { av, port_num: 1 }),
-            ..Default::default()
-        };
-        let conn = QpAttrMask::STATE
-            | QpAttrMask::AV
-            | QpAttrMask::PATH_MTU
-            | QpAttrMask::DEST_QPN
-            | QpAttrMask::RQ_PSN;
-        let rtr_mask = match self.qp_type {
-            QpType::Rc => conn | QpAttrMask::MAX_DEST_RD_ATOMIC | QpAttrMask::MIN_RNR_TIMER,
-            QpType::Uc => conn,
-            QpType::Ud => QpAttrMask::STATE,
-        };
-        self.modify(&rtr, rtr_mask)?;
-        let rts = QpAttr {
-            qp_state: QpState::Rts,
-            sq_psn: o.psn,
-            timeout: o.timeout,
-            retry_cnt: o.retry_cnt,
-            rnr_retry: o.rnr_retry,
-            max_rd_atomic: o.rd_atomic,
-            ..Default::default()
-        };
-        let rts_mask = match self.qp_type {
-            QpType::Rc => {
-                QpAttrMask::STATE
-                    | QpAttrMask::SQ_PSN
-                    | QpAttrMask::TIMEOUT
-                    | QpAttrMask::RETRY_CNT
-                    | QpAttrMask::RNR_RETRY
-                    | QpAttrMask::MAX_QP_RD_ATOMIC
-            }
-            _ => QpAttrMask::STATE | QpAttrMask::SQ_PSN,
-        };
-        self.modify(&rts, rts_mask)
+        let attr = Self::connect_attr(peer, o);
+        self.step(&attr, QpState::Init, QpState::Rtr)?;
+        self.step(&attr, QpState::Rtr, QpState::Rts)
     }
 
     /// `ibv_post_send` of one request.

@@ -1,7 +1,7 @@
 //! Shared set-up for engine tests: connected QP pairs on a simulated network.
 #![allow(dead_code)]
 
-use rverbs_engine::modify::{AhAttr, QpAttr, QpAttrMask, QpCap};
+use rverbs_engine::modify::{required, AhAttr, QpAttr, QpCap};
 use rverbs_engine::sim::Sim;
 use rverbs_engine::*;
 use rverbs_wire::grh::Gid;
@@ -116,53 +116,16 @@ pub fn connect(
     let av = av_to(sim, peer);
     let now = sim.now;
     let e = &mut sim.engines[i];
-    let init = QpAttr {
-        qp_state: QpState::Init,
+    let attr = QpAttr {
         port_num: 1,
         qp_access_flags: o.access,
         qkey: 0x1111_1111,
-        ..Default::default()
-    };
-    let base = QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT;
-    let mask = base
-        | if o.qp_type == QpType::Ud {
-            QpAttrMask::QKEY
-        } else {
-            QpAttrMask::ACCESS_FLAGS
-        };
-    e.modify_qp(qpn, &init, mask, now).unwrap();
-    let rtr = QpAttr {
-        qp_state: QpState::Rtr,
         path_mtu: o.mtu,
         dest_qp_num: peer_qpn,
         rq_psn: o.psn[1 - me],
         max_dest_rd_atomic: o.max_rd_atomic,
         min_rnr_timer: o.min_rnr_timer,
         ah_attr: Some(AhAttr { av, port_num: 1 }),
-        ..Default::default()
-    };
-    let mask = match o.qp_type {
-        QpType::Rc => {
-            QpAttrMask::STATE
-                | QpAttrMask::AV
-                | QpAttrMask::PATH_MTU
-                | QpAttrMask::DEST_QPN
-                | QpAttrMask::RQ_PSN
-                | QpAttrMask::MAX_DEST_RD_ATOMIC
-                | QpAttrMask::MIN_RNR_TIMER
-        }
-        QpType::Uc => {
-            QpAttrMask::STATE
-                | QpAttrMask::AV
-                | QpAttrMask::PATH_MTU
-                | QpAttrMask::DEST_QPN
-                | QpAttrMask::RQ_PSN
-        }
-        QpType::Ud => QpAttrMask::STATE,
-    };
-    e.modify_qp(qpn, &rtr, mask, now).unwrap();
-    let rts = QpAttr {
-        qp_state: QpState::Rts,
         sq_psn: o.psn[me],
         timeout: o.timeout,
         retry_cnt: o.retry_cnt,
@@ -170,18 +133,21 @@ pub fn connect(
         max_rd_atomic: o.max_rd_atomic,
         ..Default::default()
     };
-    let mask = match o.qp_type {
-        QpType::Rc => {
-            QpAttrMask::STATE
-                | QpAttrMask::SQ_PSN
-                | QpAttrMask::TIMEOUT
-                | QpAttrMask::RETRY_CNT
-                | QpAttrMask::RNR_RETRY
-                | QpAttrMask::MAX_QP_RD_ATOMIC
-        }
-        _ => QpAttrMask::STATE | QpAttrMask::SQ_PSN,
-    };
-    e.modify_qp(qpn, &rts, mask, now).unwrap();
+    // Each step sets exactly the attributes Linux requires for it.
+    let path = [QpState::Reset, QpState::Init, QpState::Rtr, QpState::Rts];
+    for w in path.windows(2) {
+        let mask = required(o.qp_type, w[0], w[1]).unwrap();
+        e.modify_qp(
+            qpn,
+            &QpAttr {
+                qp_state: w[1],
+                ..attr
+            },
+            mask,
+            now,
+        )
+        .unwrap();
+    }
 }
 
 /// Two engines with one connected QP each.
