@@ -2,6 +2,8 @@
 //! timeout x retries, with the remaining work flushed; closing contexts leaks no file
 //! descriptors and no threads.
 
+mod common;
+use common::*;
 use rverbs::*;
 use std::time::{Duration, Instant};
 
@@ -14,40 +16,19 @@ fn vanished_peer_gives_retry_exceeded_and_nothing_leaks() {
     let (fds0, threads0) = (count("/proc/self/fd"), count("/proc/self/task"));
     {
         let dev = device(None).unwrap();
-        let (a, b) = (dev.open().unwrap(), dev.open().unwrap());
-        let (pda, pdb) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
-        let (cqa, cqb) = (a.create_cq(64).unwrap(), b.create_cq(64).unwrap());
-        let ma = pda.reg_mr(1 << 20, AccessFlags::ALL).unwrap();
-        let mb = pdb.reg_mr(1 << 20, AccessFlags::ALL).unwrap();
-        let qa = pda.create_qp(&QpInitAttr::new(QpType::Rc, &cqa)).unwrap();
-        let qb = pdb.create_qp(&QpInitAttr::new(QpType::Rc, &cqb)).unwrap();
+        let ea = end(dev.open().unwrap(), 1 << 20);
+        let eb = end(dev.open().unwrap(), 1 << 20);
         // timeout 10 = 4.2 ms, retry_cnt 3: the peer is declared gone after ~17 ms.
         let o = ConnectOpts {
             timeout: 10,
             retry_cnt: 3,
             ..ConnectOpts::default()
         };
-        qa.connect(
-            &PeerInfo {
-                qpn: qb.qp_num(),
-                psn: 0,
-                gid: b.gid(1).unwrap(),
-            },
-            &o,
-        )
-        .unwrap();
-        qb.connect(
-            &PeerInfo {
-                qpn: qa.qp_num(),
-                psn: 0,
-                gid: a.gid(1).unwrap(),
-            },
-            &o,
-        )
-        .unwrap();
-        let remote = mb.remote(0..1 << 20);
+        connect(&ea, &eb, &o);
+        let remote = eb.mr.remote(0..1 << 20);
         // The peer goes away (its device closes) before the transfer.
-        drop((qb, mb, cqb, pdb, b));
+        drop(eb);
+        let (a, qa, ma, cqa) = (&ea.ctx, &ea.qp, &ea.mr, &ea.cq);
         let start = Instant::now();
         for i in 0..4 {
             qa.post_send(&SendRequest::write(i, &[ma.all()], remote))

@@ -1,47 +1,17 @@
 //! Two contexts on the loopback soft device talk over real UDP sockets (127.0.0.x).
 
+mod common;
+use common::*;
 use rverbs::*;
-use std::time::Duration;
-
-fn wait(cq: &Cq) -> Wc {
-    let mut out = [Wc::default()];
-    let n = cq.poll_wait(&mut out, Duration::from_secs(10)).unwrap();
-    assert_eq!(n, 1, "no completion within 10 s");
-    out[0]
-}
 
 #[test]
 fn rc_between_two_contexts() {
     let dev = device(None).unwrap();
     let (a, b) = (dev.open().unwrap(), dev.open().unwrap());
     assert_ne!(a.gid(1), b.gid(1), "each context binds its own 127.0.0.x");
-    let (pda, pdb) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
-    let (cqa, cqb) = (a.create_cq(256).unwrap(), b.create_cq(256).unwrap());
-    let (ma, mb) = (
-        pda.reg_mr(1 << 20, AccessFlags::ALL).unwrap(),
-        pdb.reg_mr(1 << 20, AccessFlags::ALL).unwrap(),
-    );
-    let qa = pda.create_qp(&QpInitAttr::new(QpType::Rc, &cqa)).unwrap();
-    let qb = pdb.create_qp(&QpInitAttr::new(QpType::Rc, &cqb)).unwrap();
-    let o = ConnectOpts::default();
-    qa.connect(
-        &PeerInfo {
-            qpn: qb.qp_num(),
-            psn: 0,
-            gid: b.gid(1).unwrap(),
-        },
-        &o,
-    )
-    .unwrap();
-    qb.connect(
-        &PeerInfo {
-            qpn: qa.qp_num(),
-            psn: 0,
-            gid: a.gid(1).unwrap(),
-        },
-        &o,
-    )
-    .unwrap();
+    let (ea, eb) = (end(a.clone(), 1 << 20), end(b.clone(), 1 << 20));
+    connect(&ea, &eb, &ConnectOpts::default());
+    let (qa, qb, ma, mb, cqa, cqb) = (&ea.qp, &eb.qp, &ea.mr, &eb.mr, &ea.cq, &eb.cq);
 
     // SEND of 100 KB (segmented into 1 KiB packets).
     let data: Vec<u8> = (0..100_000u32).map(|i| (i * 7) as u8).collect();
@@ -49,12 +19,12 @@ fn rc_between_two_contexts() {
     qb.post_recv(1, &[mb.slice(0..200_000)]).unwrap();
     qa.post_send(&SendRequest::send(2, &[ma.slice(0..100_000)]))
         .unwrap();
-    let wc = wait(&cqb);
+    let wc = wait(cqb);
     assert_eq!(
         (wc.wr_id, wc.status, wc.byte_len),
         (1, WcStatus::Success, 100_000)
     );
-    assert_eq!(wait(&cqa).status, WcStatus::Success);
+    assert_eq!(wait(cqa).status, WcStatus::Success);
     let mut got = vec![0u8; 100_000];
     mb.read(0, &mut got);
     assert_eq!(got, data);
@@ -66,14 +36,14 @@ fn rc_between_two_contexts() {
         mb.remote(300_000..350_000),
     ))
     .unwrap();
-    assert_eq!(wait(&cqa).status, WcStatus::Success);
+    assert_eq!(wait(cqa).status, WcStatus::Success);
     qa.post_send(&SendRequest::read(
         4,
         &[ma.slice(500_000..550_000)],
         mb.remote(300_000..350_000),
     ))
     .unwrap();
-    assert_eq!(wait(&cqa).status, WcStatus::Success);
+    assert_eq!(wait(cqa).status, WcStatus::Success);
     let mut back = vec![0u8; 50_000];
     ma.read(500_000, &mut back);
     assert_eq!(back, data[..50_000]);
@@ -85,7 +55,7 @@ fn rc_between_two_contexts() {
         5,
     ))
     .unwrap();
-    assert_eq!(wait(&cqa).status, WcStatus::Success);
+    assert_eq!(wait(cqa).status, WcStatus::Success);
     let mut v = [0u8; 8];
     ma.read(0, &mut v);
     assert_eq!(u64::from_ne_bytes(v), 10);
@@ -126,37 +96,15 @@ fn rc_survives_injected_faults() {
         },
     )
     .unwrap();
-    let (pda, pdb) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
-    let (cqa, cqb) = (a.create_cq(1024).unwrap(), b.create_cq(1024).unwrap());
-    let (ma, mb) = (
-        pda.reg_mr(1 << 21, AccessFlags::ALL).unwrap(),
-        pdb.reg_mr(1 << 21, AccessFlags::ALL).unwrap(),
-    );
-    let qa = pda.create_qp(&QpInitAttr::new(QpType::Rc, &cqa)).unwrap();
-    let qb = pdb.create_qp(&QpInitAttr::new(QpType::Rc, &cqb)).unwrap();
+    let (ea, eb) = (end(a, 1 << 21), end(b, 1 << 21));
     // A short ACK timeout so losses are repaired quickly: 4.096 µs · 2^12 = 16.8 ms.
     let o = ConnectOpts {
         timeout: 12,
         ..ConnectOpts::default()
     };
-    qa.connect(
-        &PeerInfo {
-            qpn: qb.qp_num(),
-            psn: 0,
-            gid: b.gid(1).unwrap(),
-        },
-        &o,
-    )
-    .unwrap();
-    qb.connect(
-        &PeerInfo {
-            qpn: qa.qp_num(),
-            psn: 0,
-            gid: a.gid(1).unwrap(),
-        },
-        &o,
-    )
-    .unwrap();
+    connect(&ea, &eb, &o);
+    let (qa, qb, ma, mb, cqa, cqb) = (&ea.qp, &eb.qp, &ea.mr, &eb.mr, &ea.cq, &eb.cq);
+    let (a, b) = (&ea.ctx, &eb.ctx);
     let data: Vec<u8> = (0..1_000_000u32).map(|i| (i * 13 + 5) as u8).collect();
     ma.write(0, &data);
     for i in 0..10u64 {
@@ -171,14 +119,14 @@ fn rc_survives_injected_faults() {
         qa.post_send(&SendRequest::send(i, &[ma.slice(r)])).unwrap();
     }
     for i in 0..10 {
-        let wc = wait(&cqb);
+        let wc = wait(cqb);
         assert_eq!(
             (wc.wr_id, wc.status, wc.byte_len),
             (i, WcStatus::Success, 100_000)
         );
     }
     for i in 0..10 {
-        let wc = wait(&cqa);
+        let wc = wait(cqa);
         assert_eq!((wc.wr_id, wc.status), (i, WcStatus::Success));
     }
     assert_eq!(mb.to_vec()[..1_000_000], data[..]);
@@ -188,7 +136,7 @@ fn rc_survives_injected_faults() {
         mb.remote(0..200_000),
     ))
     .unwrap();
-    assert_eq!(wait(&cqa).status, WcStatus::Success);
+    assert_eq!(wait(cqa).status, WcStatus::Success);
     assert_eq!(ma.to_vec()[1_000_000..1_200_000], data[..200_000]);
     let (fa, fb) = (a.fault_stats(), b.fault_stats());
     assert!(
