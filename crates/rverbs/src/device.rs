@@ -117,43 +117,62 @@ pub fn devices() -> Result<Vec<DeviceInfo>> {
         e.1.push(i.ip());
     }
     if let Ok(spec) = std::env::var("RVERBS_DEVICES") {
-        let mut out = Vec::new();
-        for entry in spec.split(',').map(str::trim).filter(|e| !e.is_empty()) {
-            let (name, target) = entry.split_once('=').ok_or_else(|| {
-                Error::NoDevice(format!(
-                    "RVERBS_DEVICES entry {entry:?} (want name=interface)"
-                ))
-            })?;
-            let (target, mtu) = match target.rsplit_once(':') {
-                Some((t, m)) if !t.contains(':') || t.parse::<IpAddr>().is_ok() => {
-                    (t, m.parse().ok())
-                }
-                _ => (target, None),
-            };
-            let mut dev = if let Ok(ip) = target.parse::<IpAddr>() {
-                let (ifname, idx) = ifaces
-                    .iter()
-                    .find(|i| i.ip() == ip)
-                    .map(|i| (i.name.clone(), i.index.unwrap_or(0)))
-                    .unwrap_or_else(|| ("lo".into(), 0));
-                from_interface(name.into(), &ifname, idx, vec![ip])
-            } else {
-                let (idx, addrs) = by_name.get(target).cloned().ok_or_else(|| {
-                    Error::NoDevice(format!("interface {target} (from RVERBS_DEVICES)"))
-                })?;
-                from_interface(name.into(), target, idx, addrs)
-            };
-            if let Some(m) = mtu {
-                dev.netdev_mtu = m;
-            }
-            out.push(dev);
-        }
-        return Ok(out);
+        let addrs: Vec<(String, u32, IpAddr)> = ifaces
+            .iter()
+            .map(|i| (i.name.clone(), i.index.unwrap_or(0), i.ip()))
+            .collect();
+        return from_spec(&spec, &addrs, &by_name);
     }
     Ok(by_name
         .into_iter()
         .map(|(n, (idx, addrs))| from_interface(format!("rv_{n}"), &n, idx, addrs))
         .collect())
+}
+
+/// Devices from an `RVERBS_DEVICES` spec, given the host's (interface, index, address)
+/// list and its addresses grouped by interface.
+fn from_spec(
+    spec: &str,
+    addrs: &[(String, u32, IpAddr)],
+    by_name: &BTreeMap<String, (u32, Vec<IpAddr>)>,
+) -> Result<Vec<DeviceInfo>> {
+    let bad = |why: String| Error::NoDevice(format!("RVERBS_DEVICES: {why}"));
+    let mut out = Vec::new();
+    for entry in spec.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        let (name, target) = entry
+            .split_once('=')
+            .ok_or_else(|| bad(format!("entry {entry:?}: want name=interface")))?;
+        // `target[:mtu]`; an IPv6 address contains colons, so the MTU is split off only
+        // when what precedes the last colon is an interface name or an address.
+        let (target, mtu) = match target.rsplit_once(':') {
+            Some((t, m)) if !t.contains(':') || t.parse::<IpAddr>().is_ok() => {
+                let mtu = m
+                    .parse::<usize>()
+                    .map_err(|_| bad(format!("entry {entry:?}: bad MTU {m:?}")))?;
+                (t, Some(mtu))
+            }
+            _ => (target, None),
+        };
+        let mut dev = if let Ok(ip) = target.parse::<IpAddr>() {
+            let (ifname, idx) = addrs
+                .iter()
+                .find(|(_, _, a)| *a == ip)
+                .map(|(n, i, _)| (n.clone(), *i))
+                .unwrap_or_else(|| ("lo".into(), 0));
+            from_interface(name.into(), &ifname, idx, vec![ip])
+        } else {
+            let (idx, addrs) = by_name
+                .get(target)
+                .cloned()
+                .ok_or_else(|| bad(format!("no interface {target:?}")))?;
+            from_interface(name.into(), target, idx, addrs)
+        };
+        if let Some(m) = mtu {
+            dev.netdev_mtu = m;
+        }
+        out.push(dev);
+    }
+    Ok(out)
 }
 
 /// The device called `name`, or the loopback device when `name` is `None`.
@@ -192,6 +211,35 @@ mod tests {
         assert_eq!(d.active_mtu(), Mtu::M1024);
         assert_eq!(parse_mac("52:54:00:77:00:02"), d.mac);
         assert_eq!(parse_mac("52:54"), None);
+    }
+
+    #[test]
+    fn device_specs() {
+        let lo: IpAddr = "127.0.0.1".parse().unwrap();
+        let v6: IpAddr = "fd00:77::1".parse().unwrap();
+        let addrs = vec![("lo".to_string(), 1, lo), ("br0".to_string(), 5, v6)];
+        let mut by_name = BTreeMap::new();
+        by_name.insert("lo".to_string(), (1, vec![lo]));
+        by_name.insert("br0".to_string(), (5, vec![v6]));
+        let d = from_spec("rv0=lo, rv1=fd00:77::1:9000,rv2=br0:2048", &addrs, &by_name).unwrap();
+        assert_eq!(
+            d.iter().map(|d| d.name.as_str()).collect::<Vec<_>>(),
+            ["rv0", "rv1", "rv2"]
+        );
+        assert_eq!(
+            (d[1].ifname.as_str(), d[1].ifindex, d[1].netdev_mtu),
+            ("br0", 5, 9000)
+        );
+        assert_eq!(d[1].addrs, [v6]);
+        assert_eq!(d[2].netdev_mtu, 2048);
+        assert_eq!(
+            from_spec("rv=fd00:77::1", &addrs, &by_name).unwrap()[0].addrs,
+            [v6]
+        );
+        for bad in ["rv0", "rv0=eth9", "rv0=lo:big", "rv0=127.0.0.1:x"] {
+            let e = from_spec(bad, &addrs, &by_name).unwrap_err();
+            assert!(e.to_string().contains("RVERBS_DEVICES"), "{bad}: {e}");
+        }
     }
 
     #[test]

@@ -151,3 +151,18 @@ fn rc_survives_injected_faults() {
     );
     assert!(ca.retransmitted_packets + cb.retransmitted_packets > 0);
 }
+
+/// Options that cannot be honoured fail the open with a clear error.
+#[test]
+fn unusable_capture_path_is_an_error() {
+    let dev = device(None).unwrap();
+    let opts = OpenOptions {
+        pcap: Some("/nonexistent-rverbs-dir/x.pcap".into()),
+        ..Default::default()
+    };
+    let e = Context::open_with(dev, &opts)
+        .err()
+        .expect("open must fail");
+    assert!(e.to_string().contains("RVERBS_PCAP"), "{e}");
+    assert_eq!(e.errno(), 2, "ENOENT");
+}
