@@ -200,6 +200,8 @@ pub(crate) struct Qp {
     pub(crate) recv_cq: CqId,
     pub(crate) srq: Option<SrqId>,
     pub(crate) sq_sig_all: bool,
+    /// The attributes set by `modify_qp`; `qp_state` in it is not kept: `state` is the
+    /// state (query_qp fills it in).
     pub(crate) attr: QpAttr,
     pub(crate) src_port: u16,
     pub(crate) sq: VecDeque<SendWqe>,
@@ -369,7 +371,6 @@ impl Qp {
         }
         let prev = self.state;
         self.state = next;
-        self.attr.qp_state = next;
         match next {
             QpState::Reset => self.reset(),
             QpState::Err if prev != QpState::Err => self.flush(ctx),
@@ -402,7 +403,6 @@ impl Qp {
             return;
         }
         self.state = QpState::Err;
-        self.attr.qp_state = QpState::Err;
         ctx.events.push_back(AsyncEvent::QpFatal(self.qpn));
         self.flush(ctx);
     }
@@ -492,7 +492,6 @@ impl Qp {
             {
                 // Send queue error: the rest of the SQ is flushed, receives go on.
                 self.state = QpState::Sqe;
-                self.attr.qp_state = QpState::Sqe;
                 while let Some(w) = self.sq.pop_front() {
                     let wc = self.send_wc(&w, WcStatus::WrFlushErr);
                     ctx.push_wc(self.send_cq, wc, false);
