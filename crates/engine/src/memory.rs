@@ -82,6 +82,11 @@ impl VecMemory {
         self.lock().clone()
     }
 
+    /// Runs `f` with the bytes, locked: the engine waits meanwhile.
+    pub fn with<R>(&self, f: impl FnOnce(&mut [u8]) -> R) -> R {
+        f(&mut self.lock())
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<u8>> {
         // A panic while holding the lock cannot leave the bytes inconsistent in a way
         // that matters to a byte buffer, so a poisoned lock is still usable.

@@ -18,40 +18,12 @@ use crate::context::{Context, Shared};
 use crate::error::Result;
 use rverbs_engine::modify::{AhAttr, QpAttr, QpAttrMask, QpCap};
 use rverbs_engine::{
-    Access, AddressVector, AhId, AtomicOp, CqId, Memory, Mtu, PdId, QpInit, QpState, QpType,
-    RecvWr, SendFlags, SendWr, Sge, UdDest, Wc, WrOpcode,
+    Access, AddressVector, AhId, CqId, Mtu, PdId, QpInit, QpState, QpType, RecvWr, SendFlags,
+    SendWr, Sge, UdDest, VecMemory, Wc, WrOpcode,
 };
 use rverbs_wire::grh::Gid;
 use std::ops::Range;
-use std::sync::{Arc, Mutex, MutexGuard};
-
-/// Registered bytes behind a lock, shared by the application and the device.
-struct Region {
-    bytes: Mutex<Box<[u8]>>,
-}
-
-impl Region {
-    fn lock(&self) -> MutexGuard<'_, Box<[u8]>> {
-        self.bytes.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
-
-impl Memory for Region {
-    fn len(&self) -> usize {
-        self.lock().len()
-    }
-    fn read(&self, offset: usize, dst: &mut [u8]) {
-        dst.copy_from_slice(&self.lock()[offset..offset + dst.len()]);
-    }
-    fn write(&self, offset: usize, src: &[u8]) {
-        self.lock()[offset..offset + src.len()].copy_from_slice(src);
-    }
-    fn atomic(&self, offset: usize, op: AtomicOp) -> u64 {
-        let mut b = self.lock();
-        let word: &mut [u8; 8] = (&mut b[offset..offset + 8]).try_into().expect("8 bytes");
-        op.apply(word)
-    }
-}
+use std::sync::Arc;
 
 struct PdInner {
     ctx: Context,
@@ -98,7 +70,7 @@ impl Context {
 /// A registered memory region that owns its buffer (`struct ibv_mr`).
 pub struct Mr {
     pd: Arc<PdInner>,
-    region: Arc<Region>,
+    region: Arc<VecMemory>,
     lkey: u32,
     rkey: u32,
     addr: u64,
@@ -117,14 +89,12 @@ impl Pd {
 
     /// `ibv_reg_mr` of `buf`, which the region takes over.
     pub fn reg_mr_from(&self, buf: Vec<u8>, access: AccessFlags) -> Result<Mr> {
-        let bytes = buf.into_boxed_slice();
-        let len = bytes.len();
+        let len = buf.len();
         // The buffer's own address is the region's virtual address, as with real
-        // verbs; it is only a number to the device.
-        let addr = bytes.as_ptr() as u64;
-        let region = Arc::new(Region {
-            bytes: Mutex::new(bytes),
-        });
+        // verbs; it is only a number to the device. (Moving the Vec keeps its heap
+        // buffer, so the address stays the buffer's.)
+        let addr = buf.as_ptr() as u64;
+        let region = Arc::new(VecMemory::from_vec(buf));
         let keys = self
             .shared()
             .lock()
@@ -198,19 +168,21 @@ impl Mr {
     }
     /// Copies bytes out of the region.
     pub fn read(&self, offset: usize, dst: &mut [u8]) {
-        dst.copy_from_slice(&self.region.lock()[offset..offset + dst.len()]);
+        self.region
+            .with(|b| dst.copy_from_slice(&b[offset..offset + dst.len()]));
     }
     /// Copies bytes into the region.
     pub fn write(&self, offset: usize, src: &[u8]) {
-        self.region.lock()[offset..offset + src.len()].copy_from_slice(src);
+        self.region
+            .with(|b| b[offset..offset + src.len()].copy_from_slice(src));
     }
     /// Runs `f` with the region's bytes; the device waits meanwhile.
     pub fn with<R>(&self, f: impl FnOnce(&mut [u8]) -> R) -> R {
-        f(&mut self.region.lock())
+        self.region.with(f)
     }
     /// A copy of the whole region.
     pub fn to_vec(&self) -> Vec<u8> {
-        self.region.lock().to_vec()
+        self.region.snapshot()
     }
     /// The bytes `range` of this region, for a work request.
     ///
