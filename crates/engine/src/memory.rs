@@ -56,7 +56,8 @@ pub trait Memory: Send + Sync {
     fn atomic(&self, offset: usize, op: AtomicOp) -> u64;
 }
 
-/// Heap memory behind a mutex: for tests, simulations and examples.
+/// Heap memory behind a mutex: the backing of the `rverbs` device's memory regions,
+/// and of tests and simulations.
 #[derive(Debug, Default)]
 pub struct VecMemory {
     bytes: Mutex<Vec<u8>>,
