@@ -398,6 +398,14 @@ impl Engine {
         self.gsi.agents.get_mut(&agent.0)?.queue.pop_front()
     }
 
+    /// Puts a received MAD back at the front of an agent's queue (a waiter that took
+    /// it while looking for something else).
+    pub fn gsi_requeue(&mut self, agent: AgentId, r: GsiRecv) {
+        if let Some(a) = self.gsi.agents.get_mut(&agent.0) {
+            a.queue.push_front(r);
+        }
+    }
+
     /// The next trap the port raised (for local listeners).
     pub fn poll_trap(&mut self) -> Option<Trap> {
         self.gsi.port.poll_trap()
