@@ -11,7 +11,7 @@ use rverbs_wire::mad::sma::{
     node_type, port_cap, sm_attr, NodeInfo, NodeInfoRepr, PortInfo, PortInfoRepr, GUIDS_PER_BLOCK,
     PKEYS_PER_BLOCK,
 };
-use rverbs_wire::mad::smp::{PERMISSIVE_LID, SMP_DATA_LEN, SMP_DATA_OFFSET};
+use rverbs_wire::mad::smp::{DR_PATH_LEN, PERMISSIVE_LID, SMP_DATA_LEN, SMP_DATA_OFFSET};
 use rverbs_wire::mad::{class, method, status, MadHeader};
 
 /// Additional GUIDs a port holds beside its PortGUID (GUIDInfo block 0, entries 1-7).
@@ -80,6 +80,11 @@ pub fn dr_smp_send(mad: &mut Mad, port: u8) -> bool {
     let (hop_ptr, hop_cnt, out) = (h.hop_pointer(), h.hop_count(), !h.dr_direction());
     let dr_slid = u16::from_be_bytes([mad[32], mad[33]]);
     let dr_dlid = u16::from_be_bytes([mad[34], mad[35]]);
+    // The paths hold 64 hops (IB_SMP_MAX_PATH_HOPS); a longer hop count would index
+    // past them (fuzz-found; later kernels discard such SMPs the same way).
+    if usize::from(hop_cnt) >= DR_PATH_LEN {
+        return false;
+    }
     let mut h = MadHeader::new_unchecked(&mut mad[..]);
     if out {
         if hop_cnt != 0 && hop_ptr == 0 {

@@ -566,6 +566,11 @@ fn directed_route_hop_rules_of_a_ca() {
     assert!(sma::dr_smp_send(&mut m, 1));
     assert_eq!(m[6], 0);
     assert!(sma::dr_smp_send(&mut fresh(0, 1, true), 1));
+    // Hop counts beyond the 64-entry paths are discarded, in both directions
+    // (fuzz-found: a returning SMP with hop count 255 indexed past the path).
+    assert!(!sma::dr_smp_send(&mut fresh(255, 254, true), 1));
+    assert!(!sma::dr_smp_send(&mut fresh(64, 64, false), 1));
+    assert!(sma::dr_smp_send(&mut fresh(0, 63, true), 1));
 }
 
 fn wc_from(src_qp: u32, slid: u16) -> Wc {
