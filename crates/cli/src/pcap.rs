@@ -18,7 +18,8 @@ pub enum Record {
     NotRoce,
     /// A RoCE v2 packet: the decoded line (without the index) and whether the ICRC held.
     Roce {
-        /// `<src> > <dst> <OPCODE> ... icrc=<ok|bad>`.
+        /// `<src> > <dst> <OPCODE> ... icrc=<ok|bad> [mad ...]` (the MAD summary for
+        /// a MAD to or from QP1).
         line: String,
         /// ICRC verdict.
         icrc_ok: bool,
