@@ -623,7 +623,11 @@ fn b_key_rules_and_trap_259() {
         (class::BM, 259, method::TRAP)
     );
     let n = GsNoticeRepr::parse(&GsNotice::new_unchecked(&t.mad[64..144])).unwrap();
+    assert!(n.notice.is_generic);
     assert_eq!(n.notice.notice_type, 2);
+    assert_eq!(n.notice.producer_type_or_vendor_id, 1);
+    assert_eq!(n.notice.trap_number_or_device_id, 259);
+    assert_eq!(u16::from_be_bytes([t.mad[16], t.mad[17]]), attr::NOTICE);
     assert_eq!(
         Gid(n.issuer_gid),
         Gid::from(std::net::Ipv4Addr::new(127, 0, 0, 3))
