@@ -668,23 +668,43 @@ fn b_key_rules_and_trap_259() {
             .0,
         REPLIED
     );
-    // Protect bit set: a Get with a wrong key is now a violation too.
+    // Protect bit set: a Get with a wrong key is answered (opa-ff bmacallb.c: Gets
+    // are never violations) but the key reads as 0; nothing counted, no trap.
+    while p.poll_trap().is_some() {}
     let get_bad = bm(method::GET, attr::BM_BKEY_INFO, 1);
+    let (r, o) = p.process_mad(0, &c, 0, PORT, Some(&wc), Some(&grh), &get_bad);
+    assert_eq!(r, REPLIED);
     assert_eq!(
-        p.process_mad(0, &c, 0, PORT, Some(&wc), Some(&grh), &get_bad)
-            .0,
-        CONSUMED
+        (bkey_info(&o).b_key, bkey_info(&o).b_key_protect_bit),
+        (0, true)
     );
-    assert_eq!(p.b_key_violations(), 2);
+    assert_eq!((p.b_key_violations(), p.stats.bkey_drops), (1, 1));
+    assert!(p.poll_trap().is_none());
+    // The right key sees it.
+    let get_good = bm(method::GET, attr::BM_BKEY_INFO, 0xb0b);
+    let o = p
+        .process_mad(0, &c, 0, PORT, Some(&wc), Some(&grh), &get_good)
+        .1;
+    assert_eq!(bkey_info(&o).b_key, 0xb0b);
+    // A Set (or a TrapRepress) with a wrong key is a violation and starts the lease.
+    let r = p.process_mad(0, &c, 0, PORT, Some(&wc), Some(&grh), &set).0;
+    assert_eq!(r, CONSUMED);
+    let repress = bm(method::TRAP_REPRESS, attr::NOTICE, 1);
+    let r = p
+        .process_mad(0, &c, 0, PORT, Some(&wc), Some(&grh), &repress)
+        .0;
+    assert_eq!(r, CONSUMED);
+    assert_eq!(p.b_key_violations(), 3);
     // ... and the key is hidden when the check is skipped.
     assert_eq!(
         bkey_info(&p.process_mad(0, &c, 0, PORT, None, None, &get_bad).1).b_key,
         0
     );
-    // The lease (3 s from the violation) expires: protect bit cleared, Get allowed.
+    // The lease (3 s from the violation) expires: protect bit cleared, the key shows.
     let (r, o) = p.process_mad(3 * SEC, &c, 0, PORT, Some(&wc), Some(&grh), &get_bad);
     assert_eq!(r, REPLIED);
     assert!(!bkey_info(&o).b_key_protect_bit);
+    assert_eq!(bkey_info(&o).b_key, 0xb0b);
     // The right key: the Set succeeds.
     let mut good = bm(method::SET, attr::BM_BKEY_INFO, 0xb0b);
     BKeyInfoRepr {
