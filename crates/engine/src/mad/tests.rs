@@ -172,8 +172,13 @@ fn pma_class_port_info_has_perfquery_bits() {
     assert_eq!(r, REPLIED);
     let cpi = ClassPortInfoRepr::parse(&ClassPortInfo::new_unchecked(&o[64..136])).unwrap();
     assert_eq!((cpi.base_version, cpi.class_version), (1, 1));
-    // perfquery.c: AllPortSelect (bit 8), ExtWidth (bit 9), NOIETF (bit 10).
-    assert_eq!(&o[66..68], &[0x07, 0x00]);
+    // perfquery.c: AllPortSelect (bit 8), ExtWidth (bit 9), NOIETF (bit 10), and
+    // IsQP1DropSupported (bit 15), without which `perfquery -R` never clears
+    // QP1Dropped.
+    assert_eq!(&o[66..68], &[0x87, 0x00]);
+    assert_ne!(cpi.capability_mask & capability::PM_IS_QP1_DROP_SUP, 0);
+    // perfquery reads CapabilityMask2 as ntohl(bytes 4..8) >> 5.
+    assert_eq!(u32::from_be_bytes(o[68..72].try_into().unwrap()) >> 5, 2);
     assert_ne!(cpi.capability_mask & capability::PM_ALL_PORT_SELECT, 0);
     assert_eq!(
         cpi.capability_mask2,
@@ -781,4 +786,92 @@ fn grh_addresses() {
     v6[24] = 0xfd;
     assert_eq!(grh_sgid(&v6).0[0], 0xfe);
     assert_eq!(grh_dgid(&v6).0[0], 0xfd);
+}
+
+fn pc_set(port_select: u8, cs: u16, cs2: u8) -> Mad {
+    let mut m = pc_get(port_select);
+    m[3] = method::SET;
+    m[66..68].copy_from_slice(&cs.to_be_bytes());
+    m[64 + 18] = cs2;
+    m
+}
+
+fn pcx_set(cs: u16, cs2: u32) -> Mad {
+    let mut m = mad(
+        class::PERF_MGMT,
+        method::SET,
+        attr::PMA_PORT_COUNTERS_EXT,
+        0,
+    );
+    m[65] = 1;
+    m[66..68].copy_from_slice(&cs.to_be_bytes());
+    m[68..72].copy_from_slice(&cs2.to_be_bytes());
+    m
+}
+
+fn read_pcx(p: &mut MadPort, c: &Counters) -> PortCountersExtendedRepr {
+    let mut e = mad(
+        class::PERF_MGMT,
+        method::GET,
+        attr::PMA_PORT_COUNTERS_EXT,
+        0,
+    );
+    e[65] = 1;
+    let o = run(p, c, 0, &e).1;
+    PortCountersExtendedRepr::parse(&PortCountersExtended::new_unchecked(&o[64..])).unwrap()
+}
+
+#[test]
+fn counter_select2_clears_qp1_dropped_only_with_its_bit() {
+    // perfquery.c `-R`: mask bit 16 = PortXmitWait, bit 17 = QP1Dropped; libibmad
+    // performance_reset_via puts mask >> 16 in CounterSelect2 (byte 18).
+    let c = Counters::default();
+    let mut p = port();
+    p.stats.gsi_dropped = 5;
+    run(
+        &mut p,
+        &c,
+        0,
+        &pc_set(1, 0xffff, pma::select2::PORT_XMIT_WAIT),
+    );
+    assert_eq!(read_pc(&run(&mut p, &c, 0, &pc_get(1)).1).qp1_dropped, 5);
+    run(&mut p, &c, 0, &pc_set(1, 0, pma::select2::QP1_DROPPED));
+    assert_eq!(read_pc(&run(&mut p, &c, 0, &pc_get(1)).1).qp1_dropped, 0);
+}
+
+#[test]
+fn extended_set_clears_only_the_selected_counters() {
+    let mut p = port();
+    let mut c = traffic();
+    p.stats.gsi_dropped = 4;
+    // Unicast bits clear the unicast counters, not PortXmitPkts / PortRcvPkts.
+    run(
+        &mut p,
+        &c,
+        0,
+        &pcx_set(
+            pma::ext_select::PORT_UNI_XMIT_PKTS | pma::ext_select::PORT_UNI_RCV_PKTS,
+            0,
+        ),
+    );
+    let x = read_pcx(&mut p, &c);
+    assert_eq!((x.port_unicast_xmit_pkts, x.port_unicast_rcv_pkts), (0, 0));
+    assert_eq!((x.port_xmit_pkts, x.port_rcv_pkts), (10, 7));
+    // ... and the packet bits leave the unicast counters alone.
+    c.tx_packets += 2;
+    run(&mut p, &c, 0, &pcx_set(pma::ext_select::PORT_XMIT_PKTS, 0));
+    let x = read_pcx(&mut p, &c);
+    assert_eq!((x.port_xmit_pkts, x.port_unicast_xmit_pkts), (0, 2));
+    // perfquery -x -R: CounterSelect 0xffff, CounterSelect2 0xfff | QP1Dropped (bit
+    // 13) clears the 64-bit error counters the port reports.
+    assert_eq!((x.port_rcv_errors, x.qp1_dropped), (3, 4));
+    run(
+        &mut p,
+        &c,
+        0,
+        &pcx_set(0xffff, 0xfff | pma::ext_select2::QP1_DROPPED),
+    );
+    let x = read_pcx(&mut p, &c);
+    assert_eq!((x.port_rcv_errors, x.qp1_dropped), (0, 0));
+    assert_eq!((x.port_xmit_data, x.port_unicast_rcv_pkts), (0, 0));
 }
