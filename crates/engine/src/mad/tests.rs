@@ -875,3 +875,33 @@ fn extended_set_clears_only_the_selected_counters() {
     assert_eq!((x.port_rcv_errors, x.qp1_dropped), (0, 0));
     assert_eq!((x.port_xmit_data, x.port_unicast_rcv_pkts), (0, 0));
 }
+
+#[test]
+fn an_sm_trap_does_not_silence_a_bm_trap() {
+    // qib_send_trap's o14-2 limiter belongs to the SMA; Trap 259 goes to the BM trap
+    // destination and is limited on its own.
+    let c = Counters::default();
+    let mut p = port();
+    p.set_m_key(0x1111, 2);
+    p.set_b_key(0xb0b, false);
+    assert_eq!(
+        run(&mut p, &c, 0, &smp(method::SET, sm_attr::PORT_INFO, 1)).0,
+        CONSUMED
+    );
+    let wc = wc_from(0x42, 0);
+    let grh = grh_v4([127, 0, 0, 2], [127, 0, 0, 3]);
+    let set = bm(method::SET, attr::BM_BKEY_INFO, 0xdead);
+    assert_eq!(
+        p.process_mad(1, &c, 0, PORT, Some(&wc), Some(&grh), &set).0,
+        CONSUMED
+    );
+    let numbers: Vec<u16> = std::iter::from_fn(|| p.poll_trap())
+        .map(|t| t.number())
+        .collect();
+    assert_eq!(numbers, [256, 259]);
+    assert_eq!(p.stats.traps_suppressed, 0);
+    // Each class is still limited: a second BM violation at once is suppressed.
+    p.process_mad(2, &c, 0, PORT, Some(&wc), Some(&grh), &set);
+    assert!(p.poll_trap().is_none());
+    assert_eq!(p.stats.traps_suppressed, 1);
+}
