@@ -236,7 +236,11 @@ fn local_smp_path() {
     assert!(s.engines[0].local_smp(0, &far).is_err());
     // The M_Key is checked on the local path.
     s.engines[0].mad_port_mut().set_m_key(7, 2);
-    assert!(s.engines[0].local_smp(0, &dr).is_err());
+    // handle_outgoing_dr_smp fails the send with -EINVAL when process_mad says
+    // FAILURE, which qib/hfi1 say for an M_Key violation.
+    let e = s.engines[0].local_smp(0, &dr).unwrap_err();
+    assert_eq!(e.errno, rverbs_engine::Errno::Inval, "{e}");
+    assert!(e.to_string().contains("M_Key"), "{e}");
     let mut keyed = dr;
     keyed[24..32].copy_from_slice(&7u64.to_be_bytes());
     assert!(s.engines[0].local_smp(0, &keyed).is_ok());

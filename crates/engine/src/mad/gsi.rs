@@ -283,7 +283,9 @@ impl Engine {
     /// `handle_outgoing_dr_smp`; RoCE has no QP0, so an SMP can only be local): a
     /// directed-route SMP first goes through the CA's hop-pointer rules
     /// ([`super::sma::dr_smp_send`]) and must end at this port. The M_Key is checked
-    /// (flags 0), with a WC synthesised as the kernel's `build_smp_wc` does.
+    /// (flags 0), with a WC synthesised as the kernel's `build_smp_wc` does. An SMP the
+    /// SMA drops for its M_Key fails with EINVAL, as `handle_outgoing_dr_smp` fails the
+    /// send when `process_mad` returns IB_MAD_RESULT_FAILURE.
     pub fn local_smp(&mut self, now: Nanos, mad: &Mad) -> VerbResult<Mad> {
         const VERB: &str = "local_smp";
         let mut smp = *mad;
@@ -310,14 +312,15 @@ impl Engine {
             slid: dr_slid,
             ..Wc::default()
         };
+        let drops = self.gsi.port.stats.mkey_drops;
         let (r, out) = self.process_mad(now, 0, PORT, Some(&wc), None, &smp);
         if r.contains(MadResult::SUCCESS | MadResult::REPLY) {
             Ok(out)
-        } else if r.contains(MadResult::SUCCESS | MadResult::CONSUMED) {
+        } else if self.gsi.port.stats.mkey_drops != drops {
             Err(VerbError::new(
                 VERB,
-                Errno::Perm,
-                "dropped by the SMA (M_Key)",
+                Errno::Inval,
+                "dropped by the SMA (M_Key violation)",
             ))
         } else {
             Err(VerbError::new(VERB, Errno::Inval, "the SMA did not answer"))

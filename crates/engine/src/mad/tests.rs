@@ -76,10 +76,12 @@ fn result_codes() {
         run(&mut p, &c, 0, &mad(class::CM, method::SEND, 0x10, 0)).0,
         MadResult::SUCCESS
     );
-    // A dropped SMP is consumed.
+    // An SMP dropped for its M_Key is a FAILURE (qib/hfi1 process_subn); a BM MAD
+    // dropped for its B_Key is consumed.
     p.set_m_key(9, 0);
     let smp = mad(class::SUBN_LID_ROUTED, method::SET, sm_attr::PORT_INFO, 0);
-    assert_eq!(run(&mut p, &c, 0, &smp).0, CONSUMED);
+    assert_eq!(run(&mut p, &c, 0, &smp).0, MadResult::FAILURE);
+    assert_eq!(p.stats.mkey_drops, 1);
     assert!(MadResult(7).contains(CONSUMED) && !MadResult(1).contains(REPLIED));
 }
 
@@ -402,12 +404,12 @@ fn m_key_protect_levels() {
         if get_ok {
             assert_eq!(port_info(&o).m_key == 0x55, key_shown, "level {level}");
         } else {
-            assert_eq!(r, CONSUMED);
+            assert_eq!(r, MadResult::FAILURE);
             assert_eq!(p.m_key_violations(), 1);
         }
         // A Set with the wrong key is a violation at every level.
         let (r, _) = run(&mut p, &c, 0, &smp(method::SET, sm_attr::PORT_INFO, 0x66));
-        assert_eq!(r, CONSUMED, "level {level}");
+        assert_eq!(r, MadResult::FAILURE, "level {level}");
         // The right key, IGNORE_MKEY, or a zero port key always pass.
         assert_eq!(
             run(&mut p, &c, 0, &smp(method::GET, sm_attr::PORT_INFO, 0x55)).0,
@@ -439,10 +441,13 @@ fn m_key_violations_saturate_and_lease_expires() {
     p.sma.m_key_violations = 0xfffe;
     p.sma.lease_period = 2;
     let bad = smp(method::GET, sm_attr::NODE_INFO, 2);
-    assert_eq!(p.process_mad(0, &c, 0, PORT, None, None, &bad).0, CONSUMED);
+    assert_eq!(
+        p.process_mad(0, &c, 0, PORT, None, None, &bad).0,
+        MadResult::FAILURE
+    );
     assert_eq!(
         p.process_mad(SEC, &c, 0, PORT, None, None, &bad).0,
-        CONSUMED
+        MadResult::FAILURE
     );
     assert_eq!(p.m_key_violations(), 0xffff);
     // The lease started at the first violation ends at 2 s: protect bits drop to 0 and
@@ -468,7 +473,7 @@ fn m_key_violations_saturate_and_lease_expires() {
     assert!(p.sma.lease_deadline.is_none());
     assert_eq!(
         p.process_mad(9 * SEC, &c, 0, PORT, None, None, &bad).0,
-        CONSUMED
+        MadResult::FAILURE
     );
 }
 
@@ -490,7 +495,10 @@ fn trap_256_fields_and_rate_limit() {
     for i in 0..64 {
         dr[192 + i] = i as u8;
     }
-    assert_eq!(p.process_mad(0, &c, 0, PORT, None, None, &dr).0, CONSUMED);
+    assert_eq!(
+        p.process_mad(0, &c, 0, PORT, None, None, &dr).0,
+        MadResult::FAILURE
+    );
     let t = p.poll_trap().unwrap();
     assert_eq!(
         (t.class(), t.number(), t.mad[3]),
@@ -516,7 +524,10 @@ fn trap_256_fields_and_rate_limit() {
     assert_eq!(d.dr_hop_count, 30);
     assert_eq!(d.dr_notice_return_path[29], 29);
     // Rate limit: SubnetTimeOut 18 is 4.096 us * 2^18 = 1.07 s.
-    assert_eq!(p.process_mad(SEC, &c, 0, PORT, None, None, &dr).0, CONSUMED);
+    assert_eq!(
+        p.process_mad(SEC, &c, 0, PORT, None, None, &dr).0,
+        MadResult::FAILURE
+    );
     assert!(p.poll_trap().is_none());
     assert_eq!(p.stats.traps_suppressed, 1);
     p.process_mad(2 * SEC, &c, 0, PORT, None, None, &dr);
@@ -886,7 +897,7 @@ fn an_sm_trap_does_not_silence_a_bm_trap() {
     p.set_b_key(0xb0b, false);
     assert_eq!(
         run(&mut p, &c, 0, &smp(method::SET, sm_attr::PORT_INFO, 1)).0,
-        CONSUMED
+        MadResult::FAILURE
     );
     let wc = wc_from(0x42, 0);
     let grh = grh_v4([127, 0, 0, 2], [127, 0, 0, 3]);
