@@ -210,7 +210,7 @@ impl Gsi {
 
     fn find_agent(&self, mad: &Mad) -> Option<u32> {
         let h = MadHeader::new_unchecked(&mad[..]);
-        if h.is_response() {
+        if super::response_mad(mad) {
             let hi = (h.transaction_id() >> 32) as u32;
             return self.agents.contains_key(&hi).then_some(hi);
         }
@@ -380,8 +380,8 @@ impl Engine {
             VerbError::new(VERB, Errno::Inval, "no source GID for this destination"),
         )?;
         let mut m = *mad;
-        let mut h = MadHeader::new_unchecked(&mut m[..]);
-        if !h.is_response() {
+        if !super::response_mad(&m) {
+            let mut h = MadHeader::new_unchecked(&mut m[..]);
             let tid = h.transaction_id();
             h.set_transaction_id((u64::from(agent.0) << 32) | (tid & 0xffff_ffff));
         }

@@ -338,6 +338,18 @@ pub fn unmatched_response(in_mad: &Mad) -> Option<Mad> {
     Some(out)
 }
 
+/// Whether a MAD is a response, which the MAD layer routes by TransactionID to the
+/// agent that sent the request and whose TransactionID it leaves alone (kernel
+/// `ib_response_mad`, used by `find_mad_agent` and `ib_umad_write`): the R bit of the
+/// method, TrapRepress (the answer to a Trap), and a BM Send whose attribute modifier
+/// has the response bit (`IB_BM_ATTR_MOD_RESP`, bit 0).
+pub fn response_mad(mad: &Mad) -> bool {
+    let h = MadHeader::new_unchecked(&mad[..]);
+    h.is_response()
+        || h.method() == method::TRAP_REPRESS
+        || (h.mgmt_class() == rverbs_wire::mad::class::BM && h.attribute_modifier() & 1 != 0)
+}
+
 /// A generic security Notice from a CA (IBTA 13.4.8.2), for traps 256 and 259.
 pub(crate) fn security_notice(trap_number: u16, issuer_lid: u16) -> NoticeRepr {
     NoticeRepr {
