@@ -16,8 +16,10 @@ use rverbs_wire::mad::pma::{
 };
 use rverbs_wire::mad::{attr, method, status, MadHeader};
 
-/// PortSelect meaning "all ports" (perfquery `ALL_PORTS`), accepted with the
-/// AllPortSelect capability as ipath/qib do.
+/// PortSelect meaning "all ports" (perfquery `ALL_PORTS`). Accepted because
+/// ClassPortInfo advertises AllPortSelect (bit 8), which is what perfquery checks
+/// before sending it; qib advertises no AllPortSelect and answers any PortSelect other
+/// than its port with 0x001C (`pma_get_portcounters_ext`).
 pub const ALL_PORTS: u8 = 0xFF;
 
 /// The PMA ClassPortInfo CapabilityMask: AllPortSelect, 64-bit PortCountersExtended
@@ -189,8 +191,8 @@ pub(crate) fn zero_cpi() -> ClassPortInfoRepr {
         .unwrap_or_else(|_| unreachable!("72 bytes is a whole ClassPortInfo"))
 }
 
-/// PortSelect must name this port (or all ports), and the modifier must be 0 (ipath
-/// and qib `pma_get_portcounters`; IBTA 16.1.3.5).
+/// PortSelect must name this port (or all ports, see [`ALL_PORTS`]), and the modifier
+/// must be 0 (qib `pma_get_portcounters_ext`; IBTA 16.1.3.5).
 fn port_select_ok(data: &[u8], port: u8, attr_mod: u32) -> bool {
     let ps = data[1];
     attr_mod == 0 && (ps == port || ps == ALL_PORTS)
