@@ -5,7 +5,7 @@
 //! QP1, CM uses only Send), given to the device's [`MadPort::process_mad`], and, when
 //! the device neither answered nor consumed it, to the agent registered for it:
 //! responses by the high 32 bits of their TransactionID (the agent's id, which
-//! [`Engine::gsi_send`] puts there as the kernel's `ib_umad_write` does), requests by
+//! [`Engine::gsi_send`](crate::Engine::gsi_send) puts there as the kernel's `ib_umad_write` does), requests by
 //! (class, class version, method). A Get or Set nobody takes gets the automatic
 //! GetResp with status 0x000C ([`unmatched_response`]). Responses go back to the
 //! requester's GID and QP (from the GRH and the DETH), with the GSI Q_Key.
