@@ -19,7 +19,7 @@ use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
@@ -28,8 +28,8 @@ pub const ROCE_PORT: u16 = 4791;
 
 pub(crate) struct Shared {
     pub(crate) engine: Mutex<Engine>,
-    /// Signalled (with the engine lock) when completion events may be pending.
-    pub(crate) events: Condvar,
+    /// Completion channels and the async event queue (fed by `flush`).
+    pub(crate) hub: crate::channel::EventHub,
     sockets: Vec<(IpAddr, UdpSocket)>,
     wake: OwnedFd,
     epoch: Instant,
@@ -48,8 +48,22 @@ impl Shared {
         self.epoch.elapsed().as_nanos() as Nanos
     }
 
+    /// The engine, for paths that cannot report an error (drops, accessors).
+    ///
+    /// # Panics
+    /// On a thread inside [`crate::Mr::with`]: the driver may be waiting for that
+    /// region's lock while holding the engine's, so waiting here would deadlock.
     pub(crate) fn lock(&self) -> MutexGuard<'_, Engine> {
+        if let Err(e) = crate::verbs::check_not_in_with("a verb") {
+            panic!("{e}");
+        }
         self.engine.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The engine for `verb`; an error instead of a deadlock inside [`crate::Mr::with`].
+    pub(crate) fn lock_verb(&self, verb: &'static str) -> Result<MutexGuard<'_, Engine>> {
+        crate::verbs::check_not_in_with(verb)?;
+        Ok(self.engine.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
     /// Sends everything the engine has to send, and wakes event waiters.
@@ -58,9 +72,7 @@ impl Shared {
             self.send(&t);
         }
         self.activity.fetch_add(1, Ordering::Release);
-        if engine.has_completion_events() {
-            self.events.notify_all();
-        }
+        self.hub.dispatch(engine);
     }
 
     fn send(&self, t: &Transmit) {
@@ -278,7 +290,7 @@ impl Context {
         cfg.limits.active_mtu = info.active_mtu();
         let shared = Arc::new(Shared {
             engine: Mutex::new(Engine::new(cfg)),
-            events: Condvar::new(),
+            hub: crate::channel::EventHub::new()?,
             sockets,
             wake: sys::eventfd().map_err(|e| Error::io("creating the driver's eventfd", e))?,
             epoch: Instant::now(),
@@ -342,29 +354,6 @@ impl Context {
             .skip(1)
             .position(|g| g.to_ipv4_mapped().is_none() == ipv6)
             .map(|i| i as u8 + 1)
-    }
-
-    /// Waits for the next completion event (`ibv_get_cq_event`): a CQ armed with
-    /// [`crate::Cq::req_notify`] got a completion. Returns the CQ's handle number, or
-    /// `None` after `timeout`.
-    pub fn get_cq_event(&self, timeout: std::time::Duration) -> Option<u32> {
-        let s = self.shared();
-        let deadline = Instant::now() + timeout;
-        let mut e = s.lock();
-        loop {
-            if let Some(cq) = e.poll_completion_event() {
-                return Some(cq.raw());
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                return None;
-            }
-            e = s
-                .events
-                .wait_timeout(e, deadline - now)
-                .map(|(g, _)| g)
-                .unwrap_or_else(|p| p.into_inner().0);
-        }
     }
 
     /// What the fault injector did so far (all zero without `RVERBS_FAULTS`).
