@@ -41,7 +41,13 @@ pub(crate) struct Shared {
     /// work: a poller that found its CQ empty need not take the lock again until it
     /// changes, so busy-polling applications do not starve the driver thread.
     pub(crate) activity: std::sync::atomic::AtomicU64,
+    /// Destructions requested inside `Mr::with`, where taking the engine lock could
+    /// deadlock: run, in order, by the next thread that takes the lock.
+    deferred: Mutex<Vec<Deferred>>,
 }
+
+/// A destruction waiting for the engine lock.
+type Deferred = Box<dyn FnOnce(&Shared, &mut Engine) + Send>;
 
 impl Shared {
     pub(crate) fn now(&self) -> Nanos {
@@ -58,6 +64,31 @@ impl Shared {
             panic!("{e}");
         }
         self.engine.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Destroys an object with `f` (from a `Drop`): at once, or, on a thread inside
+    /// [`crate::Mr::with`], later on the driver thread — never a deadlock or a panic.
+    /// Destructions keep their order either way.
+    pub(crate) fn destroy(&self, f: impl FnOnce(&Shared, &mut Engine) + Send + 'static) {
+        if crate::verbs::check_not_in_with("destroy").is_err() {
+            self.deferred
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(Box::new(f));
+            self.wake();
+            return;
+        }
+        let mut e = self.lock();
+        self.run_deferred(&mut e);
+        f(self, &mut e);
+    }
+
+    /// Runs the destructions deferred by [`Shared::destroy`].
+    pub(crate) fn run_deferred(&self, engine: &mut Engine) {
+        let ops = std::mem::take(&mut *self.deferred.lock().unwrap_or_else(|e| e.into_inner()));
+        for op in ops {
+            op(self, engine);
+        }
     }
 
     /// The engine for `verb`; an error instead of a deadlock inside [`crate::Mr::with`].
@@ -185,6 +216,11 @@ impl Drop for ContextInner {
     fn drop(&mut self) {
         self.shared.shutdown.store(true, Ordering::SeqCst);
         self.shared.wake();
+        // Inside `Mr::with` the driver may be waiting for that region: let it finish
+        // on its own (it holds the shared state) instead of waiting for it here.
+        if crate::verbs::check_not_in_with("close").is_err() {
+            return;
+        }
         if let Some(t) = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take() {
             let _ = t.join();
         }
@@ -297,6 +333,7 @@ impl Context {
             shutdown: AtomicBool::new(false),
             info,
             activity: std::sync::atomic::AtomicU64::new(1),
+            deferred: Mutex::new(Vec::new()),
             pcap: match &opts.pcap {
                 Some(p) => {
                     Some(Mutex::new(PcapWriter::create(p).map_err(|e| {
@@ -418,6 +455,7 @@ fn driver(shared: Arc<Shared>) {
             sys::eventfd_drain(&shared.wake);
         }
         let mut engine = shared.lock();
+        shared.run_deferred(&mut engine);
         let now = shared.now();
         for (i, (local, sock)) in shared.sockets.iter().enumerate() {
             if !ready.get(i).copied().unwrap_or(false) {

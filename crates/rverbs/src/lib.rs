@@ -65,7 +65,8 @@
 //!    libibverbs allows; the device serialises them.
 //! 7. **No deadlock through `Mr::with`.** The device takes its engine lock and then a
 //!    region's lock; a verb called inside `Mr::with` would take them in the other
-//!    order, so it fails with [`Error::WouldDeadlock`] (EDEADLK) instead of hanging.
+//!    order, so it fails with [`Error::WouldDeadlock`] (EDEADLK) instead of hanging,
+//!    and an object dropped there is destroyed by the driver thread instead.
 //!
 //! The cost of rule 2 is a copy: data moves between the wire and a region with one
 //! `memcpy` under the region's lock, which a userspace device has to do anyway.

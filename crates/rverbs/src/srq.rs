@@ -13,7 +13,10 @@ pub(crate) struct SrqInner {
 impl Drop for SrqInner {
     fn drop(&mut self) {
         // QPs attached to the SRQ hold it, so none is left when this runs.
-        let _ = self.pd.ctx.shared().lock().destroy_srq(self.id);
+        let id = self.id;
+        self.pd.ctx.shared().destroy(move |_, e| {
+            let _ = e.destroy_srq(id);
+        });
     }
 }
 

@@ -59,7 +59,10 @@ pub(crate) struct PdInner {
 
 impl Drop for PdInner {
     fn drop(&mut self) {
-        let _ = self.ctx.shared().lock().dealloc_pd(self.id);
+        let id = self.id;
+        self.ctx.shared().destroy(move |_, e| {
+            let _ = e.dealloc_pd(id);
+        });
     }
 }
 
@@ -217,7 +220,10 @@ impl Pd {
 
 impl Drop for Mr {
     fn drop(&mut self) {
-        let _ = self.pd.ctx.shared().lock().dereg_mr(self.lkey);
+        let lkey = self.lkey;
+        self.pd.ctx.shared().destroy(move |_, e| {
+            let _ = e.dereg_mr(lkey);
+        });
     }
 }
 
@@ -264,8 +270,13 @@ impl Mr {
     ///
     /// Verbs called from inside `f` (on any object of any context) fail with
     /// [`Error::WouldDeadlock`] instead of waiting for the device, which may itself be
-    /// waiting for this region; dropping a verbs object inside `f` panics for the same
-    /// reason. Copy out what you need, return, then post.
+    /// waiting for this region. Objects dropped inside `f` are destroyed a moment later
+    /// by the device's driver thread. Copy out what you need, return, then post.
+    ///
+    /// # Panics
+    /// The accessors that return no `Result` and need the device ([`Qp::state`],
+    /// [`Context::gids`], [`Context::gid`], [`Context::gid_index_for`],
+    /// [`Context::counters`]) panic when called inside `f`, rather than deadlock.
     pub fn with<R>(&self, f: impl FnOnce(&mut [u8]) -> R) -> R {
         let _g = WithGuard::enter();
         self.region.with(f)
@@ -393,8 +404,13 @@ impl CqInner {
 impl Drop for CqInner {
     fn drop(&mut self) {
         let s = self.ctx.shared();
-        let _ = s.lock().destroy_cq(self.id);
-        s.unbind_cq(self.id);
+        let id = self.id;
+        s.destroy(move |s, e| {
+            let _ = e.destroy_cq(id);
+            // After the engine let the number go, under its lock: no new event for
+            // this CQ can be dispatched to the channel any more.
+            s.unbind_cq(id);
+        });
     }
 }
 
@@ -591,7 +607,10 @@ pub struct Qp {
 
 impl Drop for Qp {
     fn drop(&mut self) {
-        let _ = self.pd.ctx.shared().lock().destroy_qp(self.qpn);
+        let qpn = self.qpn;
+        self.pd.ctx.shared().destroy(move |_, e| {
+            let _ = e.destroy_qp(qpn);
+        });
     }
 }
 
@@ -999,6 +1018,9 @@ pub struct Ah {
 
 impl Drop for Ah {
     fn drop(&mut self) {
-        let _ = self.pd.ctx.shared().lock().destroy_ah(self.id);
+        let id = self.id;
+        self.pd.ctx.shared().destroy(move |_, e| {
+            let _ = e.destroy_ah(id);
+        });
     }
 }
