@@ -411,6 +411,39 @@ fn dropping_an_mr_with_a_started_write_keeps_its_bytes_alive() {
 }
 
 #[test]
+fn dropping_an_mr_of_a_queued_send_fails_that_send_cleanly() {
+    let dev = device(None).unwrap();
+    let (ea, eb) = (
+        end(dev.open().unwrap(), 1 << 20),
+        end(dev.open().unwrap(), 2 << 20),
+    );
+    connect(&ea, &eb, &ConnectOpts::default());
+    let second = ea.pd.reg_mr_from(vec![7; 4096], AccessFlags::NONE).unwrap();
+    // 1 MiB = 1024 packets, more than the 128 a QP may have unacknowledged: the
+    // second WRITE waits behind the first and has not started when its region goes.
+    ea.qp
+        .post_send(&SendRequest::write(
+            1,
+            &[ea.mr.all()],
+            eb.mr.remote(0..1 << 20),
+        ))
+        .unwrap();
+    ea.qp
+        .post_send(&SendRequest::write(
+            2,
+            &[second.all()],
+            eb.mr.remote(1 << 20..(1 << 20) + 4096),
+        ))
+        .unwrap();
+    drop(second);
+    let (w1, w2) = (wait(&ea.cq), wait(&ea.cq));
+    assert_eq!((w1.wr_id, w1.status), (1, WcStatus::Success));
+    assert_eq!((w2.wr_id, w2.status), (2, WcStatus::LocProtErr));
+    // Nothing of the dropped region reached the peer.
+    assert!(eb.mr.to_vec()[1 << 20..].iter().all(|&b| b == 0));
+}
+
+#[test]
 fn qp_requests_from_other_contexts_objects_are_refused() {
     let dev = device(None).unwrap();
     let (a, b) = (dev.open().unwrap(), dev.open().unwrap());
