@@ -5,6 +5,7 @@
 //! ```text
 //! cargo bench -p rverbs --bench qp_scale            # 1000 pairs (and 100)
 //! cargo bench -p rverbs --bench qp_scale -- 5000    # another N
+//! QP_SCALE_WR=1024 cargo bench -p rverbs --bench qp_scale   # deeper queues
 //! ```
 //!
 //! The benchmark runs itself a second time as the peer process (`QP_SCALE_ROLE=peer`),
@@ -84,9 +85,14 @@ fn create(ctx: &Context, n: usize) -> Res<(Side, Duration)> {
     let pd = ctx.alloc_pd()?;
     let cq = ctx.create_cq((4 * n).max(16) as u32)?;
     let mr = pd.reg_mr(n * MSG * 2, AccessFlags::ALL)?;
+    // Queue depth: QP_SCALE_WR (default 16).
+    let wr: u32 = std::env::var("QP_SCALE_WR")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(16);
     let cap = QpCap {
-        max_send_wr: 16,
-        max_recv_wr: 16,
+        max_send_wr: wr,
+        max_recv_wr: wr,
         max_send_sge: 1,
         max_recv_sge: 1,
         max_inline_data: 0,
@@ -332,10 +338,24 @@ fn main() -> Res {
         Ok(vec![small, big, first])
     })();
     let _ = c.send("bye");
-    let st = child.wait()?;
+    // Closing the connection ends the peer wherever it is waiting; kill it (the
+    // process this benchmark started) if it does not exit.
+    drop(c);
+    let start = Instant::now();
+    let st = loop {
+        if let Some(st) = child.try_wait()? {
+            break Some(st);
+        }
+        if start.elapsed() > Duration::from_secs(5) {
+            child.kill()?;
+            child.wait()?;
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
     let rounds = result?;
-    if !st.success() {
-        return Err(format!("peer exited with {st}").into());
+    if !st.is_some_and(|s| s.success()) {
+        return Err(format!("peer exited with {st:?}").into());
     }
     println!(
         "RC QP pairs between two processes (loopback soft device, debug={})",
