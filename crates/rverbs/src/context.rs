@@ -229,6 +229,18 @@ impl Drop for ContextInner {
 
 /// An open soft RoCE v2 device (`struct ibv_context`). Cheap to clone; the device
 /// closes when the context and every object made from it are dropped.
+///
+/// ```no_run
+/// # fn main() -> rverbs::Result<()> {
+/// for dev in rverbs::devices()? {
+///     println!("{} on {}", dev.name, dev.ifname);
+/// }
+/// let ctx = rverbs::device(Some("rv_lo"))?.open()?;
+/// let attr = ctx.query_device()?;
+/// let port = ctx.query_port(1)?;
+/// println!("max_qp {} active_mtu {:?} gids {:?}", attr.max_qp, port.active_mtu, ctx.gids());
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct Context {
     pub(crate) inner: Arc<ContextInner>,

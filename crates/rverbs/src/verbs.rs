@@ -66,7 +66,19 @@ impl Drop for PdInner {
     }
 }
 
-/// A protection domain (`struct ibv_pd`).
+/// A protection domain (`struct ibv_pd`): the scope of memory regions, QPs, SRQs and
+/// address handles (a QP can only use regions and AHs of its own PD). Cheap to clone.
+///
+/// ```no_run
+/// # fn main() -> rverbs::Result<()> {
+/// use rverbs::{AccessFlags, QpInitAttr, QpType};
+/// let ctx = rverbs::device(None)?.open()?;
+/// let pd = ctx.alloc_pd()?;
+/// let mr = pd.reg_mr(1 << 20, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ)?;
+/// let cq = ctx.create_cq(128)?;
+/// let qp = pd.create_qp(&QpInitAttr::new(QpType::Rc, &cq))?;
+/// # let _ = (mr, qp); Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct Pd {
     inner: Arc<PdInner>,
@@ -121,7 +133,29 @@ impl Context {
     }
 }
 
-/// A registered memory region that owns its buffer (`struct ibv_mr`).
+/// A registered memory region that owns its buffer (`struct ibv_mr`). The
+/// application reaches the bytes with [`Mr::read`], [`Mr::write`] and [`Mr::with`];
+/// work requests name them with [`Mr::slice`] / [`Mr::all`], peers with
+/// [`Mr::remote`]. See the crate's *Memory safety* section.
+///
+/// ```no_run
+/// # fn main() -> rverbs::Result<()> {
+/// use rverbs::AccessFlags;
+/// let ctx = rverbs::device(None)?.open()?;
+/// let pd = ctx.alloc_pd()?;
+/// let mr = pd.reg_mr_from(b"hello".to_vec(), AccessFlags::ALL)?;
+/// mr.write(0, b"J");
+/// let mut out = [0u8; 5];
+/// mr.read(0, &mut out);
+/// assert_eq!(&out, b"Jello");
+/// let upper = mr.with(|bytes| {
+///     bytes.make_ascii_uppercase();
+///     bytes.to_vec()
+/// });
+/// assert_eq!(upper, b"JELLO");
+/// let for_the_peer = mr.remote(0..5); // address, rkey, length
+/// # let _ = for_the_peer; Ok(()) }
+/// ```
 pub struct Mr {
     pd: Arc<PdInner>,
     region: Arc<VecMemory>,
@@ -414,7 +448,23 @@ impl Drop for CqInner {
     }
 }
 
-/// A completion queue (`struct ibv_cq`).
+/// A completion queue (`struct ibv_cq`). Cheap to clone; poll it from any thread.
+///
+/// ```no_run
+/// # fn main() -> rverbs::Result<()> {
+/// use rverbs::{Wc, WcStatus};
+/// let ctx = rverbs::device(None)?.open()?;
+/// let cq = ctx.create_cq(256)?;
+/// // One buffer for every poll: no allocation per completion.
+/// let mut wcs = [Wc::default(); 32];
+/// let n = cq.poll(&mut wcs)?;
+/// for wc in &wcs[..n] {
+///     if wc.status != WcStatus::Success {
+///         eprintln!("work request {} failed: {:?}", wc.wr_id, wc.status);
+///     }
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct Cq {
     inner: Arc<CqInner>,
@@ -596,7 +646,26 @@ impl<'a> QpInitAttr<'a> {
     }
 }
 
-/// A queue pair (`struct ibv_qp`).
+/// A queue pair (`struct ibv_qp`): created in RESET by [`Pd::create_qp`], brought up
+/// with [`Qp::connect`] (or step by step with [`Qp::modify`]), then used with
+/// [`Qp::post_send`] and [`Qp::post_recv`].
+///
+/// ```no_run
+/// # fn main() -> rverbs::Result<()> {
+/// use rverbs::{AccessFlags, ConnectOpts, PeerInfo, QpInitAttr, QpType, SendRequest};
+/// let ctx = rverbs::device(None)?.open()?;
+/// let pd = ctx.alloc_pd()?;
+/// let cq = ctx.create_cq(64)?;
+/// let mr = pd.reg_mr(4096, AccessFlags::LOCAL_WRITE)?;
+/// let qp = pd.create_qp(&QpInitAttr::new(QpType::Rc, &cq))?;
+/// qp.init(&ConnectOpts::default())?;
+/// qp.post_recv(1, &[mr.slice(0..2048)])?; // before the peer can send
+/// // ... exchange qp.qp_num() and ctx.gid(1) with the peer, then:
+/// # let peer = PeerInfo { qpn: 0x11, psn: 0, gid: ctx.gid(1).unwrap() };
+/// qp.connect(&peer, &ConnectOpts::default())?;
+/// qp.post_send(&SendRequest::send(2, &[mr.slice(2048..4096)]).imm(7))?;
+/// # Ok(()) }
+/// ```
 pub struct Qp {
     pd: Arc<PdInner>,
     _cqs: [Arc<CqInner>; 2],
@@ -824,7 +893,18 @@ impl Qp {
     }
 }
 
-/// A send work request, built from safe parts.
+/// A send work request, built from safe parts: an operation, the local buffers it
+/// reads (or, for READ and atomics, writes) and, for one-sided operations, the peer's
+/// [`RemoteBuf`]. It borrows the regions it names until it is posted.
+///
+/// ```no_run
+/// # fn demo(qp: &rverbs::Qp, mr: &rverbs::Mr, peer: rverbs::RemoteBuf) -> rverbs::Result<()> {
+/// use rverbs::SendRequest;
+/// qp.post_send(&SendRequest::write(1, &[mr.slice(0..4096)], peer).signaled(false))?;
+/// qp.post_send(&SendRequest::read(2, &[mr.slice(4096..8192)], peer).fence())?;
+/// qp.post_send(&SendRequest::fetch_add(3, mr.slice(8192..8200), peer, 1))?;
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct SendRequest<'a> {
     wr_id: u64,
