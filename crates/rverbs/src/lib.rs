@@ -82,6 +82,7 @@ mod context;
 mod device;
 mod error;
 mod faults;
+pub mod mad;
 mod qp_attr;
 mod srq;
 mod sys;
