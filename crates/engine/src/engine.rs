@@ -196,6 +196,19 @@ impl Engine {
         self.cfg.gids = gids;
     }
 
+    /// True when an address handle or a QP's path uses source GID `index` (the GID
+    /// table keeps such an entry until it is released).
+    pub fn sgid_in_use(&self, index: usize) -> bool {
+        self.ahs
+            .iter()
+            .any(|a| usize::from(a.av.sgid_index) == index)
+            || self.qps.values().any(|q| {
+                q.attr
+                    .ah_attr
+                    .is_some_and(|h| usize::from(h.av.sgid_index) == index)
+            })
+    }
+
     /// Port counters.
     pub fn counters(&self) -> &Counters {
         &self.counters
@@ -457,6 +470,13 @@ impl Engine {
             Errno::Inval,
             "sgid_index beyond the GID table",
         ))?;
+        if *sgid == Gid::ZERO {
+            return Err(err(
+                verb,
+                Errno::Inval,
+                "the source GID table entry is empty",
+            ));
+        }
         if sgid.to_ipv4_mapped().is_some() != av.dgid.to_ipv4_mapped().is_some() {
             return Err(err(
                 verb,

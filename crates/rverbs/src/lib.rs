@@ -28,6 +28,7 @@ mod context;
 mod device;
 mod error;
 mod faults;
+mod gid;
 mod sys;
 mod verbs;
 
@@ -35,6 +36,7 @@ pub use context::{Context, OpenOptions, ROCE_PORT};
 pub use device::{device, devices, DeviceInfo};
 pub use error::{Error, Result};
 pub use faults::{FaultStats, Faults};
+pub use gid::{GidEntry, GidTable, GidType, GID_TABLE_LEN};
 pub use rverbs_engine::modify::{QpAttr, QpAttrMask, QpCap};
 pub use rverbs_engine::{Counters, Mtu, QpState, QpType, Wc, WcFlags, WcOpcode, WcStatus};
 pub use rverbs_wire::grh::Gid;

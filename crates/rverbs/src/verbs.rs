@@ -111,6 +111,7 @@ impl Pd {
 
     /// `ibv_create_ah` towards `dgid` from the source GID at `sgid_index`.
     pub fn create_ah(&self, attr: &AhAttrs) -> Result<Ah> {
+        self.inner.ctx.check_sgid(attr.sgid_index, "create_ah")?;
         let id = self.shared().lock().create_ah(self.inner.id, attr.av())?;
         Ok(Ah {
             pd: self.inner.clone(),
@@ -471,6 +472,9 @@ impl Qp {
 
     /// `ibv_modify_qp` with an explicit attribute mask (checked exactly as Linux does).
     pub fn modify(&self, attr: &QpAttr, mask: QpAttrMask) -> Result<()> {
+        if let (Some(h), true) = (&attr.ah_attr, mask.contains(QpAttrMask::AV)) {
+            self.pd.ctx.check_sgid(h.av.sgid_index, "modify_qp")?;
+        }
         let s = self.shared();
         let mut e = s.lock();
         let now = s.now();
