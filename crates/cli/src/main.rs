@@ -73,6 +73,18 @@ enum Command {
         #[arg(long)]
         stats: bool,
     },
+    /// Print every device's GID table in show_gids layout (`DEV PORT INDEX GID IPv4
+    /// VER DEV`, then `n_gids_found=N`): the soft devices' tables (as the kernel would
+    /// build them for rxe on the same interfaces), or a kernel's sysfs with --sysfs.
+    Gids {
+        /// Read a kernel's GID tables from sysfs: /sys/class/infiniband, or ROOT (a
+        /// directory laid out like it).
+        #[arg(long, value_name = "ROOT", num_args = 0..=1, default_missing_value = "/sys/class/infiniband")]
+        sysfs: Option<std::path::PathBuf>,
+        /// Print a JSON array instead of the table.
+        #[arg(long)]
+        json: bool,
+    },
     /// Work with packet captures.
     Pcap {
         #[command(subcommand)]
@@ -160,6 +172,32 @@ fn main() -> ExitCode {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("{e}");
+                    ExitCode::from(1)
+                }
+            }
+        }
+        Command::Gids { sysfs, json } => {
+            let rows = match &sysfs {
+                Some(root) => rverbs_cli::gids::sysfs_rows(&rverbs::sysfs::SysfsReader::new(root)),
+                None => rverbs_cli::gids::soft_rows(),
+            };
+            let rows = match rows {
+                Ok(r) => r,
+                Err(e) => {
+                    eprintln!("rverbs gids: {e}");
+                    return ExitCode::from(1);
+                }
+            };
+            let mut out = std::io::stdout().lock();
+            let r = if json {
+                rverbs_cli::gids::print_json(&rows, &mut out)
+            } else {
+                rverbs_cli::gids::print_table(&rows, &mut out)
+            };
+            match r {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("rverbs gids: {e}");
                     ExitCode::from(1)
                 }
             }

@@ -116,20 +116,35 @@ impl GidTable {
             ifindex,
         };
         t.slots[0] = Slot::Valid(default_gid);
-        t.update(addrs, |_| false);
+        t.apply(addrs, |_| false, false);
         t
     }
 
-    /// Applies the interface's current addresses; `in_use(i)` says whether an AH or a
-    /// QP uses index `i`. Returns true when the table changed.
+    /// Applies the interface's current addresses (as the interface lists them: IPv4
+    /// in order, IPv6 newest first); `in_use(i)` says whether an AH or a QP uses index
+    /// `i`. Returns true when the table changed.
+    ///
+    /// The kernel adds addresses in the order its notifier sees them. A re-scan sees
+    /// only the result, so the addresses new since the last one are added IPv4 first in
+    /// list order, then IPv6 oldest first (the reverse of the list): the kernel's order
+    /// unless the two families were interleaved within one re-scan period.
     pub fn update(&mut self, addrs: &[IpAddr], in_use: impl Fn(usize) -> bool) -> bool {
-        let wanted: Vec<Gid> = addrs
+        self.apply(addrs, in_use, true)
+    }
+
+    fn apply(&mut self, addrs: &[IpAddr], in_use: impl Fn(usize) -> bool, live: bool) -> bool {
+        let gid = |a: &IpAddr| rverbs_engine::net::ip_to_gid(*a);
+        let v4 = addrs.iter().filter(|a| a.is_ipv4());
+        let v6: Vec<&IpAddr> = addrs
             .iter()
-            .filter(|a| a.is_ipv4())
-            .chain(addrs.iter().filter(|a| a.is_ipv6()))
-            .filter(|a| !is_link_local_v6(a))
-            .map(|a| rverbs_engine::net::ip_to_gid(*a))
+            .filter(|a| a.is_ipv6() && !is_link_local_v6(a))
             .collect();
+        let mut wanted: Vec<Gid> = v4.map(gid).collect();
+        if live {
+            wanted.extend(v6.iter().rev().map(|a| gid(a)));
+        } else {
+            wanted.extend(v6.iter().map(|a| gid(a)));
+        }
         let before = self.slots.clone();
         // Index 0 (the default GID) stays for the life of the device.
         for i in 1..self.slots.len() {

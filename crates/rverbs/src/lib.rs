@@ -23,6 +23,7 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+mod ah_wc;
 mod capture;
 mod context;
 mod device;
@@ -30,8 +31,10 @@ mod error;
 mod faults;
 mod gid;
 mod sys;
+pub mod sysfs;
 mod verbs;
 
+pub use ah_wc::{ah_attrs_from_grh, grh_ip_version};
 pub use context::{Context, OpenOptions, ROCE_PORT};
 pub use device::{device, devices, DeviceInfo};
 pub use error::{Error, Result};

@@ -82,6 +82,11 @@ impl Pd {
         self.inner.ctx.shared()
     }
 
+    /// The context the PD was allocated on.
+    pub fn context(&self) -> &Context {
+        &self.inner.ctx
+    }
+
     /// `ibv_reg_mr` of a new zeroed buffer of `len` bytes.
     pub fn reg_mr(&self, len: usize, access: AccessFlags) -> Result<Mr> {
         self.reg_mr_from(vec![0; len], access)
