@@ -72,6 +72,17 @@ enum Command {
         /// Print the port's counters (drops by reason, retransmissions) to stderr.
         #[arg(long)]
         stats: bool,
+        /// ud server: answer each datagram through an address handle built from its
+        /// work completion (create_ah_from_wc), using nothing the client announced but
+        /// its address family; prints the first such AH.
+        #[arg(long)]
+        reply_from_wc: bool,
+        /// Hop limit / TTL of this side's AH or path (rdma-core's pingpongs use 1).
+        #[arg(long, default_value_t = 1)]
+        hop_limit: u8,
+        /// Traffic class / TOS of this side's AH or path.
+        #[arg(long, default_value_t = 0)]
+        tclass: u8,
     },
     /// Print every device's GID table in show_gids layout (`DEV PORT INDEX GID IPv4
     /// VER DEV`, then `n_gids_found=N`): the soft devices' tables (as the kernel would
@@ -139,6 +150,9 @@ fn main() -> ExitCode {
             gid_idx,
             check,
             stats,
+            reply_from_wc,
+            hop_limit,
+            tclass,
         } => {
             if ib_port != 1 {
                 eprintln!("rverbs pingpong: the soft device has one port (1)");
@@ -166,7 +180,14 @@ fn main() -> ExitCode {
                 gid_idx,
                 check,
                 stats,
+                reply_from_wc,
+                hop_limit,
+                traffic_class: tclass,
             };
+            if reply_from_wc && qp_type != rverbs::QpType::Ud {
+                eprintln!("rverbs pingpong: --reply-from-wc is for ud");
+                return ExitCode::from(1);
+            }
             let mut out = std::io::stdout();
             match rverbs_cli::pingpong::run(&o, &mut out) {
                 Ok(()) => ExitCode::SUCCESS,

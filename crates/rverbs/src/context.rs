@@ -16,7 +16,7 @@ use crate::gid::GidTable;
 use crate::sys::{self, IpMeta};
 use rverbs_engine::{Config, Datagram, Engine, Nanos, Transmit};
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
@@ -247,6 +247,14 @@ fn loopback_socket() -> Result<(IpAddr, Socket)> {
     ))
 }
 
+/// Binds the first IPv6 address of `addrs` (lo's) whose port 4791 is free.
+fn loopback_v6_socket(addrs: &[IpAddr]) -> Option<(IpAddr, Socket)> {
+    addrs
+        .iter()
+        .filter(|a| a.is_ipv6())
+        .find_map(|&a| udp_socket(a).ok().map(|s| (a, s)))
+}
+
 impl Context {
     /// Opens a device: binds its UDP port 4791 and starts the driver thread.
     ///
@@ -271,12 +279,12 @@ impl Context {
         let mut sockets = Vec::new();
         if info.is_loopback() {
             sockets.push(loopback_socket()?);
-            // IPv6 loopback has one address, so one context per host at a time can be
-            // an IPv6 endpoint on it: the first to bind [::1]:4791 (see README, GIDs).
-            if info.addrs.contains(&IpAddr::V6(Ipv6Addr::LOCALHOST)) {
-                if let Ok(s) = udp_socket(IpAddr::V6(Ipv6Addr::LOCALHOST)) {
-                    sockets.push((IpAddr::V6(Ipv6Addr::LOCALHOST), s));
-                }
+            // IPv6 has no 127/8: a context takes the first IPv6 address of lo whose
+            // port 4791 is free — `::1`, or one an administrator added to lo — and has
+            // no IPv6 GID when all are taken (README, GIDs: on a stock host one context
+            // at a time is an IPv6 endpoint).
+            if let Some(v6) = loopback_v6_socket(&info.addrs) {
+                sockets.push(v6);
             }
         } else {
             for &a in &info.addrs {

@@ -26,9 +26,11 @@ pub struct DeviceInfo {
 }
 
 impl DeviceInfo {
-    /// True for the loopback device.
+    /// True for the loopback device: only loopback addresses, or interface `lo` with a
+    /// loopback address among others an administrator added to it.
     pub fn is_loopback(&self) -> bool {
         self.addrs.iter().all(|a| a.is_loopback())
+            || (self.ifname == "lo" && self.addrs.iter().any(|a| a.is_loopback()))
     }
 
     /// The active path MTU, as rxe derives it from the netdev MTU.
