@@ -33,6 +33,9 @@ pub(crate) struct Shared {
     /// One socket per local address, bound to `address:4791`. Only the driver thread
     /// changes the list (address re-scan); senders take the read lock.
     sockets: RwLock<Vec<(IpAddr, Arc<Socket>)>>,
+    /// Set when a verb changed `sockets` (a multicast group joined): the driver
+    /// re-reads the list.
+    pub(crate) sockets_changed: AtomicBool,
     /// The port's GID table (see `gid.rs`); the engine holds a copy of its GIDs.
     pub(crate) gid_table: Mutex<GidTable>,
     wake: OwnedFd,
@@ -107,11 +110,11 @@ impl Shared {
 
     fn send_raw(&self, src: IpAddr, dst: IpAddr, meta: IpMeta, bytes: &[u8]) {
         let socks = self.sockets.read().unwrap_or_else(|e| e.into_inner());
-        let Some((_, sock)) = socks
-            .iter()
-            .find(|(a, _)| *a == src)
-            .or_else(|| socks.iter().find(|(a, _)| a.is_ipv6() == dst.is_ipv6()))
-        else {
+        let Some((_, sock)) = socks.iter().find(|(a, _)| *a == src).or_else(|| {
+            socks
+                .iter()
+                .find(|(a, _)| a.is_ipv6() == dst.is_ipv6() && !a.is_multicast())
+        }) else {
             return;
         };
         // The socket sends from port 4791 with the AV's TTL / hop limit and TOS /
@@ -144,6 +147,11 @@ impl Shared {
                 None => return f.next_due(),
             }
         }
+    }
+
+    /// The device's sockets, for changing them (write lock).
+    pub(crate) fn sockets(&self) -> std::sync::RwLockWriteGuard<'_, Vec<(IpAddr, Arc<Socket>)>> {
+        self.sockets.write().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Tells the driver thread to re-read the engine's deadline.
@@ -313,6 +321,7 @@ impl Context {
             engine: Mutex::new(Engine::new(cfg)),
             events: Condvar::new(),
             sockets: RwLock::new(sockets.into_iter().map(|(a, s)| (a, Arc::new(s))).collect()),
+            sockets_changed: AtomicBool::new(false),
             gid_table: Mutex::new(gid_table),
             wake: sys::eventfd().map_err(|e| Error::io("creating the driver's eventfd", e))?,
             epoch: Instant::now(),
@@ -415,13 +424,17 @@ const RESCAN_NS: Nanos = 1_000_000_000;
 /// table (entries in use stay until released, `gid.rs`) and the engine's copy of it,
 /// and closes the sockets of addresses whose entry is gone.
 fn rescan(shared: &Shared) {
+    crate::mcast::prune_groups(shared);
     if shared.info.is_loopback() {
         return;
     }
     let Ok(now_addrs) = crate::device::interface_addrs(&shared.info.ifname) else {
         return;
     };
-    let mut socks = shared.sockets.write().unwrap_or_else(|e| e.into_inner());
+    // Lock order, as everywhere: engine, then sockets, then the GID table (senders
+    // hold the engine while they take the sockets' read lock).
+    let mut engine = shared.lock();
+    let mut socks = shared.sockets();
     for a in &now_addrs {
         if !socks.iter().any(|(b, _)| b == a) {
             if let Ok(s) = udp_socket(*a) {
@@ -434,11 +447,11 @@ fn rescan(shared: &Shared) {
         .copied()
         .filter(|a| socks.iter().any(|(b, _)| b == a))
         .collect();
-    let mut engine = shared.lock();
     let mut table = shared.gid_table.lock().unwrap_or_else(|e| e.into_inner());
     if table.update(&usable, |i| engine.sgid_in_use(i)) {
         let gids = table.engine_gids();
-        socks.retain(|(a, _)| gids.contains(&rverbs_engine::net::ip_to_gid(*a)));
+        socks
+            .retain(|(a, _)| a.is_multicast() || gids.contains(&rverbs_engine::net::ip_to_gid(*a)));
         engine.set_gids(gids);
     }
 }
@@ -454,6 +467,9 @@ fn driver(shared: Arc<Shared>) {
         if shared.now() >= next_rescan {
             rescan(&shared);
             next_rescan = shared.now() + RESCAN_NS;
+            reload = true;
+        }
+        if shared.sockets_changed.swap(false, Ordering::AcqRel) {
             reload = true;
         }
         if reload {

@@ -462,6 +462,11 @@ impl Qp {
         self.qpn
     }
 
+    /// The context the QP belongs to.
+    pub fn context(&self) -> &Context {
+        &self.pd.ctx
+    }
+
     /// The QP's state.
     pub fn state(&self) -> QpState {
         self.shared()
