@@ -186,8 +186,14 @@ pub fn run<W: Write>(o: &Opts, out: &mut W) -> Result<(), String> {
         match o.gid_idx {
             Some(i) => Ok(i),
             None => ctx.gid_index_for(ipv6).ok_or_else(|| {
+                let why = if ipv6 && dev.is_loopback() {
+                    " (another context holds every IPv6 address of lo, usually [::1]:4791; \
+                     give the peer -g with an IPv4 GID index)"
+                } else {
+                    ""
+                };
                 format!(
-                    "no {} GID on {}",
+                    "no {} GID on {}{why}",
                     if ipv6 { "IPv6" } else { "IPv4" },
                     dev.name
                 )
@@ -247,7 +253,7 @@ pub fn run<W: Write>(o: &Opts, out: &mut W) -> Result<(), String> {
             // The TCP connection's family, or the other one when this device has no GID
             // of that family (e.g. another context holds the only IPv6 loopback address).
             let sgid = match (o.gid_idx, ctx.gid_index_for(v6)) {
-                (None, None) if ud && ctx.gid_index_for(!v6).is_some() => {
+                (None, None) if ctx.gid_index_for(!v6).is_some() => {
                     eprintln!(
                         "rverbs pingpong: no {} GID on {}; using {}",
                         if v6 { "IPv6" } else { "IPv4" },

@@ -183,10 +183,20 @@ fn ipv4_loopback_reply_from_wc() {
     assert_eq!((ah.hop_limit, ah.traffic_class), (5, 32));
 }
 
+/// Holds `[::1]:4791` for the rest of this test process, so no rverbs context here
+/// gets an IPv6 loopback GID and the `::1` tests below are deterministic (on a stock
+/// host only one context at a time can own that address: which one would otherwise
+/// depend on timing). Another process may hold it instead; the effect is the same.
+fn hold_ipv6_loopback() {
+    static HELD: std::sync::OnceLock<Option<std::net::UdpSocket>> = std::sync::OnceLock::new();
+    HELD.get_or_init(|| std::net::UdpSocket::bind("[::1]:4791").ok());
+}
+
 #[test]
 fn ipv6_tcp_reaches_the_dual_stack_server() {
-    // Over ::1 TCP. On a stock host only one context at a time owns [::1]:4791, so the
-    // RoCE traffic may fall back to IPv4; either way the AH names the client's GID.
+    // Over ::1 TCP to the dual-stack listener. Neither side has an IPv6 GID (see
+    // `hold_ipv6_loopback`), so the client says so and both use IPv4 RoCE.
+    hold_ipv6_loopback();
     let p = port(1);
     let (s, c) = pair(
         &[],
@@ -207,6 +217,8 @@ fn ipv6_tcp_reaches_the_dual_stack_server() {
     );
     let ah = reply_ah(&s);
     assert_eq!(ah.dgid, local_gid(&c));
+    assert!(ah.dgid.starts_with("::ffff:127."), "{c}");
+    assert!(c.contains("no IPv6 GID on rv_lo; using IPv4"), "{c}");
     assert_eq!(ah.hop_limit, 7);
 }
 
@@ -320,4 +332,28 @@ fn veth_ula_between_namespaces_reply_from_wc() {
     // veth0's table: default GID (fe80::EUI-64), then fd00:5::1.
     assert_eq!(ah.sgid_index, 1);
     assert_eq!((ah.hop_limit, ah.traffic_class), (9, 72));
+}
+
+#[test]
+fn rc_over_ipv6_tcp_falls_back_to_the_gid_family_both_have() {
+    // The client reaches the server over ::1 and, having no IPv6 GID (see
+    // `hold_ipv6_loopback`), connects the QPs over IPv4.
+    hold_ipv6_loopback();
+    let p = port(4);
+    let (s, c) = pair(
+        &[],
+        &["rc", "-n", "20", "-s", "100", "-c", "-p", &p],
+        &[],
+        &["rc", "-n", "20", "-s", "100", "-c", "-p", &p, "::1"],
+    );
+    assert!(
+        s.contains("20 iters in") && c.contains("20 iters in"),
+        "{s}\n{c}"
+    );
+    let (gs, gc) = (local_gid(&s), local_gid(&c));
+    assert_eq!(
+        gs.contains("ffff"),
+        gc.contains("ffff"),
+        "same family: {gs} {gc}"
+    );
 }
