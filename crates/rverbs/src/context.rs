@@ -30,8 +30,9 @@ pub(crate) struct Shared {
     pub(crate) engine: Mutex<Engine>,
     /// Signalled (with the engine lock) when completion events may be pending.
     pub(crate) events: Condvar,
-    /// One socket per local address, bound to `address:4791`. Only the driver thread
-    /// changes the list (address re-scan); senders take the read lock.
+    /// One socket per local address, bound to `address:4791`, and one per joined
+    /// multicast group. The driver's address re-scan and the multicast verbs change
+    /// the list (write lock); senders take the read lock.
     sockets: RwLock<Vec<(IpAddr, Arc<Socket>)>>,
     /// Set when a verb changed `sockets` (a multicast group joined): the driver
     /// re-reads the list.
@@ -118,12 +119,13 @@ impl Shared {
             return;
         };
         // The socket sends from port 4791 with the AV's TTL / hop limit and TOS /
-        // traffic class (a hop limit of 0 means the socket default, 64).
+        // traffic class (a hop limit of 0 means the socket default: 64, or 1 to a
+        // multicast group).
         let wire = IpMeta {
-            hop_limit: if meta.hop_limit == 0 {
-                64
-            } else {
-                meta.hop_limit
+            hop_limit: match meta.hop_limit {
+                0 if dst.is_multicast() => 1,
+                0 => 64,
+                h => h,
             },
             flow_label: 0,
             ..meta
