@@ -13,7 +13,8 @@
 //! * "IB/RoCE v1" means IB on an InfiniBand port and RoCE v1 on an Ethernet port (the
 //!   port's `link_layer`); any other link layer → EINVAL;
 //! * an unreadable `gid_attrs/ndevs/<i>` means no network device (ifindex 0); a name
-//!   that does not resolve to an interface is an error (the errno of the lookup).
+//!   that does not resolve to an interface here is an error (ENOENT; rdma-core returns
+//!   the errno of its `if_nametoindex`).
 //!
 //! **Fixtures.** Reading a sysfs attribute can fail with an errno no regular file can
 //! reproduce (EINVAL for an empty entry's type). A fixture tree stands for such a file
