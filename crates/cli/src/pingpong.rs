@@ -59,6 +59,9 @@ pub struct Opts {
     pub hop_limit: u8,
     /// Traffic class / TOS of the AH or path.
     pub traffic_class: u8,
+    /// Keep the device open this long after the run (its GSI keeps answering, e.g.
+    /// `rverbs perfquery --gid`).
+    pub linger: std::time::Duration,
 }
 
 const RECV_WRID: u64 = 1;
@@ -451,6 +454,10 @@ pub fn run<W: Write>(o: &Opts, out: &mut W) -> Result<(), String> {
         let c = ctx.counters();
         let line: Vec<String> = c.iter().map(|(n, v)| format!("{n}={v}")).collect();
         eprintln!("rverbs counters: {}", line.join(" "));
+    }
+    if !o.linger.is_zero() {
+        w(out.flush())?;
+        std::thread::sleep(o.linger);
     }
     Ok(())
 }

@@ -14,6 +14,7 @@
 
 pub mod counters;
 mod engine;
+pub mod mad;
 pub mod mcast;
 pub mod memory;
 pub mod modify;

@@ -319,8 +319,10 @@ impl Context {
             ..Config::default()
         };
         cfg.limits.active_mtu = info.active_mtu();
+        let mut engine = Engine::new(cfg);
+        crate::mad::set_identity(&mut engine, &info);
         let shared = Arc::new(Shared {
-            engine: Mutex::new(Engine::new(cfg)),
+            engine: Mutex::new(engine),
             events: Condvar::new(),
             sockets: RwLock::new(sockets.into_iter().map(|(a, s)| (a, Arc::new(s))).collect()),
             sockets_changed: AtomicBool::new(false),

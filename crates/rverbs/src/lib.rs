@@ -30,6 +30,7 @@ mod device;
 mod error;
 mod faults;
 mod gid;
+pub mod mad;
 mod mcast;
 mod sys;
 pub mod sysfs;
