@@ -285,6 +285,30 @@ mod tests {
     }
 
     #[test]
+    fn addresses_in_kernel_order() {
+        // IPv4 first, then IPv6, each in the interface's order (getifaddrs lists IPv6
+        // addresses newest first, as the kernel's roce_gid_mgmt enumerates them).
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let got = kernel_order(vec![
+            ip("fd00:99::1:2"),
+            ip("10.77.0.2"),
+            ip("fd00:88::9"),
+            ip("10.88.0.5"),
+            ip("10.77.0.2"),
+        ]);
+        assert_eq!(
+            got,
+            [
+                ip("10.77.0.2"),
+                ip("10.88.0.5"),
+                ip("fd00:99::1:2"),
+                ip("fd00:88::9")
+            ]
+        );
+        assert!(is_v6_link_local(&ip("fe80::1")) && !is_v6_link_local(&ip("fd00::1")));
+    }
+
+    #[test]
     fn loopback_is_listed() {
         let all = devices().unwrap();
         let lo = all.iter().find(|d| d.ifname == "lo").expect("rv_lo");
