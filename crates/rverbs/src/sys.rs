@@ -282,27 +282,45 @@ pub(crate) fn recv_with_meta(
     let from = addr
         .as_socket()
         .ok_or_else(|| io::Error::other("datagram from a non-IP address"))?;
-    // The control buffer was fully initialized above (zeros), and recvmsg wrote
-    // initialized bytes into its first `clen`.
-    let control: Vec<u8> = control[..clen]
-        .iter()
-        .map(|b| {
-            // SAFETY: every byte of `control` was initialized to 0 before the call.
-            unsafe { b.assume_init() }
-        })
-        .collect();
-    Ok((n, from, parse_recv_meta(&control)))
+    // SAFETY: every byte of `control` was initialized (to 0) before the call and
+    // recvmsg writes only initialized bytes, so its first `clen` bytes are plain u8s.
+    let control: &[u8] = unsafe { &*(&control[..clen] as *const [MaybeUninit<u8>] as *const [u8]) };
+    Ok((n, from, parse_recv_meta(control)))
 }
 
-/// Appends one control message with an `int` payload to `out`.
-fn push_cmsg_int(out: &mut Vec<u8>, level: libc::c_int, ty: libc::c_int, v: libc::c_int) {
-    let len = CMSG_HDR + 4;
-    out.extend_from_slice(&len.to_ne_bytes());
-    out.extend_from_slice(&level.to_ne_bytes());
-    out.extend_from_slice(&ty.to_ne_bytes());
-    out.resize(out.len() + (CMSG_HDR - CMSG_ALIGN - 8), 0);
-    out.extend_from_slice(&v.to_ne_bytes());
-    out.resize(out.len().div_ceil(CMSG_ALIGN) * CMSG_ALIGN, 0);
+/// Bytes of one control message with an `int` payload (`CMSG_SPACE(sizeof(int))`).
+const CMSG_INT_SPACE: usize = (CMSG_HDR + 4).div_ceil(CMSG_ALIGN) * CMSG_ALIGN;
+
+/// Up to two `int` control messages, built on the stack (no allocation per datagram).
+pub(crate) struct SendControl {
+    buf: [u8; 2 * CMSG_INT_SPACE],
+    len: usize,
+}
+
+impl SendControl {
+    fn new() -> SendControl {
+        SendControl {
+            buf: [0; 2 * CMSG_INT_SPACE],
+            len: 0,
+        }
+    }
+
+    /// Appends one control message with an `int` payload (at most two fit).
+    fn push_int(&mut self, level: libc::c_int, ty: libc::c_int, v: libc::c_int) {
+        let Some(m) = self.buf.get_mut(self.len..self.len + CMSG_INT_SPACE) else {
+            return;
+        };
+        m[..CMSG_ALIGN].copy_from_slice(&(CMSG_HDR + 4).to_ne_bytes());
+        m[CMSG_ALIGN..CMSG_ALIGN + 4].copy_from_slice(&level.to_ne_bytes());
+        m[CMSG_ALIGN + 4..CMSG_ALIGN + 8].copy_from_slice(&ty.to_ne_bytes());
+        m[CMSG_HDR..CMSG_HDR + 4].copy_from_slice(&v.to_ne_bytes());
+        self.len += CMSG_INT_SPACE;
+    }
+
+    /// The control bytes.
+    pub(crate) fn as_slice(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
 }
 
 /// The control messages that set a datagram's TTL / hop limit and TOS / traffic class
@@ -310,17 +328,17 @@ fn push_cmsg_int(out: &mut Vec<u8>, level: libc::c_int, ty: libc::c_int, v: libc
 /// `ip6_datagram_send_ctl`). A hop limit of 0 keeps the socket's default (an IP TTL
 /// of 0 is not sendable). The flow label is left to the kernel (IPv6 flow labels
 /// need the flow-label manager; the ICRC masks the field, DESIGN §3).
-pub(crate) fn send_control(ipv6: bool, meta: IpMeta) -> Vec<u8> {
-    let mut c = Vec::with_capacity(2 * (CMSG_HDR + 8));
+pub(crate) fn send_control(ipv6: bool, meta: IpMeta) -> SendControl {
+    let mut c = SendControl::new();
     let (level, ttl, tos) = if ipv6 {
         (libc::IPPROTO_IPV6, libc::IPV6_HOPLIMIT, libc::IPV6_TCLASS)
     } else {
         (libc::IPPROTO_IP, libc::IP_TTL, libc::IP_TOS)
     };
     if meta.hop_limit != 0 {
-        push_cmsg_int(&mut c, level, ttl, meta.hop_limit.into());
+        c.push_int(level, ttl, meta.hop_limit.into());
     }
-    push_cmsg_int(&mut c, level, tos, meta.traffic_class.into());
+    c.push_int(level, tos, meta.traffic_class.into());
     c
 }
 
@@ -331,13 +349,19 @@ pub(crate) fn send_with_meta(
     dst: std::net::SocketAddr,
     meta: IpMeta,
 ) -> io::Result<usize> {
-    let control = send_control(dst.is_ipv6(), meta);
     let addr = socket2::SockAddr::from(dst);
+    // What the socket does anyway (TTL 64 to a unicast address, TOS 0) needs no
+    // control message.
+    let default_ttl = meta.hop_limit == 0 || (meta.hop_limit == 64 && !dst.ip().is_multicast());
+    if default_ttl && meta.traffic_class == 0 {
+        return s.send_to(bytes, &addr);
+    }
+    let control = send_control(dst.is_ipv6(), meta);
     let bufs = [io::IoSlice::new(bytes)];
     let msg = socket2::MsgHdr::new()
         .with_addr(&addr)
         .with_buffers(&bufs)
-        .with_control(&control);
+        .with_control(control.as_slice());
     s.sendmsg(&msg, 0)
 }
 
@@ -356,7 +380,7 @@ mod tests {
                 flow_label: 0,
             },
         );
-        let mut m = parse_recv_meta(&c);
+        let mut m = parse_recv_meta(c.as_slice());
         // IP_TOS is one byte on receive but an int on send: the first byte of a
         // native-endian int is its low byte only on little-endian machines.
         if cfg!(target_endian = "big") {
@@ -371,7 +395,7 @@ mod tests {
                 flow_label: 0,
             },
         );
-        let m6 = parse_recv_meta(&c6);
+        let m6 = parse_recv_meta(c6.as_slice());
         assert_eq!((m6.hop_limit, m6.traffic_class), (None, Some(0xb8)));
     }
 
@@ -387,7 +411,9 @@ mod tests {
                 traffic_class: 1,
                 flow_label: 0,
             },
-        );
+        )
+        .as_slice()
+        .to_vec();
         c[..CMSG_ALIGN].copy_from_slice(&1000usize.to_ne_bytes());
         assert_eq!(parse_recv_meta(&c), RecvMeta::default());
         c[..CMSG_ALIGN].copy_from_slice(&3usize.to_ne_bytes());
@@ -412,9 +438,13 @@ mod tests {
         assert_eq!(m.dst, Some(std::net::Ipv6Addr::LOCALHOST.into()));
         assert_eq!(m.flow_label, Some(0xc_def1));
         // An out-of-range TTL value is not a TTL.
-        let mut t = Vec::new();
-        push_cmsg_int(&mut t, libc::IPPROTO_IP, libc::IP_TTL, 300);
-        assert_eq!(parse_recv_meta(&t).hop_limit, None);
+        let mut t = SendControl::new();
+        t.push_int(libc::IPPROTO_IP, libc::IP_TTL, 300);
+        assert_eq!(parse_recv_meta(t.as_slice()).hop_limit, None);
+        // A third message does not fit and is not written.
+        t.push_int(libc::IPPROTO_IP, libc::IP_TOS, 1);
+        t.push_int(libc::IPPROTO_IP, libc::IP_TOS, 2);
+        assert_eq!(t.as_slice().len(), 2 * CMSG_INT_SPACE);
     }
 
     #[test]
