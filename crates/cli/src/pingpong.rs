@@ -190,8 +190,8 @@ pub fn run<W: Write>(o: &Opts, out: &mut W) -> Result<(), String> {
             Some(i) => Ok(i),
             None => ctx.gid_index_for(ipv6).ok_or_else(|| {
                 let why = if ipv6 && dev.is_loopback() {
-                    " (another context holds every IPv6 address of lo, usually [::1]:4791; \
-                     give the peer -g with an IPv4 GID index)"
+                    " (lo has no free IPv6 address of its own; ::1 needs \
+                     RVERBS_LOOPBACK_IPV6=1 and is one context's at a time)"
                 } else {
                     ""
                 };

@@ -183,23 +183,14 @@ fn ipv4_loopback_reply_from_wc() {
     assert_eq!((ah.hop_limit, ah.traffic_class), (5, 32));
 }
 
-/// Holds `[::1]:4791` for the rest of this test process, so no rverbs context here
-/// gets an IPv6 loopback GID and the `::1` tests below are deterministic (on a stock
-/// host only one context at a time can own that address: which one would otherwise
-/// depend on timing). Another process may hold it instead; the effect is the same.
-fn hold_ipv6_loopback() {
-    static HELD: std::sync::OnceLock<Option<std::net::UdpSocket>> = std::sync::OnceLock::new();
-    HELD.get_or_init(|| std::net::UdpSocket::bind("[::1]:4791").ok());
-}
-
 #[test]
 fn ipv6_tcp_reaches_the_dual_stack_server() {
-    // Over ::1 TCP to the dual-stack listener. Neither side has an IPv6 GID (see
-    // `hold_ipv6_loopback`), so the client says so and both use IPv4 RoCE.
-    hold_ipv6_loopback();
+    // Over ::1 TCP to the dual-stack listener. The server opts in to ::1
+    // (RVERBS_LOOPBACK_IPV6=1) and may get it; the client does not, so it says it has
+    // no IPv6 GID and both use IPv4 RoCE (the server answers in the client's family).
     let p = port(1);
     let (s, c) = pair(
-        &[],
+        &["env", "RVERBS_LOOPBACK_IPV6=1"],
         &["ud", "--reply-from-wc", "-n", "20", "-s", "100", "-p", &p],
         &[],
         &[
@@ -336,9 +327,8 @@ fn veth_ula_between_namespaces_reply_from_wc() {
 
 #[test]
 fn rc_over_ipv6_tcp_falls_back_to_the_gid_family_both_have() {
-    // The client reaches the server over ::1 and, having no IPv6 GID (see
-    // `hold_ipv6_loopback`), connects the QPs over IPv4.
-    hold_ipv6_loopback();
+    // The client reaches the server over ::1 and, having no IPv6 GID, connects the
+    // QPs over IPv4.
     let p = port(4);
     let (s, c) = pair(
         &[],

@@ -257,11 +257,14 @@ fn loopback_socket() -> Result<(IpAddr, Socket)> {
     ))
 }
 
-/// Binds the first IPv6 address of `addrs` (lo's) whose port 4791 is free.
-fn loopback_v6_socket(addrs: &[IpAddr]) -> Option<(IpAddr, Socket)> {
+/// Binds the first IPv6 address of `addrs` (lo's) whose port 4791 is free: `::1` only
+/// when `localhost` is set, after the others.
+fn loopback_v6_socket(addrs: &[IpAddr], localhost: bool) -> Option<(IpAddr, Socket)> {
+    let lo6 = IpAddr::V6(std::net::Ipv6Addr::LOCALHOST);
     addrs
         .iter()
-        .filter(|a| a.is_ipv6())
+        .filter(|a| a.is_ipv6() && **a != lo6)
+        .chain(localhost.then_some(&lo6))
         .find_map(|&a| udp_socket(a).ok().map(|s| (a, s)))
 }
 
@@ -289,11 +292,12 @@ impl Context {
         let mut sockets = Vec::new();
         if info.is_loopback() {
             sockets.push(loopback_socket()?);
-            // IPv6 has no 127/8: a context takes the first IPv6 address of lo whose
-            // port 4791 is free — `::1`, or one an administrator added to lo — and has
-            // no IPv6 GID when all are taken (README, GIDs: on a stock host one context
-            // at a time is an IPv6 endpoint).
-            if let Some(v6) = loopback_v6_socket(&info.addrs) {
+            // IPv6 has no 127/8. A context takes the first IPv6 address an
+            // administrator added to lo whose port 4791 is free; `::1` only with
+            // RVERBS_LOOPBACK_IPV6=1, as it is one address for the whole host: which
+            // context got it would otherwise depend on timing (README, GIDs).
+            let with_v6_localhost = std::env::var("RVERBS_LOOPBACK_IPV6").is_ok_and(|v| v == "1");
+            if let Some(v6) = loopback_v6_socket(&info.addrs, with_v6_localhost) {
                 sockets.push(v6);
             }
         } else {
