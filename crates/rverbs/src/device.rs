@@ -66,8 +66,8 @@ impl DeviceInfo {
 
     /// The GID table the kernel would build for rxe on this interface (and the one an
     /// opened context starts with, except on loopback: there each context's table has
-    /// its own `127.0.0.x`, and `::1` only if it could bind it). See `gid.rs` for the
-    /// rules.
+    /// its own `127.0.0.x` and at most one IPv6 address of lo — `::1` only with
+    /// `RVERBS_LOOPBACK_IPV6=1`). See `gid.rs` for the rules.
     pub fn gid_table(&self) -> crate::GidTable {
         crate::GidTable::new(1, self.ifindex, self.default_gid(), &self.addrs)
     }
