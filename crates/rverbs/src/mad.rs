@@ -194,7 +194,9 @@ impl MadAgent {
                 let deadline = Instant::now() + timeout;
                 while let Some(r) = self.recv(deadline.saturating_duration_since(Instant::now())) {
                     let rtid = u64::from_be_bytes(r.mad[8..16].try_into().unwrap_or([0; 8]));
-                    if r.mad[3] & method::RESPONSE != 0 {
+                    // A response as the kernel's ib_response_mad sees one (R bit,
+                    // TrapRepress, BM Send with the response bit).
+                    if rverbs_engine::mad::response_mad(&r.mad) {
                         if rtid & 0xffff_ffff == tid {
                             return Ok(r);
                         }
@@ -207,8 +209,9 @@ impl MadAgent {
         })();
         if !kept.is_empty() {
             // Requests that arrived while waiting go back to the agent's queue.
+            // Pushed back to the front last-first, so they keep their arrival order.
             let mut e = self.ctx.shared().lock();
-            for r in kept {
+            for r in kept.into_iter().rev() {
                 e.gsi_requeue(self.id, r);
             }
         }
