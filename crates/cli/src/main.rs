@@ -73,6 +73,17 @@ enum Command {
         /// Print the port's counters (drops by reason, retransmissions) to stderr.
         #[arg(long)]
         stats: bool,
+        /// ud server: answer each datagram through an address handle built from its
+        /// work completion (create_ah_from_wc), using nothing the client announced but
+        /// its address family; prints the first such AH.
+        #[arg(long)]
+        reply_from_wc: bool,
+        /// Hop limit / TTL of this side's AH or path (rdma-core's pingpongs use 1).
+        #[arg(long, default_value_t = 1)]
+        hop_limit: u8,
+        /// Traffic class / TOS of this side's AH or path.
+        #[arg(long, default_value_t = 0)]
+        tclass: u8,
         /// Keep the device open this many seconds after the run, so its counters can
         /// be read over the wire (`rverbs perfquery --gid`).
         #[arg(long, default_value_t = 0.0)]
@@ -120,6 +131,18 @@ enum Command {
     Mad {
         #[command(subcommand)]
         command: MadCommand,
+    },
+    /// Print every device's GID table in show_gids layout (`DEV PORT INDEX GID IPv4
+    /// VER DEV`, then `n_gids_found=N`): the soft devices' tables (as the kernel would
+    /// build them for rxe on the same interfaces), or a kernel's sysfs with --sysfs.
+    Gids {
+        /// Read a kernel's GID tables from sysfs: /sys/class/infiniband, or ROOT (a
+        /// directory laid out like it).
+        #[arg(long, value_name = "ROOT", num_args = 0..=1, default_missing_value = "/sys/class/infiniband")]
+        sysfs: Option<std::path::PathBuf>,
+        /// Print a JSON array instead of the table.
+        #[arg(long)]
+        json: bool,
     },
     /// Work with packet captures.
     Pcap {
@@ -239,6 +262,9 @@ fn main() -> ExitCode {
             gid_idx,
             check,
             stats,
+            reply_from_wc,
+            hop_limit,
+            tclass,
             linger,
         } => {
             if ib_port != 1 {
@@ -267,13 +293,46 @@ fn main() -> ExitCode {
                 gid_idx,
                 check,
                 stats,
+                reply_from_wc,
+                hop_limit,
+                traffic_class: tclass,
                 linger: std::time::Duration::from_secs_f64(linger.max(0.0)),
             };
+            if reply_from_wc && qp_type != rverbs::QpType::Ud {
+                eprintln!("rverbs pingpong: --reply-from-wc is for ud");
+                return ExitCode::from(1);
+            }
             let mut out = std::io::stdout();
             match rverbs_cli::pingpong::run(&o, &mut out) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("{e}");
+                    ExitCode::from(1)
+                }
+            }
+        }
+        Command::Gids { sysfs, json } => {
+            let rows = match &sysfs {
+                Some(root) => rverbs_cli::gids::sysfs_rows(&rverbs::sysfs::SysfsReader::new(root)),
+                None => rverbs_cli::gids::soft_rows(),
+            };
+            let rows = match rows {
+                Ok(r) => r,
+                Err(e) => {
+                    eprintln!("rverbs gids: {e}");
+                    return ExitCode::from(1);
+                }
+            };
+            let mut out = std::io::stdout().lock();
+            let r = if json {
+                rverbs_cli::gids::print_json(&rows, &mut out)
+            } else {
+                rverbs_cli::gids::print_table(&rows, &mut out)
+            };
+            match r {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("rverbs gids: {e}");
                     ExitCode::from(1)
                 }
             }
