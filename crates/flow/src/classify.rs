@@ -705,11 +705,12 @@ impl Classifier {
         let words = fv.words();
         let mut hits = [0u32; 16];
         let n = self.lookup(&words, dir, &mut hits);
-        self.finish(fv, len, dir, &hits[..n], out);
+        self.finish(fv, len, dir, &hits[..n], true, out);
     }
 
     /// The same decision as [`Classifier::classify_fields`] by testing every rule in
-    /// order: the baseline the tuple-space lookup is measured and checked against.
+    /// order: the baseline the tuple-space lookup is measured and checked against. It
+    /// only decides: COUNT actions are not applied.
     pub fn classify_linear(&self, fv: &FieldVector, len: usize, dir: Direction, out: &mut Verdict) {
         let words = fv.words();
         let table = self.table(dir);
@@ -729,7 +730,7 @@ impl Classifier {
                 }
             }
         }
-        self.finish(fv, len, dir, &hits[..n], out);
+        self.finish(fv, len, dir, &hits[..n], false, out);
     }
 
     fn table(&self, dir: Direction) -> &Table {
@@ -800,11 +801,12 @@ impl Classifier {
         len: usize,
         dir: Direction,
         hits: &[u32],
+        count: bool,
         out: &mut Verdict,
     ) {
         out.clear();
         let deliver = |r: &Rule, out: &mut Verdict| {
-            if let Some(c) = &r.counters {
+            if let (Some(c), true) = (&r.counters, count) {
                 c.add(len);
             }
             if r.drop {
@@ -828,7 +830,7 @@ impl Classifier {
             };
             if dir == Direction::Egress {
                 // Egress rules count and may drop; the QP only named the device.
-                if let Some(c) = &r.counters {
+                if let (Some(c), true) = (&r.counters, count) {
                     c.add(len);
                 }
             } else {
