@@ -120,6 +120,9 @@ impl Hasher for IdHasher {
     }
 }
 
+/// Groups with at most this many rules are scanned rather than hashed.
+const SMALL_GROUP: usize = 4;
+
 type Buckets = HashMap<u64, Vec<u32>, BuildHasherDefault<IdHasher>>;
 
 struct Rule {
@@ -147,6 +150,9 @@ struct Group {
     /// Words where the mask is non-zero.
     words: Vec<usize>,
     buckets: Buckets,
+    /// Every rule of the group, sorted by `order`: small groups are scanned instead of
+    /// hashed (cheaper than a hash and a probe for a handful of rules).
+    members: Vec<u32>,
     count: usize,
     /// Best (lowest) `order` among the group's rules.
     min_order: u64,
@@ -581,6 +587,7 @@ impl Classifier {
                     mask: *mask,
                     words: (0..FV_WORDS).filter(|&i| mask[i] != 0).collect(),
                     buckets: Buckets::default(),
+                    members: Vec::new(),
                     count: 0,
                     min_order: u64::MAX,
                 });
@@ -596,6 +603,8 @@ impl Classifier {
         let bucket = g.buckets.entry(key).or_default();
         let pos = bucket.partition_point(|s| ord(s) < order);
         bucket.insert(pos, slot);
+        let pos = g.members.partition_point(|s| ord(s) < order);
+        g.members.insert(pos, slot);
         g.count += 1;
         g.min_order = g.min_order.min(order);
         table.groups.sort_by_key(|g| g.min_order);
@@ -638,19 +647,17 @@ impl Classifier {
                             g.buckets.remove(&key);
                         }
                     }
+                    g.members.retain(|&s| s != slot32);
                     g.count -= 1;
                     if g.count == 0 {
                         table.groups.remove(gi);
                     } else {
                         let rules = &self.rules;
                         g.min_order = g
-                            .buckets
-                            .values()
-                            .filter_map(|b| b.first())
-                            .filter(|&&s| s != slot32)
-                            .filter_map(|&s| rules[s as usize].as_ref().map(|r| r.order))
-                            .min()
-                            .unwrap_or(u64::MAX);
+                            .members
+                            .first()
+                            .and_then(|&s| rules[s as usize].as_ref())
+                            .map_or(u64::MAX, |r| r.order);
                         table.groups.sort_by_key(|g| g.min_order);
                     }
                 }
@@ -753,10 +760,15 @@ impl Classifier {
             if g.min_order >= bound {
                 break;
             }
-            let Some(bucket) = g.buckets.get(&g.key(fv)) else {
-                continue;
+            let list: &[u32] = if g.members.len() <= SMALL_GROUP {
+                &g.members
+            } else {
+                match g.buckets.get(&g.key(fv)) {
+                    Some(b) => b,
+                    None => continue,
+                }
             };
-            for &s in bucket {
+            for &s in list {
                 let Some(r) = self.rules[s as usize].as_ref() else {
                     continue;
                 };
@@ -764,7 +776,7 @@ impl Classifier {
                     break;
                 }
                 if !r.matches(&g.words, fv) {
-                    continue; // hash collision
+                    continue; // not this rule (small group) or a hash collision
                 }
                 if r.traps || r.drop {
                     bound = r.order;

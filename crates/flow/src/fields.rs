@@ -220,12 +220,16 @@ impl FieldVector {
         // 802.1Q (0x8100), 802.1ad (0x88a8) and the old QinQ 0x9100.
         let mut tags = 0;
         while matches!(ethertype, 0x8100 | 0x88a8 | 0x9100) && tags < 2 {
-            let tci = be16(b, off)?;
+            // A truncated tag ends the parse: the frame is still Ethernet (its EtherType
+            // stays the TPID), it just has no readable VLAN or upper layers.
+            let (Some(tci), Some(next)) = (be16(b, off), be16(b, off + 2)) else {
+                break;
+            };
             if tags == 0 {
                 self.set(block + VLAN, &tci.to_be_bytes());
                 self.flag(block + PRESENT, P_VLAN);
             }
-            ethertype = be16(b, off + 2)?;
+            ethertype = next;
             off += 4;
             tags += 1;
         }
@@ -429,4 +433,26 @@ impl FieldVector {
 fn be16(b: &[u8], off: usize) -> Option<u16> {
     let s = b.get(off..off.checked_add(2)?)?;
     Some(u16::from_be_bytes([s[0], s[1]]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Fuzz-found: a 16-byte frame whose VLAN tag is cut short used to be rejected as
+    /// "not Ethernet"; it is an Ethernet frame with nothing readable after the TPID.
+    #[test]
+    fn truncated_vlan_tag_is_still_ethernet() {
+        let mut f = vec![
+            2, 0, 0, 0, 0, 0xb, 2, 0, 0, 0, 0, 0xa, 0x81, 0x00, 0x65, 0x74,
+        ];
+        let fv = FieldVector::parse(&f).unwrap();
+        assert_eq!(fv.present(OUTER), P_L2);
+        assert_eq!(&fv.bytes()[ETHERTYPE..ETHERTYPE + 2], &[0x81, 0x00]);
+        f.extend_from_slice(&[0x08, 0x00]);
+        let fv = FieldVector::parse(&f).unwrap();
+        assert_eq!(fv.present(OUTER), P_L2 | P_VLAN);
+        assert_eq!(&fv.bytes()[VLAN..VLAN + 2], &[0x65, 0x74]);
+        assert_eq!(&fv.bytes()[ETHERTYPE..ETHERTYPE + 2], &[0x08, 0x00]);
+    }
 }
