@@ -1,0 +1,564 @@
+//! # rverbs-raw
+//!
+//! Raw-packet queues with verbs flow steering on a real Linux interface: what a
+//! RAW_PACKET QP plus `ibv_create_flow` give on a NIC, over an `AF_PACKET` socket.
+//!
+//! A [`RawDevice`] is bound to one interface. Its receive thread reads every frame the
+//! interface receives, steers it with the [`rverbs_flow`] classifier (priorities,
+//! DONT_TRAP, DROP, TAG, COUNT, ALL_DEFAULT / MC_DEFAULT, SNIFFER) and queues a copy on
+//! each receiving [`RawQp`]. [`RawQp::post_send`] sends a whole frame after the EGRESS
+//! rules (which may drop or count it) and shows it to sniffers. [`RawQp::create_flow`]
+//! checks the attribute as the kernel does ([`rverbs_flow::attr::validate`]; EPERM without
+//! CAP_NET_RAW) and returns a [`Flow`] whose drop removes the rule: no frame is steered by
+//! it once `drop` returns.
+//!
+//! Differences from a NIC, by construction: the kernel's own stack still receives every
+//! frame (AF_PACKET copies, it does not steal), and frames the host itself sends on the
+//! interface are not received (`PACKET_IGNORE_OUTGOING`).
+//!
+//! I/O is plain `AF_PACKET` `recv(2)` / `send(2)`, one frame per system call (no
+//! `PACKET_MMAP` ring yet); `bench/raw_pps.sh` measures it against a bare reader.
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
+
+mod sys;
+
+use rverbs_flow::attr::{validate, FlowAttr, FlowContext, FlowQpType};
+use rverbs_flow::classify::{Classifier, Direction, FlowId, Verdict};
+use rverbs_flow::error::{errno, FlowError};
+use rverbs_flow::fields::FieldVector;
+use socket2::{Domain, Protocol, Socket, Type};
+use std::collections::{HashMap, VecDeque};
+use std::io;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, RwLock};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Largest frame handled (a 9000-byte jumbo frame plus VLAN tags, rounded up).
+pub const MAX_FRAME: usize = 9216;
+
+/// `SOL_PACKET` option number of `PACKET_IGNORE_OUTGOING` (linux/if_packet.h, 4.20+).
+const PACKET_IGNORE_OUTGOING: libc::c_int = 23;
+
+/// Whether this process holds CAP_NET_RAW in its effective set (`/proc/self/status`,
+/// `CapEff`, bit 13 = `CAP_NET_RAW` in linux/capability.h).
+pub fn has_cap_net_raw() -> bool {
+    let Ok(s) = std::fs::read_to_string("/proc/self/status") else {
+        return false;
+    };
+    s.lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .is_some_and(|caps| caps & (1 << 13) != 0)
+}
+
+/// Moves the calling thread into the named network namespace (`ip netns` name, i.e.
+/// `/var/run/netns/<name>`). Sockets the thread opens afterwards live there.
+pub fn enter_netns(name: &str) -> io::Result<()> {
+    let f = std::fs::File::open(format!("/var/run/netns/{name}"))?;
+    sys::setns_net(f.as_raw_fd())
+}
+
+/// An `AF_PACKET` socket bound to one interface: sends and receives whole Ethernet
+/// frames (destination MAC first, no FCS).
+pub struct RawPort {
+    sock: Socket,
+    ifindex: u32,
+    name: String,
+}
+
+impl std::fmt::Debug for RawPort {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "RawPort({} #{})", self.name, self.ifindex)
+    }
+}
+
+impl RawPort {
+    /// Opens interface `ifname`. Fails with EPERM (`io::ErrorKind::PermissionDenied`)
+    /// without CAP_NET_RAW, as the kernel's `packet_create` does.
+    pub fn open(ifname: &str) -> io::Result<Self> {
+        let ifindex = sys::if_index(ifname)?;
+        let proto = Protocol::from(i32::from((libc::ETH_P_ALL as u16).to_be()));
+        let sock = Socket::new(Domain::PACKET, Type::RAW, Some(proto))?;
+        sys::bind_packet(&sock, ifindex)?;
+        // Older kernels lack the option; then our own sends come back and are steered
+        // like received frames, which the caller can see but not break anything.
+        let _ = sys::set_packet_opt(&sock, PACKET_IGNORE_OUTGOING, 1);
+        // VLAN tags the driver stripped (rx VLAN offload, veth included) come back in
+        // the auxiliary data; recv puts them back into the frame, like libpcap.
+        sys::set_packet_opt(&sock, sys::PACKET_AUXDATA, 1)?;
+        Ok(Self {
+            sock,
+            ifindex,
+            name: ifname.to_string(),
+        })
+    }
+
+    /// The interface name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The interface index.
+    pub fn ifindex(&self) -> u32 {
+        self.ifindex
+    }
+
+    /// Sends one whole frame.
+    pub fn send(&self, frame: &[u8]) -> io::Result<()> {
+        let n = self.sock.send(frame)?;
+        if n == frame.len() {
+            Ok(())
+        } else {
+            Err(io::Error::new(io::ErrorKind::WriteZero, "short frame send"))
+        }
+    }
+
+    /// Receives one frame into `buf` (blocking up to the read timeout). The frame is
+    /// `buf[r.start..r.start + r.len]` for the returned `r`; a VLAN tag the driver
+    /// stripped is re-inserted (so `buf` needs 4 spare bytes), and a frame longer than
+    /// the rest of `buf` is truncated.
+    pub fn recv(&self, buf: &mut [u8]) -> io::Result<Received> {
+        if buf.len() <= VLAN_ROOM {
+            return Err(io::Error::from(io::ErrorKind::InvalidInput));
+        }
+        let (n, aux) = sys::recv_with_aux(&self.sock, &mut buf[VLAN_ROOM..])?;
+        let aux = aux.unwrap_or_default();
+        let csum_ok = aux.status & TP_STATUS_CSUM_VALID != 0;
+        if aux.status & TP_STATUS_VLAN_VALID != 0 && n >= 12 {
+            let tpid = if aux.status & TP_STATUS_VLAN_TPID_VALID != 0 {
+                aux.vlan_tpid
+            } else {
+                0x8100
+            };
+            buf.copy_within(VLAN_ROOM..VLAN_ROOM + 12, 0);
+            buf[12..14].copy_from_slice(&tpid.to_be_bytes());
+            buf[14..16].copy_from_slice(&aux.vlan_tci.to_be_bytes());
+            return Ok(Received {
+                start: 0,
+                len: n + VLAN_ROOM,
+                csum_ok,
+            });
+        }
+        Ok(Received {
+            start: VLAN_ROOM,
+            len: n,
+            csum_ok,
+        })
+    }
+
+    /// Sets the receive timeout (`None`: block).
+    pub fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
+        self.sock.set_read_timeout(t)
+    }
+
+    /// Sets the socket receive buffer size (`SO_RCVBUF`).
+    pub fn set_recv_buffer_size(&self, bytes: usize) -> io::Result<()> {
+        self.sock.set_recv_buffer_size(bytes)
+    }
+}
+
+/// Where [`RawPort::recv`] put a frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Received {
+    /// Offset of the frame in the buffer.
+    pub start: usize,
+    /// Frame length.
+    pub len: usize,
+    /// The kernel validated the frame's checksums (`TP_STATUS_CSUM_VALID`).
+    pub csum_ok: bool,
+}
+
+/// Bytes kept free at the start of a receive buffer for a re-inserted VLAN tag.
+const VLAN_ROOM: usize = 4;
+/// `TP_STATUS_VLAN_VALID` (linux/if_packet.h).
+const TP_STATUS_VLAN_VALID: u32 = 1 << 4;
+/// `TP_STATUS_VLAN_TPID_VALID`.
+const TP_STATUS_VLAN_TPID_VALID: u32 = 1 << 6;
+/// `TP_STATUS_CSUM_VALID`.
+const TP_STATUS_CSUM_VALID: u32 = 1 << 7;
+
+/// One received frame, as a RAW_PACKET receive completion reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RawCompletion {
+    /// The whole frame (`byte_len` bytes).
+    pub frame: Vec<u8>,
+    /// Flow tag of the rule that steered it (`IBV_WC_WITH_FLOW_TAG`-style), if any.
+    pub flow_tag: Option<u32>,
+    /// The kernel validated its checksums (`IBV_WC_IP_CSUM_OK`-style).
+    pub csum_ok: bool,
+}
+
+impl RawCompletion {
+    /// `ibv_wc.byte_len`.
+    pub fn byte_len(&self) -> u32 {
+        self.frame.len() as u32
+    }
+}
+
+/// Device-wide counts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RawStats {
+    /// Frames read from the interface.
+    pub received: u64,
+    /// Copies queued on QPs.
+    pub delivered: u64,
+    /// Frames a DROP rule discarded (received) or stopped (sent).
+    pub dropped_by_rule: u64,
+    /// Frames no rule and no default took.
+    pub unsteered: u64,
+    /// Copies lost because the QP's queue was full (a receive queue without WQEs).
+    pub queue_full: u64,
+    /// Frames shorter than an Ethernet header.
+    pub runts: u64,
+    /// Frames sent.
+    pub sent: u64,
+}
+
+#[derive(Default)]
+struct Counts {
+    received: AtomicU64,
+    delivered: AtomicU64,
+    dropped_by_rule: AtomicU64,
+    unsteered: AtomicU64,
+    queue_full: AtomicU64,
+    runts: AtomicU64,
+    sent: AtomicU64,
+}
+
+struct Queue {
+    frames: Mutex<VecDeque<RawCompletion>>,
+    ready: Condvar,
+    depth: usize,
+}
+
+struct Shared {
+    port: RawPort,
+    table: RwLock<Classifier>,
+    queues: RwLock<HashMap<u32, Arc<Queue>>>,
+    counts: Counts,
+    shutdown: AtomicBool,
+    next_qpn: AtomicU32,
+}
+
+impl Shared {
+    fn deliver(&self, frame: &[u8], csum_ok: bool, v: &Verdict) {
+        let queues = self.queues.read().unwrap_or_else(|e| e.into_inner());
+        for d in &v.deliveries {
+            let Some(q) = queues.get(&d.qpn) else {
+                continue;
+            };
+            let mut f = q.frames.lock().unwrap_or_else(|e| e.into_inner());
+            if f.len() >= q.depth {
+                self.counts.queue_full.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+            f.push_back(RawCompletion {
+                frame: frame.to_vec(),
+                flow_tag: d.tag,
+                csum_ok,
+            });
+            drop(f);
+            q.ready.notify_one();
+            self.counts.delivered.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn steer(
+        &self,
+        frame: &[u8],
+        csum_ok: bool,
+        dir: Direction,
+        fv: &mut FieldVector,
+        v: &mut Verdict,
+    ) {
+        if fv.parse_into(frame).is_err() {
+            self.counts.runts.fetch_add(1, Ordering::Relaxed);
+            v.clear();
+            return;
+        }
+        // The read lock is held through delivery: once a writer (destroy_flow) got the
+        // lock, no frame is steered by a removed rule any more.
+        let table = self.table.read().unwrap_or_else(|e| e.into_inner());
+        table.classify_fields(fv, frame.len(), dir, v);
+        if v.dropped {
+            self.counts.dropped_by_rule.fetch_add(1, Ordering::Relaxed);
+        } else if v.deliveries.is_empty() && dir == Direction::Ingress {
+            self.counts.unsteered.fetch_add(1, Ordering::Relaxed);
+        }
+        self.deliver(frame, csum_ok, v);
+    }
+
+    fn rx_loop(self: Arc<Self>) {
+        let mut buf = vec![0u8; MAX_FRAME + VLAN_ROOM];
+        let mut fv = FieldVector::default();
+        let mut v = Verdict::default();
+        while !self.shutdown.load(Ordering::Acquire) {
+            match self.port.recv(&mut buf) {
+                Ok(r) => {
+                    self.counts.received.fetch_add(1, Ordering::Relaxed);
+                    let frame = &buf[r.start..r.start + r.len];
+                    self.steer(frame, r.csum_ok, Direction::Ingress, &mut fv, &mut v);
+                }
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock
+                            | io::ErrorKind::TimedOut
+                            | io::ErrorKind::Interrupted
+                    ) => {}
+                Err(_) => {
+                    // The interface went away: nothing more will arrive.
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+            }
+        }
+    }
+}
+
+/// A soft raw-packet device bound to one interface, with its receive thread.
+pub struct RawDevice {
+    shared: Arc<Shared>,
+    rx: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for RawDevice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "RawDevice({:?})", self.shared.port)
+    }
+}
+
+impl RawDevice {
+    /// Opens a raw device on interface `ifname` and starts its receive thread. Without
+    /// CAP_NET_RAW this fails with EPERM.
+    pub fn open(ifname: &str) -> io::Result<Self> {
+        let port = RawPort::open(ifname)?;
+        port.set_read_timeout(Some(Duration::from_millis(50)))?;
+        let _ = port.set_recv_buffer_size(4 << 20);
+        let shared = Arc::new(Shared {
+            port,
+            table: RwLock::new(Classifier::new()),
+            queues: RwLock::new(HashMap::new()),
+            counts: Counts::default(),
+            shutdown: AtomicBool::new(false),
+            next_qpn: AtomicU32::new(0x100),
+        });
+        let s = shared.clone();
+        let rx = std::thread::Builder::new()
+            .name(format!("rverbs-raw-{ifname}"))
+            .spawn(move || s.rx_loop())?;
+        Ok(Self {
+            shared,
+            rx: Some(rx),
+        })
+    }
+
+    /// Creates a RAW_PACKET QP whose receive queue holds up to `depth` frames (frames
+    /// steered to a full queue are counted in [`RawStats::queue_full`] and lost, like a
+    /// receive queue without posted WQEs).
+    pub fn create_qp(&self, depth: usize) -> RawQp {
+        let qpn = self.shared.next_qpn.fetch_add(1, Ordering::Relaxed);
+        let q = Arc::new(Queue {
+            frames: Mutex::new(VecDeque::new()),
+            ready: Condvar::new(),
+            depth: depth.max(1),
+        });
+        self.shared
+            .queues
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(qpn, q.clone());
+        RawQp {
+            qpn,
+            shared: self.shared.clone(),
+            q,
+        }
+    }
+
+    /// The device's counts.
+    pub fn stats(&self) -> RawStats {
+        let c = &self.shared.counts;
+        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        RawStats {
+            received: l(&c.received),
+            delivered: l(&c.delivered),
+            dropped_by_rule: l(&c.dropped_by_rule),
+            unsteered: l(&c.unsteered),
+            queue_full: l(&c.queue_full),
+            runts: l(&c.runts),
+            sent: l(&c.sent),
+        }
+    }
+
+    /// Every installed flow: (id, QP, attribute).
+    pub fn flows(&self) -> Vec<(FlowId, u32, FlowAttr)> {
+        self.shared
+            .table
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .flows()
+            .into_iter()
+            .map(|f| (f.id, f.qpn, f.attr))
+            .collect()
+    }
+}
+
+impl Drop for RawDevice {
+    fn drop(&mut self) {
+        self.shared.shutdown.store(true, Ordering::Release);
+        if let Some(t) = self.rx.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// A RAW_PACKET QP: sends whole frames, receives the frames its flows steer to it.
+pub struct RawQp {
+    qpn: u32,
+    shared: Arc<Shared>,
+    q: Arc<Queue>,
+}
+
+impl std::fmt::Debug for RawQp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "RawQp({:#x})", self.qpn)
+    }
+}
+
+impl RawQp {
+    /// The QP number.
+    pub fn qp_num(&self) -> u32 {
+        self.qpn
+    }
+
+    /// `ibv_create_flow`: checks `attr` like the kernel (EPERM without CAP_NET_RAW,
+    /// EINVAL / EOPNOTSUPP / ENOMEM per [`rverbs_flow::attr::validate`]) and installs it.
+    pub fn create_flow(&self, attr: &FlowAttr) -> Result<Flow, FlowError> {
+        let ctx = FlowContext {
+            qp_type: FlowQpType::RawPacket,
+            cap_net_raw: has_cap_net_raw(),
+            num_ports: 1,
+        };
+        validate(attr, &ctx)?;
+        let id = self
+            .shared
+            .table
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(self.qpn, attr)?;
+        Ok(Flow {
+            id,
+            shared: self.shared.clone(),
+        })
+    }
+
+    /// Sends one whole frame (the gathered scatter/gather list of a post_send), after
+    /// the EGRESS rules: returns `Ok(false)` when a DROP rule stopped it. Sniffers get a
+    /// copy either way.
+    pub fn post_send(&self, frame: &[u8]) -> io::Result<bool> {
+        let mut fv = FieldVector::default();
+        let mut v = Verdict::default();
+        self.shared
+            .steer(frame, false, Direction::Egress, &mut fv, &mut v);
+        if v.dropped {
+            return Ok(false);
+        }
+        self.shared.port.send(frame)?;
+        self.shared.counts.sent.fetch_add(1, Ordering::Relaxed);
+        Ok(true)
+    }
+
+    /// Takes the next received frame, waiting up to `timeout`.
+    pub fn recv(&self, timeout: Duration) -> Option<RawCompletion> {
+        let deadline = Instant::now() + timeout;
+        let mut f = self.q.frames.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if let Some(c) = f.pop_front() {
+                return Some(c);
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return None;
+            }
+            f = self
+                .q
+                .ready
+                .wait_timeout(f, deadline - now)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+
+    /// Takes every frame queued now.
+    pub fn drain(&self) -> Vec<RawCompletion> {
+        self.q
+            .frames
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .drain(..)
+            .collect()
+    }
+}
+
+impl Drop for RawQp {
+    fn drop(&mut self) {
+        // Destroying a QP destroys its flows (the kernel refuses while flows exist; here
+        // the Flow handles simply become no-ops).
+        self.shared
+            .table
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove_qp(self.qpn);
+        self.shared
+            .queues
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&self.qpn);
+    }
+}
+
+/// An installed flow; dropping it is `ibv_destroy_flow`.
+pub struct Flow {
+    id: FlowId,
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Flow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Flow({:#x})", self.id.raw())
+    }
+}
+
+impl Flow {
+    /// The flow's id.
+    pub fn id(&self) -> FlowId {
+        self.id
+    }
+
+    /// `ibv_destroy_flow` with its result: EINVAL if the flow is already gone (its QP
+    /// was destroyed).
+    pub fn destroy(self) -> Result<(), FlowError> {
+        // Drop runs afterwards and finds nothing left to remove.
+        if self.remove() {
+            Ok(())
+        } else {
+            Err(FlowError::new(errno::EINVAL, "flow already destroyed"))
+        }
+    }
+
+    fn remove(&self) -> bool {
+        self.shared
+            .table
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(self.id)
+    }
+}
+
+impl Drop for Flow {
+    fn drop(&mut self) {
+        self.remove();
+    }
+}
