@@ -720,7 +720,17 @@ pub fn validate(attr: &FlowAttr, ctx: &FlowContext) -> Result<(), FlowError> {
         // A header appears once per layer; MPLS may repeat at different positions
         // (its position is the spec before it).
         let key = match spec {
-            FlowSpec::Mpls(_) => spec.type_code() ^ (prev_type << 16),
+            // Where an MPLS spec matches (see `classify::compile`): after UDP, after
+            // GRE, after the inner or after the outer Ethernet header.
+            FlowSpec::Mpls(l) => {
+                let slot = match prev_type & !spec_type::INNER {
+                    spec_type::UDP => 1,
+                    spec_type::GRE => 2,
+                    _ if l.inner => 3,
+                    _ => 4,
+                };
+                spec_type::MPLS | (slot << 16)
+            }
             FlowSpec::Ipv4Ext(l) => spec_type::IPV4 | (u32::from(l.inner) << 8),
             FlowSpec::Udp(l) | FlowSpec::Tcp(l) => 0x4f | (u32::from(l.inner) << 8),
             _ => spec.type_code(),

@@ -727,3 +727,31 @@ fn raw_commands_fail_with_the_kernels_errno() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// Fuzz-found: two MPLS specs that land on the same label position (after an outer and
+/// an inner IPv6 spec: both "first label after Ethernet") passed validation and then
+/// contradicted each other when compiled. They are a duplicated spec.
+#[test]
+fn two_mpls_specs_at_one_position_are_duplicates() {
+    let mpls = |label| {
+        FlowSpec::Mpls(Layer::outer(
+            MplsFilter { label },
+            MplsFilter { label: 0xffff_f000 },
+        ))
+    };
+    let attr = FlowAttr::normal(
+        0,
+        vec![
+            FlowSpec::ipv6_dst(Ipv6Addr::LOCALHOST).into_inner(),
+            mpls(1 << 12),
+            FlowSpec::ipv6_dst(Ipv6Addr::LOCALHOST),
+            mpls(2 << 12),
+        ],
+    );
+    assert_eq!(
+        validate(&attr, &FlowContext::raw_packet())
+            .unwrap_err()
+            .errno(),
+        EINVAL
+    );
+}
