@@ -21,6 +21,7 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod netns;
 mod sys;
 
 use rverbs_flow::attr::{validate, FlowAttr, FlowContext, FlowQpType};

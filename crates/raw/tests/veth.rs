@@ -5,13 +5,12 @@
 //! drops, TAG tags, COUNT counts, SNIFFER mirrors, ALL_DEFAULT takes the rest, and a
 //! destroyed flow steers nothing from the moment its destroy returns.
 
-mod common;
 #[path = "../../flow/tests/common/mod.rs"]
 mod frames;
 
-use common::VethPair;
 use frames::*;
 use rverbs_flow::attr::*;
+use rverbs_raw::netns::VethPair;
 use rverbs_raw::{RawDevice, RawPort, RawQp};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};

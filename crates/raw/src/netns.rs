@@ -1,5 +1,5 @@
-//! A veth pair between two network namespaces that the test creates and removes.
-#![allow(dead_code)]
+//! A veth pair between two network namespaces, created and removed by its owner: what
+//! the tests, the example and the benchmark run on. Needs root (`ip netns`, `ip link`).
 
 use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -25,16 +25,21 @@ fn ip(args: &[&str]) -> Result<(), String> {
 /// Two namespaces `a` and `b`, joined by veth `if_a` (in `a`) — `if_b` (in `b`), both up,
 /// IPv6 off (no neighbour discovery or MLD chatter: only the test's frames cross).
 pub struct VethPair {
+    /// Namespace of end A.
     pub ns_a: String,
+    /// Namespace of end B.
     pub ns_b: String,
+    /// Interface name of end A.
     pub if_a: String,
+    /// Interface name of end B.
     pub if_b: String,
 }
 
 impl VethPair {
-    /// Creates the pair, or `None` (with a loud message) when not root.
+    /// Creates the pair, or `None` (with a loud message on stderr) when not root. Panics
+    /// if `ip` fails while root.
     pub fn new() -> Option<Self> {
-        if !rverbs_raw::has_cap_net_raw() || euid_is_not_root() {
+        if !crate::has_cap_net_raw() || euid_is_not_root() {
             eprintln!("SKIP: network-namespace test needs root (CAP_NET_ADMIN + CAP_NET_RAW)");
             return None;
         }
@@ -99,7 +104,7 @@ impl VethPair {
     pub fn in_ns<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
         let ns = ns.to_string();
         std::thread::spawn(move || {
-            rverbs_raw::enter_netns(&ns).expect("setns");
+            crate::enter_netns(&ns).expect("setns");
             f()
         })
         .join()
@@ -115,6 +120,7 @@ impl Drop for VethPair {
     }
 }
 
+/// Whether the effective user is not root.
 fn euid_is_not_root() -> bool {
     // /proc/self/status "Uid:" real effective saved fs.
     std::fs::read_to_string("/proc/self/status")
