@@ -733,6 +733,9 @@ pub fn validate(attr: &FlowAttr, ctx: &FlowContext) -> Result<(), FlowError> {
             }
             FlowSpec::Ipv4Ext(l) => spec_type::IPV4 | (u32::from(l.inner) << 8),
             FlowSpec::Udp(l) | FlowSpec::Tcp(l) => 0x4f | (u32::from(l.inner) << 8),
+            // One SPI per packet (mlx5 has a single `outer_esp_spi` field whatever the
+            // INNER flag): an outer and an inner ESP spec are duplicates.
+            FlowSpec::Esp(_) => spec_type::ESP,
             _ => spec.type_code(),
         };
         if seen.contains(&key) {

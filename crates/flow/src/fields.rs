@@ -361,7 +361,9 @@ impl FieldVector {
                 }
             }
             47 if block == OUTER => self.gre(b, off),
-            50 if block == OUTER => {
+            // ESP encrypts what follows, so a packet has one readable SPI: the outer one,
+            // or one inside a tunnel.
+            50 => {
                 if let Some(spi) = b.get(off..off + 4) {
                     self.set(ESP_SPI, spi);
                     self.flag(MISC_PRESENT, M_ESP);

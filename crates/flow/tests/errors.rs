@@ -755,3 +755,25 @@ fn two_mpls_specs_at_one_position_are_duplicates() {
         EINVAL
     );
 }
+
+/// Fuzz-found: an outer and an inner ESP spec both passed validation and then fought
+/// over the packet's one SPI when compiled. They are duplicates.
+#[test]
+fn outer_and_inner_esp_are_duplicates() {
+    let esp = |spi| {
+        Layer::outer(
+            EspFilter { spi, seq: 0 },
+            EspFilter {
+                spi: 0xffff_ffff,
+                seq: 0,
+            },
+        )
+    };
+    let attr = FlowAttr::normal(
+        0,
+        vec![FlowSpec::Esp(esp(1)), FlowSpec::Esp(esp(2)).into_inner()],
+    );
+    let e = validate(&attr, &FlowContext::raw_packet()).unwrap_err();
+    assert_eq!(e.errno(), EINVAL);
+    assert!(e.reason().contains("duplicated esp"), "{e}");
+}
