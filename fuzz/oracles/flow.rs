@@ -1,11 +1,12 @@
 // Fuzz oracles for `rverbs-flow`, shared by `fuzz/fuzz_targets/flow.rs` and the stable
 // replay test `crates/flow/tests/fuzz_seeds.rs` (both `include!` this file).
 //
-// Byte 0 chooses: even → the rest is an Ethernet frame, classified against a fixed rule
+// Byte 0 modulo 3 chooses: 0 → the rest is an Ethernet frame, classified against a fixed rule
 // set of every spec kind by the tuple-space lookup and by the linear scan, which must
-// agree; odd → the rest is a uverbs flow command (`ib_uverbs_flow_attr` + specs) for
+// agree; 1 → the rest is a uverbs flow command (`ib_uverbs_flow_attr` + specs) for
 // `decode_flow_attr`; what decodes must survive `validate`, `compile`, and encode back to
-// bytes that decode to the same attribute.
+// bytes that decode to the same attribute; 2 → the rest is the text form of a rule
+// (`rverbs_flow::text`): what parses writes back to text that parses to the same rule.
 
 use rverbs_flow::attr::*;
 use rverbs_flow::classify::{Classifier, Direction, Verdict};
@@ -39,7 +40,23 @@ pub fn flow(data: &[u8]) {
     let Some((&sel, rest)) = data.split_first() else {
         return;
     };
-    if sel % 2 == 0 {
+    if sel % 3 == 2 {
+        let Ok(text) = std::str::from_utf8(rest) else {
+            return;
+        };
+        let Ok(attr) = rverbs_flow::text::parse_rule(text) else {
+            return;
+        };
+        let _ = validate(&attr, &FlowContext::raw_packet());
+        let again = rverbs_flow::text::rule_to_string(&attr);
+        let back = rverbs_flow::text::parse_rule(&again).expect("our own text parses");
+        let strip = |a: &FlowAttr| {
+            let mut a = a.clone();
+            a.specs.retain(|s| !matches!(s, FlowSpec::Count(_)));
+            a
+        };
+        assert_eq!(strip(&back), strip(&attr), "{again}");
+    } else if sel % 3 == 0 {
         let mut c = Classifier::new();
         for (i, r) in rules().iter().enumerate() {
             validate(r, &FlowContext::raw_packet()).expect("oracle rule set is valid");

@@ -42,6 +42,7 @@ pub mod attr;
 pub mod classify;
 pub mod error;
 pub mod fields;
+pub mod text;
 pub mod uverbs;
 
 pub use attr::{FlowAttr, FlowAttrType, FlowContext, FlowFlags, FlowQpType, FlowSpec};
