@@ -229,10 +229,93 @@ struct Counts {
     sent: AtomicU64,
 }
 
+/// A receive work request: the buffer a frame is written into, returned in its
+/// completion.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RawRecvWr {
+    /// Returned in the completion.
+    pub wr_id: u64,
+    /// The buffer; its length is how many bytes a frame may fill.
+    pub buf: Vec<u8>,
+}
+
+/// Completion status (`enum ibv_wc_status` values used here).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RawWcStatus {
+    /// `IBV_WC_SUCCESS`.
+    Success,
+    /// `IBV_WC_LOC_LEN_ERR`: the frame did not fit the receive buffer, or a send was
+    /// larger than [`MAX_FRAME`].
+    LocLenErr,
+    /// `IBV_WC_WR_FLUSH_ERR`: the QP was destroyed with the request outstanding (only
+    /// visible to [`RawQp::destroy`]'s caller).
+    WrFlushErr,
+}
+
+/// Completion opcode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RawWcOpcode {
+    /// `IBV_WC_SEND`.
+    Send,
+    /// `IBV_WC_RECV`.
+    Recv,
+}
+
+/// A work completion of a RAW_PACKET QP (`struct ibv_wc` plus the buffer back).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RawWc {
+    /// The request's id.
+    pub wr_id: u64,
+    /// Status.
+    pub status: RawWcStatus,
+    /// Send or receive.
+    pub opcode: RawWcOpcode,
+    /// Frame length (for LOC_LEN_ERR: the length that did not fit).
+    pub byte_len: u32,
+    /// Flow tag of the rule that steered the frame (`IBV_WC_WITH_FLOW_TAG`-style).
+    pub flow_tag: Option<u32>,
+    /// The kernel validated the frame's checksums (`IBV_WC_IP_CSUM_OK`-style).
+    pub csum_ok: bool,
+    /// The receive buffer, frame in its first `byte_len` bytes (empty for sends).
+    pub buf: Vec<u8>,
+}
+
+/// How a QP's receive side is fed.
+enum RecvMode {
+    /// Frames are copied into fresh buffers, up to this many waiting.
+    Auto(usize),
+    /// Frames go into posted [`RawRecvWr`]s, at most this many outstanding.
+    Posted(usize),
+}
+
+struct QState {
+    mode: RecvMode,
+    frames: VecDeque<RawCompletion>,
+    rq: VecDeque<RawRecvWr>,
+    cq: VecDeque<RawWc>,
+}
+
 struct Queue {
-    frames: Mutex<VecDeque<RawCompletion>>,
+    st: Mutex<QState>,
     ready: Condvar,
-    depth: usize,
+}
+
+impl Queue {
+    fn new(mode: RecvMode) -> Self {
+        Self {
+            st: Mutex::new(QState {
+                mode,
+                frames: VecDeque::new(),
+                rq: VecDeque::new(),
+                cq: VecDeque::new(),
+            }),
+            ready: Condvar::new(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, QState> {
+        self.st.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 struct Shared {
@@ -251,18 +334,44 @@ impl Shared {
             let Some(q) = queues.get(&d.qpn) else {
                 continue;
             };
-            let mut f = q.frames.lock().unwrap_or_else(|e| e.into_inner());
-            if f.len() >= q.depth {
-                self.counts.queue_full.fetch_add(1, Ordering::Relaxed);
-                continue;
+            let mut st = q.lock();
+            match st.mode {
+                RecvMode::Auto(depth) => {
+                    if st.frames.len() >= depth {
+                        self.counts.queue_full.fetch_add(1, Ordering::Relaxed);
+                        continue;
+                    }
+                    st.frames.push_back(RawCompletion {
+                        frame: frame.to_vec(),
+                        flow_tag: d.tag,
+                        csum_ok,
+                    });
+                }
+                RecvMode::Posted(_) => {
+                    // No posted WQE: the NIC drops the packet (no RNR on raw QPs).
+                    let Some(mut wr) = st.rq.pop_front() else {
+                        self.counts.queue_full.fetch_add(1, Ordering::Relaxed);
+                        continue;
+                    };
+                    let status = if frame.len() <= wr.buf.len() {
+                        wr.buf[..frame.len()].copy_from_slice(frame);
+                        RawWcStatus::Success
+                    } else {
+                        RawWcStatus::LocLenErr
+                    };
+                    st.cq.push_back(RawWc {
+                        wr_id: wr.wr_id,
+                        status,
+                        opcode: RawWcOpcode::Recv,
+                        byte_len: frame.len() as u32,
+                        flow_tag: d.tag,
+                        csum_ok,
+                        buf: wr.buf,
+                    });
+                }
             }
-            f.push_back(RawCompletion {
-                frame: frame.to_vec(),
-                flow_tag: d.tag,
-                csum_ok,
-            });
-            drop(f);
-            q.ready.notify_one();
+            drop(st);
+            q.ready.notify_all();
             self.counts.delivered.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -356,16 +465,24 @@ impl RawDevice {
         })
     }
 
-    /// Creates a RAW_PACKET QP whose receive queue holds up to `depth` frames (frames
-    /// steered to a full queue are counted in [`RawStats::queue_full`] and lost, like a
-    /// receive queue without posted WQEs).
+    /// Creates a RAW_PACKET QP whose receive side copies each frame into a fresh
+    /// buffer, up to `depth` waiting ([`RawQp::recv`], [`RawQp::drain`]); frames steered
+    /// to a full queue are counted in [`RawStats::queue_full`] and lost.
     pub fn create_qp(&self, depth: usize) -> RawQp {
+        self.new_qp(RecvMode::Auto(depth.max(1)))
+    }
+
+    /// Creates a RAW_PACKET QP with a verbs receive queue: frames land in buffers posted
+    /// with [`RawQp::post_recv`] (at most `max_recv_wr` outstanding) and complete on
+    /// [`RawQp::poll_cq`]; a frame steered to it while no buffer is posted is dropped
+    /// and counted in [`RawStats::queue_full`].
+    pub fn create_qp_with_rq(&self, max_recv_wr: usize) -> RawQp {
+        self.new_qp(RecvMode::Posted(max_recv_wr.max(1)))
+    }
+
+    fn new_qp(&self, mode: RecvMode) -> RawQp {
         let qpn = self.shared.next_qpn.fetch_add(1, Ordering::Relaxed);
-        let q = Arc::new(Queue {
-            frames: Mutex::new(VecDeque::new()),
-            ready: Condvar::new(),
-            depth: depth.max(1),
-        });
+        let q = Arc::new(Queue::new(mode));
         self.shared
             .queues
             .write()
@@ -471,35 +588,119 @@ impl RawQp {
         Ok(true)
     }
 
-    /// Takes the next received frame, waiting up to `timeout`.
+    /// Takes the next received frame of a [`RawDevice::create_qp`] QP, waiting up to
+    /// `timeout`.
     pub fn recv(&self, timeout: Duration) -> Option<RawCompletion> {
+        self.wait(timeout, |st| st.frames.pop_front())
+    }
+
+    /// Takes every frame queued now.
+    pub fn drain(&self) -> Vec<RawCompletion> {
+        self.q.lock().frames.drain(..).collect()
+    }
+
+    fn wait<T>(
+        &self,
+        timeout: Duration,
+        mut take: impl FnMut(&mut QState) -> Option<T>,
+    ) -> Option<T> {
         let deadline = Instant::now() + timeout;
-        let mut f = self.q.frames.lock().unwrap_or_else(|e| e.into_inner());
+        let mut st = self.q.lock();
         loop {
-            if let Some(c) = f.pop_front() {
-                return Some(c);
+            if let Some(x) = take(&mut st) {
+                return Some(x);
             }
             let now = Instant::now();
             if now >= deadline {
                 return None;
             }
-            f = self
+            st = self
                 .q
                 .ready
-                .wait_timeout(f, deadline - now)
+                .wait_timeout(st, deadline - now)
                 .unwrap_or_else(|e| e.into_inner())
                 .0;
         }
     }
 
-    /// Takes every frame queued now.
-    pub fn drain(&self) -> Vec<RawCompletion> {
-        self.q
-            .frames
+    /// `ibv_post_recv` on a [`RawDevice::create_qp_with_rq`] QP. Errors: ENOMEM when
+    /// `max_recv_wr` requests are outstanding, EINVAL on a QP without a receive queue
+    /// (made by [`RawDevice::create_qp`]) or for an empty buffer.
+    pub fn post_recv(&self, wr: RawRecvWr) -> io::Result<()> {
+        let mut st = self.q.lock();
+        let RecvMode::Posted(max) = st.mode else {
+            return Err(io::Error::from_raw_os_error(errno::EINVAL));
+        };
+        if wr.buf.is_empty() {
+            return Err(io::Error::from_raw_os_error(errno::EINVAL));
+        }
+        if st.rq.len() >= max {
+            return Err(io::Error::from_raw_os_error(errno::ENOMEM));
+        }
+        st.rq.push_back(wr);
+        Ok(())
+    }
+
+    /// `ibv_poll_cq`: up to `max` completions (receives and signaled sends), oldest
+    /// first.
+    pub fn poll_cq(&self, max: usize) -> Vec<RawWc> {
+        let mut st = self.q.lock();
+        let n = max.min(st.cq.len());
+        st.cq.drain(..n).collect()
+    }
+
+    /// Waits up to `timeout` for one completion.
+    pub fn wait_cq(&self, timeout: Duration) -> Option<RawWc> {
+        self.wait(timeout, |st| st.cq.pop_front())
+    }
+
+    /// `ibv_post_send` of one frame gathered from `sg_list` (or copied inline: both are
+    /// a copy here), after the EGRESS rules. A `signaled` request completes on
+    /// [`RawQp::poll_cq`]: SUCCESS whether or not an EGRESS DROP rule stopped it (as on
+    /// a NIC), LOC_LEN_ERR for a frame over [`MAX_FRAME`] bytes (nothing is sent).
+    pub fn post_send_wr(&self, wr_id: u64, sg_list: &[&[u8]], signaled: bool) -> io::Result<()> {
+        let frame: Vec<u8> = sg_list.concat();
+        let status = if frame.len() > MAX_FRAME {
+            RawWcStatus::LocLenErr
+        } else {
+            self.post_send(&frame)?;
+            RawWcStatus::Success
+        };
+        if signaled || status != RawWcStatus::Success {
+            self.q.lock().cq.push_back(RawWc {
+                wr_id,
+                status,
+                opcode: RawWcOpcode::Send,
+                byte_len: frame.len() as u32,
+                flow_tag: None,
+                csum_ok: false,
+                buf: Vec::new(),
+            });
+            self.q.ready.notify_all();
+        }
+        Ok(())
+    }
+
+    /// Destroys the QP (its flows go with it) and returns the receive requests still
+    /// posted, each as a WR_FLUSH_ERR completion, like the flush of a QP moved to ERR.
+    pub fn destroy(self) -> Vec<RawWc> {
+        let flushed = self
+            .q
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .rq
             .drain(..)
-            .collect()
+            .map(|wr| RawWc {
+                wr_id: wr.wr_id,
+                status: RawWcStatus::WrFlushErr,
+                opcode: RawWcOpcode::Recv,
+                byte_len: 0,
+                flow_tag: None,
+                csum_ok: false,
+                buf: wr.buf,
+            })
+            .collect();
+        drop(self);
+        flushed
     }
 }
 

@@ -250,6 +250,13 @@ fn each_qp_receives_exactly_what_its_rules_select() {
         assert_eq!(c.flow_tag, None);
     }
     type Tagged = (Vec<u8>, Option<u32>);
+    // Every copy of the last frame is queued too (the sniffer's copy is queued first).
+    let copies = cases.len() + cases.iter().filter(|c| c.1.is_some()).count() + 2;
+    let deadline = Instant::now() + WAIT;
+    while (dev.stats().delivered as usize) < copies && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(dev.stats().delivered as usize, copies);
     let mut want: HashMap<u32, Vec<Tagged>> = HashMap::new();
     for (f, to) in &cases {
         if let Some((qp, tag)) = to {
@@ -398,4 +405,138 @@ fn no_cap_net_raw_is_eperm() {
 
 fn libc_eperm() -> i32 {
     1
+}
+
+/// A QP with a verbs receive queue: frames land in posted buffers in order with their
+/// wr_ids, a too-small buffer completes with LOC_LEN_ERR, a frame with no buffer posted
+/// is dropped and counted, sends gather a scatter/gather list, and destroying the QP
+/// flushes what is still posted.
+#[test]
+fn posted_receive_buffers_and_gathered_sends() {
+    use rverbs_raw::{RawRecvWr, RawWcOpcode, RawWcStatus};
+    let Some(pair) = VethPair::new() else { return };
+    let if_a = pair.if_a.clone();
+    let peer = VethPair::in_ns(&pair.ns_a, move || {
+        RawDevice::open(&if_a).expect("open peer")
+    });
+    let if_b = pair.if_b.clone();
+    let dev = VethPair::in_ns(&pair.ns_b, move || {
+        RawDevice::open(&if_b).expect("open device")
+    });
+
+    let qp = dev.create_qp_with_rq(3);
+    let _f = qp
+        .create_flow(&FlowAttr::normal(
+            0,
+            vec![FlowSpec::udp_dst(Some(4791)), FlowSpec::Tag(9)],
+        ))
+        .unwrap();
+    for (id, len) in [(1u64, 2048usize), (2, 2048), (3, 32)] {
+        qp.post_recv(RawRecvWr {
+            wr_id: id,
+            buf: vec![0; len],
+        })
+        .unwrap();
+    }
+    let e = qp
+        .post_recv(RawRecvWr {
+            wr_id: 4,
+            buf: vec![0; 64],
+        })
+        .unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(12), "ENOMEM beyond max_recv_wr");
+    let auto = dev.create_qp(4);
+    assert_eq!(
+        auto.post_recv(RawRecvWr {
+            wr_id: 5,
+            buf: vec![0; 64]
+        })
+        .unwrap_err()
+        .raw_os_error(),
+        Some(22)
+    );
+    assert_eq!(
+        qp.post_recv(RawRecvWr {
+            wr_id: 6,
+            buf: Vec::new()
+        })
+        .unwrap_err()
+        .raw_os_error(),
+        Some(22)
+    );
+
+    // Sent by the peer as a three-piece gather list.
+    let frames: Vec<Vec<u8>> = (0..4)
+        .map(|i| udp4("10.0.0.1", "10.0.0.2", 3000 + i, 4791))
+        .collect();
+    let tx = peer.create_qp(1);
+    for (i, f) in frames.iter().enumerate() {
+        let (a, rest) = f.split_at(6);
+        let (b, c) = rest.split_at(20);
+        tx.post_send_wr(100 + i as u64, &[a, b, c], true).unwrap();
+    }
+    let sends: Vec<_> = (0..4).filter_map(|_| tx.wait_cq(WAIT)).collect();
+    assert_eq!(
+        sends
+            .iter()
+            .map(|w| (w.wr_id, w.status, w.opcode, w.byte_len as usize))
+            .collect::<Vec<_>>(),
+        (0..4)
+            .map(|i| (
+                100 + i as u64,
+                RawWcStatus::Success,
+                RawWcOpcode::Send,
+                frames[i].len()
+            ))
+            .collect::<Vec<_>>()
+    );
+    let wcs: Vec<_> = (0..3).filter_map(|_| qp.wait_cq(WAIT)).collect();
+    assert_eq!(wcs.len(), 3);
+    for (k, w) in wcs.iter().enumerate() {
+        assert_eq!(w.wr_id, k as u64 + 1);
+        assert_eq!(w.opcode, RawWcOpcode::Recv);
+        assert_eq!(w.byte_len as usize, frames[k].len());
+        assert_eq!(w.flow_tag, Some(9));
+        if k < 2 {
+            assert_eq!(w.status, RawWcStatus::Success);
+            assert_eq!(
+                &w.buf[..frames[k].len()],
+                &frames[k][..],
+                "frame lands in the posted buffer"
+            );
+        } else {
+            assert_eq!(
+                w.status,
+                RawWcStatus::LocLenErr,
+                "a 32-byte buffer is too small"
+            );
+        }
+    }
+    // The fourth frame found no buffer: dropped and counted.
+    let deadline = Instant::now() + WAIT;
+    while dev.stats().queue_full < 1 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(dev.stats().queue_full, 1);
+    assert!(qp.poll_cq(8).is_empty());
+    // Oversized send: LOC_LEN_ERR completion even when unsignaled, nothing sent.
+    let sent_before = peer.stats().sent;
+    tx.post_send_wr(7, &[&vec![0u8; rverbs_raw::MAX_FRAME + 1]], false)
+        .unwrap();
+    assert_eq!(tx.poll_cq(1)[0].status, RawWcStatus::LocLenErr);
+    assert_eq!(peer.stats().sent, sent_before);
+    // Destroy flushes the still-posted buffers.
+    qp.post_recv(RawRecvWr {
+        wr_id: 42,
+        buf: vec![0; 64],
+    })
+    .unwrap();
+    let flushed = qp.destroy();
+    assert_eq!(
+        flushed
+            .iter()
+            .map(|w| (w.wr_id, w.status))
+            .collect::<Vec<_>>(),
+        [(42, RawWcStatus::WrFlushErr)]
+    );
 }
