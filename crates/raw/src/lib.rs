@@ -401,6 +401,49 @@ impl Shared {
         self.deliver(frame, csum_ok, v);
     }
 
+    /// Steers one frame from the ring, re-inserting a VLAN tag the driver stripped.
+    fn ring_frame(
+        &self,
+        f: &sys::RingFrame<'_>,
+        scratch: &mut Vec<u8>,
+        fv: &mut FieldVector,
+        v: &mut Verdict,
+    ) {
+        self.counts.received.fetch_add(1, Ordering::Relaxed);
+        let csum_ok = f.status & TP_STATUS_CSUM_VALID != 0;
+        if f.status & TP_STATUS_VLAN_VALID != 0 && f.data.len() >= 12 {
+            let tpid = if f.status & TP_STATUS_VLAN_TPID_VALID != 0 {
+                f.vlan_tpid
+            } else {
+                0x8100
+            };
+            scratch.clear();
+            scratch.extend_from_slice(&f.data[..12]);
+            scratch.extend_from_slice(&tpid.to_be_bytes());
+            scratch.extend_from_slice(&f.vlan_tci.to_be_bytes());
+            scratch.extend_from_slice(&f.data[12..]);
+            self.steer(scratch, csum_ok, Direction::Ingress, fv, v);
+        } else {
+            self.steer(f.data, csum_ok, Direction::Ingress, fv, v);
+        }
+    }
+
+    fn ring_loop(self: Arc<Self>, mut ring: sys::Ring) {
+        let mut scratch = Vec::with_capacity(MAX_FRAME + VLAN_ROOM);
+        let mut fv = FieldVector::default();
+        let mut v = Verdict::default();
+        while !self.shutdown.load(Ordering::Acquire) {
+            let Some(block) = ring.block() else {
+                sys::poll_in(&self.port.sock, 50);
+                continue;
+            };
+            for f in sys::block_frames(block) {
+                self.ring_frame(&f, &mut scratch, &mut fv, &mut v);
+            }
+            ring.release();
+        }
+    }
+
     fn rx_loop(self: Arc<Self>) {
         let mut buf = vec![0u8; MAX_FRAME + VLAN_ROOM];
         let mut fv = FieldVector::default();
@@ -428,6 +471,16 @@ impl Shared {
     }
 }
 
+/// How a [`RawDevice`] reads frames.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RxMode {
+    /// A `TPACKET_V3` memory-mapped ring: the kernel fills blocks of frames, one wake-up
+    /// per block (the default).
+    Ring,
+    /// One `recvmsg(2)` per frame.
+    Plain,
+}
+
 /// A soft raw-packet device bound to one interface, with its receive thread.
 pub struct RawDevice {
     shared: Arc<Shared>,
@@ -441,10 +494,20 @@ impl std::fmt::Debug for RawDevice {
 }
 
 impl RawDevice {
-    /// Opens a raw device on interface `ifname` and starts its receive thread. Without
-    /// CAP_NET_RAW this fails with EPERM.
+    /// Opens a raw device on interface `ifname` with a `TPACKET_V3` receive ring and
+    /// starts its receive thread. Without CAP_NET_RAW this fails with EPERM.
     pub fn open(ifname: &str) -> io::Result<Self> {
+        Self::open_with(ifname, RxMode::Ring)
+    }
+
+    /// Opens a raw device receiving with `mode`.
+    pub fn open_with(ifname: &str, mode: RxMode) -> io::Result<Self> {
         let port = RawPort::open(ifname)?;
+        let ring = match mode {
+            // 16 blocks of 256 KiB; a partly filled block is handed over after 2 ms.
+            RxMode::Ring => Some(sys::Ring::new(&port.sock, 1 << 18, 16, 2)?),
+            RxMode::Plain => None,
+        };
         port.set_read_timeout(Some(Duration::from_millis(50)))?;
         let _ = port.set_recv_buffer_size(4 << 20);
         let shared = Arc::new(Shared {
@@ -458,7 +521,10 @@ impl RawDevice {
         let s = shared.clone();
         let rx = std::thread::Builder::new()
             .name(format!("rverbs-raw-{ifname}"))
-            .spawn(move || s.rx_loop())?;
+            .spawn(move || match ring {
+                Some(ring) => s.ring_loop(ring),
+                None => s.rx_loop(),
+            })?;
         Ok(Self {
             shared,
             rx: Some(rx),

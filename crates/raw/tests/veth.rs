@@ -11,7 +11,7 @@ mod frames;
 use frames::*;
 use rverbs_flow::attr::*;
 use rverbs_raw::netns::VethPair;
-use rverbs_raw::{RawDevice, RawPort, RawQp};
+use rverbs_raw::{RawDevice, RawPort, RawQp, RxMode};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -35,7 +35,16 @@ fn collect(qp: &RawQp, n: usize) -> Vec<rverbs_raw::RawCompletion> {
 }
 
 #[test]
-fn each_qp_receives_exactly_what_its_rules_select() {
+fn each_qp_receives_exactly_what_its_rules_select_ring() {
+    steering(RxMode::Ring);
+}
+
+#[test]
+fn each_qp_receives_exactly_what_its_rules_select_plain() {
+    steering(RxMode::Plain);
+}
+
+fn steering(mode: RxMode) {
     let Some(pair) = VethPair::new() else { return };
     let if_a = pair.if_a.clone();
     let tx = VethPair::in_ns(&pair.ns_a, move || {
@@ -43,7 +52,7 @@ fn each_qp_receives_exactly_what_its_rules_select() {
     });
     let if_b = pair.if_b.clone();
     let dev = VethPair::in_ns(&pair.ns_b, move || {
-        RawDevice::open(&if_b).expect("open raw device")
+        RawDevice::open_with(&if_b, mode).expect("open raw device")
     });
 
     let q_udp = dev.create_qp(256);
