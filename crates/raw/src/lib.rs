@@ -16,8 +16,11 @@
 //! frame (AF_PACKET copies, it does not steal), and frames the host itself sends on the
 //! interface are not received (`PACKET_IGNORE_OUTGOING`).
 //!
-//! I/O is plain `AF_PACKET` `recv(2)` / `send(2)`, one frame per system call (no
-//! `PACKET_MMAP` ring yet); `bench/raw_pps.sh` measures it against a bare reader.
+//! Receive uses a `TPACKET_V3` memory-mapped ring by default ([`RxMode::Ring`]: the
+//! kernel fills 256 KiB blocks, one wake-up per block) or one `recvmsg(2)` per frame
+//! ([`RxMode::Plain`]); sends are one `send(2)` per frame. `bench/raw_pps.sh` measures
+//! both against a bare `AF_PACKET` reader in the same run (on a shared 2-core machine:
+//! ring 1.11x, plain 0.68x the bare reader's packets/s, medians of 5 rounds).
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
