@@ -474,6 +474,31 @@ impl Shared {
     }
 }
 
+/// `IBV_DEVICE_MANAGED_FLOW_STEERING` (rdma-core `verbs.h`, `enum ibv_device_cap_flags`).
+pub const IBV_DEVICE_MANAGED_FLOW_STEERING: u64 = 1 << 29;
+/// `IBV_DEVICE_RAW_IP_CSUM`: the device reports verified IP/L4 checksums of raw frames.
+pub const IBV_DEVICE_RAW_IP_CSUM: u64 = 1 << 26;
+/// `IBV_RAW_PACKET_CAP_IP_CSUM` (`enum ibv_raw_packet_caps`).
+pub const IBV_RAW_PACKET_CAP_IP_CSUM: u32 = 1 << 2;
+
+/// What the raw device advertises (the `ibv_query_device_ex` fields that matter here).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RawDeviceAttr {
+    /// `device_cap_flags`: [`IBV_DEVICE_MANAGED_FLOW_STEERING`] | [`IBV_DEVICE_RAW_IP_CSUM`].
+    pub device_cap_flags: u64,
+    /// `raw_packet_caps`: [`IBV_RAW_PACKET_CAP_IP_CSUM`] (VLAN tags are not stripped, FCS
+    /// is never scattered).
+    pub raw_packet_caps: u32,
+    /// Ports (1).
+    pub phys_port_cnt: u8,
+    /// Most specs per flow ([`rverbs_flow::attr::MAX_SPECS`]).
+    pub max_flow_specs: usize,
+    /// Highest NORMAL-rule priority ([`rverbs_flow::attr::MAX_PRIORITY`]).
+    pub max_flow_priority: u16,
+    /// Largest frame sent or received ([`MAX_FRAME`]).
+    pub max_frame: usize,
+}
+
 /// How a [`RawDevice`] reads frames.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RxMode {
@@ -561,6 +586,18 @@ impl RawDevice {
             qpn,
             shared: self.shared.clone(),
             q,
+        }
+    }
+
+    /// `ibv_query_device_ex` for the raw device: it advertises managed flow steering.
+    pub fn query_device(&self) -> RawDeviceAttr {
+        RawDeviceAttr {
+            device_cap_flags: IBV_DEVICE_MANAGED_FLOW_STEERING | IBV_DEVICE_RAW_IP_CSUM,
+            raw_packet_caps: IBV_RAW_PACKET_CAP_IP_CSUM,
+            phys_port_cnt: 1,
+            max_flow_specs: rverbs_flow::attr::MAX_SPECS,
+            max_flow_priority: rverbs_flow::attr::MAX_PRIORITY,
+            max_frame: MAX_FRAME,
         }
     }
 

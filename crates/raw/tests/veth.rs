@@ -55,6 +55,11 @@ fn steering(mode: RxMode) {
         RawDevice::open_with(&if_b, mode).expect("open raw device")
     });
 
+    let caps = dev.query_device();
+    assert_ne!(
+        caps.device_cap_flags & rverbs_raw::IBV_DEVICE_MANAGED_FLOW_STEERING,
+        0
+    );
     let q_udp = dev.create_qp(256);
     let q_tcp = dev.create_qp(256);
     let q_vlan = dev.create_qp(256);
