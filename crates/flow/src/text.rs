@@ -7,17 +7,20 @@
 //! type    = normal | all-default | mc-default | sniffer
 //! option  = prio N | port N | dont-trap | egress
 //! spec    = eth   [dst MAC] [src MAC] [type N] [vlan N]
-//!         | ipv4  [src IP] [dst IP] [proto N] [tos N]
-//!         | ipv6  [src IP6] [dst IP6] [label N] [next N] [tclass N]
+//!         | ipv4  [src IP] [dst IP] [proto N] [tos N] [ttl N] [ipflags N]
+//!         | ipv6  [src IP6] [dst IP6] [label N] [next N] [tclass N] [hop N]
 //!         | tcp   [sport N] [dport N]      | udp [sport N] [dport N]
-//!         | vxlan [vni N] | gre [proto N] [key N] | mpls [label N] | esp [spi N]
+//!         | vxlan [vni N] | gre [cks N] [proto N] [key N] | mpls [label N]
+//!         | esp   [spi N] [seq N]
 //! action  = tag N | drop | count
 //! ```
 //!
 //! Every field value may carry a mask after `/` (`dport 0x1200/0xff00`; an address takes
 //! a prefix length or an address mask: `dst 10.0.0.0/8`); without one the mask is all
 //! ones. A spec keyword alone (`udp`) matches any packet with that header. Numbers are
-//! decimal or `0x` hex. `ipv4` with `proto` or `tos` is an IPV4_EXT spec. `count` makes
+//! decimal or `0x` hex. `ipv4` with `proto`, `tos`, `ttl` or `ipflags` is an IPV4_EXT
+//! spec. (`ttl`, `ipflags`, `hop`, `cks` and `seq` exist so every attribute has a text
+//! form; no NIC matches them, so a rule using them fails `validate` with EOPNOTSUPP.) `count` makes
 //! fresh [`Counters`].
 
 use std::fmt::Write as _;
@@ -177,12 +180,13 @@ fn parse_spec(kw: &str, t: &mut Tokens<'_>) -> Result<FlowSpec, FlowError> {
     // Field words of each spec; a word that is not one of them ends the spec.
     let fields: &[&str] = match kw {
         "eth" => &["dst", "src", "type", "vlan"],
-        "ipv4" | "ipv6" => &["src", "dst", "proto", "tos", "label", "next", "tclass"],
+        "ipv4" => &["src", "dst", "proto", "tos", "ttl", "ipflags"],
+        "ipv6" => &["src", "dst", "label", "next", "tclass", "hop"],
         "tcp" | "udp" => &["sport", "dport"],
         "vxlan" => &["vni"],
-        "gre" => &["proto", "key"],
+        "gre" => &["cks", "proto", "key"],
         "mpls" => &["label"],
-        "esp" => &["spi"],
+        "esp" => &["spi", "seq"],
         other => return Err(err(format!("`{other}` is not a header spec"))),
     };
     let mut eth = Layer::outer(EthFilter::default(), EthFilter::default());
@@ -191,6 +195,7 @@ fn parse_spec(kw: &str, t: &mut Tokens<'_>) -> Result<FlowSpec, FlowError> {
     let mut ip6 = Layer::outer(Ipv6Filter::default(), Ipv6Filter::default());
     let mut ports = Layer::outer(TcpUdpFilter::default(), TcpUdpFilter::default());
     let (mut a32, mut m32, mut a16, mut m16) = (0u32, 0u32, 0u16, 0u16);
+    let (mut cks, mut cks_m, mut seq, mut seq_m) = (0u16, 0u16, 0u32, 0u32);
     while let Some(f) = t.peek().filter(|w| fields.contains(w)) {
         t.pos += 1;
         let v = t.value(f)?;
@@ -209,6 +214,17 @@ fn parse_spec(kw: &str, t: &mut Tokens<'_>) -> Result<FlowSpec, FlowError> {
                 ext = true;
                 (ip4.val.tos, ip4.mask.tos) = num_mask(v, u8::MAX)?;
             }
+            ("ipv4", "ttl") => {
+                ext = true;
+                (ip4.val.ttl, ip4.mask.ttl) = num_mask(v, u8::MAX)?;
+            }
+            ("ipv4", "ipflags") => {
+                ext = true;
+                (ip4.val.flags, ip4.mask.flags) = num_mask(v, u8::MAX)?;
+            }
+            ("ipv6", "hop") => (ip6.val.hop_limit, ip6.mask.hop_limit) = num_mask(v, u8::MAX)?,
+            ("gre", "cks") => (cks, cks_m) = num_mask(v, u16::MAX)?,
+            ("esp", "seq") => (seq, seq_m) = num_mask(v, u32::MAX)?,
             ("ipv6", "src") => (ip6.val.src_ip, ip6.mask.src_ip) = v6(v)?,
             ("ipv6", "dst") => (ip6.val.dst_ip, ip6.mask.dst_ip) = v6(v)?,
             ("ipv6", "label") => (ip6.val.flow_label, ip6.mask.flow_label) = num_mask(v, 0xf_ffff)?,
@@ -262,12 +278,12 @@ fn parse_spec(kw: &str, t: &mut Tokens<'_>) -> Result<FlowSpec, FlowError> {
         )),
         "gre" => FlowSpec::Gre(Layer::outer(
             GreFilter {
-                c_ks_res0_ver: 0,
+                c_ks_res0_ver: cks,
                 protocol: a16,
                 key: a32,
             },
             GreFilter {
-                c_ks_res0_ver: 0,
+                c_ks_res0_ver: cks_m,
                 protocol: m16,
                 key: m32,
             },
@@ -277,8 +293,11 @@ fn parse_spec(kw: &str, t: &mut Tokens<'_>) -> Result<FlowSpec, FlowError> {
             MplsFilter { label: m32 },
         )),
         _ => FlowSpec::Esp(Layer::outer(
-            EspFilter { spi: a32, seq: 0 },
-            EspFilter { spi: m32, seq: 0 },
+            EspFilter { spi: a32, seq },
+            EspFilter {
+                spi: m32,
+                seq: seq_m,
+            },
         )),
     })
 }
@@ -421,6 +440,14 @@ pub fn rule_to_string(attr: &FlowAttr) -> String {
                 // Written even when zero: that is what makes it IPV4_EXT.
                 let _ = write!(out, " proto {:#x}/{:#x}", l.val.proto, l.mask.proto);
                 put_num(&mut out, "tos", l.val.tos.into(), l.mask.tos.into(), 0xff);
+                put_num(&mut out, "ttl", l.val.ttl.into(), l.mask.ttl.into(), 0xff);
+                put_num(
+                    &mut out,
+                    "ipflags",
+                    l.val.flags.into(),
+                    l.mask.flags.into(),
+                    0xff,
+                );
             }
             FlowSpec::Ipv6(l) => {
                 out.push_str(" ipv6");
@@ -461,6 +488,13 @@ pub fn rule_to_string(attr: &FlowAttr) -> String {
                     l.mask.traffic_class.into(),
                     0xff,
                 );
+                put_num(
+                    &mut out,
+                    "hop",
+                    l.val.hop_limit.into(),
+                    l.mask.hop_limit.into(),
+                    0xff,
+                );
             }
             FlowSpec::Tcp(l) | FlowSpec::Udp(l) => {
                 out.push_str(if matches!(s, FlowSpec::Tcp(_)) {
@@ -495,6 +529,8 @@ pub fn rule_to_string(attr: &FlowAttr) -> String {
             }
             FlowSpec::Gre(l) => {
                 out.push_str(" gre");
+                let (c, cm) = (l.val.c_ks_res0_ver, l.mask.c_ks_res0_ver);
+                put_num(&mut out, "cks", c.into(), cm.into(), 0xffff);
                 put_num(
                     &mut out,
                     "proto",
@@ -523,6 +559,13 @@ pub fn rule_to_string(attr: &FlowAttr) -> String {
                     "spi",
                     l.val.spi.into(),
                     l.mask.spi.into(),
+                    0xffff_ffff,
+                );
+                put_num(
+                    &mut out,
+                    "seq",
+                    l.val.seq.into(),
+                    l.mask.seq.into(),
                     0xffff_ffff,
                 );
             }
