@@ -62,6 +62,7 @@ pub fn flow(data: &[u8]) {
             validate(r, &FlowContext::raw_packet()).expect("oracle rule set is valid");
             c.insert(i as u32, r).expect("oracle rule compiles");
         }
+        let _ = rverbs_flow::fields::checksums_ok(rest);
         let Ok(fv) = FieldVector::parse(rest) else {
             assert!(rest.len() < 14, "a frame of 14+ bytes always parses");
             return;

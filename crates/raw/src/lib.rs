@@ -130,7 +130,7 @@ impl RawPort {
         }
         let (n, aux) = sys::recv_with_aux(&self.sock, &mut buf[VLAN_ROOM..])?;
         let aux = aux.unwrap_or_default();
-        let csum_ok = aux.status & TP_STATUS_CSUM_VALID != 0;
+        let csum_ok = aux.status & (TP_STATUS_CSUM_VALID | TP_STATUS_CSUMNOTREADY) != 0;
         if aux.status & TP_STATUS_VLAN_VALID != 0 && n >= 12 {
             let tpid = if aux.status & TP_STATUS_VLAN_TPID_VALID != 0 {
                 aux.vlan_tpid
@@ -171,7 +171,8 @@ pub struct Received {
     pub start: usize,
     /// Frame length.
     pub len: usize,
-    /// The kernel validated the frame's checksums (`TP_STATUS_CSUM_VALID`).
+    /// The kernel validated the frame's checksums (`TP_STATUS_CSUM_VALID`) or they are
+    /// not final because the frame was made on this host (`TP_STATUS_CSUMNOTREADY`).
     pub csum_ok: bool,
 }
 
@@ -181,6 +182,8 @@ const VLAN_ROOM: usize = 4;
 const TP_STATUS_VLAN_VALID: u32 = 1 << 4;
 /// `TP_STATUS_VLAN_TPID_VALID`.
 const TP_STATUS_VLAN_TPID_VALID: u32 = 1 << 6;
+/// `TP_STATUS_CSUMNOTREADY`: made on this host, checksum to be filled by offload.
+const TP_STATUS_CSUMNOTREADY: u32 = 1 << 3;
 /// `TP_STATUS_CSUM_VALID`.
 const TP_STATUS_CSUM_VALID: u32 = 1 << 7;
 
@@ -191,7 +194,8 @@ pub struct RawCompletion {
     pub frame: Vec<u8>,
     /// Flow tag of the rule that steered it (`IBV_WC_WITH_FLOW_TAG`-style), if any.
     pub flow_tag: Option<u32>,
-    /// The kernel validated its checksums (`IBV_WC_IP_CSUM_OK`-style).
+    /// `IBV_WC_IP_CSUM_OK`-style: an IP frame whose IPv4 header and TCP/UDP checksums
+    /// are good (checked by the kernel or, failing that, in software).
     pub csum_ok: bool,
 }
 
@@ -396,6 +400,13 @@ impl Shared {
         // lock, no frame is steered by a removed rule any more.
         let table = self.table.read().unwrap_or_else(|e| e.into_inner());
         table.classify_fields(fv, frame.len(), dir, v);
+        // IBV_WC_IP_CSUM_OK: the kernel verified the checksums, or they are not final
+        // yet because the frame was made on this host (TP_STATUS_CSUMNOTREADY), or they
+        // verify in software (done only for frames someone receives).
+        let csum_ok = csum_ok
+            || (dir == Direction::Ingress
+                && !v.deliveries.is_empty()
+                && rverbs_flow::fields::checksums_ok(frame));
         if v.dropped {
             self.counts.dropped_by_rule.fetch_add(1, Ordering::Relaxed);
         } else if v.deliveries.is_empty() && dir == Direction::Ingress {
@@ -413,7 +424,7 @@ impl Shared {
         v: &mut Verdict,
     ) {
         self.counts.received.fetch_add(1, Ordering::Relaxed);
-        let csum_ok = f.status & TP_STATUS_CSUM_VALID != 0;
+        let csum_ok = f.status & (TP_STATUS_CSUM_VALID | TP_STATUS_CSUMNOTREADY) != 0;
         if f.status & TP_STATUS_VLAN_VALID != 0 && f.data.len() >= 12 {
             let tpid = if f.status & TP_STATUS_VLAN_TPID_VALID != 0 {
                 f.vlan_tpid

@@ -262,6 +262,7 @@ fn steering(mode: RxMode) {
         assert_eq!(&c.frame, f, "sniffer sees frames in wire order, unmodified");
         assert_eq!(c.byte_len() as usize, f.len());
         assert_eq!(c.flow_tag, None);
+        assert!(!c.csum_ok, "the builders leave checksums 0: not IP_CSUM_OK");
     }
     type Tagged = (Vec<u8>, Option<u32>);
     // Every copy of the last frame is queued too (the sniffer's copy is queued first).
@@ -324,15 +325,11 @@ fn steering(mode: RxMode) {
 
     // Destroying a flow stops delivery at once: the very next frame goes elsewhere.
     f_udp.destroy().unwrap();
-    let f2 = udp4("10.0.0.1", "10.0.0.2", 2001, 4791);
+    let f2 = with_checksums(udp4("10.0.0.1", "10.0.0.2", 2001, 4791));
     tx.send(&f2).unwrap();
-    assert_eq!(
-        collect(&q_catch, 1)
-            .iter()
-            .map(|c| &c.frame)
-            .collect::<Vec<_>>(),
-        [&f2]
-    );
+    let got = collect(&q_catch, 1);
+    assert_eq!(got.iter().map(|c| &c.frame).collect::<Vec<_>>(), [&f2]);
+    assert!(got[0].csum_ok, "valid IPv4 and UDP checksums: IP_CSUM_OK");
     assert_eq!(collect(&q_sniff, 2).len(), 2);
     assert!(q_udp.drain().is_empty(), "no frame for a destroyed flow");
     assert!(q_mon.drain().is_empty(), "no frame for a dropped flow");
@@ -553,4 +550,27 @@ fn posted_receive_buffers_and_gathered_sends() {
             .collect::<Vec<_>>(),
         [(42, RawWcStatus::WrFlushErr)]
     );
+}
+
+/// Fills in the IPv4 header and UDP checksums of an untagged IPv4/UDP frame.
+fn with_checksums(mut f: Vec<u8>) -> Vec<u8> {
+    fn sum(b: &[u8]) -> u16 {
+        let mut acc: u32 = b
+            .chunks(2)
+            .map(|c| (u32::from(c[0]) << 8) | u32::from(*c.get(1).unwrap_or(&0)))
+            .sum();
+        while acc > 0xffff {
+            acc = (acc & 0xffff) + (acc >> 16);
+        }
+        !(acc as u16)
+    }
+    let ip = sum(&f[14..34]);
+    f[24..26].copy_from_slice(&ip.to_be_bytes());
+    let mut pseudo = f[26..34].to_vec();
+    pseudo.extend_from_slice(&[0, 17]);
+    pseudo.extend_from_slice(&((f.len() - 34) as u16).to_be_bytes());
+    pseudo.extend_from_slice(&f[34..]);
+    let udp = sum(&pseudo);
+    f[40..42].copy_from_slice(&udp.to_be_bytes());
+    f
 }
