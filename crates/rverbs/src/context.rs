@@ -276,8 +276,10 @@ impl Context {
             ..Config::default()
         };
         cfg.limits.active_mtu = info.active_mtu();
+        let mut engine = Engine::new(cfg);
+        crate::mad::set_identity(&mut engine, &info);
         let shared = Arc::new(Shared {
-            engine: Mutex::new(Engine::new(cfg)),
+            engine: Mutex::new(engine),
             events: Condvar::new(),
             sockets,
             wake: sys::eventfd().map_err(|e| Error::io("creating the driver's eventfd", e))?,

@@ -28,6 +28,7 @@ mod context;
 mod device;
 mod error;
 mod faults;
+pub mod mad;
 mod sys;
 mod verbs;
 
