@@ -4,6 +4,7 @@
 #![warn(missing_docs)]
 
 pub mod demo;
+pub mod flow;
 pub mod gids;
 pub mod mad;
 pub mod pcap;

@@ -149,6 +149,31 @@ enum Command {
         #[command(subcommand)]
         command: PcapCommand,
     },
+    /// Flow steering rules (ibv_create_flow).
+    Flow {
+        #[command(subcommand)]
+        command: FlowCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum FlowCommand {
+    /// Check a rule as ibv_create_flow would (kernel and mlx5 checks) and print it with
+    /// the kernel's uverbs bytes; on failure print the errno and exit with it. Rule
+    /// syntax: `[normal|all-default|mc-default|sniffer] [prio N] [dont-trap] [egress]
+    /// [[inner] eth|ipv4|ipv6|tcp|udp|vxlan|gre|mpls|esp FIELD VALUE[/MASK]...]
+    /// [tag N] [drop] [count]`, e.g. `prio 1 ipv4 dst 10.0.0.0/24 udp dport 4791 tag 5`.
+    Check {
+        /// The rule (words may be given as separate arguments).
+        #[arg(required = true, num_args = 1..)]
+        rule: Vec<String>,
+        /// QP type the flow attaches to: raw, ud or another (rc).
+        #[arg(long, default_value = "raw", value_parser = ["raw", "ud", "rc"])]
+        qp_type: String,
+        /// Check as a caller without CAP_NET_RAW.
+        #[arg(long)]
+        no_cap_net_raw: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -333,6 +358,32 @@ fn main() -> ExitCode {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("rverbs gids: {e}");
+                    ExitCode::from(1)
+                }
+            }
+        }
+        Command::Flow {
+            command:
+                FlowCommand::Check {
+                    rule,
+                    qp_type,
+                    no_cap_net_raw,
+                },
+        } => {
+            let o = rverbs_cli::flow::CheckOpts {
+                rule: rule.join(" "),
+                qp_type: match qp_type.as_str() {
+                    "raw" => rverbs_flow::FlowQpType::RawPacket,
+                    "ud" => rverbs_flow::FlowQpType::Ud,
+                    _ => rverbs_flow::FlowQpType::Other,
+                },
+                cap_net_raw: !no_cap_net_raw,
+            };
+            match rverbs_cli::flow::check(&o, &mut std::io::stdout()) {
+                Ok(0) => ExitCode::SUCCESS,
+                Ok(errno) => ExitCode::from(errno.clamp(1, 255) as u8),
+                Err(e) => {
+                    eprintln!("rverbs flow check: {e}");
                     ExitCode::from(1)
                 }
             }
