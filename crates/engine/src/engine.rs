@@ -364,6 +364,33 @@ impl Engine {
         Ok(n)
     }
 
+    /// Adds a completion made outside the engine (a RAW_PACKET QP of a raw-mode device)
+    /// to `cq`, with the engine's CQ rules: a full or overflowed CQ loses it (counted in
+    /// `cq_overflows`, one [`AsyncEvent::CqErr`]) and `Ok(false)` is returned; an armed
+    /// CQ queues its completion event. EINVAL for an unknown CQ.
+    pub fn push_wc(&mut self, cq: CqId, wc: Wc, solicited: bool) -> VerbResult<bool> {
+        let c = self
+            .cqs
+            .get_mut(cq.0)
+            .ok_or(err("push_wc", Errno::Inval, "no such CQ"))?;
+        if c.overflowed || c.entries.len() >= c.capacity {
+            self.counters.cq_overflows += 1;
+            if !c.overflowed {
+                c.overflowed = true;
+                self.events.push_back(AsyncEvent::CqErr(cq));
+            }
+            return Ok(false);
+        }
+        c.entries.push_back(wc);
+        if let Some(solicited_only) = c.armed {
+            if !solicited_only || solicited || wc.status != WcStatus::Success {
+                c.armed = None;
+                self.comp_events.push_back(cq);
+            }
+        }
+        Ok(true)
+    }
+
     /// `ibv_req_notify_cq`: one completion event when the next (solicited, if asked)
     /// completion arrives; see [`Engine::poll_completion_event`].
     pub fn req_notify_cq(&mut self, cq: CqId, solicited_only: bool) -> VerbResult<()> {
@@ -519,6 +546,15 @@ impl Engine {
         }
         if self.pds.get(init.pd.0).is_none() {
             return Err(err(VERB, Errno::Inval, "no such PD"));
+        }
+        if init.qp_type == QpType::RawPacket {
+            // The engine's datapath is RoCE v2 only; rverbs backs RAW_PACKET QPs with a
+            // raw-mode device and only asks the engine for their completions.
+            return Err(err(
+                VERB,
+                Errno::NotSupported,
+                "the RoCE engine has no RAW_PACKET transport",
+            ));
         }
         if self.cqs.get(init.send_cq.0).is_none() || self.cqs.get(init.recv_cq.0).is_none() {
             return Err(err(VERB, Errno::Inval, "no such CQ"));
@@ -689,6 +725,8 @@ impl Engine {
                     | WrOpcode::RdmaWriteWithImm
             ),
             QpType::Ud => matches!(wr.opcode, WrOpcode::Send | WrOpcode::SendWithImm),
+            // Never created by the engine (create_qp refuses them).
+            QpType::RawPacket => false,
         };
         if !allowed {
             return Err(err(

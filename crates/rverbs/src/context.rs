@@ -49,6 +49,9 @@ pub(crate) struct Shared {
     /// work: a poller that found its CQ empty need not take the lock again until it
     /// changes, so busy-polling applications do not starve the driver thread.
     pub(crate) activity: std::sync::atomic::AtomicU64,
+    /// Raw mode (RAW_PACKET QPs and flows), when opened with
+    /// [`OpenOptions::raw_interface`].
+    pub(crate) raw: Option<crate::raw::RawMode>,
     /// Destructions requested inside `Mr::with`, where taking the engine lock could
     /// deadlock: run, in order, by the next thread that takes the lock.
     deferred: Mutex<Vec<Deferred>>,
@@ -214,6 +217,14 @@ pub struct OpenOptions {
     /// Write every datagram sent and received to this pcap file (default: none, or
     /// `RVERBS_PCAP` with [`Context::open`]).
     pub pcap: Option<std::path::PathBuf>,
+    /// Raw mode: bind the context to this Ethernet interface (in the calling thread's
+    /// network namespace) for RAW_PACKET QPs and flow steering ([`crate::Qp::create_flow`]),
+    /// as on a NIC. The RoCE v2 side of the context is unchanged. With CAP_NET_RAW the
+    /// context opens an `AF_PACKET` socket on the interface at once (an unknown
+    /// interface fails the open); without it the context opens, and creating a
+    /// RAW_PACKET QP or a flow fails with EPERM, as in the kernel. Default: none (or
+    /// `RVERBS_RAW_IF` with [`Context::open`]).
+    pub raw_interface: Option<String>,
 }
 
 /// `RVERBS_PCAP` for the n-th context a process opens: the path itself for the first,
@@ -342,6 +353,7 @@ impl Context {
             &OpenOptions {
                 faults,
                 pcap: pcap_path_from_env(),
+                raw_interface: std::env::var("RVERBS_RAW_IF").ok().filter(|s| !s.is_empty()),
             },
         )
     }
@@ -370,6 +382,10 @@ impl Context {
                 return Err(Error::NoDevice(format!("{} has no address", info.name)));
             }
         }
+        let raw = match &opts.raw_interface {
+            Some(ifname) => Some(crate::raw::RawMode::open(ifname)?),
+            None => None,
+        };
         let bound: Vec<IpAddr> = sockets.iter().map(|(a, _)| *a).collect();
         let gid_table = GidTable::new(1, info.ifindex, info.default_gid(), &bound);
         let seed = seed();
@@ -396,6 +412,7 @@ impl Context {
             shutdown: AtomicBool::new(false),
             info,
             activity: std::sync::atomic::AtomicU64::new(1),
+            raw,
             deferred: Mutex::new(Vec::new()),
             pcap: match &opts.pcap {
                 Some(p) => {
@@ -435,6 +452,18 @@ impl Context {
     /// The device this context opened.
     pub fn device(&self) -> &DeviceInfo {
         &self.inner.shared.info
+    }
+
+    /// The interface the context is bound to in raw mode
+    /// ([`OpenOptions::raw_interface`]), if any.
+    pub fn raw_interface(&self) -> Option<&str> {
+        self.shared().raw.as_ref().map(|r| r.ifname.as_str())
+    }
+
+    /// The raw device's counts (frames received, delivered, dropped by a rule, not
+    /// steered, lost for want of a posted receive, ...), in raw mode with CAP_NET_RAW.
+    pub fn raw_stats(&self) -> Option<rverbs_raw::RawStats> {
+        self.shared().raw.as_ref()?.dev.as_ref().map(|d| d.stats())
     }
 
     /// What the fault injector did so far (all zero without `RVERBS_FAULTS`).
@@ -562,6 +591,9 @@ fn driver(shared: Arc<Shared>) {
         let mut engine = shared.lock();
         shared.run_deferred(&mut engine);
         let now = shared.now();
+        if shared.drain_raw(&mut engine) {
+            shared.flush(&mut engine, now);
+        }
         for (i, (local, sock)) in socks.iter().enumerate() {
             if !ready.get(i).copied().unwrap_or(false) {
                 continue;
