@@ -107,7 +107,8 @@ impl Context {
             phys_port_cnt: 1,
             device_cap_flags: match &self.shared().raw {
                 Some(_) => {
-                    rverbs_raw::IBV_DEVICE_MANAGED_FLOW_STEERING | rverbs_raw::IBV_DEVICE_RAW_IP_CSUM
+                    rverbs_raw::IBV_DEVICE_MANAGED_FLOW_STEERING
+                        | rverbs_raw::IBV_DEVICE_RAW_IP_CSUM
                 }
                 None => 0,
             },

@@ -353,7 +353,9 @@ impl Context {
             &OpenOptions {
                 faults,
                 pcap: pcap_path_from_env(),
-                raw_interface: std::env::var("RVERBS_RAW_IF").ok().filter(|s| !s.is_empty()),
+                raw_interface: std::env::var("RVERBS_RAW_IF")
+                    .ok()
+                    .filter(|s| !s.is_empty()),
             },
         )
     }

@@ -105,16 +105,16 @@ pub use mcast::MULTICAST_QPN;
 pub use qp_attr::QpModify;
 pub use rverbs_engine::modify::{QpAttr, QpAttrMask, QpCap};
 pub use rverbs_engine::{Counters, Mtu, QpState, QpType, Wc, WcFlags, WcOpcode, WcStatus};
+/// Flow attributes, specs and their errors ([`Qp::create_flow`]), re-exported from
+/// the `rverbs-flow` crate.
+pub use rverbs_flow as flow;
+pub use rverbs_raw::{IBV_DEVICE_MANAGED_FLOW_STEERING, IBV_DEVICE_RAW_IP_CSUM};
 pub use rverbs_wire::grh::Gid;
 pub use srq::{Srq, SrqInitAttr};
 pub use verbs::{
     AccessFlags, Ah, AhAttrs, ConnectOpts, Cq, Flow, LocalBuf, Mr, Pd, PeerInfo, Qp, QpInitAttr,
     RemoteBuf, SendRequest,
 };
-/// Flow attributes, specs and their errors ([`Qp::create_flow`]), re-exported from
-/// the `rverbs-flow` crate.
-pub use rverbs_flow as flow;
-pub use rverbs_raw::{IBV_DEVICE_MANAGED_FLOW_STEERING, IBV_DEVICE_RAW_IP_CSUM};
 
 /// The README's Rust examples, compiled and run as doctests.
 #[cfg(doctest)]

@@ -261,9 +261,8 @@ impl Pd {
     /// driver: `rdma_dev_has_raw_cap` in `create_qp`), EOPNOTSUPP on a context not in
     /// raw mode, EINVAL with an SRQ (raw QPs here have their own receive queue).
     fn create_raw_qp(&self, attr: &QpInitAttr) -> Result<Qp> {
-        let verr = |errno, why| -> Error {
-            rverbs_engine::VerbError::new("create_qp", errno, why).into()
-        };
+        let verr =
+            |errno, why| -> Error { rverbs_engine::VerbError::new("create_qp", errno, why).into() };
         let shared = self.shared();
         if !rverbs_raw::has_cap_net_raw() {
             return Err(verr(
@@ -290,8 +289,12 @@ impl Pd {
             ));
         }
         let limits = shared.lock_verb("create_qp")?.config().limits;
-        rverbs_engine::modify::check_cap(&attr.cap, false, &limits)
-            .map_err(|e| rverbs_engine::VerbError { verb: "create_qp", ..e })?;
+        rverbs_engine::modify::check_cap(&attr.cap, false, &limits).map_err(|e| {
+            rverbs_engine::VerbError {
+                verb: "create_qp",
+                ..e
+            }
+        })?;
         let max_recv_wr = (attr.cap.max_recv_wr as usize).max(1);
         let inner = Arc::new(crate::raw::RawQpInner {
             raw: dev.create_qp_with_rq(max_recv_wr),
@@ -1139,9 +1142,8 @@ impl Qp {
         bufs: &[LocalBuf<'_>],
     ) -> Result<()> {
         check_not_in_with("post_recv")?;
-        let err = |errno, why| -> Error {
-            rverbs_engine::VerbError::new("post_recv", errno, why).into()
-        };
+        let err =
+            |errno, why| -> Error { rverbs_engine::VerbError::new("post_recv", errno, why).into() };
         let targets: Vec<crate::raw::Target> = bufs
             .iter()
             .map(|b| crate::raw::Target {
