@@ -921,6 +921,31 @@ impl Engine {
         self.deliver(now, qpn, &pkt, d);
     }
 
+    /// Feeds one received UD datagram to the UD QP `qpn` instead of its BTH destination
+    /// QP (flow steering decided where it goes; the packet is checked exactly as
+    /// [`Engine::handle_datagram`] checks it, ICRC included, and the QP's Q_Key and
+    /// state rules apply). A packet that is not UD, or a `qpn` that is not a UD QP, is
+    /// counted and dropped.
+    pub fn handle_datagram_to(&mut self, now: Nanos, d: &Datagram<'_>, qpn: u32) {
+        if !net::icrc_ok(d) {
+            self.counters.rx_icrc_errors += 1;
+            return;
+        }
+        let Ok(pkt) = Packet::new_checked(d.payload) else {
+            self.counters.rx_malformed += 1;
+            return;
+        };
+        if pkt.bth().tver() != rverbs_wire::bth::TVER {
+            self.counters.rx_malformed += 1;
+            return;
+        }
+        match pkt.info() {
+            None => self.counters.rx_malformed += 1,
+            Some(i) if i.transport != Transport::Ud => self.counters.rx_wrong_transport += 1,
+            Some(_) => self.deliver(now, qpn, &pkt, d),
+        }
+    }
+
     /// The per-QP part of [`Engine::handle_datagram`].
     fn deliver(&mut self, now: Nanos, qpn: u32, pkt: &Packet<&[u8]>, d: &Datagram<'_>) {
         let bth = pkt.bth();

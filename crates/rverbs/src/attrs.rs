@@ -43,9 +43,10 @@ pub struct DeviceAttr {
     pub atomic_hca: bool,
     /// Physical ports (1).
     pub phys_port_cnt: u8,
-    /// `device_cap_flags` beyond the fields above: in raw mode
-    /// ([`crate::OpenOptions::raw_interface`]) [`rverbs_raw::IBV_DEVICE_MANAGED_FLOW_STEERING`]
-    /// and [`rverbs_raw::IBV_DEVICE_RAW_IP_CSUM`] (flows and RAW_PACKET QPs work), else 0.
+    /// `device_cap_flags` beyond the fields above:
+    /// [`rverbs_raw::IBV_DEVICE_MANAGED_FLOW_STEERING`] (flows on UD QPs, and on
+    /// RAW_PACKET QPs in raw mode), plus [`rverbs_raw::IBV_DEVICE_RAW_IP_CSUM`] in raw
+    /// mode ([`crate::OpenOptions::raw_interface`]).
     pub device_cap_flags: u64,
 }
 
@@ -105,13 +106,11 @@ impl Context {
             max_inline_data: l.max_inline_data,
             atomic_hca: true,
             phys_port_cnt: 1,
-            device_cap_flags: match &self.shared().raw {
-                Some(_) => {
-                    rverbs_raw::IBV_DEVICE_MANAGED_FLOW_STEERING
-                        | rverbs_raw::IBV_DEVICE_RAW_IP_CSUM
-                }
-                None => 0,
-            },
+            device_cap_flags: rverbs_raw::IBV_DEVICE_MANAGED_FLOW_STEERING
+                | match &self.shared().raw {
+                    Some(_) => rverbs_raw::IBV_DEVICE_RAW_IP_CSUM,
+                    None => 0,
+                },
         })
     }
 

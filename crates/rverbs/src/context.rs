@@ -52,6 +52,8 @@ pub(crate) struct Shared {
     /// Raw mode (RAW_PACKET QPs and flows), when opened with
     /// [`OpenOptions::raw_interface`].
     pub(crate) raw: Option<crate::raw::RawMode>,
+    /// Flows on UD QPs (see `ud_steer.rs`).
+    pub(crate) ud_steering: crate::ud_steer::UdSteering,
     /// Destructions requested inside `Mr::with`, where taking the engine lock could
     /// deadlock: run, in order, by the next thread that takes the lock.
     deferred: Mutex<Vec<Deferred>>,
@@ -415,6 +417,7 @@ impl Context {
             info,
             activity: std::sync::atomic::AtomicU64::new(1),
             raw,
+            ud_steering: Default::default(),
             deferred: Mutex::new(Vec::new()),
             pcap: match &opts.pcap {
                 Some(p) => {
@@ -538,6 +541,7 @@ fn driver(shared: Arc<Shared>) {
     let mut socks: Vec<(IpAddr, Arc<Socket>)> = Vec::new();
     let mut ready = Vec::new();
     let mut buf = vec![0u8; 65536];
+    let mut steer_scratch = (Vec::new(), rverbs_flow::classify::Verdict::default());
     let mut next_rescan: Nanos = RESCAN_NS;
     let mut reload = true;
     while !shared.shutdown.load(Ordering::SeqCst) {
@@ -628,7 +632,7 @@ fn driver(shared: Arc<Shared>) {
                         ipv4_id: None,
                         payload: &buf[..n],
                     };
-                    engine.handle_datagram(now, &d);
+                    shared.handle_datagram(&mut engine, now, &d, &mut steer_scratch);
                     shared.flush(&mut engine, now);
                 }
             }

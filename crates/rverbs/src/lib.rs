@@ -91,6 +91,7 @@ mod raw;
 mod srq;
 mod sys;
 pub mod sysfs;
+mod ud_steer;
 mod verbs;
 
 pub use ah_wc::{ah_attrs_from_grh, grh_ip_version};

@@ -785,7 +785,12 @@ impl Drop for Qp {
             return;
         }
         let qpn = self.qpn;
-        self.pd.ctx.shared().destroy(move |_, e| {
+        let ud = self.qp_type == QpType::Ud;
+        self.pd.ctx.shared().destroy(move |s, e| {
+            if ud {
+                // Destroying a QP destroys its flows.
+                s.ud_steering.remove_qp(qpn);
+            }
             let _ = e.destroy_qp(qpn);
         });
     }
@@ -1203,9 +1208,18 @@ impl Qp {
     /// On a RAW_PACKET QP the rule is installed in the raw device's classifier: NORMAL
     /// rules by priority (lower wins), ALL_DEFAULT / MC_DEFAULT for frames no rule took,
     /// SNIFFER for copies of everything, DONT_TRAP, EGRESS, TAG, DROP and COUNT, as
-    /// described in the `rverbs-raw` crate. A UD QP passes the same checks, but
-    /// steering RoCE v2 UD datagrams by their outer headers is not implemented yet: a
-    /// valid attribute on a UD QP is EOPNOTSUPP.
+    /// described in the `rverbs-raw` crate.
+    ///
+    /// On a UD QP (any context) the rule steers received RoCE v2 UD datagrams by their
+    /// outer headers: a datagram a NORMAL rule takes goes to this QP instead of the QP
+    /// its BTH names; SNIFFER rules get a copy of every datagram; DROP drops; a
+    /// datagram no rule takes goes to its BTH QP as usual. A UDP socket shows no
+    /// Ethernet header, so an ETH spec sees MAC addresses `00:00:00:00:00:00`, the
+    /// EtherType of the IP version and no VLAN tag: EtherType matches work, a rule on a
+    /// non-zero MAC or a VLAN never matches. IPV4 / IPV6 / UDP specs see the addresses,
+    /// TTL / hop limit, TOS / traffic class and flow label as received, UDP source port
+    /// and destination port 4791. ALL_DEFAULT / MC_DEFAULT, EGRESS and TAG are
+    /// EOPNOTSUPP on UD QPs. Datagrams to QP1 (the GSI) are never steered.
     pub fn create_flow(&self, attr: &rverbs_flow::attr::FlowAttr) -> Result<Flow> {
         use rverbs_flow::attr::{FlowContext, FlowQpType};
         check_not_in_with("create_flow")?;
@@ -1223,13 +1237,19 @@ impl Qp {
             },
         )?;
         let Some(r) = &self.raw else {
-            return Err(rverbs_flow::error::FlowError::notsupp(
-                "flows on UD QPs (steering RoCE UD datagrams) are not implemented",
-            )
-            .into());
+            let id = self.shared().ud_steering.insert(self.qpn, attr)?;
+            return Ok(Flow {
+                id,
+                inner: Some(FlowInner::Ud {
+                    id,
+                    shared: Arc::downgrade(self.shared()),
+                }),
+            });
         };
+        let f = r.raw.create_flow(attr)?;
         Ok(Flow {
-            inner: r.raw.create_flow(attr)?,
+            id: f.id(),
+            inner: Some(FlowInner::Raw(f)),
         })
     }
 }
@@ -1237,21 +1257,69 @@ impl Qp {
 /// A flow rule made by [`Qp::create_flow`] (`struct ibv_flow`); dropping it is
 /// `ibv_destroy_flow`. A flow outlives nothing: destroying its QP removes it (then
 /// [`Flow::destroy`] is EINVAL).
-#[derive(Debug)]
 pub struct Flow {
-    inner: rverbs_raw::Flow,
+    id: rverbs_flow::classify::FlowId,
+    /// `None` once destroyed.
+    inner: Option<FlowInner>,
+}
+
+enum FlowInner {
+    /// A rule of the raw device (RAW_PACKET QP).
+    Raw(rverbs_raw::Flow),
+    /// A rule of the context's UD steering table; emptied once destroyed.
+    Ud {
+        id: rverbs_flow::classify::FlowId,
+        shared: std::sync::Weak<Shared>,
+    },
+}
+
+impl std::fmt::Debug for Flow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Flow({:#x})", self.id().raw())
+    }
 }
 
 impl Flow {
     /// The flow's handle.
     pub fn id(&self) -> rverbs_flow::classify::FlowId {
-        self.inner.id()
+        self.id
     }
 
     /// `ibv_destroy_flow` with its result: EINVAL if the flow is already gone (its QP
-    /// was destroyed).
-    pub fn destroy(self) -> Result<()> {
-        Ok(self.inner.destroy()?)
+    /// was destroyed). Inside [`Mr::with`] this is EDEADLK (dropping the flow there
+    /// works: the driver thread removes it).
+    pub fn destroy(mut self) -> Result<()> {
+        match self.inner.take() {
+            None => Ok(()),
+            Some(FlowInner::Raw(f)) => Ok(f.destroy()?),
+            Some(FlowInner::Ud { id, shared }) => {
+                check_not_in_with("destroy_flow")?;
+                let gone = shared.upgrade().is_some_and(|s| s.ud_steering.remove(id));
+                if gone {
+                    Ok(())
+                } else {
+                    Err(rverbs_flow::error::FlowError::inval("flow already destroyed").into())
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Flow {
+    fn drop(&mut self) {
+        if let Some(FlowInner::Ud { id, shared }) = &self.inner {
+            let Some(s) = shared.upgrade() else { return };
+            let id = *id;
+            if check_not_in_with("destroy_flow").is_ok() {
+                s.ud_steering.remove(id);
+            } else {
+                // The driver may hold the table while it waits for the region this
+                // thread holds: remove the flow from the driver thread instead.
+                s.destroy(move |s, _| {
+                    s.ud_steering.remove(id);
+                });
+            }
+        }
     }
 }
 

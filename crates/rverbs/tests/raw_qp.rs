@@ -400,7 +400,11 @@ fn create_flow_errnos_through_the_verbs_api() {
         .map(|_| ())
         .unwrap_err();
     assert_eq!(e.errno(), EOPNOTSUPP, "{e}");
-    assert_eq!(plain.query_device().unwrap().device_cap_flags, 0);
+    assert_eq!(
+        plain.query_device().unwrap().device_cap_flags,
+        rverbs::IBV_DEVICE_MANAGED_FLOW_STEERING,
+        "flows on UD QPs; no raw IP checksums outside raw mode"
+    );
     let rc = pd.create_qp(&QpInitAttr::new(QpType::Rc, &cq)).unwrap();
     let ud = pd.create_qp(&QpInitAttr::new(QpType::Ud, &cq)).unwrap();
 
@@ -418,6 +422,8 @@ fn create_flow_errnos_through_the_verbs_api() {
     let n = |specs| FlowAttr::normal(0, specs);
     let mut bad_port = n(vec![udp.clone()]);
     bad_port.port = 2;
+    let mut egress = n(vec![udp.clone()]);
+    egress.flags = FlowFlags::EGRESS;
     let mut unknown_flag = n(vec![udp.clone()]);
     unknown_flag.flags = FlowFlags::from_bits_retain(1 << 7);
     let esp_seq_mask = FlowSpec::Esp(Layer::outer(
@@ -439,12 +445,21 @@ fn create_flow_errnos_through_the_verbs_api() {
         ),
         ("RC QP", &rc, n(vec![udp.clone()]), Some(EINVAL)),
         ("UD QP, bad attribute", &ud, bad_port.clone(), Some(EINVAL)),
+        ("UD QP, valid attribute", &ud, n(vec![udp.clone()]), None),
         (
-            "UD QP, valid attribute (UD steering not implemented)",
+            "UD QP, ALL_DEFAULT",
             &ud,
-            n(vec![udp.clone()]),
+            FlowAttr::of_type(FlowAttrType::AllDefault),
             Some(EOPNOTSUPP),
         ),
+        (
+            "UD QP, TAG",
+            &ud,
+            n(vec![udp.clone(), FlowSpec::Tag(3)]),
+            Some(EOPNOTSUPP),
+        ),
+        ("UD QP, EGRESS", &ud, egress.clone(), Some(EOPNOTSUPP)),
+        ("EGRESS on a RAW_PACKET QP", &raw.qp, egress, None),
         (
             "port 2 on a one-port device",
             &raw.qp,
