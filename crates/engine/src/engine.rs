@@ -318,6 +318,12 @@ impl Engine {
         }
     }
 
+    /// True while `lkey` names a registered memory region (for work that rverbs runs
+    /// outside the engine: RAW_PACKET receives).
+    pub fn lkey_valid(&self, lkey: u32) -> bool {
+        self.mrs.get(key_slot(lkey)).is_some_and(|m| m.key == lkey)
+    }
+
     /// `ibv_create_cq` with room for `cqe` completions.
     pub fn create_cq(&mut self, cqe: u32) -> VerbResult<CqId> {
         if cqe == 0 || cqe > self.cfg.max_cqe {

@@ -50,6 +50,9 @@ impl RawMode {
 /// One scatter entry of a posted receive: a range of a region (the region's bytes stay
 /// alive while the request is posted).
 pub(crate) struct Target {
+    /// The region's key when posted: a receive whose region was deregistered since
+    /// completes with LOC_PROT_ERR and writes nothing (rule 4 of the crate docs).
+    pub(crate) lkey: u32,
     pub(crate) region: Arc<VecMemory>,
     pub(crate) offset: usize,
     pub(crate) len: usize,
@@ -127,8 +130,13 @@ impl RawQpInner {
                     continue;
                 };
                 debug_assert_eq!(wr_id, w.wr_id);
+                let mut wc = wc;
                 if w.status == RawWcStatus::Success {
-                    scatter(&w.buf[..w.byte_len as usize], &targets);
+                    if targets.iter().all(|t| engine.lkey_valid(t.lkey)) {
+                        scatter(&w.buf[..w.byte_len as usize], &targets);
+                    } else {
+                        wc.status = WcStatus::LocProtErr;
+                    }
                 }
                 let _ = engine.push_wc(self.recv_cq, wc, false);
             } else {

@@ -1118,7 +1118,8 @@ impl Qp {
     /// TAG rule steered it, [`rverbs_engine::WcFlags::WITH_FLOW_TAG`] with
     /// [`Wc::flow_tag`]. A frame longer than the buffers completes with LOC_LEN_ERR; a
     /// frame steered to the QP while no receive is posted is dropped (no RNR on raw
-    /// QPs). Receives posted before RTR wait for it. EINVAL in RESET, ENOMEM beyond
+    /// QPs); a receive whose region was dropped before its frame came completes with
+    /// LOC_PROT_ERR and writes nothing. Receives posted before RTR wait for it. EINVAL in RESET, ENOMEM beyond
     /// `cap.max_recv_wr` outstanding; in ERR the receive completes at once with
     /// WR_FLUSH_ERR.
     pub fn post_recv(&self, wr_id: u64, bufs: &[LocalBuf<'_>]) -> Result<()> {
@@ -1152,6 +1153,7 @@ impl Qp {
         let targets: Vec<crate::raw::Target> = bufs
             .iter()
             .map(|b| crate::raw::Target {
+                lkey: b.mr.lkey,
                 region: b.mr.region.clone(),
                 offset: b.offset,
                 len: b.len,

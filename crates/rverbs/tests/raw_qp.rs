@@ -367,6 +367,16 @@ fn raw_qp_send_and_receive_queue_rules() {
         .unwrap_err();
     assert_eq!(e.errno(), EINVAL);
 
+    // A receive whose region was dropped before a frame came completes with
+    // LOC_PROT_ERR (the crate's memory rule 4) and writes nothing.
+    let tmp = pd.reg_mr(2048, AccessFlags::LOCAL_WRITE).unwrap();
+    qp.post_recv(15, &[tmp.slice(0..2048)]).unwrap();
+    drop(tmp);
+    tx.send(&udp4("10.0.0.1", "10.0.0.2", 4, 7)).unwrap();
+    let n = cq.poll_wait(&mut wcs, WAIT).unwrap();
+    assert_eq!(n, 1);
+    assert_eq!((wcs[0].wr_id, wcs[0].status), (15, WcStatus::LocProtErr));
+
     // ERR flushes what is posted, and later receives complete at once.
     qp.post_recv(20, &[mr.slice(0..2048)]).unwrap();
     qp.modify(&rverbs::QpModify::to(QpState::Err)).unwrap();
