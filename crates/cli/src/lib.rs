@@ -4,5 +4,6 @@
 #![warn(missing_docs)]
 
 pub mod demo;
+pub mod interop;
 pub mod pcap;
 pub mod pingpong;

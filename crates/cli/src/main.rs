@@ -73,6 +73,29 @@ enum Command {
         #[arg(long)]
         stats: bool,
     },
+    /// The rverbs side of the interop test of RDMA WRITE/READ, SEND and WRITE with
+    /// immediate and atomics against interop/rdma_ops.c (libibverbs) on kernel rxe.
+    /// Without SERVER: the responder.
+    #[command(name = "interop-peer", hide = true)]
+    InteropPeer {
+        /// Responder to connect to (omit to be the responder).
+        server: Option<String>,
+        /// Listen on / connect to this TCP port.
+        #[arg(short = 'p', long, default_value_t = 18700)]
+        port: u16,
+        /// Use this device (default: the loopback soft device).
+        #[arg(short = 'd', long = "ib-dev")]
+        dev: Option<String>,
+        /// Local GID index (default: one of the peer's address family).
+        #[arg(short = 'g', long = "gid-idx")]
+        gid_idx: Option<u8>,
+        /// Schedule repetitions (1..=64).
+        #[arg(short = 'n', long, default_value_t = 4)]
+        iters: usize,
+        /// Print the port's counters to stderr at the end.
+        #[arg(long)]
+        stats: bool,
+    },
     /// Work with packet captures.
     Pcap {
         #[command(subcommand)]
@@ -160,6 +183,31 @@ fn main() -> ExitCode {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("{e}");
+                    ExitCode::from(1)
+                }
+            }
+        }
+        Command::InteropPeer {
+            server,
+            port,
+            dev,
+            gid_idx,
+            iters,
+            stats,
+        } => {
+            let o = rverbs_cli::interop::Opts {
+                server,
+                port,
+                dev,
+                gid_idx,
+                iters,
+                stats,
+            };
+            let mut out = std::io::stdout();
+            match rverbs_cli::interop::run(&o, &mut out) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("rverbs interop-peer: {e}");
                     ExitCode::from(1)
                 }
             }

@@ -378,6 +378,7 @@ pub fn run<W: Write>(o: &Opts, out: &mut W) -> Result<(), String> {
         let c = ctx.counters();
         let line: Vec<String> = c.iter().map(|(n, v)| format!("{n}={v}")).collect();
         eprintln!("rverbs counters: {}", line.join(" "));
+        eprintln!("rverbs faults: {:?}", ctx.fault_stats());
     }
     Ok(())
 }
