@@ -52,12 +52,15 @@ rv_clean() {
   done
 }
 
+case_t0=$(date +%s.%N)
 record() { # name ok(0|1) [details...]
-  local name=$1 ok=$2; shift 2
+  local name=$1 ok=$2 dt; shift 2
+  dt=$(echo "$(date +%s.%N) $case_t0" | awk '{ printf "%.1f s", $1 - $2 }')
+  case_t0=$(date +%s.%N)
   if [ "$ok" = 1 ]; then
-    pass=$((pass + 1)); echo "PASS $name"
+    pass=$((pass + 1)); echo "PASS $name ($dt)"
   else
-    fail=$((fail + 1)); failed+=("$name"); echo "FAIL $name"; printf '%s\n' "$@"
+    fail=$((fail + 1)); failed+=("$name"); echo "FAIL $name ($dt)"; printf '%s\n' "$@"
   fi
 }
 
@@ -100,18 +103,23 @@ print_rv_totals() {
   echo "$rv_totals" | awk -F= 'NF == 2 && $2 != 0 { printf "  %-24s %d\n", $1, $2 }'
 }
 
-# tshark must decode every captured packet as InfiniBand with no malformed or warning
-# expert entries, and rverbs' own decoder must find every ICRC good.
+# tshark must decode every captured packet as InfiniBand with no malformed or
+# warning-level expert entries, and rverbs' own decoder must find every ICRC good.
+# One tshark pass per file: protocols, malformed flag and the highest expert severity
+# (Wireshark: PI_WARN = 0x00600000, PI_ERROR = 0x00800000).
 check_pcaps() {
   [ -n "${IOP_PCAP:-}" ] || return 0
-  local f n ib bad icrc total=0 files=0
+  local f n ib bad icrc total=0 files=0 rows
   for f in "$IOP_PCAP"/*.pcap; do
     [ -f "$f" ] || continue
-    files=$((files + 1))
-    n=$(tshark -r "$f" 2>/dev/null | wc -l)
+    if ! rows=$(tshark -r "$f" -T fields -E separator=/t -e frame.protocols -e _ws.malformed -e _ws.expert.severity 2>/dev/null); then
+      record "tshark $(basename "$f")" 0 "tshark could not read it"; continue
+    fi
+    n=$(grep -c . <<<"$rows")
     [ "$n" = 0 ] && { echo "NOTE $(basename "$f"): empty (its case failed before any traffic)"; continue; }
-    ib=$(tshark -r "$f" -Y infiniband 2>/dev/null | wc -l)
-    bad=$(tshark -r "$f" -Y '_ws.malformed || _ws.expert.severity >= "warning"' 2>/dev/null | wc -l)
+    files=$((files + 1))
+    ib=$(awk -F'\t' '$1 ~ /:infiniband/' <<<"$rows" | wc -l)
+    bad=$(awk -F'\t' '{ split($3, s, ","); w = 0; for (i in s) if (s[i] + 0 >= 6291456) w = 1 } $2 != "" || w' <<<"$rows" | wc -l)
     icrc=$("$bin" pcap decode "$f" 2>&1 | grep -c 'icrc=bad\|malformed:')
     total=$((total + n))
     if [ "$ib" != "$n" ] || [ "$bad" != 0 ] || [ "$icrc" != 0 ]; then
@@ -119,36 +127,45 @@ check_pcaps() {
         "$(tshark -r "$f" -Y '_ws.malformed || _ws.expert.severity >= "warning"' -V 2>/dev/null | head -60)"
     fi
   done
-  echo "tshark: $files captures, $total packets decoded as InfiniBand with no malformed/warning entries, ICRC good (rverbs pcap decode)"
+  echo "tshark: $files captures, $total packets; every one decoded as InfiniBand, none malformed or with expert warnings; every ICRC good (rverbs pcap decode)"
 }
 
 # netem on the guest's link, both directions (the host kernel may lack sch_netem; the
 # guest's Debian kernel has it as a module): egress on eth0 (guest -> rverbs) and, via
-# ifb0, on eth0's ingress (rverbs -> guest). Usage: guest_netem "loss 3%" | guest_netem off
+# ifb0, on eth0's ingress (rverbs -> guest). The guest's tc is busybox's (no netem), so
+# the host's iproute2 tc runs from /mnt/host with the one library the guest lacks.
+# Usage: guest_netem "loss 3%" | guest_netem off
+gtc="LD_LIBRARY_PATH=/mnt/host/interop/lib /mnt/host/interop/bin/tc"
 guest_netem() {
   if [ "$1" = off ]; then
-    guest 'tc qdisc del dev eth0 root 2>/dev/null; tc qdisc del dev ifb0 root 2>/dev/null; true' >/dev/null 2>&1
+    guest "$gtc qdisc del dev eth0 root 2>/dev/null; $gtc qdisc del dev ifb0 root 2>/dev/null; true" >/dev/null 2>&1
     return 0
   fi
-  local kdir ko
+  local kdir ko tc lib
   kdir=$(ls -d /var/tmp/rxe-peer/kernel/lib/modules/*/kernel 2>/dev/null | head -1)
-  mkdir -p /var/tmp/rxe-peer/share/interop/ko
+  tc=$(command -v tc) || { echo "no iproute2 tc on the host"; return 1; }
+  mkdir -p /var/tmp/rxe-peer/share/interop/ko /var/tmp/rxe-peer/share/interop/bin /var/tmp/rxe-peer/share/interop/lib
+  cp -f "$tc" /var/tmp/rxe-peer/share/interop/bin/tc || return 1
+  for lib in $(ldd "$tc" | awk '/=>/ { print $3 }'); do
+    [ -e "/var/tmp/rxe-peer/rootfs/usr/lib/x86_64-linux-gnu/$(basename "$lib")" ] || cp -fL "$lib" /var/tmp/rxe-peer/share/interop/lib/
+  done
   for ko in net/sched/sch_netem net/sched/sch_ingress net/sched/cls_matchall net/sched/act_mirred drivers/net/ifb; do
-    cp -f "$kdir/$ko.ko" /var/tmp/rxe-peer/share/interop/ko/ 2>/dev/null || return 1
+    cp -f "$kdir/$ko.ko" /var/tmp/rxe-peer/share/interop/ko/ || return 1
   done
   guest "set -e
     for m in sch_netem sch_ingress cls_matchall act_mirred ifb; do
       grep -q \"^\$m \" /proc/modules || insmod /mnt/host/interop/ko/\$m.ko
     done
-    [ -e /sys/class/net/ifb0 ] || ip link add ifb0 type ifb
-    ip link set ifb0 up
-    tc qdisc replace dev eth0 root netem $1
-    tc qdisc replace dev ifb0 root netem $1
-    tc qdisc add dev eth0 handle ffff: ingress 2>/dev/null || true
-    tc filter replace dev eth0 parent ffff: prio 1 matchall action mirred egress redirect dev ifb0
-    tc -s qdisc show dev eth0 | head -1"
+    [ -e /sys/class/net/ifb0 ] || /bin/ip link add ifb0 type ifb
+    /bin/ip link set ifb0 up
+    $gtc qdisc replace dev eth0 root netem $1
+    $gtc qdisc replace dev ifb0 root netem $1
+    if $gtc qdisc add dev eth0 handle ffff: ingress 2>/dev/null; then
+      $gtc filter add dev eth0 parent ffff: prio 1 matchall action mirred egress redirect dev ifb0
+    fi
+    $gtc qdisc show dev eth0 | head -1"
 }
-guest_netem_stats() { guest 'tc -s qdisc show dev eth0; tc -s qdisc show dev ifb0' 2>/dev/null | grep -E 'qdisc netem|Sent|dropped' | tr -s ' ' | paste -sd' '; }
+guest_netem_stats() { guest "$gtc -s qdisc show dev eth0; $gtc -s qdisc show dev ifb0" 2>/dev/null | grep -E 'qdisc netem|Sent|dropped' | tr -s ' ' | paste -sd' '; }
 
 finish() {
   check_pcaps

@@ -9,8 +9,10 @@
 #     pattern varies, the outcome (RC completes with correct data) must not.
 # RC carries the loss cases (both roles, data checked with -c, 10000-byte messages =
 # 10 packets at MTU 1024). UC and UD lose messages by design, and rxe's UC responder
-# drops the rest of a message after a duplicated or reordered middle packet, so for them
-# only duplication of single-packet messages is tried.
+# drops the rest of a message after a duplicated or reordered middle packet, so UC gets
+# only duplication of single-packet messages (both tools count the extra receive and
+# still finish). UD gets nothing: with 4 of 80 datagrams duplicated, the guest's
+# ibv_ud_pingpong hung in both roles (killed by the case timeout) while rverbs finished.
 #
 # Usage: interop/recovery.sh [RVERBS_BIN] [FILTER]
 set -u
@@ -24,7 +26,6 @@ for role in rv-server rv-client; do
   ITERS=40 FAULTS="dup=0.05,reorder=0.05,seed=13" run_case "rc-$role-ip4-rverbs-dup5%-reorder5%" rc "$role" 0 10000 0
   ITERS=40 FAULTS="loss=0.02,dup=0.02,reorder=0.02,seed=14" run_case "rc-$role-ip4-rverbs-mixed-1024" rc "$role" 0 1024 0
   ITERS=40 FAULTS="dup=0.1,seed=15" run_case "uc-$role-ip4-rverbs-dup10%-100" uc "$role" 0 100 0
-  ITERS=40 FAULTS="dup=0.1,seed=16" run_case "ud-$role-ip4-rverbs-dup10%-100" ud "$role" 0 100 0
 done
 netem_note=""
 for spec in "loss 3%" "delay 1ms reorder 20% duplicate 3%"; do
