@@ -360,6 +360,9 @@ pub fn run<W: Write>(o: &Opts, out: &mut W) -> Result<(), String> {
         }
     }
     let usec = start.elapsed().as_secs_f64() * 1e6;
+    if o.qp_type == QpType::Rc {
+        linger(&ctx, conn_opts.timeout);
+    }
     let bytes = o.size as u64 * o.iters as u64 * 2;
     w(writeln!(
         out,
@@ -381,6 +384,32 @@ pub fn run<W: Write>(o: &Opts, out: &mut W) -> Result<(), String> {
         eprintln!("rverbs faults: {:?}", ctx.fault_stats());
     }
     Ok(())
+}
+
+/// After the last exchange, an RC peer may still be waiting for the ACK of its last
+/// message: if that ACK was lost it retransmits, and a QP that is gone never answers
+/// (the kernel's rxe then retries for ever: seen in the interop suite, where it kept
+/// retransmitting for 90 s with retry_cnt 7). So, like TCP's TIME_WAIT, the device stays
+/// up (the responder re-acknowledges a duplicate request) until the peer has been quiet
+/// for two local ACK timeouts (4.096 µs · 2^timeout each), at most 2 s.
+fn linger(ctx: &rverbs::Context, timeout: u8) {
+    let quiet = Duration::from_nanos(4096u64 << timeout.min(31)) * 2;
+    let quiet = quiet.clamp(Duration::from_millis(20), Duration::from_secs(2));
+    let end = Instant::now() + Duration::from_secs(2);
+    let heard = || {
+        let c = ctx.counters();
+        c.rx_packets + c.rx_duplicate_requests + c.rx_out_of_sequence
+    };
+    let mut seen = heard();
+    let mut since = Instant::now();
+    while Instant::now() < end && since.elapsed() < quiet {
+        std::thread::sleep(Duration::from_millis(5));
+        let now = heard();
+        if now != seen {
+            seen = now;
+            since = Instant::now();
+        }
+    }
 }
 
 fn rand_u32() -> u32 {
