@@ -22,7 +22,8 @@ rv_cmd() {
   local envs=()
   [ -n "${FAULTS:-}" ] && envs+=("RVERBS_FAULTS=$FAULTS")
   [ -n "${IOP_PCAP:-}" ] && [ -n "${case_name:-}" ] && envs+=("RVERBS_PCAP=$IOP_PCAP/$case_name.pcap")
-  timeout "$t" "$peer/hostns.sh" env "${envs[@]}" "$bin" "$@" >"$log" 2>&1
+  # RV_ARGS: extra rverbs options of a suite (e.g. --ack-timeout).
+  timeout "$t" "$peer/hostns.sh" env "${envs[@]}" "$bin" "$@" ${RV_ARGS:-} >"$log" 2>&1
   echo "exit=$?" >>"$log"
 }
 

@@ -64,6 +64,7 @@ print_rv_totals
 if [ "${OPS_FAULTS:-1}" = 1 ]; then
   echo "--- with faults"
   before=$(counters) rv_totals=""
+  export RV_ARGS="--ack-timeout 16"   # see recovery.sh
   for role in kernel-responder rverbs-responder; do
     FAULTS="loss=0.03,dup=0.02,reorder=0.03,seed=21" ops_case "ops-$role-ip4-rverbs-faults" "$role" 0 8
   done

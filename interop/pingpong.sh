@@ -10,7 +10,8 @@ set -u
 port=18600
 
 # run_case NAME TRANSPORT ROLE(rv-server|rv-client) IPV6(0|1) SIZE EVENTS
-# Environment: FAULTS (RVERBS_FAULTS for rverbs), ITERS (default 50).
+# Environment: FAULTS (RVERBS_FAULTS for rverbs), ITERS (default 50), GUEST_ENV
+# (assignments put before the guest's tool, e.g. LD_PRELOAD=...).
 run_case() {
   local name=$1 t=$2 role=$3 v6=$4 size=$5 ev=$6
   [ -n "$filter" ] && [[ $name != *"$filter"* ]] && return
@@ -27,18 +28,19 @@ run_case() {
     rv_cmd "$rv_log" 90 pingpong "$t" -d rv_rxebr0 --stats $opts &
     local bg=$!
     sleep 0.5
-    vm_log=$(guest -t 90 "ibv_${t}_pingpong -d rxe0 -g $gid $opts $host; echo exit=\$?" 2>&1)
+    vm_log=$(guest -t 90 "${GUEST_ENV:-} ibv_${t}_pingpong -d rxe0 -g $gid $opts $host; echo exit=\$?" 2>&1)
     wait $bg
   else
-    guest -b "pp$port" "ibv_${t}_pingpong -d rxe0 -g $gid $opts" >/dev/null 2>&1
+    guest -b "pp$port" "${GUEST_ENV:-} ibv_${t}_pingpong -d rxe0 -g $gid $opts" >/dev/null 2>&1
     wait_listen "$port"
     # rdma-core's server listens on IPv4 only (getaddrinfo's first passive result), so
     # the TCP exchange goes over IPv4 and the IPv6 GID is chosen explicitly.
     local rvgid=""
     [ "$v6" = 1 ] && rvgid="-g 2"
     rv_cmd "$rv_log" 90 pingpong "$t" -d rv_rxebr0 --stats $rvgid $opts "$vm4"
-    sleep 0.5
-    vm_log=$(guest "sleep 1; cat /tmp/bg-pp$port.log; kill \$(cat /tmp/bg-pp$port.pid) 2>/dev/null; true" 2>&1)
+    # The tool's output is buffered until it exits: give it 3 s to finish (a lingering
+    # QP, see linger.c), then stop it.
+    vm_log=$(guest "p=\$(cat /tmp/bg-pp$port.pid); for i in \$(seq 1 30); do kill -0 \$p 2>/dev/null || break; sleep 0.1; done; cat /tmp/bg-pp$port.log; kill \$p 2>/dev/null; true" 2>&1)
     grep -q "usec/iter" <<<"$vm_log" && vm_log="$vm_log
 exit=0"
   fi

@@ -68,6 +68,8 @@ pub struct Opts {
     /// Print the device's counters and fault statistics to stderr at the end (also on
     /// failure).
     pub stats: bool,
+    /// Local ACK timeout exponent (4.096 µs · 2^n; 14 = 67 ms, as rdma-core's tools).
+    pub ack_timeout: u8,
 }
 
 /// The fill pattern: byte `i` of a region with seed `seed` (same function in rdma_ops.c).
@@ -401,6 +403,7 @@ fn run_on<W: Write>(ctx: &rverbs::Context, o: &Opts, out: &mut W) -> Result<(), 
         access: AccessFlags::ALL,
         rd_atomic: 4,
         hop_limit: 1,
+        timeout: o.ack_timeout,
         ..ConnectOpts::default()
     };
     qp.init(&conn).map_err(e)?;

@@ -72,6 +72,10 @@ enum Command {
         /// Print the port's counters (drops by reason, retransmissions) to stderr.
         #[arg(long)]
         stats: bool,
+        /// Local ACK timeout exponent: retransmit after 4.096 µs · 2^N without an ACK
+        /// (rdma-core's tools use 14 = 67 ms; 7 retries follow).
+        #[arg(long = "ack-timeout", default_value_t = 14, value_parser = clap::value_parser!(u8).range(1..=31))]
+        ack_timeout: u8,
     },
     /// The rverbs side of the interop test of RDMA WRITE/READ, SEND and WRITE with
     /// immediate and atomics against interop/rdma_ops.c (libibverbs) on kernel rxe.
@@ -95,6 +99,10 @@ enum Command {
         /// Print the port's counters to stderr at the end.
         #[arg(long)]
         stats: bool,
+        /// Local ACK timeout exponent: retransmit after 4.096 µs · 2^N without an ACK
+        /// (rdma-core's tools use 14 = 67 ms; 7 retries follow).
+        #[arg(long = "ack-timeout", default_value_t = 14, value_parser = clap::value_parser!(u8).range(1..=31))]
+        ack_timeout: u8,
     },
     /// Work with packet captures.
     Pcap {
@@ -150,6 +158,7 @@ fn main() -> ExitCode {
             gid_idx,
             check,
             stats,
+            ack_timeout,
         } => {
             if ib_port != 1 {
                 eprintln!("rverbs pingpong: the soft device has one port (1)");
@@ -177,6 +186,7 @@ fn main() -> ExitCode {
                 gid_idx,
                 check,
                 stats,
+                ack_timeout,
             };
             let mut out = std::io::stdout();
             match rverbs_cli::pingpong::run(&o, &mut out) {
@@ -194,6 +204,7 @@ fn main() -> ExitCode {
             gid_idx,
             iters,
             stats,
+            ack_timeout,
         } => {
             let o = rverbs_cli::interop::Opts {
                 server,
@@ -202,6 +213,7 @@ fn main() -> ExitCode {
                 gid_idx,
                 iters,
                 stats,
+                ack_timeout,
             };
             let mut out = std::io::stdout();
             match rverbs_cli::interop::run(&o, &mut out) {

@@ -43,6 +43,8 @@ pub struct Opts {
     pub check: bool,
     /// Print the device's port counters at the end (to stderr, one `name=value` line).
     pub stats: bool,
+    /// Local ACK timeout exponent (4.096 µs · 2^n; rdma-core's tools use 14).
+    pub ack_timeout: u8,
 }
 
 const RECV_WRID: u64 = 1;
@@ -141,7 +143,7 @@ pub fn run<W: Write>(o: &Opts, out: &mut W) -> Result<(), String> {
         mtu: mtu_of(o.mtu)?,
         psn,
         access: AccessFlags::NONE,
-        timeout: 14,
+        timeout: o.ack_timeout,
         retry_cnt: 7,
         rnr_retry: 7,
         min_rnr_timer: 12,

@@ -16,6 +16,7 @@ fn opts(server: Option<&str>, port: u16, iters: usize) -> Opts {
         gid_idx: None,
         iters,
         stats: false,
+        ack_timeout: 14,
     }
 }
 
