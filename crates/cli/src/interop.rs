@@ -128,7 +128,8 @@ pub fn decode(line: &str) -> Result<Peer, String> {
         }
         u64::from_str_radix(s, 16).map_err(|_| format!("bad {what} {s:?}"))
     };
-    if f[2].len() != 32 {
+    // All ASCII hex first, so the byte slicing below stays on character boundaries.
+    if f[2].len() != 32 || !f[2].bytes().all(|c| c.is_ascii_hexdigit()) {
         return Err(format!("bad GID {:?}", f[2]));
     }
     let mut gid = [0u8; 16];
@@ -580,6 +581,8 @@ mod tests {
             "000011:abcdef:00000000000000000000ffff0a4d00+1:7f00deadbeef0000:00001234",
             "1000011:abcdef:00000000000000000000ffff0a4d0001:7f00deadbeef0000:00001234",
             "000011:abcdef:00000000000000000000ffff0a4d00é:7f00deadbeef0000:00001234",
+            // A 2-byte character across a byte-pair boundary of the GID.
+            "000011:abcdef:0000000000000000000000000000é0:7f00deadbeef0000:00001234",
         ] {
             assert!(decode(bad).is_err(), "{bad:?} accepted");
         }
