@@ -5,5 +5,6 @@
 
 pub mod demo;
 pub mod interop;
+pub mod mad;
 pub mod pcap;
 pub mod pingpong;

@@ -45,6 +45,9 @@ pub struct Opts {
     pub stats: bool,
     /// Local ACK timeout exponent (4.096 µs · 2^n; rdma-core's tools use 14).
     pub ack_timeout: u8,
+    /// Keep the device open this long after the run (its GSI keeps answering, e.g.
+    /// `rverbs perfquery --gid`).
+    pub linger: std::time::Duration,
 }
 
 const RECV_WRID: u64 = 1;
@@ -363,7 +366,7 @@ pub fn run<W: Write>(o: &Opts, out: &mut W) -> Result<(), String> {
     }
     let usec = start.elapsed().as_secs_f64() * 1e6;
     if o.qp_type == QpType::Rc {
-        linger(&ctx, conn_opts.timeout);
+        time_wait(&ctx, conn_opts.timeout);
     }
     let bytes = o.size as u64 * o.iters as u64 * 2;
     w(writeln!(
@@ -385,6 +388,10 @@ pub fn run<W: Write>(o: &Opts, out: &mut W) -> Result<(), String> {
         eprintln!("rverbs counters: {}", line.join(" "));
         eprintln!("rverbs faults: {:?}", ctx.fault_stats());
     }
+    if !o.linger.is_zero() {
+        w(out.flush())?;
+        std::thread::sleep(o.linger);
+    }
     Ok(())
 }
 
@@ -394,7 +401,7 @@ pub fn run<W: Write>(o: &Opts, out: &mut W) -> Result<(), String> {
 /// retransmitting for 90 s with retry_cnt 7). So, like TCP's TIME_WAIT, the device stays
 /// up (the responder re-acknowledges a duplicate request) until the peer has been quiet
 /// for two local ACK timeouts (4.096 µs · 2^timeout each), at most 2 s.
-fn linger(ctx: &rverbs::Context, timeout: u8) {
+fn time_wait(ctx: &rverbs::Context, timeout: u8) {
     let quiet = Duration::from_nanos(4096u64 << timeout.min(31)) * 2;
     let quiet = quiet.clamp(Duration::from_millis(20), Duration::from_secs(2));
     let end = Instant::now() + Duration::from_secs(2);

@@ -19,7 +19,7 @@ use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
@@ -28,8 +28,8 @@ pub const ROCE_PORT: u16 = 4791;
 
 pub(crate) struct Shared {
     pub(crate) engine: Mutex<Engine>,
-    /// Signalled (with the engine lock) when completion events may be pending.
-    pub(crate) events: Condvar,
+    /// Completion channels and the async event queue (fed by `flush`).
+    pub(crate) hub: crate::channel::EventHub,
     sockets: Vec<(IpAddr, UdpSocket)>,
     wake: OwnedFd,
     epoch: Instant,
@@ -41,15 +41,60 @@ pub(crate) struct Shared {
     /// work: a poller that found its CQ empty need not take the lock again until it
     /// changes, so busy-polling applications do not starve the driver thread.
     pub(crate) activity: std::sync::atomic::AtomicU64,
+    /// Destructions requested inside `Mr::with`, where taking the engine lock could
+    /// deadlock: run, in order, by the next thread that takes the lock.
+    deferred: Mutex<Vec<Deferred>>,
 }
+
+/// A destruction waiting for the engine lock.
+type Deferred = Box<dyn FnOnce(&Shared, &mut Engine) + Send>;
 
 impl Shared {
     pub(crate) fn now(&self) -> Nanos {
         self.epoch.elapsed().as_nanos() as Nanos
     }
 
+    /// The engine, for paths that cannot report an error (drops, accessors).
+    ///
+    /// # Panics
+    /// On a thread inside [`crate::Mr::with`]: the driver may be waiting for that
+    /// region's lock while holding the engine's, so waiting here would deadlock.
     pub(crate) fn lock(&self) -> MutexGuard<'_, Engine> {
+        if let Err(e) = crate::verbs::check_not_in_with("a verb") {
+            panic!("{e}");
+        }
         self.engine.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Destroys an object with `f` (from a `Drop`): at once, or, on a thread inside
+    /// [`crate::Mr::with`], later on the driver thread — never a deadlock or a panic.
+    /// Destructions keep their order either way.
+    pub(crate) fn destroy(&self, f: impl FnOnce(&Shared, &mut Engine) + Send + 'static) {
+        if crate::verbs::check_not_in_with("destroy").is_err() {
+            self.deferred
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(Box::new(f));
+            self.wake();
+            return;
+        }
+        let mut e = self.lock();
+        self.run_deferred(&mut e);
+        f(self, &mut e);
+    }
+
+    /// Runs the destructions deferred by [`Shared::destroy`].
+    pub(crate) fn run_deferred(&self, engine: &mut Engine) {
+        let ops = std::mem::take(&mut *self.deferred.lock().unwrap_or_else(|e| e.into_inner()));
+        for op in ops {
+            op(self, engine);
+        }
+    }
+
+    /// The engine for `verb`; an error instead of a deadlock inside [`crate::Mr::with`].
+    pub(crate) fn lock_verb(&self, verb: &'static str) -> Result<MutexGuard<'_, Engine>> {
+        crate::verbs::check_not_in_with(verb)?;
+        Ok(self.engine.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
     /// Sends everything the engine has to send, and wakes event waiters.
@@ -58,9 +103,7 @@ impl Shared {
             self.send(&t);
         }
         self.activity.fetch_add(1, Ordering::Release);
-        if engine.has_completion_events() {
-            self.events.notify_all();
-        }
+        self.hub.dispatch(engine);
     }
 
     fn send(&self, t: &Transmit) {
@@ -173,6 +216,11 @@ impl Drop for ContextInner {
     fn drop(&mut self) {
         self.shared.shutdown.store(true, Ordering::SeqCst);
         self.shared.wake();
+        // Inside `Mr::with` the driver may be waiting for that region: let it finish
+        // on its own (it holds the shared state) instead of waiting for it here.
+        if crate::verbs::check_not_in_with("close").is_err() {
+            return;
+        }
         if let Some(t) = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take() {
             let _ = t.join();
         }
@@ -181,6 +229,18 @@ impl Drop for ContextInner {
 
 /// An open soft RoCE v2 device (`struct ibv_context`). Cheap to clone; the device
 /// closes when the context and every object made from it are dropped.
+///
+/// ```no_run
+/// # fn main() -> rverbs::Result<()> {
+/// for dev in rverbs::devices()? {
+///     println!("{} on {}", dev.name, dev.ifname);
+/// }
+/// let ctx = rverbs::device(Some("rv_lo"))?.open()?;
+/// let attr = ctx.query_device()?;
+/// let port = ctx.query_port(1)?;
+/// println!("max_qp {} active_mtu {:?} gids {:?}", attr.max_qp, port.active_mtu, ctx.gids());
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct Context {
     pub(crate) inner: Arc<ContextInner>,
@@ -276,15 +336,18 @@ impl Context {
             ..Config::default()
         };
         cfg.limits.active_mtu = info.active_mtu();
+        let mut engine = Engine::new(cfg);
+        crate::mad::set_identity(&mut engine, &info);
         let shared = Arc::new(Shared {
-            engine: Mutex::new(Engine::new(cfg)),
-            events: Condvar::new(),
+            engine: Mutex::new(engine),
+            hub: crate::channel::EventHub::new()?,
             sockets,
             wake: sys::eventfd().map_err(|e| Error::io("creating the driver's eventfd", e))?,
             epoch: Instant::now(),
             shutdown: AtomicBool::new(false),
             info,
             activity: std::sync::atomic::AtomicU64::new(1),
+            deferred: Mutex::new(Vec::new()),
             pcap: match &opts.pcap {
                 Some(p) => {
                     Some(Mutex::new(PcapWriter::create(p).map_err(|e| {
@@ -342,29 +405,6 @@ impl Context {
             .skip(1)
             .position(|g| g.to_ipv4_mapped().is_none() == ipv6)
             .map(|i| i as u8 + 1)
-    }
-
-    /// Waits for the next completion event (`ibv_get_cq_event`): a CQ armed with
-    /// [`crate::Cq::req_notify`] got a completion. Returns the CQ's handle number, or
-    /// `None` after `timeout`.
-    pub fn get_cq_event(&self, timeout: std::time::Duration) -> Option<u32> {
-        let s = self.shared();
-        let deadline = Instant::now() + timeout;
-        let mut e = s.lock();
-        loop {
-            if let Some(cq) = e.poll_completion_event() {
-                return Some(cq.raw());
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                return None;
-            }
-            e = s
-                .events
-                .wait_timeout(e, deadline - now)
-                .map(|(g, _)| g)
-                .unwrap_or_else(|p| p.into_inner().0);
-        }
     }
 
     /// What the fault injector did so far (all zero without `RVERBS_FAULTS`).
@@ -429,6 +469,7 @@ fn driver(shared: Arc<Shared>) {
             sys::eventfd_drain(&shared.wake);
         }
         let mut engine = shared.lock();
+        shared.run_deferred(&mut engine);
         let now = shared.now();
         for (i, (local, sock)) in shared.sockets.iter().enumerate() {
             if !ready.get(i).copied().unwrap_or(false) {

@@ -107,3 +107,12 @@ pub(crate) fn poll_readable(
     );
     Ok(())
 }
+
+/// Registers `fd` with the current tokio runtime for readability.
+#[cfg(feature = "tokio")]
+pub(crate) fn async_fd(fd: OwnedFd) -> io::Result<tokio::io::unix::AsyncFd<OwnedFd>> {
+    // SAFETY: the AsyncFd takes ownership of `fd`, an OwnedFd: it is open, is closed
+    // only when the AsyncFd drops it, and `as_raw_fd` always returns the same number.
+    unsafe { tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }
+        .map_err(io::Error::from)
+}
