@@ -6,6 +6,7 @@
 pub mod demo;
 pub mod flow;
 pub mod gids;
+pub mod interop;
 pub mod mad;
 pub mod pcap;
 pub mod pingpong;

@@ -84,6 +84,10 @@ enum Command {
         /// Traffic class / TOS of this side's AH or path.
         #[arg(long, default_value_t = 0)]
         tclass: u8,
+        /// Local ACK timeout exponent: retransmit after 4.096 µs · 2^N without an ACK
+        /// (rdma-core's tools use 14 = 67 ms; 7 retries follow).
+        #[arg(long = "ack-timeout", default_value_t = 14, value_parser = clap::value_parser!(u8).range(1..=31))]
+        ack_timeout: u8,
         /// Keep the device open this many seconds after the run, so its counters can
         /// be read over the wire (`rverbs perfquery --gid`).
         #[arg(long, default_value_t = 0.0)]
@@ -143,6 +147,33 @@ enum Command {
         /// Print a JSON array instead of the table.
         #[arg(long)]
         json: bool,
+    },
+    /// The rverbs side of the interop test of RDMA WRITE/READ, SEND and WRITE with
+    /// immediate and atomics against interop/rdma_ops.c (libibverbs) on kernel rxe.
+    /// Without SERVER: the responder.
+    #[command(name = "interop-peer", hide = true)]
+    InteropPeer {
+        /// Responder to connect to (omit to be the responder).
+        server: Option<String>,
+        /// Listen on / connect to this TCP port.
+        #[arg(short = 'p', long, default_value_t = 18700)]
+        port: u16,
+        /// Use this device (default: the loopback soft device).
+        #[arg(short = 'd', long = "ib-dev")]
+        dev: Option<String>,
+        /// Local GID index (default: one of the peer's address family).
+        #[arg(short = 'g', long = "gid-idx")]
+        gid_idx: Option<u8>,
+        /// Schedule repetitions (1..=64).
+        #[arg(short = 'n', long, default_value_t = 4)]
+        iters: usize,
+        /// Print the port's counters to stderr at the end.
+        #[arg(long)]
+        stats: bool,
+        /// Local ACK timeout exponent: retransmit after 4.096 µs · 2^N without an ACK
+        /// (rdma-core's tools use 14 = 67 ms; 7 retries follow).
+        #[arg(long = "ack-timeout", default_value_t = 14, value_parser = clap::value_parser!(u8).range(1..=31))]
+        ack_timeout: u8,
     },
     /// Work with packet captures.
     Pcap {
@@ -290,6 +321,7 @@ fn main() -> ExitCode {
             reply_from_wc,
             hop_limit,
             tclass,
+            ack_timeout,
             linger,
         } => {
             if ib_port != 1 {
@@ -321,6 +353,7 @@ fn main() -> ExitCode {
                 reply_from_wc,
                 hop_limit,
                 traffic_class: tclass,
+                ack_timeout,
                 linger: std::time::Duration::from_secs_f64(linger.max(0.0)),
             };
             if reply_from_wc && qp_type != rverbs::QpType::Ud {
@@ -384,6 +417,33 @@ fn main() -> ExitCode {
                 Ok(errno) => ExitCode::from(errno.clamp(1, 255) as u8),
                 Err(e) => {
                     eprintln!("rverbs flow check: {e}");
+                    ExitCode::from(1)
+                }
+            }
+        }
+        Command::InteropPeer {
+            server,
+            port,
+            dev,
+            gid_idx,
+            iters,
+            stats,
+            ack_timeout,
+        } => {
+            let o = rverbs_cli::interop::Opts {
+                server,
+                port,
+                dev,
+                gid_idx,
+                iters,
+                stats,
+                ack_timeout,
+            };
+            let mut out = std::io::stdout();
+            match rverbs_cli::interop::run(&o, &mut out) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("rverbs interop-peer: {e}");
                     ExitCode::from(1)
                 }
             }

@@ -59,6 +59,8 @@ pub struct Opts {
     pub hop_limit: u8,
     /// Traffic class / TOS of the AH or path.
     pub traffic_class: u8,
+    /// Local ACK timeout exponent (4.096 µs · 2^n; rdma-core's tools use 14).
+    pub ack_timeout: u8,
     /// Keep the device open this long after the run (its GSI keeps answering, e.g.
     /// `rverbs perfquery --gid`).
     pub linger: std::time::Duration,
@@ -160,7 +162,7 @@ pub fn run<W: Write>(o: &Opts, out: &mut W) -> Result<(), String> {
         mtu: mtu_of(o.mtu)?,
         psn,
         access: AccessFlags::NONE,
-        timeout: 14,
+        timeout: o.ack_timeout,
         retry_cnt: 7,
         rnr_retry: 7,
         min_rnr_timer: 12,
@@ -436,6 +438,9 @@ pub fn run<W: Write>(o: &Opts, out: &mut W) -> Result<(), String> {
         }
     }
     let usec = start.elapsed().as_secs_f64() * 1e6;
+    if o.qp_type == QpType::Rc {
+        time_wait(&ctx, conn_opts.timeout);
+    }
     let bytes = o.size as u64 * o.iters as u64 * 2;
     w(writeln!(
         out,
@@ -454,6 +459,7 @@ pub fn run<W: Write>(o: &Opts, out: &mut W) -> Result<(), String> {
         let c = ctx.counters();
         let line: Vec<String> = c.iter().map(|(n, v)| format!("{n}={v}")).collect();
         eprintln!("rverbs counters: {}", line.join(" "));
+        eprintln!("rverbs faults: {:?}", ctx.fault_stats());
     }
     if !o.linger.is_zero() {
         w(out.flush())?;
@@ -477,6 +483,32 @@ fn listen_dual_stack(port: u16) -> std::io::Result<TcpListener> {
     match v6 {
         Ok(s) => Ok(s.into()),
         Err(_) => TcpListener::bind(("0.0.0.0", port)),
+    }
+}
+
+/// After the last exchange, an RC peer may still be waiting for the ACK of its last
+/// message: if that ACK was lost it retransmits, and a QP that is gone never answers
+/// (the kernel's rxe then retries for ever: seen in the interop suite, where it kept
+/// retransmitting for 90 s with retry_cnt 7). So, like TCP's TIME_WAIT, the device stays
+/// up (the responder re-acknowledges a duplicate request) until the peer has been quiet
+/// for two local ACK timeouts (4.096 µs · 2^timeout each), at most 2 s.
+fn time_wait(ctx: &rverbs::Context, timeout: u8) {
+    let quiet = Duration::from_nanos(4096u64 << timeout.min(31)) * 2;
+    let quiet = quiet.clamp(Duration::from_millis(20), Duration::from_secs(2));
+    let end = Instant::now() + Duration::from_secs(2);
+    let heard = || {
+        let c = ctx.counters();
+        c.rx_packets + c.rx_duplicate_requests + c.rx_out_of_sequence
+    };
+    let mut seen = heard();
+    let mut since = Instant::now();
+    while Instant::now() < end && since.elapsed() < quiet {
+        std::thread::sleep(Duration::from_millis(5));
+        let now = heard();
+        if now != seen {
+            seen = now;
+            since = Instant::now();
+        }
     }
 }
 
