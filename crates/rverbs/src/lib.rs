@@ -72,6 +72,16 @@
 //! `memcpy` under the region's lock, which a userspace device has to do anyway.
 //! `crates/rverbs/tests/ui/` holds programs the compiler must reject (run by
 //! `tests/compile_fail.rs`).
+//!
+//! # Raw packets and flow steering
+//!
+//! A context opened with [`OpenOptions::raw_interface`] also owns a raw device on that
+//! Ethernet interface: [`QpType::RawPacket`] QPs send and receive whole frames, with
+//! completions on ordinary [`Cq`]s ([`WcFlags::IP_CSUM_OK`], [`WcFlags::WITH_FLOW_TAG`]
+//! and [`Wc::flow_tag`]), and [`Qp::create_flow`] steers frames to them with the kernel's
+//! `ibv_create_flow` semantics and errnos ([`flow`]). On UD QPs of any context,
+//! [`Qp::create_flow`] steers received RoCE v2 UD datagrams by their outer headers.
+//! Both need CAP_NET_RAW (EPERM otherwise), as in the kernel.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
