@@ -125,6 +125,8 @@ pub struct Engine {
     srqs: Slab<Srq>,
     ahs: Slab<Ah>,
     qps: QpnMap<Qp>,
+    /// QP numbers of QPs that live outside the engine (see [`Engine::reserve_qpn`]).
+    reserved_qpns: QpnMap<()>,
     mcast: crate::mcast::McastTable,
     next_qpn: u32,
     active: VecDeque<u32>,
@@ -179,6 +181,7 @@ impl Engine {
             srqs: Slab::default(),
             ahs: Slab::default(),
             qps: QpnMap::default(),
+            reserved_qpns: QpnMap::default(),
             mcast: Default::default(),
             next_qpn,
             active: VecDeque::new(),
@@ -572,11 +575,7 @@ impl Engine {
         }
         check_cap(&init.cap, init.srq.is_some(), &self.cfg.limits)
             .map_err(|e| VerbError { verb: VERB, ..e })?;
-        let mut qpn = self.next_qpn;
-        while self.qps.contains_key(&qpn) {
-            qpn = if qpn >= MAX_QPN { FIRST_QPN } else { qpn + 1 };
-        }
-        self.next_qpn = if qpn >= MAX_QPN { FIRST_QPN } else { qpn + 1 };
+        let qpn = self.next_free_qpn();
         self.pd_use(init.pd, VERB, 1)?;
         for cq in [init.send_cq, init.recv_cq] {
             if let Some(c) = self.cqs.get_mut(cq.0) {
@@ -593,6 +592,33 @@ impl Engine {
         }
         self.qps.insert(qpn, qp);
         Ok(qpn)
+    }
+
+    /// The next QP number no QP (engine or reserved) uses, advancing the counter.
+    fn next_free_qpn(&mut self) -> u32 {
+        let mut qpn = self.next_qpn;
+        while self.qps.contains_key(&qpn) || self.reserved_qpns.contains_key(&qpn) {
+            qpn = if qpn >= MAX_QPN { FIRST_QPN } else { qpn + 1 };
+        }
+        self.next_qpn = if qpn >= MAX_QPN { FIRST_QPN } else { qpn + 1 };
+        qpn
+    }
+
+    /// Takes a QP number for a QP that lives outside the engine (rverbs' RAW_PACKET QPs),
+    /// from the same space as [`Engine::create_qp`]'s, so QP numbers stay unique on the
+    /// device; packets to it find no engine QP. ENOMEM at the device's QP limit.
+    pub fn reserve_qpn(&mut self) -> VerbResult<u32> {
+        if (self.qps.len() + self.reserved_qpns.len()) as u32 >= self.cfg.max_qp {
+            return Err(err("create_qp", Errno::NoMem, "too many QPs"));
+        }
+        let qpn = self.next_free_qpn();
+        self.reserved_qpns.insert(qpn, ());
+        Ok(qpn)
+    }
+
+    /// Gives back a number from [`Engine::reserve_qpn`].
+    pub fn release_qpn(&mut self, qpn: u32) {
+        self.reserved_qpns.remove(&qpn);
     }
 
     /// `ibv_destroy_qp`. Outstanding work is discarded without completions, as the

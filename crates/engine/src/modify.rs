@@ -438,7 +438,9 @@ const fn type_index(t: QpType) -> usize {
 /// The RAW_PACKET column of the kernel's `qp_state_table` (drivers/infiniband/core/
 /// verbs.c): RESET→INIT requires `IB_QP_PORT`, INIT→INIT may change it, the path on to
 /// RTR and RTS takes no attribute (a raw QP has no transport state), and every state
-/// may go to RESET or ERR.
+/// may go to RESET or ERR. SQD and SQE are not offered for RAW_PACKET here (a NIC's raw
+/// queue has only reset / ready / error states, e.g. mlx5's RQ/SQ objects).
+/// Transitions involving them are EINVAL.
 fn raw_packet_spec(from: QpState, to: QpState) -> Option<Spec> {
     match (from, to) {
         (_, QpState::Reset) | (_, QpState::Err) => s(m!(), m!()),

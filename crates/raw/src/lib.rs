@@ -603,14 +603,39 @@ impl RawDevice {
         self.new_qp(RecvMode::Posted(max_recv_wr.max(1)))
     }
 
-    fn new_qp(&self, mode: RecvMode) -> RawQp {
-        let qpn = self.shared.next_qpn.fetch_add(1, Ordering::Relaxed);
-        let q = Arc::new(Queue::new(mode));
-        self.shared
+    /// [`RawDevice::create_qp_with_rq`] with the QP number `qpn` chosen by the caller
+    /// (rverbs takes it from its device's QP number space). EEXIST if a QP of this
+    /// device has that number.
+    pub fn create_qp_with_rq_numbered(&self, max_recv_wr: usize, qpn: u32) -> io::Result<RawQp> {
+        let q = Arc::new(Queue::new(RecvMode::Posted(max_recv_wr.max(1))));
+        let mut queues = self
+            .shared
             .queues
             .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(qpn, q.clone());
+            .unwrap_or_else(|e| e.into_inner());
+        if queues.contains_key(&qpn) {
+            return Err(io::Error::from_raw_os_error(libc::EEXIST));
+        }
+        queues.insert(qpn, q.clone());
+        Ok(RawQp {
+            qpn,
+            shared: self.shared.clone(),
+            q,
+        })
+    }
+
+    fn new_qp(&self, mode: RecvMode) -> RawQp {
+        let mut queues = self
+            .shared
+            .queues
+            .write()
+            .unwrap_or_else(|e| e.into_inner());
+        let mut qpn = self.shared.next_qpn.fetch_add(1, Ordering::Relaxed);
+        while queues.contains_key(&qpn) {
+            qpn = self.shared.next_qpn.fetch_add(1, Ordering::Relaxed);
+        }
+        let q = Arc::new(Queue::new(mode));
+        queues.insert(qpn, q.clone());
         RawQp {
             qpn,
             shared: self.shared.clone(),

@@ -288,16 +288,28 @@ impl Pd {
                 "RAW_PACKET QPs take no SRQ here",
             ));
         }
-        let limits = shared.lock_verb("create_qp")?.config().limits;
-        rverbs_engine::modify::check_cap(&attr.cap, false, &limits).map_err(|e| {
-            rverbs_engine::VerbError {
-                verb: "create_qp",
-                ..e
-            }
-        })?;
+        let qpn = {
+            let mut e = shared.lock_verb("create_qp")?;
+            let limits = e.config().limits;
+            rverbs_engine::modify::check_cap(&attr.cap, false, &limits).map_err(|e| {
+                rverbs_engine::VerbError {
+                    verb: "create_qp",
+                    ..e
+                }
+            })?;
+            // From the engine's number space: QP numbers stay unique on the context.
+            e.reserve_qpn()?
+        };
         let max_recv_wr = (attr.cap.max_recv_wr as usize).max(1);
+        let raw = match dev.create_qp_with_rq_numbered(max_recv_wr, qpn) {
+            Ok(r) => r,
+            Err(err) => {
+                shared.lock().release_qpn(qpn);
+                return Err(Error::io("creating the raw queue", err));
+            }
+        };
         let inner = Arc::new(crate::raw::RawQpInner {
-            raw: dev.create_qp_with_rq(max_recv_wr),
+            raw,
             send_cq: attr.send_cq.inner.id,
             recv_cq: attr.recv_cq.inner.id,
             sq_sig_all: attr.sq_sig_all,
@@ -782,6 +794,8 @@ impl Drop for Qp {
             // that lock: it copies frames into the queue's own buffers).
             raw.raw.set_notify(None);
             drop(raw);
+            let qpn = self.qpn;
+            self.pd.ctx.shared().destroy(move |_, e| e.release_qpn(qpn));
             return;
         }
         let qpn = self.qpn;
