@@ -65,6 +65,8 @@ pub(crate) struct RawQpInner {
     pub(crate) recv_cq: CqId,
     pub(crate) sq_sig_all: bool,
     pub(crate) max_recv_wr: usize,
+    /// The QP's `cap` (scatter/gather and inline limits are checked as the engine does).
+    pub(crate) cap: rverbs_engine::modify::QpCap,
     pub(crate) st: Mutex<RawQpState>,
 }
 

@@ -314,6 +314,7 @@ impl Pd {
             recv_cq: attr.recv_cq.inner.id,
             sq_sig_all: attr.sq_sig_all,
             max_recv_wr,
+            cap: attr.cap,
             st: Mutex::new(crate::raw::RawQpState {
                 state: QpState::Reset,
                 held: Default::default(),
@@ -1110,7 +1111,13 @@ impl Qp {
         if wr.opcode != WrOpcode::Send || wr.remote.is_some() || wr.ud.is_some() {
             return Err(inval("a RAW_PACKET QP sends frames with SEND only"));
         }
+        if wr.bufs.len() > r.cap.max_send_sge as usize {
+            return Err(inval("more SGEs than cap.max_send_sge"));
+        }
         let frame: Vec<u8> = wr.bufs.iter().flat_map(LocalBuf::bytes).collect();
+        if wr.flags.contains(SendFlags::INLINE) && frame.len() > r.cap.max_inline_data as usize {
+            return Err(inval("inline data beyond cap.max_inline_data"));
+        }
         let signaled = r.sq_sig_all || wr.flags.contains(SendFlags::SIGNALED);
         r.raw
             .post_send_wr(wr.wr_id, &[&frame], signaled)
@@ -1164,6 +1171,12 @@ impl Qp {
         check_not_in_with("post_recv")?;
         let err =
             |errno, why| -> Error { rverbs_engine::VerbError::new("post_recv", errno, why).into() };
+        if bufs.len() > r.cap.max_recv_sge as usize {
+            return Err(err(
+                rverbs_engine::Errno::Inval,
+                "more SGEs than cap.max_recv_sge",
+            ));
+        }
         let targets: Vec<crate::raw::Target> = bufs
             .iter()
             .map(|b| crate::raw::Target {

@@ -353,6 +353,16 @@ fn raw_qp_send_and_receive_queue_rules() {
         }
     }
     assert!(seen, "the frame sent through the QP reached the peer");
+    // Scatter/gather and inline limits of the QP's cap (4 SGEs, no inline data).
+    let five: Vec<_> = (0..5).map(|i| mr.slice(i * 8..i * 8 + 8)).collect();
+    let e = qp.post_send(&SendRequest::send(1, &five)).unwrap_err();
+    assert_eq!(e.errno(), EINVAL);
+    let e = qp.post_recv(1, &five).unwrap_err();
+    assert_eq!(e.errno(), EINVAL);
+    let e = qp
+        .post_send(&SendRequest::send(1, &[mr.slice(0..60)]).inline())
+        .unwrap_err();
+    assert_eq!(e.errno(), EINVAL);
     // Only SEND on a raw QP.
     let e = qp
         .post_send(&SendRequest::write(
