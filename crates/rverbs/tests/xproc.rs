@@ -313,7 +313,13 @@ impl Active {
         self.side.qps[qp].post_send(wr)?;
         let wc = wait_n(&self.side.cq, 1, Duration::from_secs(30))?[0];
         if wc.status != WcStatus::Success {
-            return Err(format!("{what}: {:?}", wc.status).into());
+            return Err(format!(
+                "{what}: {:?}; {:?}; {:?}",
+                wc.status,
+                self.side.ctx.counters(),
+                self.side.ctx.fault_stats()
+            )
+            .into());
         }
         Ok(wc)
     }
@@ -908,7 +914,7 @@ fn main() {
             loopback("rnr_exhausted", 1, false, &[])
         }),
         ("every_opcode_under_faults", || {
-            let max = 200_000.to_string();
+            let max = std::env::var("XPROC_FAULT_MAX").unwrap_or_else(|_| 200_000.to_string());
             loopback(
                 "opcodes",
                 1,
