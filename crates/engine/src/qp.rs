@@ -244,6 +244,8 @@ pub(crate) struct Qp {
     /// READ responses of the oldest WQE received past the first missing one: their
     /// data is in place; these are their packet indexes in the READ (`on_response`).
     pub(crate) read_ahead: BTreeSet<u32>,
+    /// Retransmit-timer restarts by stale responses since the last progress or retry.
+    pub(crate) stale_rearms: u32,
     pub(crate) sqd_notified: bool,
     // responder
     pub(crate) epsn: Psn,
@@ -304,6 +306,7 @@ impl Qp {
             nak_retry: false,
             reorder_until: None,
             read_ahead: BTreeSet::new(),
+            stale_rearms: 0,
             sqd_notified: false,
             epsn: Psn::ZERO,
             msn: 0,
@@ -882,12 +885,19 @@ impl Qp {
         if outstanding == 0 || !psn.in_window(self.comp_psn, outstanding) {
             // ACKs repeat the last acknowledged PSN (comp_psn - 1): harmless.
             ctx.counters.rx_ghost_responses += 1;
-            if outstanding != 0 && self.retransmit_at.is_some() {
-                // The peer is alive and answering (a replay of responses we already
-                // have, coming ahead of the ones we asked for): the retransmit timer
-                // restarts, as rxe's completer re-arms it after every response it
-                // handles (`rxe_comp.c` `COMPST_EXIT`), so a long replay does not
-                // burn the retry budget. Only progress restores that budget.
+            if outstanding != 0
+                && self.retransmit_at.is_some()
+                && self.stale_rearms < 2 * outstanding.max(MAX_UNACKED_PSNS)
+            {
+                // The peer is alive and answering (responses or ACKs we already
+                // have, sent before the ones our last retry asked for and still
+                // arriving on a busy link): the retransmit timer restarts, as rxe's
+                // completer re-arms it after every response it handles (`rxe_comp.c`
+                // `COMPST_EXIT`), so a long replay does not burn the retry budget.
+                // Only progress restores that budget, and a peer sending nothing but
+                // stale responses restarts the timer a bounded number of times per
+                // retry, so it cannot keep the QP from timing out.
+                self.stale_rearms += 1;
                 self.rearm(ctx.now);
                 return Wake {
                     transmit: false,
@@ -1060,6 +1070,7 @@ impl Qp {
             self.retry_left = self.attr.retry_cnt;
             self.nak_retry = false;
             self.reorder_until = None;
+            self.stale_rearms = 0;
             if !self.read_ahead.is_empty() {
                 // Another hole, with responses already past it.
                 self.implied_nak(ctx);
@@ -1163,6 +1174,7 @@ impl Qp {
             return;
         }
         self.retry_left -= 1;
+        self.stale_rearms = 0;
         let from = self.comp_psn;
         // `retransmitted_packets` counts packets that went out before and will go
         // out again (go-back-N resends from the gap what was already sent, IBTA

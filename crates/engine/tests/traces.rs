@@ -865,3 +865,50 @@ fn retry_budget_is_restored_by_each_read_response_that_makes_progress() {
     assert_eq!(st(&drain(&mut sim, &a)), [(1, WcStatus::RetryExcErr)]);
     assert_eq!(sim.engines[0].counters().retransmit_timeouts, 3);
 }
+
+/// Stale responses restart the retransmit timer (rxe re-arms it after every response),
+/// but only a bounded number of times per retry: a peer that sends nothing but old
+/// ACKs cannot keep a QP from timing out.
+#[test]
+fn stale_acks_delay_the_timeout_a_bounded_number_of_times() {
+    let mut sim = sim2();
+    let o = PairOpts {
+        retry_cnt: 0,
+        ..opts()
+    };
+    let (a, b) = pair(&mut sim, &o);
+    recv(&mut sim, &b, 1, 0, 64);
+    send(
+        &mut sim,
+        &a,
+        signaled(wr(1, WrOpcode::Send, vec![sge(&a, 0, 8)])),
+    );
+    let p = tx(&mut sim, 0);
+    rx_all(&mut sim, &p);
+    let ack = tx(&mut sim, 1);
+    assert_eq!(lines(&ack), [la("RC_ACKNOWLEDGE", 100, "ACK msn=1")]);
+    rx_all(&mut sim, &ack);
+    assert_eq!(st(&drain(&mut sim, &a)), [(1, WcStatus::Success)]);
+    // The next SEND is lost; the peer replays its old ACK every half timeout.
+    send(
+        &mut sim,
+        &a,
+        signaled(wr(2, WrOpcode::Send, vec![sge(&a, 0, 8)])),
+    );
+    assert_eq!(lines(&tx(&mut sim, 0)), [l("RC_SEND_ONLY", 101)]);
+    let half: Nanos = (4096 << 10) / 2;
+    let mut stale = 0;
+    loop {
+        sim.now += half;
+        if sim.engines[0].poll_timeout().is_some_and(|t| t <= sim.now) {
+            fire(&mut sim, 0);
+            break;
+        }
+        rx(&mut sim, &ack[0]);
+        stale += 1;
+        assert!(stale < 1000, "the stale ACKs keep the QP alive");
+    }
+    // 2 · 128 restarts, then the 257th ACK restarts nothing and the timer fires.
+    assert_eq!(stale, 257);
+    assert_eq!(st(&drain(&mut sim, &a)), [(2, WcStatus::RetryExcErr)]);
+}
