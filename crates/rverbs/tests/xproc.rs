@@ -276,6 +276,7 @@ fn passive() -> Res {
                     side.mr.write(num(1)? as usize, &num(2)?.to_ne_bytes());
                     "ok".into()
                 }
+                Some("counters") => format!("{:?}", side.ctx.counters()),
                 Some("bye") => "bye".into(),
                 _ => return Err(format!("unknown command {line:?}").into()),
             })
@@ -383,7 +384,11 @@ fn active() -> Res {
     match scenario.as_str() {
         "opcodes" => {
             let max: usize = env("XPROC_MAX").map_or(Ok(HALF), |v| v.parse())?;
-            opcodes(&mut a, max)?
+            if let Err(e) = opcodes(&mut a, max) {
+                // The responder's side of the story, for the failure report.
+                let peer = a.ctl.cmd("counters").unwrap_or_else(|e| e.to_string());
+                return Err(format!("{e}; peer {peer}").into());
+            }
         }
         "srq" => srq(&mut a)?,
         "unsignaled" => unsignaled(&mut a)?,
