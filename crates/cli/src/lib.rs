@@ -4,6 +4,9 @@
 #![warn(missing_docs)]
 
 pub mod demo;
+pub mod flow;
+pub mod gids;
+pub mod interop;
 pub mod mad;
 pub mod pcap;
 pub mod pingpong;

@@ -21,3 +21,8 @@ fn pcap_record() {
 fn pcap_file() {
     replay("pcap_file", oracles::pcap_file);
 }
+
+#[test]
+fn interop_exchange() {
+    replay("interop_exchange", oracles::interop_exchange);
+}

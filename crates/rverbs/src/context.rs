@@ -12,14 +12,14 @@ use crate::capture::PcapWriter;
 use crate::device::DeviceInfo;
 use crate::error::{Error, Result};
 use crate::faults::{FaultState, FaultStats, Faults};
-use crate::sys;
+use crate::gid::GidTable;
+use crate::sys::{self, IpMeta};
 use rverbs_engine::{Config, Datagram, Engine, Nanos, Transmit};
-use rverbs_wire::grh::Gid;
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
@@ -30,7 +30,15 @@ pub(crate) struct Shared {
     pub(crate) engine: Mutex<Engine>,
     /// Completion channels and the async event queue (fed by `flush`).
     pub(crate) hub: crate::channel::EventHub,
-    sockets: Vec<(IpAddr, UdpSocket)>,
+    /// One socket per local address, bound to `address:4791`, and one per joined
+    /// multicast group. The driver's address re-scan and the multicast verbs change
+    /// the list (write lock); senders take the read lock.
+    sockets: RwLock<Vec<(IpAddr, Arc<Socket>)>>,
+    /// Set when a verb changed `sockets` (a multicast group joined): the driver
+    /// re-reads the list.
+    pub(crate) sockets_changed: AtomicBool,
+    /// The port's GID table (see `gid.rs`); the engine holds a copy of its GIDs.
+    pub(crate) gid_table: Mutex<GidTable>,
     wake: OwnedFd,
     epoch: Instant,
     shutdown: AtomicBool,
@@ -107,8 +115,13 @@ impl Shared {
     }
 
     fn send(&self, t: &Transmit) {
+        let meta = IpMeta {
+            hop_limit: t.hop_limit,
+            traffic_class: t.traffic_class,
+            flow_label: t.flow_label,
+        };
         let Some(faults) = &self.faults else {
-            self.send_raw(t.src, t.dst, &t.payload);
+            self.send_raw(t.src, t.dst, meta, &t.payload);
             return;
         };
         let mut bytes = t.payload.clone();
@@ -116,9 +129,9 @@ impl Shared {
         let v = f.judge(&mut bytes, true);
         for _ in 0..v.copies {
             if v.delay_ns == 0 {
-                self.send_raw(t.src, t.dst, &bytes);
+                self.send_raw(t.src, t.dst, meta, &bytes);
             } else {
-                f.hold(self.now() + v.delay_ns, t.src, t.dst, bytes.clone());
+                f.hold(self.now() + v.delay_ns, t.src, t.dst, meta, bytes.clone());
             }
         }
         if v.delay_ns > 0 {
@@ -127,31 +140,43 @@ impl Shared {
         }
     }
 
-    fn record(&self, src: IpAddr, dst: IpAddr, src_port: u16, bytes: &[u8]) {
+    fn record(&self, src: IpAddr, dst: IpAddr, src_port: u16, meta: IpMeta, bytes: &[u8]) {
         if let Some(p) = &self.pcap {
-            // The socket sends with its default TTL 64 and TOS 0, and from port 4791.
             p.lock().unwrap_or_else(|e| e.into_inner()).write(
                 src,
                 dst,
                 (src_port, ROCE_PORT),
+                meta,
                 bytes,
             );
         }
     }
 
-    fn send_raw(&self, src: IpAddr, dst: IpAddr, bytes: &[u8]) {
-        self.record(src, dst, ROCE_PORT, bytes);
-        let Some((_, sock)) = self
-            .sockets
-            .iter()
-            .find(|(a, _)| *a == src)
-            .or(self.sockets.first())
-        else {
+    fn send_raw(&self, src: IpAddr, dst: IpAddr, meta: IpMeta, bytes: &[u8]) {
+        let socks = self.sockets.read().unwrap_or_else(|e| e.into_inner());
+        let Some((_, sock)) = socks.iter().find(|(a, _)| *a == src).or_else(|| {
+            socks
+                .iter()
+                .find(|(a, _)| a.is_ipv6() == dst.is_ipv6() && !a.is_multicast())
+        }) else {
             return;
         };
+        // The socket sends from port 4791 with the AV's TTL / hop limit and TOS /
+        // traffic class (a hop limit of 0 means the socket default: 64, or 1 to a
+        // multicast group).
+        let wire = IpMeta {
+            hop_limit: match meta.hop_limit {
+                0 if dst.is_multicast() => 1,
+                0 => 64,
+                h => h,
+            },
+            flow_label: 0,
+            ..meta
+        };
+        self.record(src, dst, ROCE_PORT, wire, bytes);
         // A send error (no route, buffer full) is a lost packet: the transport's
         // retransmission covers it, as on a real link.
-        let _ = sock.send_to(bytes, SocketAddr::new(dst, ROCE_PORT));
+        let _ = sys::send_with_meta(sock, bytes, SocketAddr::new(dst, ROCE_PORT), meta);
     }
 
     /// Sends held (delayed) datagrams that are due; returns when the next one is.
@@ -160,13 +185,18 @@ impl Shared {
         loop {
             let mut f = faults.lock().unwrap_or_else(|e| e.into_inner());
             match f.due(now) {
-                Some((src, dst, bytes)) => {
+                Some((src, dst, meta, bytes)) => {
                     drop(f);
-                    self.send_raw(src, dst, &bytes);
+                    self.send_raw(src, dst, meta, &bytes);
                 }
                 None => return f.next_due(),
             }
         }
+    }
+
+    /// The device's sockets, for changing them (write lock).
+    pub(crate) fn sockets(&self) -> std::sync::RwLockWriteGuard<'_, Vec<(IpAddr, Arc<Socket>)>> {
+        self.sockets.write().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Tells the driver thread to re-read the engine's deadline.
@@ -246,7 +276,7 @@ pub struct Context {
     pub(crate) inner: Arc<ContextInner>,
 }
 
-fn udp_socket(addr: IpAddr) -> std::io::Result<UdpSocket> {
+fn udp_socket(addr: IpAddr) -> std::io::Result<Socket> {
     let domain = if addr.is_ipv4() {
         Domain::IPV4
     } else {
@@ -263,12 +293,14 @@ fn udp_socket(addr: IpAddr) -> std::io::Result<UdpSocket> {
     let _ = s.set_send_buffer_size(4 << 20);
     s.bind(&SockAddr::from(SocketAddr::new(addr, ROCE_PORT)))?;
     s.set_nonblocking(true)?;
-    Ok(s.into())
+    // Bound to one address, so the destination is known without IP_PKTINFO.
+    sys::enable_recv_meta(&s, addr.is_ipv6(), false)?;
+    Ok(s)
 }
 
 /// Binds a free loopback address 127.0.0.x:4791 (x in 2..=254), so that any number of
 /// processes on one machine each get their own RoCE address with no setup and no root.
-fn loopback_socket() -> Result<(IpAddr, UdpSocket)> {
+fn loopback_socket() -> Result<(IpAddr, Socket)> {
     let start = (std::process::id() % 253) as u8;
     let mut last = None;
     for i in 0..253u8 {
@@ -283,6 +315,17 @@ fn loopback_socket() -> Result<(IpAddr, UdpSocket)> {
         "binding a free 127.0.0.x:4791 (all 253 loopback addresses are taken)",
         last.unwrap_or_else(|| std::io::Error::other("no address")),
     ))
+}
+
+/// Binds the first IPv6 address of `addrs` (lo's) whose port 4791 is free: `::1` only
+/// when `localhost` is set, after the others.
+fn loopback_v6_socket(addrs: &[IpAddr], localhost: bool) -> Option<(IpAddr, Socket)> {
+    let lo6 = IpAddr::V6(std::net::Ipv6Addr::LOCALHOST);
+    addrs
+        .iter()
+        .filter(|a| a.is_ipv6() && **a != lo6)
+        .chain(localhost.then_some(&lo6))
+        .find_map(|&a| udp_socket(a).ok().map(|s| (a, s)))
 }
 
 impl Context {
@@ -309,6 +352,14 @@ impl Context {
         let mut sockets = Vec::new();
         if info.is_loopback() {
             sockets.push(loopback_socket()?);
+            // IPv6 has no 127/8. A context takes the first IPv6 address an
+            // administrator added to lo whose port 4791 is free; `::1` only with
+            // RVERBS_LOOPBACK_IPV6=1, as it is one address for the whole host: which
+            // context got it would otherwise depend on timing (README, GIDs).
+            let with_v6_localhost = std::env::var("RVERBS_LOOPBACK_IPV6").is_ok_and(|v| v == "1");
+            if let Some(v6) = loopback_v6_socket(&info.addrs, with_v6_localhost) {
+                sockets.push(v6);
+            }
         } else {
             for &a in &info.addrs {
                 let s = udp_socket(a)
@@ -319,15 +370,11 @@ impl Context {
                 return Err(Error::NoDevice(format!("{} has no address", info.name)));
             }
         }
-        let mut gids = vec![info.default_gid()];
-        gids.extend(
-            sockets
-                .iter()
-                .map(|(a, _)| rverbs_engine::net::ip_to_gid(*a)),
-        );
+        let bound: Vec<IpAddr> = sockets.iter().map(|(a, _)| *a).collect();
+        let gid_table = GidTable::new(1, info.ifindex, info.default_gid(), &bound);
         let seed = seed();
         let mut cfg = Config {
-            gids,
+            gids: gid_table.engine_gids(),
             seed,
             // QPNs start at a random point so a restarted process does not reuse the
             // numbers its peers may still be retransmitting to.
@@ -341,7 +388,9 @@ impl Context {
         let shared = Arc::new(Shared {
             engine: Mutex::new(engine),
             hub: crate::channel::EventHub::new()?,
-            sockets,
+            sockets: RwLock::new(sockets.into_iter().map(|(a, s)| (a, Arc::new(s))).collect()),
+            sockets_changed: AtomicBool::new(false),
+            gid_table: Mutex::new(gid_table),
             wake: sys::eventfd().map_err(|e| Error::io("creating the driver's eventfd", e))?,
             epoch: Instant::now(),
             shutdown: AtomicBool::new(false),
@@ -388,25 +437,6 @@ impl Context {
         &self.inner.shared.info
     }
 
-    /// The port's GID table (index 0 is the default GID).
-    pub fn gids(&self) -> Vec<Gid> {
-        self.shared().lock().config().gids.clone()
-    }
-
-    /// The GID at `index`.
-    pub fn gid(&self, index: u8) -> Option<Gid> {
-        self.gids().get(usize::from(index)).copied()
-    }
-
-    /// The index of the first GID of the given IP family (`true` = IPv6).
-    pub fn gid_index_for(&self, ipv6: bool) -> Option<u8> {
-        self.gids()
-            .iter()
-            .skip(1)
-            .position(|g| g.to_ipv4_mapped().is_none() == ipv6)
-            .map(|i| i as u8 + 1)
-    }
-
     /// What the fault injector did so far (all zero without `RVERBS_FAULTS`).
     pub fn fault_stats(&self) -> FaultStats {
         self.shared()
@@ -433,12 +463,71 @@ fn seed() -> u64 {
     t ^ (u64::from(std::process::id()) << 32) ^ (&local as *const u8 as u64).rotate_left(17)
 }
 
+/// How often a device re-reads its interface's addresses.
+const RESCAN_NS: Nanos = 1_000_000_000;
+
+/// Re-reads the interface's addresses: binds sockets for new ones, updates the GID
+/// table (entries in use stay until released, `gid.rs`) and the engine's copy of it,
+/// and closes the sockets of addresses whose entry is gone.
+fn rescan(shared: &Shared) {
+    crate::mcast::prune_groups(shared);
+    if shared.info.is_loopback() {
+        return;
+    }
+    let Ok(now_addrs) = crate::device::interface_addrs(&shared.info.ifname) else {
+        return;
+    };
+    // Lock order, as everywhere: engine, then sockets, then the GID table (senders
+    // hold the engine while they take the sockets' read lock).
+    let mut engine = shared.lock();
+    let mut socks = shared.sockets();
+    for a in &now_addrs {
+        if !socks.iter().any(|(b, _)| b == a) {
+            if let Ok(s) = udp_socket(*a) {
+                socks.push((*a, Arc::new(s)));
+            }
+        }
+    }
+    let usable: Vec<IpAddr> = now_addrs
+        .iter()
+        .copied()
+        .filter(|a| socks.iter().any(|(b, _)| b == a))
+        .collect();
+    let mut table = shared.gid_table.lock().unwrap_or_else(|e| e.into_inner());
+    if table.update(&usable, |i| engine.sgid_in_use(i)) {
+        let gids = table.engine_gids();
+        socks
+            .retain(|(a, _)| a.is_multicast() || gids.contains(&rverbs_engine::net::ip_to_gid(*a)));
+        engine.set_gids(gids);
+    }
+}
+
 fn driver(shared: Arc<Shared>) {
-    let mut fds: Vec<i32> = shared.sockets.iter().map(|(_, s)| s.as_raw_fd()).collect();
-    fds.push(shared.wake.as_raw_fd());
+    let mut fds: Vec<i32> = Vec::new();
+    let mut socks: Vec<(IpAddr, Arc<Socket>)> = Vec::new();
     let mut ready = Vec::new();
     let mut buf = vec![0u8; 65536];
+    let mut next_rescan: Nanos = RESCAN_NS;
+    let mut reload = true;
     while !shared.shutdown.load(Ordering::SeqCst) {
+        if shared.now() >= next_rescan {
+            rescan(&shared);
+            next_rescan = shared.now() + RESCAN_NS;
+            reload = true;
+        }
+        if shared.sockets_changed.swap(false, Ordering::AcqRel) {
+            reload = true;
+        }
+        if reload {
+            socks = shared
+                .sockets
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone();
+            fds = socks.iter().map(|(_, s)| s.as_raw_fd()).collect();
+            fds.push(shared.wake.as_raw_fd());
+            reload = false;
+        }
         if let Some(p) = &shared.pcap {
             p.lock().unwrap_or_else(|e| e.into_inner()).flush();
         }
@@ -450,7 +539,9 @@ fn driver(shared: Arc<Shared>) {
                 (a, b) => a.or(b),
             };
             match deadline {
-                None => 1000,
+                None => {
+                    1000.min((next_rescan.saturating_sub(shared.now())).div_ceil(1_000_000) as i32)
+                }
                 Some(t) => {
                     let now = shared.now();
                     if t <= now {
@@ -471,16 +562,18 @@ fn driver(shared: Arc<Shared>) {
         let mut engine = shared.lock();
         shared.run_deferred(&mut engine);
         let now = shared.now();
-        for (i, (local, sock)) in shared.sockets.iter().enumerate() {
+        for (i, (local, sock)) in socks.iter().enumerate() {
             if !ready.get(i).copied().unwrap_or(false) {
                 continue;
             }
             // Drain what is queued (bounded, so timers still run under load).
             for _ in 0..256 {
-                let Ok((n, from)) = sock.recv_from(&mut buf) else {
+                let Ok((n, from, meta)) = sys::recv_with_meta(sock, &mut buf) else {
                     break;
                 };
-                shared.record(from.ip(), *local, from.port(), &buf[..n]);
+                let ip = meta.ip();
+                let dst = meta.dst.unwrap_or(*local);
+                shared.record(from.ip(), dst, from.port(), ip, &buf[..n]);
                 let copies = match &shared.faults {
                     Some(f) => {
                         f.lock()
@@ -493,11 +586,11 @@ fn driver(shared: Arc<Shared>) {
                 for _ in 0..copies {
                     let d = Datagram {
                         src: from.ip(),
-                        dst: *local,
+                        dst,
                         src_port: from.port(),
-                        hop_limit: 64,
-                        traffic_class: 0,
-                        flow_label: 0,
+                        hop_limit: ip.hop_limit,
+                        traffic_class: ip.traffic_class,
+                        flow_label: ip.flow_label,
                         ipv4_id: None,
                         payload: &buf[..n],
                     };

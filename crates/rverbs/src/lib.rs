@@ -75,6 +75,7 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+mod ah_wc;
 mod attrs;
 mod capture;
 mod channel;
@@ -82,18 +83,24 @@ mod context;
 mod device;
 mod error;
 mod faults;
+mod gid;
 pub mod mad;
+mod mcast;
 mod qp_attr;
 mod srq;
 mod sys;
+pub mod sysfs;
 mod verbs;
 
+pub use ah_wc::{ah_attrs_from_grh, grh_ip_version};
 pub use attrs::{DeviceAttr, PortAttr, PortState};
 pub use channel::{AsyncEvent, CompChannel};
 pub use context::{Context, OpenOptions, ROCE_PORT};
 pub use device::{device, devices, DeviceInfo};
 pub use error::{Error, Result};
 pub use faults::{FaultStats, Faults};
+pub use gid::{GidEntry, GidTable, GidType, GID_TABLE_LEN};
+pub use mcast::MULTICAST_QPN;
 pub use qp_attr::QpModify;
 pub use rverbs_engine::modify::{QpAttr, QpAttrMask, QpCap};
 pub use rverbs_engine::{Counters, Mtu, QpState, QpType, Wc, WcFlags, WcOpcode, WcStatus};

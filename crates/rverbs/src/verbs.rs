@@ -170,6 +170,11 @@ impl Pd {
         self.inner.ctx.shared()
     }
 
+    /// The context the PD was allocated on.
+    pub fn context(&self) -> &Context {
+        &self.inner.ctx
+    }
+
     /// `ibv_reg_mr` of a new zeroed buffer of `len` bytes.
     pub fn reg_mr(&self, len: usize, access: AccessFlags) -> Result<Mr> {
         self.reg_mr_from(vec![0; len], access)
@@ -201,6 +206,7 @@ impl Pd {
 
     /// `ibv_create_ah` towards `dgid` from the source GID at `sgid_index`.
     pub fn create_ah(&self, attr: &AhAttrs) -> Result<Ah> {
+        self.inner.ctx.check_sgid(attr.sgid_index, "create_ah")?;
         let id = self
             .shared()
             .lock_verb("create_ah")?
@@ -757,6 +763,11 @@ impl Qp {
         self.qpn
     }
 
+    /// The context the QP belongs to.
+    pub fn context(&self) -> &Context {
+        &self.pd.ctx
+    }
+
     /// The QP's state.
     pub fn state(&self) -> QpState {
         self.shared()
@@ -782,6 +793,9 @@ impl Qp {
     /// combinations [`QpModify`] has no setter for. (Checked like [`Qp::modify`]; a
     /// wrong mask is an error, never undefined behaviour.)
     pub fn modify_raw(&self, attr: &QpAttr, mask: QpAttrMask) -> Result<()> {
+        if let (Some(h), true) = (&attr.ah_attr, mask.contains(QpAttrMask::AV)) {
+            self.pd.ctx.check_sgid(h.av.sgid_index, "modify_qp")?;
+        }
         let s = self.shared();
         let mut e = s.lock_verb("modify_qp")?;
         let now = s.now();

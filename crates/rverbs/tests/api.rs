@@ -421,21 +421,37 @@ fn dropping_an_mr_of_a_queued_send_fails_that_send_cleanly() {
     let second = ea.pd.reg_mr_from(vec![7; 4096], AccessFlags::NONE).unwrap();
     // 1 MiB = 1024 packets, more than the 128 a QP may have unacknowledged: the
     // second WRITE waits behind the first and has not started when its region goes.
-    ea.qp
-        .post_send(&SendRequest::write(
-            1,
-            &[ea.mr.all()],
-            eb.mr.remote(0..1 << 20),
-        ))
-        .unwrap();
-    ea.qp
-        .post_send(&SendRequest::write(
-            2,
-            &[second.all()],
-            eb.mr.remote(1 << 20..(1 << 20) + 4096),
-        ))
-        .unwrap();
-    drop(second);
+    // The peer is held still meanwhile (its driver blocks on the target region, which
+    // another thread holds), so no ACK can let the first WRITE finish early however
+    // the scheduler runs this thread.
+    let (held_tx, held_rx) = std::sync::mpsc::channel();
+    let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+    std::thread::scope(|s| {
+        let eb_mr = &eb.mr;
+        s.spawn(move || {
+            eb_mr.with(|_| {
+                held_tx.send(()).unwrap();
+                release_rx.recv().unwrap();
+            })
+        });
+        held_rx.recv().unwrap();
+        ea.qp
+            .post_send(&SendRequest::write(
+                1,
+                &[ea.mr.all()],
+                eb.mr.remote(0..1 << 20),
+            ))
+            .unwrap();
+        ea.qp
+            .post_send(&SendRequest::write(
+                2,
+                &[second.all()],
+                eb.mr.remote(1 << 20..(1 << 20) + 4096),
+            ))
+            .unwrap();
+        drop(second);
+        release_tx.send(()).unwrap();
+    });
     let (w1, w2) = (wait(&ea.cq), wait(&ea.cq));
     assert_eq!((w1.wr_id, w1.status), (1, WcStatus::Success));
     assert_eq!((w2.wr_id, w2.status), (2, WcStatus::LocProtErr));
