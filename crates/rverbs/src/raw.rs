@@ -119,6 +119,12 @@ impl RawQpInner {
     /// the posted regions first (region lock after the engine lock, the device's order).
     pub(crate) fn drain(&self, engine: &mut Engine) -> bool {
         let mut st = self.lock();
+        self.drain_locked(engine, &mut st)
+    }
+
+    /// [`RawQpInner::drain`] with the state already locked (engine lock first, then
+    /// the state: the order every path takes).
+    fn drain_locked(&self, engine: &mut Engine, st: &mut RawQpState) -> bool {
         let mut any = false;
         while let Some((cq, wc)) = st.local.pop_front() {
             let _ = engine.push_wc(cq, wc, false);
@@ -149,15 +155,19 @@ impl RawQpInner {
     }
 
     /// Flushes every receive (held or posted) with WR_FLUSH_ERR, as entering ERR does.
-    pub(crate) fn flush(&self, st: &mut RawQpState) {
+    ///
+    /// Receives the device completed before the flush (frames already in their
+    /// buffers, completions not yet moved into the CQ by the driver thread) keep their
+    /// SUCCESS and come first: the device's queue is taken back at once, then what it
+    /// completed is drained (those are the oldest entries of `posted`, the device
+    /// completes in order), and only the rest is flushed.
+    pub(crate) fn flush(&self, engine: &mut Engine, st: &mut RawQpState) {
+        let from_device = self.raw.flush_recv();
+        self.drain_locked(engine, st);
         let mut flushed: Vec<u64> = st.held.drain(..).map(|(id, _)| id).collect();
-        // The device's requests and ours are in the same order.
-        for w in self.raw.flush_recv() {
-            if let Some((id, _)) = st.posted.pop_front() {
-                debug_assert_eq!(id, w.wr_id);
-            }
-            flushed.push(w.wr_id);
-        }
+        debug_assert_eq!(st.posted.len(), from_device.len());
+        st.posted.clear();
+        flushed.extend(from_device.iter().map(|w| w.wr_id));
         for wr_id in flushed {
             st.local.push_back((
                 self.recv_cq,
@@ -170,6 +180,15 @@ impl RawQpInner {
                 },
             ));
         }
+    }
+
+    /// Discards every receive without a completion, as entering RESET does; receives
+    /// the device completed before still complete (their frames are in place).
+    pub(crate) fn reset(&self, engine: &mut Engine, st: &mut RawQpState) {
+        self.raw.flush_recv();
+        self.drain_locked(engine, st);
+        st.posted.clear();
+        st.held.clear();
     }
 
     /// Hands `wr` to the device's receive queue.

@@ -1029,6 +1029,10 @@ impl Qp {
         let inval = |why| -> Error {
             rverbs_engine::VerbError::new("modify_qp", rverbs_engine::Errno::Inval, why).into()
         };
+        // The engine first, then the QP's state: the driver thread's order (it drains
+        // raw completions under the engine lock), and flushing needs both.
+        let s = self.shared();
+        let mut e = s.lock_verb("modify_qp")?;
         let mut st = r.lock();
         let from = if mask.contains(QpAttrMask::CUR_STATE) {
             attr.cur_qp_state
@@ -1053,13 +1057,8 @@ impl Qp {
             return Err(inval("invalid port number"));
         }
         match to {
-            QpState::Err => r.flush(&mut st),
-            QpState::Reset => {
-                // RESET discards the receive queue without completions.
-                r.raw.flush_recv();
-                st.posted.clear();
-                st.held.clear();
-            }
+            QpState::Err => r.flush(&mut e, &mut st),
+            QpState::Reset => r.reset(&mut e, &mut st),
             QpState::Rtr | QpState::Rts => {
                 while let Some((wr_id, t)) = st.held.pop_front() {
                     if let Err(e) = r.post_to_device(&mut st, wr_id, t) {
@@ -1071,9 +1070,10 @@ impl Qp {
         }
         st.state = to;
         drop(st);
-        // Flush completions become visible to pollers.
-        let s = self.shared();
-        s.activity.fetch_add(1, Ordering::Release);
+        // Completions moved or made here become visible to pollers.
+        let now = s.now();
+        s.flush(&mut e, now);
+        drop(e);
         s.wake();
         Ok(())
     }

@@ -591,3 +591,59 @@ fn with_checksums(mut f: Vec<u8>) -> Vec<u8> {
     f[40..42].copy_from_slice(&udp.to_be_bytes());
     f
 }
+
+/// A frame that landed in a posted receive before the QP moved to ERR completes with
+/// SUCCESS in *its* buffer, ahead of the flush of the receives still queued — even when
+/// the driver thread had not yet moved the device's completion into the CQ when the
+/// modify came (here it is held up scattering another QP's frame into a region a thread
+/// holds through `Mr::with`). Before the fix the flush paired the queued receive with
+/// the completed one (a debug assertion, or the frame written into the wrong buffer).
+#[test]
+fn err_flush_after_an_undrained_receive_keeps_completions_paired() {
+    let Some(pair) = VethPair::new() else { return };
+    let tx = sender(&pair);
+    let ctx = raw_context(&pair.ns_b, &pair.if_b);
+    let q1 = raw_qp(&ctx, 1);
+    let q2 = raw_qp(&ctx, 2);
+    let _f1 = q1.flow(0, vec![FlowSpec::udp_dst(Some(5))]);
+    let _f2 = q2.flow(0, vec![FlowSpec::udp_dst(Some(6))]);
+    let delivered = |n: u64| {
+        let deadline = Instant::now() + WAIT;
+        while ctx.raw_stats().unwrap().delivered < n {
+            assert!(Instant::now() < deadline, "frame {n} not delivered");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    };
+    let (in_with_tx, in_with) = std::sync::mpsc::channel();
+    let (release, release_rx) = std::sync::mpsc::channel::<()>();
+    let f2 = udp4("10.0.0.1", "10.0.0.2", 1, 6);
+    let q1 = &q1;
+    std::thread::scope(|sc| {
+        // Hold q1's region: the driver blocks in q1's drain (q1 is drained before q2).
+        sc.spawn(move || {
+            q1.mr.with(|_| {
+                in_with_tx.send(()).unwrap();
+                release_rx.recv().unwrap();
+            })
+        });
+        in_with.recv().unwrap();
+        tx.send(&udp4("10.0.0.1", "10.0.0.2", 1, 5)).unwrap();
+        delivered(1);
+        // q2's first receive (wr_id 0) completes in the device; nobody drains it yet.
+        tx.send(&f2).unwrap();
+        delivered(2);
+        let m = sc.spawn(|| q2.qp.modify(&rverbs::QpModify::to(QpState::Err)));
+        std::thread::sleep(Duration::from_millis(100));
+        release.send(()).unwrap();
+        m.join().expect("modify did not panic").unwrap();
+    });
+    let wcs = q2.wcs(2);
+    let got: Vec<_> = wcs.iter().map(|w| (w.wr_id, w.status)).collect();
+    assert_eq!(
+        got,
+        [(0, WcStatus::Success), (1, WcStatus::WrFlushErr)],
+        "{wcs:?}"
+    );
+    assert_eq!(q2.frame(&wcs[0]), f2);
+    assert_eq!(q1.recv(1).len(), 1);
+}
