@@ -435,20 +435,18 @@ const fn type_index(t: QpType) -> usize {
     }
 }
 
-/// The RAW_PACKET column of the kernel's `qp_state_table` (drivers/infiniband/core/
-/// verbs.c): RESET→INIT requires `IB_QP_PORT`, INIT→INIT may change it, the path on to
-/// RTR and RTS takes no attribute (a raw QP has no transport state), and every state
-/// may go to RESET or ERR. SQD and SQE are not offered for RAW_PACKET here (a NIC's raw
-/// queue has only reset / ready / error states, e.g. mlx5's RQ/SQ objects).
-/// Transitions involving them are EINVAL.
+/// The IB_QPT_RAW_PACKET column of the kernel's `qp_state_table` (drivers/infiniband/
+/// core/verbs.c, `ib_modify_qp_is_ok()`), for a pair that table marks valid — its
+/// `.valid` does not depend on the type, so RAW_PACKET has the same pairs as every type
+/// (RTS→SQD, SQD→RTS and SQD→SQD included; RESET→ERR not). Its `req_param` names only
+/// `IB_QP_PORT` on RESET→INIT, its `opt_param` only `IB_QP_RATE_LIMIT` on RTR→RTS and
+/// RTS→RTS; everything else is empty, so INIT→INIT takes no attribute and
+/// `IB_QP_CUR_STATE` is refused everywhere.
 fn raw_packet_spec(from: QpState, to: QpState) -> Option<Spec> {
     match (from, to) {
-        (_, QpState::Reset) | (_, QpState::Err) => s(m!(), m!()),
         (QpState::Reset, QpState::Init) => s(m!(PORT), m!()),
-        (QpState::Init, QpState::Init) => s(m!(), m!(PORT)),
-        (QpState::Init, QpState::Rtr) | (QpState::Rtr, QpState::Rts) => s(m!(), m!()),
-        (QpState::Rts, QpState::Rts) => s(m!(), m!()),
-        _ => None,
+        (QpState::Rtr, QpState::Rts) | (QpState::Rts, QpState::Rts) => s(m!(), m!(RATE_LIMIT)),
+        _ => s(m!(), m!()),
     }
 }
 
@@ -460,6 +458,7 @@ pub fn legal_transitions(
     let i = type_index(qp_type);
     let raw = qp_type == QpType::RawPacket;
     TABLE.iter().filter_map(move |(from, to, specs)| {
+        // Every row of TABLE is a pair the kernel marks valid.
         let spec = if raw {
             raw_packet_spec(*from, *to)
         } else {

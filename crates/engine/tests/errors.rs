@@ -393,10 +393,34 @@ fn reserved_qpns_raw_packet_and_pushed_completions() {
         required(raw, QpState::Reset, QpState::Init),
         Some(QpAttrMask::STATE | QpAttrMask::PORT)
     );
+    // INIT→INIT lists no attribute for IB_QPT_RAW_PACKET (the port is set once).
     assert_eq!(
         transition(raw, QpState::Init, QpState::Init),
-        Some((QpAttrMask::default(), QpAttrMask::PORT))
+        Some((QpAttrMask::default(), QpAttrMask::default()))
     );
+    // RATE_LIMIT is the only optional attribute, on RTR→RTS and RTS→RTS.
+    for (f, t) in [(QpState::Rtr, QpState::Rts), (QpState::Rts, QpState::Rts)] {
+        assert_eq!(
+            transition(raw, f, t),
+            Some((QpAttrMask::default(), QpAttrMask::RATE_LIMIT))
+        );
+    }
+    // The table's validity does not depend on the type: SQD is reachable, bare.
+    for (f, t) in [
+        (QpState::Rts, QpState::Sqd),
+        (QpState::Sqd, QpState::Sqd),
+        (QpState::Sqd, QpState::Rts),
+        (QpState::Sqe, QpState::Rts),
+    ] {
+        assert_eq!(
+            transition(raw, f, t),
+            Some((QpAttrMask::default(), QpAttrMask::default())),
+            "{f:?}->{t:?}"
+        );
+    }
+    // RESET→ERR is not valid for any type.
+    assert_eq!(transition(raw, QpState::Reset, QpState::Err), None);
+    assert_eq!(transition(raw, QpState::Init, QpState::Sqd), None);
     assert_eq!(
         required(raw, QpState::Init, QpState::Rtr),
         Some(QpAttrMask::STATE)
@@ -410,7 +434,6 @@ fn reserved_qpns_raw_packet_and_pushed_completions() {
         Some(QpAttrMask::STATE)
     );
     assert_eq!(required(raw, QpState::Reset, QpState::Rtr), None);
-    assert_eq!(required(raw, QpState::Rts, QpState::Sqd), None);
     assert_eq!(
         errno(e.create_qp(init(QpType::RawPacket))),
         Errno::NotSupported

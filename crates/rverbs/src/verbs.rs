@@ -1015,10 +1015,16 @@ impl Qp {
         self.step(&attr, QpState::Rtr, QpState::Rts)
     }
 
-    /// A RAW_PACKET QP's modify: the kernel's transition table for RAW_PACKET
-    /// ([`rverbs_engine::modify::transition`]); required attributes missing or others
-    /// given is EINVAL, port other than 1 is EINVAL. Entering RTR hands the receives
-    /// posted so far to the device; entering ERR flushes them (WR_FLUSH_ERR).
+    /// A RAW_PACKET QP's modify, checked as `ib_modify_qp_is_ok()` does with the
+    /// kernel's IB_QPT_RAW_PACKET column ([`rverbs_engine::modify::transition`]):
+    /// mask bits rdma-core does not define are EOPNOTSUPP (as mlx5 answers); an
+    /// illegal pair, a required attribute missing or any other attribute given
+    /// (`CUR_STATE` included: no RAW_PACKET transition lists it) is EINVAL; a port other
+    /// than 1 is EINVAL; a `rate_limit` other than 0 (unlimited) is EINVAL, because
+    /// this device has no packet pacing (mlx5 answers EINVAL to a rate outside its
+    /// range). Entering RTR hands the receives posted so far to the device; entering
+    /// ERR flushes them (WR_FLUSH_ERR). RTS→SQD→RTS is allowed with no attribute;
+    /// sends are refused outside RTS.
     fn modify_raw_packet(
         &self,
         r: &crate::raw::RawQpInner,
@@ -1029,19 +1035,20 @@ impl Qp {
         let inval = |why| -> Error {
             rverbs_engine::VerbError::new("modify_qp", rverbs_engine::Errno::Inval, why).into()
         };
+        if !QpAttrMask::ALL.contains(mask) {
+            return Err(rverbs_engine::VerbError::new(
+                "modify_qp",
+                rverbs_engine::Errno::NotSupported,
+                "unknown attribute mask bits",
+            )
+            .into());
+        }
         // The engine first, then the QP's state: the driver thread's order (it drains
         // raw completions under the engine lock), and flushing needs both.
         let s = self.shared();
         let mut e = s.lock_verb("modify_qp")?;
         let mut st = r.lock();
-        let from = if mask.contains(QpAttrMask::CUR_STATE) {
-            attr.cur_qp_state
-        } else {
-            st.state
-        };
-        if from != st.state {
-            return Err(inval("cur_qp_state is not the QP's state"));
-        }
+        let from = st.state;
         let to = if mask.contains(QpAttrMask::STATE) {
             attr.qp_state
         } else {
@@ -1049,12 +1056,17 @@ impl Qp {
         };
         let (req, opt) = rverbs_engine::modify::transition(QpType::RawPacket, from, to)
             .ok_or_else(|| inval("illegal transition for a RAW_PACKET QP"))?;
-        let given = QpAttrMask(mask.0 & !(QpAttrMask::STATE.0 | QpAttrMask::CUR_STATE.0));
+        let given = QpAttrMask(mask.0 & !QpAttrMask::STATE.0);
         if !given.contains(req) || given.0 & !(req.0 | opt.0) != 0 {
             return Err(inval("attribute mask does not fit the transition"));
         }
         if given.contains(QpAttrMask::PORT) && attr.port_num != 1 {
             return Err(inval("invalid port number"));
+        }
+        if given.contains(QpAttrMask::RATE_LIMIT) && attr.rate_limit != 0 {
+            return Err(inval(
+                "this device has no packet pacing (rate_limit must be 0)",
+            ));
         }
         match to {
             QpState::Err => r.flush(&mut e, &mut st),

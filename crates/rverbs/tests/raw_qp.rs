@@ -280,7 +280,29 @@ fn raw_qp_send_and_receive_queue_rules() {
     // RESET→INIT without the port is EINVAL, as the kernel's table for RAW_PACKET says.
     let e = qp.modify(&rverbs::QpModify::to(QpState::Init)).unwrap_err();
     assert_eq!(e.errno(), EINVAL);
+    // RESET→ERR is not in the kernel's table (for any QP type).
+    let e = qp.modify(&rverbs::QpModify::to(QpState::Err)).unwrap_err();
+    assert_eq!(e.errno(), EINVAL);
     qp.init(&ConnectOpts::default()).unwrap();
+    // INIT→INIT takes no attribute for RAW_PACKET; CUR_STATE is no RAW_PACKET
+    // attribute; unknown mask bits are EOPNOTSUPP.
+    let e = qp
+        .modify(&rverbs::QpModify::to(QpState::Init).port(1))
+        .unwrap_err();
+    assert_eq!(e.errno(), EINVAL);
+    qp.modify(&rverbs::QpModify::to(QpState::Init)).unwrap();
+    let e = qp
+        .modify(&rverbs::QpModify::to(QpState::Init).cur_state(QpState::Init))
+        .unwrap_err();
+    assert_eq!(e.errno(), EINVAL);
+    let e = qp
+        .modify_raw(
+            &rverbs::QpAttr::default(),
+            rverbs::QpAttrMask(1 << 30) | rverbs::QpAttrMask::STATE,
+        )
+        .unwrap_err();
+    assert_eq!(e.errno(), EOPNOTSUPP);
+    assert_eq!(qp.state(), QpState::Init);
     // A 16-byte buffer: too small for the frame (LOC_LEN_ERR); then a real one.
     qp.post_recv(10, &[mr.slice(0..16)]).unwrap();
     qp.post_recv(11, &[mr.slice(2048..2048 + 40), mr.slice(4096..6144)])
@@ -302,6 +324,31 @@ fn raw_qp_send_and_receive_queue_rules() {
         gid: rverbs::Gid::ZERO,
     };
     qp.connect(&nobody, &ConnectOpts::default()).unwrap();
+    // RTS→RTS: RATE_LIMIT 0 (no limit) is accepted; a real rate is EINVAL (this device
+    // has no packet pacing, as a NIC answers a rate outside its range); CUR_STATE is
+    // EINVAL here too.
+    qp.modify(&rverbs::QpModify::attrs_only().rate_limit(0))
+        .unwrap();
+    let e = qp
+        .modify(&rverbs::QpModify::attrs_only().rate_limit(1000))
+        .unwrap_err();
+    assert_eq!(e.errno(), EINVAL);
+    let e = qp
+        .modify(&rverbs::QpModify::to(QpState::Rts).cur_state(QpState::Rts))
+        .unwrap_err();
+    assert_eq!(e.errno(), EINVAL);
+    // RTS→SQD→RTS, bare, as the kernel's table allows; no sends in SQD.
+    qp.modify(&rverbs::QpModify::to(QpState::Sqd)).unwrap();
+    assert_eq!(qp.state(), QpState::Sqd);
+    let e = qp
+        .post_send(&SendRequest::send(1, &[mr.slice(0..60)]))
+        .unwrap_err();
+    assert_eq!(e.errno(), EINVAL);
+    let e = qp
+        .modify(&rverbs::QpModify::to(QpState::Sqd).sqd_async_notify(true))
+        .unwrap_err();
+    assert_eq!(e.errno(), EINVAL);
+    qp.modify(&rverbs::QpModify::to(QpState::Rts)).unwrap();
     let f1 = udp4("10.0.0.1", "10.0.0.2", 2, 7);
     let f2 = udp4("10.0.0.1", "10.0.0.2", 3, 7);
     tx.send(&f1).unwrap();
