@@ -687,7 +687,13 @@ impl Drop for RawDevice {
     fn drop(&mut self) {
         self.shared.shutdown.store(true, Ordering::Release);
         if let Some(t) = self.rx.take() {
-            let _ = t.join();
+            // Dropped on the receive thread itself (a notify hook held the last
+            // handle): it cannot wait for itself (pthread_join: EDEADLK, which std
+            // turns into a panic); it sees `shutdown` when the hook returns and ends,
+            // releasing the socket and the ring with its `Arc<Shared>`.
+            if t.thread().id() != std::thread::current().id() {
+                let _ = t.join();
+            }
         }
     }
 }

@@ -574,3 +574,42 @@ fn with_checksums(mut f: Vec<u8>) -> Vec<u8> {
     f[40..42].copy_from_slice(&udp.to_be_bytes());
     f
 }
+
+/// The last handle of a device dropped on its own receive thread (a notify hook that
+/// held it — rverbs' hook briefly holds its context) stops the device without joining
+/// that thread from itself (which panicked: "failed to join thread").
+#[test]
+fn device_dropped_from_its_receive_thread() {
+    let Some(pair) = VethPair::new() else { return };
+    let if_a = pair.if_a.clone();
+    let tx = VethPair::in_ns(&pair.ns_a, move || {
+        RawPort::open(&if_a).expect("open sender")
+    });
+    let if_b = pair.if_b.clone();
+    let dev = VethPair::in_ns(&pair.ns_b, move || {
+        RawDevice::open(&if_b).expect("open raw device")
+    });
+    let qp = dev.create_qp_with_rq(4);
+    qp.post_recv(rverbs_raw::RawRecvWr {
+        wr_id: 1,
+        buf: vec![0; 2048],
+    })
+    .unwrap();
+    let _f = flow(&qp, 0, vec![FlowSpec::udp_dst(Some(9))]);
+    let slot = std::sync::Arc::new(std::sync::Mutex::new(Some(dev)));
+    let (done, dropped) = std::sync::mpsc::channel();
+    let done = std::sync::Mutex::new(done);
+    let s2 = slot.clone();
+    qp.set_notify(Some(std::sync::Arc::new(move || {
+        let d = s2.lock().unwrap().take();
+        if d.is_some() {
+            drop(d);
+            let _ = done.lock().unwrap().send(());
+        }
+    })));
+    tx.send(&udp4("10.0.0.1", "10.0.0.2", 1, 9)).unwrap();
+    dropped
+        .recv_timeout(WAIT)
+        .expect("the device was dropped on its receive thread without a panic");
+    assert_eq!(qp.poll_cq(8).len(), 1);
+}
