@@ -1,8 +1,10 @@
 //! Library side of the `rverbs` command-line tool, so its pieces are testable and
 //! fuzzable without spawning the binary.
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod demo;
+pub mod devinfo;
+pub mod json;
 pub mod pcap;
 pub mod pingpong;

@@ -73,6 +73,18 @@ enum Command {
         #[arg(long)]
         stats: bool,
     },
+    /// The soft devices and their port, in ibv_devinfo's layout (or JSON).
+    Devinfo {
+        /// Only this device.
+        #[arg(short = 'd', long = "ib-dev")]
+        dev: Option<String>,
+        /// Every attribute, the capability flags and the GID table.
+        #[arg(short = 'v', long)]
+        verbose: bool,
+        /// Print JSON instead.
+        #[arg(long)]
+        json: bool,
+    },
     /// Work with packet captures.
     Pcap {
         #[command(subcommand)]
@@ -160,6 +172,18 @@ fn main() -> ExitCode {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("{e}");
+                    ExitCode::from(1)
+                }
+            }
+        }
+        Command::Devinfo { dev, verbose, json } => {
+            match rverbs_cli::devinfo::run(dev.as_deref(), verbose, json) {
+                Ok(t) => {
+                    print!("{t}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("rverbs devinfo: {e}");
                     ExitCode::from(1)
                 }
             }

@@ -23,6 +23,7 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+mod attr;
 mod capture;
 mod context;
 mod device;
@@ -31,6 +32,11 @@ mod faults;
 mod sys;
 mod verbs;
 
+pub use attr::{
+    eth_width_speed, AtomicCap, DeviceAttr, PortAttr, PortState, DEVICE_BAD_PKEY_CNTR,
+    DEVICE_BAD_QKEY_CNTR, DEVICE_CAP_NAMES, DEVICE_RC_RNR_NAK_GEN, DEVICE_SYS_IMAGE_GUID,
+    LINK_LAYER_ETHERNET,
+};
 pub use context::{Context, OpenOptions, ROCE_PORT};
 pub use device::{device, devices, DeviceInfo};
 pub use error::{Error, Result};
