@@ -7,4 +7,5 @@ pub mod demo;
 pub mod devinfo;
 pub mod json;
 pub mod pcap;
+pub mod perf;
 pub mod pingpong;
