@@ -21,3 +21,8 @@ fn pcap_record() {
 fn pcap_file() {
     replay("pcap_file", oracles::pcap_file);
 }
+
+#[test]
+fn perf_ctrl() {
+    replay("perf_ctrl", oracles::perf_ctrl);
+}
