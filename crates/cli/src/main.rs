@@ -130,6 +130,10 @@ enum Command {
         /// GID index (default: one of the peer's address family).
         #[arg(short = 'x', long = "gid-index")]
         gid_idx: Option<u8>,
+        /// Microseconds a waiting thread busy-polls before it sleeps until the next
+        /// datagram (0: sleep at once, best when busy threads outnumber cores).
+        #[arg(long = "spin-us", default_value_t = 0)]
+        spin_us: u64,
         /// One JSON object per size instead of the table.
         #[arg(long)]
         json: bool,
@@ -240,6 +244,7 @@ fn main() -> ExitCode {
             bidirectional,
             mtu,
             gid_idx,
+            spin_us,
             json,
         } => {
             use rverbs_cli::perf::{Kind, Op};
@@ -261,6 +266,7 @@ fn main() -> ExitCode {
                 bidir: bidirectional,
                 mtu,
                 gid_idx,
+                spin: std::time::Duration::from_micros(spin_us),
                 json,
             };
             let mut out = std::io::stdout();

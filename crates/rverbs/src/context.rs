@@ -31,6 +31,12 @@ pub(crate) struct Shared {
     /// Signalled (with the engine lock) when completion events may be pending.
     pub(crate) events: Condvar,
     sockets: Vec<(IpAddr, UdpSocket)>,
+    /// The receive buffer of whichever thread receives (always under the engine lock).
+    rx_buf: Mutex<Vec<u8>>,
+    /// When an application thread last made progress itself (`progress.rs`).
+    pub(crate) app_poll_at: std::sync::atomic::AtomicU64,
+    /// When the driver thread will wake up on its own (engine-lock protected writes).
+    pub(crate) driver_wake_at: std::sync::atomic::AtomicU64,
     wake: OwnedFd,
     epoch: Instant,
     shutdown: AtomicBool,
@@ -124,6 +130,52 @@ impl Shared {
                 None => return f.next_due(),
             }
         }
+    }
+
+    /// Feeds up to `budget` datagrams waiting on the sockets to the engine (the caller
+    /// holds the engine lock, so datagrams reach it in socket order whichever thread
+    /// receives) and sends what it answers. Returns how many were received.
+    pub(crate) fn receive(&self, engine: &mut Engine, now: Nanos, budget: usize) -> usize {
+        let mut buf = self.rx_buf.lock().unwrap_or_else(|e| e.into_inner());
+        let mut got = 0;
+        for (local, sock) in &self.sockets {
+            while got < budget {
+                let Ok((n, from)) = sock.recv_from(&mut buf) else {
+                    break;
+                };
+                got += 1;
+                self.record(from.ip(), *local, from.port(), &buf[..n]);
+                let copies = match &self.faults {
+                    Some(f) => {
+                        f.lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .judge(&mut buf[..n], false)
+                            .copies
+                    }
+                    None => 1,
+                };
+                for _ in 0..copies {
+                    let d = Datagram {
+                        src: from.ip(),
+                        dst: *local,
+                        src_port: from.port(),
+                        hop_limit: 64,
+                        traffic_class: 0,
+                        flow_label: 0,
+                        ipv4_id: None,
+                        payload: &buf[..n],
+                    };
+                    engine.handle_datagram(now, &d);
+                    self.flush(engine, now);
+                }
+            }
+        }
+        got
+    }
+
+    /// The sockets' descriptors.
+    pub(crate) fn socket_fds(&self) -> Vec<i32> {
+        self.sockets.iter().map(|(_, s)| s.as_raw_fd()).collect()
     }
 
     /// Tells the driver thread to re-read the engine's deadline.
@@ -280,6 +332,9 @@ impl Context {
             engine: Mutex::new(Engine::new(cfg)),
             events: Condvar::new(),
             sockets,
+            rx_buf: Mutex::new(vec![0u8; 65536]),
+            app_poll_at: std::sync::atomic::AtomicU64::new(0),
+            driver_wake_at: std::sync::atomic::AtomicU64::new(0),
             wake: sys::eventfd().map_err(|e| Error::io("creating the driver's eventfd", e))?,
             epoch: Instant::now(),
             shutdown: AtomicBool::new(false),
@@ -397,31 +452,37 @@ fn driver(shared: Arc<Shared>) {
     let mut fds: Vec<i32> = shared.sockets.iter().map(|(_, s)| s.as_raw_fd()).collect();
     fds.push(shared.wake.as_raw_fd());
     let mut ready = Vec::new();
-    let mut buf = vec![0u8; 65536];
     while !shared.shutdown.load(Ordering::SeqCst) {
         if let Some(p) = &shared.pcap {
             p.lock().unwrap_or_else(|e| e.into_inner()).flush();
         }
         let next_due = shared.send_due(shared.now());
-        let timeout_ms = {
+        let (timeout_ms, standoff) = {
             let e = shared.lock();
+            let now = shared.now();
             let deadline = match (e.poll_timeout(), next_due) {
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
             };
-            match deadline {
-                None => 1000,
-                Some(t) => {
-                    let now = shared.now();
-                    if t <= now {
-                        0
-                    } else {
-                        ((t - now).div_ceil(1_000_000)).min(1000) as i32
-                    }
-                }
+            // While an application thread receives for us, sleep on the eventfd and
+            // the deadline only, and look again when the stand-off may have ended.
+            let standoff = shared.app_polling(now);
+            let mut until = deadline.unwrap_or(now + 1_000_000_000);
+            if standoff {
+                until = until.min(now + crate::progress::STANDOFF_NS);
             }
+            // Published under the engine lock: a verb that makes the deadline earlier
+            // than this wakes us (`Shared::wake_if_needed`).
+            shared.driver_wake_at.store(until, Ordering::Release);
+            let ms = if until <= now {
+                0
+            } else {
+                ((until - now).div_ceil(1_000_000)).min(1000) as i32
+            };
+            (ms, standoff)
         };
-        if sys::poll_readable(&fds, timeout_ms, &mut ready).is_err() {
+        let watch = if standoff { &fds[fds.len() - 1..] } else { &fds[..] };
+        if sys::poll_readable(watch, timeout_ms, &mut ready).is_err() {
             std::thread::sleep(std::time::Duration::from_millis(1));
             continue;
         }
@@ -429,42 +490,10 @@ fn driver(shared: Arc<Shared>) {
             sys::eventfd_drain(&shared.wake);
         }
         let mut engine = shared.lock();
+        shared.driver_wake_at.store(0, Ordering::Release);
         let now = shared.now();
-        for (i, (local, sock)) in shared.sockets.iter().enumerate() {
-            if !ready.get(i).copied().unwrap_or(false) {
-                continue;
-            }
-            // Drain what is queued (bounded, so timers still run under load).
-            for _ in 0..256 {
-                let Ok((n, from)) = sock.recv_from(&mut buf) else {
-                    break;
-                };
-                shared.record(from.ip(), *local, from.port(), &buf[..n]);
-                let copies = match &shared.faults {
-                    Some(f) => {
-                        f.lock()
-                            .unwrap_or_else(|e| e.into_inner())
-                            .judge(&mut buf[..n], false)
-                            .copies
-                    }
-                    None => 1,
-                };
-                for _ in 0..copies {
-                    let d = Datagram {
-                        src: from.ip(),
-                        dst: *local,
-                        src_port: from.port(),
-                        hop_limit: 64,
-                        traffic_class: 0,
-                        flow_label: 0,
-                        ipv4_id: None,
-                        payload: &buf[..n],
-                    };
-                    engine.handle_datagram(now, &d);
-                    shared.flush(&mut engine, now);
-                }
-            }
-        }
+        // Drain what is queued (bounded, so timers still run under load).
+        shared.receive(&mut engine, now, 256);
         if engine.poll_timeout().is_some_and(|t| t <= now) {
             engine.handle_timeout(now);
         }

@@ -29,6 +29,7 @@ mod context;
 mod device;
 mod error;
 mod faults;
+mod progress;
 mod sys;
 mod verbs;
 

@@ -293,6 +293,10 @@ pub struct Cq {
 }
 
 impl Cq {
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
+        self.inner.ctx.shared()
+    }
+
     /// `ibv_poll_cq`: fills `out` with up to `out.len()` completions; returns how many.
     pub fn poll(&self, out: &mut [Wc]) -> Result<usize> {
         use std::sync::atomic::Ordering;
@@ -300,10 +304,23 @@ impl Cq {
         // Nothing happened since the last empty poll: no completion can have arrived
         // (every path that adds one bumps `activity` afterwards, under the lock).
         let seen = shared.activity.load(Ordering::Acquire);
-        if seen == self.inner.empty_at.load(Ordering::Relaxed) {
+        if seen != self.inner.empty_at.load(Ordering::Relaxed) {
+            let n = shared.lock().poll_cq(self.inner.id, out)?;
+            if n > 0 {
+                return Ok(n);
+            }
+            self.inner.empty_at.store(seen, Ordering::Relaxed);
+        }
+        // Empty: receive and run timers on this thread rather than wait for the driver
+        // thread (`progress.rs`). If the driver holds the engine it is doing just that.
+        let Ok(mut e) = shared.engine.try_lock() else {
+            return Ok(0);
+        };
+        if !shared.progress(&mut e) {
             return Ok(0);
         }
-        let n = shared.lock().poll_cq(self.inner.id, out)?;
+        let seen = shared.activity.load(Ordering::Acquire);
+        let n = e.poll_cq(self.inner.id, out)?;
         if n == 0 {
             self.inner.empty_at.store(seen, Ordering::Relaxed);
         }
@@ -561,8 +578,7 @@ impl Qp {
         let now = s.now();
         e.post_send(self.qpn, wr.to_engine(), now)?;
         s.flush(&mut e, now);
-        drop(e);
-        s.wake();
+        s.wake_if_needed(&e);
         Ok(())
     }
 
@@ -588,8 +604,7 @@ impl Qp {
             }
         }
         s.flush(&mut e, now);
-        drop(e);
-        s.wake();
+        s.wake_if_needed(&e);
         failed.map_or(Ok(()), Err)
     }
 

@@ -116,6 +116,9 @@ pub struct Opts {
     pub mtu: usize,
     /// GID index (`-x`); default: one of the peer's address family.
     pub gid_idx: Option<u8>,
+    /// How long a waiting thread busy-polls before it sleeps until the next datagram
+    /// (`--spin-us`; see `rverbs::Cq::wait`).
+    pub spin: Duration,
     /// Print JSON lines instead of the table.
     pub json: bool,
 }
@@ -748,6 +751,7 @@ mod tests {
             bidir: false,
             mtu: 1024,
             gid_idx: None,
+            spin: Duration::ZERO,
             json: false,
         };
         let a = hello(&o);

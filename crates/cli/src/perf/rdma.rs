@@ -8,13 +8,14 @@ use rverbs::{
     RemoteBuf, SendRequest, Wc, WcOpcode, WcStatus,
 };
 use std::net::{IpAddr, SocketAddr, TcpStream};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// An RC connection and its memory.
 pub struct Rdma {
     op: Op,
     depth: usize,
     post_list: usize,
+    spin: Duration,
     cq: Cq,
     mr: Mr,
     qp: Qp,
@@ -114,6 +115,7 @@ impl Rdma {
             op: o.op,
             depth: o.depth,
             post_list: o.post_list,
+            spin: o.spin,
             half,
             peer_addr: them.hex("addr")?,
             peer_rkey: them.hex("rkey")? as u32,
@@ -232,7 +234,15 @@ impl Bench for Rdma {
                     posted += k as u64;
                 }
             }
-            let n = self.cq.poll(&mut wcs).map_err(|e| e.to_string())?;
+            // Nothing to post: wait (spin, then sleep) for the device instead of
+            // spinning on the CPU the peer may need.
+            let can_post = !stopped && posted - completed + (l as u64) <= self.depth as u64;
+            let n = if can_post {
+                self.cq.poll(&mut wcs)
+            } else {
+                self.cq.wait(&mut wcs, self.spin, Duration::from_millis(1))
+            }
+            .map_err(|e| e.to_string())?;
             if n > 0 {
                 last_progress = Instant::now();
             }
@@ -259,14 +269,13 @@ impl Bench for Rdma {
                     }
                 }
             }
-            if n == 0 {
+            if n == 0 && !can_post {
                 if last_progress.elapsed() > STALL {
                     return Err(format!(
                         "no progress for {}s (posted {posted}, completed {completed}, received {rx})",
                         STALL.as_secs()
                     ));
                 }
-                std::hint::spin_loop();
             }
             if plan.progress {
                 p.tick(posted.max(rx), plan.iters);
@@ -309,7 +318,7 @@ impl Bench for Rdma {
         // and `want` (if given) reports whether a completion of that opcode arrived.
         let reap =
             |me: &Self, wcs: &mut [Wc], rx: &mut u64, want: WcOpcode| -> Result<bool, String> {
-                let n = me.cq.poll(wcs).map_err(e)?;
+                let n = me.cq.wait(wcs, me.spin, Duration::from_millis(1)).map_err(e)?;
                 let mut got = false;
                 for wc in &wcs[..n] {
                     if wc.status != WcStatus::Success {
