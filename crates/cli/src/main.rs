@@ -124,8 +124,8 @@ enum Command {
         /// Both sides send (bw).
         #[arg(short = 'b', long)]
         bidirectional: bool,
-        /// Path MTU.
-        #[arg(short = 'm', long, default_value_t = 1024)]
+        /// Path MTU (default: the port's active MTU, as perftest).
+        #[arg(short = 'm', long, default_value_t = 0)]
         mtu: usize,
         /// GID index (default: one of the peer's address family).
         #[arg(short = 'x', long = "gid-index")]

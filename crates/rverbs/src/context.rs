@@ -26,13 +26,26 @@ use std::time::Instant;
 /// The RoCE v2 UDP port.
 pub const ROCE_PORT: u16 = 4791;
 
+/// Bytes per received datagram: more than the largest RoCE v2 packet (4096-byte MTU
+/// plus headers); anything longer arrives cut and fails its ICRC.
+const RX_SLOT: usize = 8192;
+/// Datagrams one `recvmmsg` takes.
+const RX_BATCH: usize = 32;
+
+struct RxBatch {
+    buf: Vec<u8>,
+    got: Vec<(usize, usize, SocketAddr)>,
+}
+
 pub(crate) struct Shared {
     pub(crate) engine: Mutex<Engine>,
     /// Signalled (with the engine lock) when completion events may be pending.
     pub(crate) events: Condvar,
     sockets: Vec<(IpAddr, UdpSocket)>,
-    /// The receive buffer of whichever thread receives (always under the engine lock).
-    rx_buf: Mutex<Vec<u8>>,
+    /// The receive buffers of whichever thread receives (always under the engine lock).
+    rx: Mutex<RxBatch>,
+    /// Datagrams collected by `flush` for one `sendmmsg` (under the engine lock).
+    tx: Mutex<Vec<Transmit>>,
     /// When an application thread last made progress itself (`progress.rs`).
     pub(crate) app_poll_at: std::sync::atomic::AtomicU64,
     /// When the driver thread will wake up on its own (engine-lock protected writes).
@@ -60,8 +73,21 @@ impl Shared {
 
     /// Sends everything the engine has to send, and wakes event waiters.
     pub(crate) fn flush(&self, engine: &mut Engine, now: Nanos) {
-        while let Some(t) = engine.poll_transmit(now) {
-            self.send(&t);
+        if self.faults.is_some() || self.pcap.is_some() {
+            while let Some(t) = engine.poll_transmit(now) {
+                self.send(&t);
+            }
+        } else {
+            // The fast path: everything the engine has goes out in one sendmmsg per
+            // socket.
+            let mut tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
+            while let Some(t) = engine.poll_transmit(now) {
+                tx.push(t);
+            }
+            if !tx.is_empty() {
+                self.send_all(&tx);
+                tx.clear();
+            }
         }
         self.activity.fetch_add(1, Ordering::Release);
         if engine.has_completion_events() {
@@ -87,6 +113,24 @@ impl Shared {
         if v.delay_ns > 0 {
             drop(f);
             self.wake();
+        }
+    }
+
+    fn send_all(&self, ts: &[Transmit]) {
+        for (i, (addr, sock)) in self.sockets.iter().enumerate() {
+            // Datagrams from this socket's address (or, for the first socket, from an
+            // address no socket has, as `send_raw` does).
+            let mine = |t: &&Transmit| {
+                t.src == *addr || (i == 0 && !self.sockets.iter().any(|(a, _)| *a == t.src))
+            };
+            let msgs: Vec<(&[u8], SocketAddr)> = ts
+                .iter()
+                .filter(mine)
+                .map(|t| (&t.payload[..], SocketAddr::new(t.dst, ROCE_PORT)))
+                .collect();
+            if !msgs.is_empty() {
+                sys::send_batch(sock, &msgs);
+            }
         }
     }
 
@@ -136,37 +180,47 @@ impl Shared {
     /// holds the engine lock, so datagrams reach it in socket order whichever thread
     /// receives) and sends what it answers. Returns how many were received.
     pub(crate) fn receive(&self, engine: &mut Engine, now: Nanos, budget: usize) -> usize {
-        let mut buf = self.rx_buf.lock().unwrap_or_else(|e| e.into_inner());
+        let mut rx = self.rx.lock().unwrap_or_else(|e| e.into_inner());
+        let RxBatch { buf, got: list } = &mut *rx;
         let mut got = 0;
         for (local, sock) in &self.sockets {
             while got < budget {
-                let Ok((n, from)) = sock.recv_from(&mut buf) else {
+                list.clear();
+                let Ok(n) = sys::recv_batch(sock, buf, RX_SLOT, list) else {
                     break;
                 };
-                got += 1;
-                self.record(from.ip(), *local, from.port(), &buf[..n]);
-                let copies = match &self.faults {
-                    Some(f) => {
-                        f.lock()
-                            .unwrap_or_else(|e| e.into_inner())
-                            .judge(&mut buf[..n], false)
-                            .copies
-                    }
-                    None => 1,
-                };
-                for _ in 0..copies {
-                    let d = Datagram {
-                        src: from.ip(),
-                        dst: *local,
-                        src_port: from.port(),
-                        hop_limit: 64,
-                        traffic_class: 0,
-                        flow_label: 0,
-                        ipv4_id: None,
-                        payload: &buf[..n],
+                got += n;
+                for &(off, len, from) in list.iter() {
+                    let bytes = &mut buf[off..off + len];
+                    self.record(from.ip(), *local, from.port(), bytes);
+                    let copies = match &self.faults {
+                        Some(f) => {
+                            f.lock()
+                                .unwrap_or_else(|e| e.into_inner())
+                                .judge(bytes, false)
+                                .copies
+                        }
+                        None => 1,
                     };
-                    engine.handle_datagram(now, &d);
-                    self.flush(engine, now);
+                    for _ in 0..copies {
+                        let d = Datagram {
+                            src: from.ip(),
+                            dst: *local,
+                            src_port: from.port(),
+                            hop_limit: 64,
+                            traffic_class: 0,
+                            flow_label: 0,
+                            ipv4_id: None,
+                            payload: bytes,
+                        };
+                        engine.handle_datagram(now, &d);
+                    }
+                }
+                // One flush per batch: the responder's ACKs for the whole batch
+                // coalesce into one (cumulative, `queue_ack`).
+                self.flush(engine, now);
+                if n < RX_BATCH {
+                    break;
                 }
             }
         }
@@ -332,7 +386,11 @@ impl Context {
             engine: Mutex::new(Engine::new(cfg)),
             events: Condvar::new(),
             sockets,
-            rx_buf: Mutex::new(vec![0u8; 65536]),
+            rx: Mutex::new(RxBatch {
+                buf: vec![0u8; RX_SLOT * RX_BATCH],
+                got: Vec::with_capacity(RX_BATCH),
+            }),
+            tx: Mutex::new(Vec::new()),
             app_poll_at: std::sync::atomic::AtomicU64::new(0),
             driver_wake_at: std::sync::atomic::AtomicU64::new(0),
             wake: sys::eventfd().map_err(|e| Error::io("creating the driver's eventfd", e))?,

@@ -107,3 +107,137 @@ pub(crate) fn poll_readable(
     );
     Ok(())
 }
+
+/// Converts a kernel socket address to a `SocketAddr` (IPv4 or IPv6 only).
+fn from_storage(ss: &libc::sockaddr_storage) -> Option<std::net::SocketAddr> {
+    use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4, SocketAddrV6};
+    match i32::from(ss.ss_family) {
+        libc::AF_INET => {
+            // SAFETY: the family says the storage holds a sockaddr_in, which is smaller
+            // than sockaddr_storage and has no stricter alignment.
+            let a = unsafe { &*(ss as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
+            Some(
+                SocketAddrV4::new(
+                    Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr)),
+                    u16::from_be(a.sin_port),
+                )
+                .into(),
+            )
+        }
+        libc::AF_INET6 => {
+            // SAFETY: as above, for sockaddr_in6.
+            let a =
+                unsafe { &*(ss as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>() };
+            Some(
+                SocketAddrV6::new(
+                    Ipv6Addr::from(a.sin6_addr.s6_addr),
+                    u16::from_be(a.sin6_port),
+                    a.sin6_flowinfo,
+                    a.sin6_scope_id,
+                )
+                .into(),
+            )
+        }
+        _ => None,
+    }
+}
+
+/// Receives up to `out.capacity()`-bounded `max` datagrams with one `recvmmsg(2)`
+/// (non-blocking) into `buf`, cut in `slot`-byte slots. Appends `(offset, len, from)`
+/// per datagram to `out`; a datagram longer than a slot arrives cut to the slot (its
+/// ICRC then fails and it is counted as a drop). Returns how many arrived.
+pub(crate) fn recv_batch(
+    fd: &impl AsRawFd,
+    buf: &mut [u8],
+    slot: usize,
+    out: &mut Vec<(usize, usize, std::net::SocketAddr)>,
+) -> io::Result<usize> {
+    const MAX: usize = 64;
+    let n = (buf.len() / slot).min(MAX);
+    if n == 0 {
+        return Ok(0);
+    }
+    let mut iov: [libc::iovec; MAX] = [libc::iovec {
+        iov_base: std::ptr::null_mut(),
+        iov_len: 0,
+    }; MAX];
+    // SAFETY: sockaddr_storage is plain data; all-zero is a valid value.
+    let mut names: [libc::sockaddr_storage; MAX] = unsafe { std::mem::zeroed() };
+    // SAFETY: mmsghdr is plain data; all-zero is a valid value (null pointers, 0 lens).
+    let mut hdrs: [libc::mmsghdr; MAX] = unsafe { std::mem::zeroed() };
+    for i in 0..n {
+        iov[i].iov_base = buf[i * slot..].as_mut_ptr().cast();
+        iov[i].iov_len = slot;
+        hdrs[i].msg_hdr.msg_name = (&mut names[i] as *mut libc::sockaddr_storage).cast();
+        hdrs[i].msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as u32;
+        hdrs[i].msg_hdr.msg_iov = &mut iov[i];
+        hdrs[i].msg_hdr.msg_iovlen = 1;
+    }
+    // SAFETY: every header points at a live iovec covering its own `slot` bytes of
+    // `buf` (disjoint, in bounds since i * slot + slot <= buf.len()) and at a live
+    // sockaddr_storage of the size given; all outlive the call. MSG_DONTWAIT: the
+    // call never blocks.
+    let rc = unsafe {
+        libc::recvmmsg(
+            fd.as_raw_fd(),
+            hdrs.as_mut_ptr(),
+            n as libc::c_uint,
+            libc::MSG_DONTWAIT,
+            std::ptr::null_mut(),
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let got = rc as usize;
+    for i in 0..got {
+        let len = (hdrs[i].msg_len as usize).min(slot);
+        if let Some(from) = from_storage(&names[i]) {
+            out.push((i * slot, len, from));
+        }
+    }
+    Ok(got)
+}
+
+/// Sends datagrams with `sendmmsg(2)` (as many calls as the kernel needs). A datagram
+/// the kernel refuses (no route, buffer full) is skipped: it is a lost packet, which
+/// the transport's retransmission covers.
+pub(crate) fn send_batch(
+    fd: &impl AsRawFd,
+    msgs: &[(&[u8], std::net::SocketAddr)],
+) {
+    const MAX: usize = 64;
+    let mut start = 0;
+    while start < msgs.len() {
+        let chunk = &msgs[start..(start + MAX).min(msgs.len())];
+        let addrs: Vec<socket2::SockAddr> =
+            chunk.iter().map(|(_, a)| socket2::SockAddr::from(*a)).collect();
+        let mut iov: Vec<libc::iovec> = chunk
+            .iter()
+            .map(|(b, _)| libc::iovec {
+                iov_base: b.as_ptr() as *mut libc::c_void,
+                iov_len: b.len(),
+            })
+            .collect();
+        // SAFETY: mmsghdr is plain data; all-zero is a valid value.
+        let mut hdrs: Vec<libc::mmsghdr> = vec![unsafe { std::mem::zeroed() }; chunk.len()];
+        for (i, h) in hdrs.iter_mut().enumerate() {
+            h.msg_hdr.msg_name = addrs[i].as_ptr() as *mut libc::c_void;
+            h.msg_hdr.msg_namelen = addrs[i].len();
+            h.msg_hdr.msg_iov = &mut iov[i];
+            h.msg_hdr.msg_iovlen = 1;
+        }
+        // SAFETY: each header points at a live address of the length given and at one
+        // iovec over a live byte slice (read only by the kernel); all outlive the call.
+        let rc = unsafe {
+            libc::sendmmsg(
+                fd.as_raw_fd(),
+                hdrs.as_mut_ptr(),
+                hdrs.len() as libc::c_uint,
+                libc::MSG_DONTWAIT,
+            )
+        };
+        // rc < 0: the first datagram failed; skip it. Otherwise rc were sent.
+        start += if rc <= 0 { 1 } else { rc as usize };
+    }
+}

@@ -112,7 +112,7 @@ pub struct Opts {
     pub post_list: usize,
     /// Both sides send (`-b`, bandwidth tests).
     pub bidir: bool,
-    /// Path MTU in bytes (`-m`).
+    /// Path MTU in bytes (`-m`; 0: the port's active MTU).
     pub mtu: usize,
     /// GID index (`-x`); default: one of the peer's address family.
     pub gid_idx: Option<u8>,

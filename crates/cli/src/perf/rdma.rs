@@ -86,9 +86,16 @@ impl Rdma {
                 .ok_or_else(|| format!("no GID of the peer's address family on {}", dev.name))?,
         };
         let gid = ctx.gid(sgid).ok_or("no such GID index")?;
-        let copts = ConnectOpts {
+        // perftest's default: the port's active MTU; the path takes the smaller of
+        // both sides'.
+        let my_mtu = if o.mtu == 0 {
+            dev.active_mtu()
+        } else {
+            mtu_of(o.mtu)?
+        };
+        let mut copts = ConnectOpts {
             sgid_index: sgid,
-            mtu: mtu_of(o.mtu)?,
+            mtu: my_mtu,
             psn,
             ..ConnectOpts::default()
         };
@@ -99,10 +106,12 @@ impl Rdma {
             .with("gid", gid_hex(&gid))
             .with("addr", format!("{:x}", mr.addr()))
             .with("rkey", format!("{:x}", mr.rkey()))
-            .with("half", half);
+            .with("half", half)
+            .with("mtu", my_mtu.bytes());
         c.send(&me)?;
         let them = c.recv()?.expect("qp")?;
         let peer_half = them.u64("half")? as usize;
+        copts.mtu = copts.mtu.min(mtu_of(them.u64("mtu")? as usize)?);
         if peer_half != half {
             return Err("the peer's region differs in size".into());
         }
