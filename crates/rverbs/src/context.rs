@@ -539,7 +539,11 @@ fn driver(shared: Arc<Shared>) {
             };
             (ms, standoff)
         };
-        let watch = if standoff { &fds[fds.len() - 1..] } else { &fds[..] };
+        let watch = if standoff {
+            &fds[fds.len() - 1..]
+        } else {
+            &fds[..]
+        };
         if sys::poll_readable(watch, timeout_ms, &mut ready).is_err() {
             std::thread::sleep(std::time::Duration::from_millis(1));
             continue;

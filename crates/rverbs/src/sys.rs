@@ -126,8 +126,7 @@ fn from_storage(ss: &libc::sockaddr_storage) -> Option<std::net::SocketAddr> {
         }
         libc::AF_INET6 => {
             // SAFETY: as above, for sockaddr_in6.
-            let a =
-                unsafe { &*(ss as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>() };
+            let a = unsafe { &*(ss as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>() };
             Some(
                 SocketAddrV6::new(
                     Ipv6Addr::from(a.sin6_addr.s6_addr),
@@ -202,16 +201,15 @@ pub(crate) fn recv_batch(
 /// Sends datagrams with `sendmmsg(2)` (as many calls as the kernel needs). A datagram
 /// the kernel refuses (no route, buffer full) is skipped: it is a lost packet, which
 /// the transport's retransmission covers.
-pub(crate) fn send_batch(
-    fd: &impl AsRawFd,
-    msgs: &[(&[u8], std::net::SocketAddr)],
-) {
+pub(crate) fn send_batch(fd: &impl AsRawFd, msgs: &[(&[u8], std::net::SocketAddr)]) {
     const MAX: usize = 64;
     let mut start = 0;
     while start < msgs.len() {
         let chunk = &msgs[start..(start + MAX).min(msgs.len())];
-        let addrs: Vec<socket2::SockAddr> =
-            chunk.iter().map(|(_, a)| socket2::SockAddr::from(*a)).collect();
+        let addrs: Vec<socket2::SockAddr> = chunk
+            .iter()
+            .map(|(_, a)| socket2::SockAddr::from(*a))
+            .collect();
         let mut iov: Vec<libc::iovec> = chunk
             .iter()
             .map(|(b, _)| libc::iovec {

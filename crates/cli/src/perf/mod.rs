@@ -18,7 +18,7 @@
 //! `getrusage(RUSAGE_SELF)` user + system time of each whole process over the test
 //! (driver threads included); "CPU s/GB" adds both processes' CPU time.
 //!
-//! **Why not perftest's own exchange.** See `crates/cli/src/perf/README.md`.
+//! **Why not perftest's own exchange:** see the README (`rverbs perf`).
 
 pub mod ctrl;
 mod rdma;

@@ -278,13 +278,11 @@ impl Bench for Rdma {
                     }
                 }
             }
-            if n == 0 && !can_post {
-                if last_progress.elapsed() > STALL {
-                    return Err(format!(
-                        "no progress for {}s (posted {posted}, completed {completed}, received {rx})",
-                        STALL.as_secs()
-                    ));
-                }
+            if n == 0 && !can_post && last_progress.elapsed() > STALL {
+                return Err(format!(
+                    "no progress for {}s (posted {posted}, completed {completed}, received {rx})",
+                    STALL.as_secs()
+                ));
             }
             if plan.progress {
                 p.tick(posted.max(rx), plan.iters);
@@ -327,7 +325,10 @@ impl Bench for Rdma {
         // and `want` (if given) reports whether a completion of that opcode arrived.
         let reap =
             |me: &Self, wcs: &mut [Wc], rx: &mut u64, want: WcOpcode| -> Result<bool, String> {
-                let n = me.cq.wait(wcs, me.spin, Duration::from_millis(1)).map_err(e)?;
+                let n = me
+                    .cq
+                    .wait(wcs, me.spin, Duration::from_millis(1))
+                    .map_err(e)?;
                 let mut got = false;
                 for wc in &wcs[..n] {
                     if wc.status != WcStatus::Success {
