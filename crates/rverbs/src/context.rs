@@ -48,6 +48,10 @@ pub(crate) struct Shared {
     tx: Mutex<Vec<Transmit>>,
     /// When an application thread last made progress itself (`progress.rs`).
     pub(crate) app_poll_at: std::sync::atomic::AtomicU64,
+    /// Received datagrams were handled but what the engine answers was not sent yet
+    /// (deferred acknowledgements, `progress.rs`; engine-lock protected writes).
+    /// (0: none; otherwise when the first deferred datagram was handled.)
+    pub(crate) flush_pending: std::sync::atomic::AtomicU64,
     /// When the driver thread will wake up on its own (engine-lock protected writes).
     pub(crate) driver_wake_at: std::sync::atomic::AtomicU64,
     wake: OwnedFd,
@@ -73,6 +77,7 @@ impl Shared {
 
     /// Sends everything the engine has to send, and wakes event waiters.
     pub(crate) fn flush(&self, engine: &mut Engine, now: Nanos) {
+        self.flush_pending.store(0, Ordering::Relaxed);
         if self.faults.is_some() || self.pcap.is_some() {
             while let Some(t) = engine.poll_transmit(now) {
                 self.send(&t);
@@ -179,7 +184,16 @@ impl Shared {
     /// Feeds up to `budget` datagrams waiting on the sockets to the engine (the caller
     /// holds the engine lock, so datagrams reach it in socket order whichever thread
     /// receives) and sends what it answers. Returns how many were received.
-    pub(crate) fn receive(&self, engine: &mut Engine, now: Nanos, budget: usize) -> usize {
+    ///
+    /// With `defer`, what the engine answers is left for the next flush (see
+    /// `progress.rs`, deferred acknowledgements) unless a batch comes in full.
+    pub(crate) fn receive(
+        &self,
+        engine: &mut Engine,
+        now: Nanos,
+        budget: usize,
+        defer: bool,
+    ) -> usize {
         let mut rx = self.rx.lock().unwrap_or_else(|e| e.into_inner());
         let RxBatch { buf, got: list } = &mut *rx;
         let mut got = 0;
@@ -216,12 +230,19 @@ impl Shared {
                         engine.handle_datagram(now, &d);
                     }
                 }
+                if n < RX_BATCH {
+                    if defer && n > 0 {
+                        if self.flush_pending.load(Ordering::Relaxed) == 0 {
+                            self.flush_pending.store(now.max(1), Ordering::Relaxed);
+                        }
+                    } else {
+                        self.flush(engine, now);
+                    }
+                    break;
+                }
                 // One flush per batch: the responder's ACKs for the whole batch
                 // coalesce into one (cumulative, `queue_ack`).
                 self.flush(engine, now);
-                if n < RX_BATCH {
-                    break;
-                }
             }
         }
         got
@@ -393,6 +414,7 @@ impl Context {
             tx: Mutex::new(Vec::new()),
             app_poll_at: std::sync::atomic::AtomicU64::new(0),
             driver_wake_at: std::sync::atomic::AtomicU64::new(0),
+            flush_pending: std::sync::atomic::AtomicU64::new(0),
             wake: sys::eventfd().map_err(|e| Error::io("creating the driver's eventfd", e))?,
             epoch: Instant::now(),
             shutdown: AtomicBool::new(false),
@@ -529,6 +551,11 @@ fn driver(shared: Arc<Shared>) {
             if standoff {
                 until = until.min(now + crate::progress::STANDOFF_NS);
             }
+            let deferred = shared.flush_pending.load(Ordering::Relaxed);
+            if deferred != 0 {
+                // A deferred answer waits at most this long for the application.
+                until = until.min(deferred + crate::progress::DEFER_NS);
+            }
             // Published under the engine lock: a verb that makes the deadline earlier
             // than this wakes us (`Shared::wake_if_needed`).
             shared.driver_wake_at.store(until, Ordering::Release);
@@ -554,8 +581,18 @@ fn driver(shared: Arc<Shared>) {
         let mut engine = shared.lock();
         shared.driver_wake_at.store(0, Ordering::Release);
         let now = shared.now();
+        let deferred = shared.flush_pending.load(Ordering::Relaxed);
+        if deferred != 0 && now >= deferred + crate::progress::DEFER_NS {
+            shared.flush(&mut engine, now);
+        }
         // Drain what is queued (bounded, so timers still run under load).
-        shared.receive(&mut engine, now, 256);
+        if shared.receive(&mut engine, now, 256, false) == 0
+            && shared.flush_pending.load(Ordering::Relaxed) != 0
+            && !engine.poll_timeout().is_some_and(|t| t <= now)
+        {
+            // Nothing for us: leave the deferred answer to the application.
+            continue;
+        }
         if engine.poll_timeout().is_some_and(|t| t <= now) {
             engine.handle_timeout(now);
         }

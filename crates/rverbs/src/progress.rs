@@ -14,6 +14,15 @@
 //! and the next deadline, capped at the stand-off): it would only be woken to find the
 //! datagram already taken. When polling stops, it resumes within the stand-off.
 //!
+//! **Deferred acknowledgements.** What the engine answers to datagrams received on
+//! an application thread (ACKs, mostly) leaves with the application's next verb — a
+//! ping-pong's reply then carries its ACK in the same `sendmmsg`, and the peer wakes
+//! once instead of twice — or, when the poll found no completion, at once. If the
+//! application makes no further call, the driver thread sends it when it next looks
+//! (it sleeps at most [`DEFER_NS`] while it knows of one, and at most the stand-off
+//! otherwise). ACKs are cumulative (IBTA 9.7.5.1.1 allows coalescing them), so a
+//! late ACK only delays the requester's completions, never loses anything.
+//!
 //! **Wake-ups on demand.** A verb that creates work wakes the driver only when the
 //! engine's next deadline is earlier than the time the driver will wake up anyway
 //! (published under the engine lock as `driver_wake_at`), not on every post.
@@ -21,6 +30,10 @@
 use crate::context::Shared;
 use rverbs_engine::{Engine, Nanos};
 use std::sync::atomic::Ordering;
+
+/// Longest a deferred acknowledgement waits for the application before the driver
+/// thread sends it (50 µs).
+pub(crate) const DEFER_NS: Nanos = 50_000;
 
 /// How long after an application's last poll the driver thread leaves the sockets to
 /// it (2 ms).
@@ -33,18 +46,47 @@ const POLL_BUDGET: usize = 64;
 impl Shared {
     /// Receives pending datagrams and fires due timers on the calling thread (the
     /// caller holds the engine lock). Returns true if the engine did anything.
+    ///
+    /// What the engine answers to the datagrams (ACKs) is deferred: the caller flushes
+    /// it when it found no completion ([`Shared::flush_deferred`]), and otherwise the
+    /// application's next verb sends it, usually together with the reply it posts.
     pub(crate) fn progress(&self, engine: &mut Engine) -> bool {
         let now = self.now();
         self.app_poll_at.store(now, Ordering::Relaxed);
-        let mut did = self.receive(engine, now, POLL_BUDGET) > 0;
+        if self.flush_pending.load(Ordering::Relaxed) != 0 {
+            self.flush(engine, now);
+        }
+        let mut did = self.receive(engine, now, POLL_BUDGET, true) > 0;
         if engine.poll_timeout().is_some_and(|t| t <= now) {
             engine.handle_timeout(now);
+            self.flush(engine, now);
             did = true;
         }
         if did {
-            self.flush(engine, now);
+            self.activity.fetch_add(1, Ordering::Release);
         }
         did
+    }
+
+    /// After a verb that may have completed work but rarely sends anything: lets
+    /// pollers and event waiters see it, and flushes unless answers are deferred
+    /// (they then leave with the next flush).
+    pub(crate) fn settle(&self, engine: &mut Engine, now: Nanos) {
+        if self.flush_pending.load(Ordering::Relaxed) == 0 {
+            self.flush(engine, now);
+        } else {
+            self.activity.fetch_add(1, Ordering::Release);
+            if engine.has_completion_events() {
+                self.events.notify_all();
+            }
+        }
+    }
+
+    /// Sends what [`Shared::progress`] deferred.
+    pub(crate) fn flush_deferred(&self, engine: &mut Engine) {
+        if self.flush_pending.load(Ordering::Relaxed) != 0 {
+            self.flush(engine, self.now());
+        }
     }
 
     /// True while an application thread is making progress itself.

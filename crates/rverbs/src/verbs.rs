@@ -322,6 +322,8 @@ impl Cq {
         let seen = shared.activity.load(Ordering::Acquire);
         let n = e.poll_cq(self.inner.id, out)?;
         if n == 0 {
+            // Nothing for this caller to answer: send the deferred ACKs now.
+            shared.flush_deferred(&mut e);
             self.inner.empty_at.store(seen, Ordering::Relaxed);
         }
         Ok(n)
@@ -619,7 +621,9 @@ impl Qp {
         let mut e = s.lock();
         e.post_recv(self.qpn, wr, now)?;
         // A receive posted to a QP in error completes at once: let pollers see it.
-        s.flush(&mut e, now);
+        // Deferred acknowledgements stay deferred: a receive is usually reposted
+        // just before the reply that will carry them.
+        s.settle(&mut e, now);
         Ok(())
     }
 }
