@@ -81,6 +81,7 @@ impl Shared {
         if self.faults.is_some() || self.pcap.is_some() {
             while let Some(t) = engine.poll_transmit(now) {
                 self.send(&t);
+                engine.recycle(t.payload);
             }
         } else {
             // The fast path: everything the engine has goes out in one sendmmsg per
@@ -91,7 +92,9 @@ impl Shared {
             }
             if !tx.is_empty() {
                 self.send_all(&tx);
-                tx.clear();
+                for t in tx.drain(..) {
+                    engine.recycle(t.payload);
+                }
             }
         }
         self.activity.fetch_add(1, Ordering::Release);
