@@ -26,15 +26,20 @@ use std::time::Instant;
 /// The RoCE v2 UDP port.
 pub const ROCE_PORT: u16 = 4791;
 
-/// Bytes per received datagram: more than the largest RoCE v2 packet (4096-byte MTU
-/// plus headers); anything longer arrives cut and fails its ICRC.
-const RX_SLOT: usize = 8192;
-/// Datagrams one `recvmmsg` takes.
-const RX_BATCH: usize = 32;
+/// Bytes per received buffer: a whole UDP payload, which holds the largest RoCE v2
+/// packet and a coalesced (`UDP_GRO`) train of them; anything longer arrives cut and
+/// fails its ICRC.
+const RX_SLOT: usize = 65536;
+/// Buffers one `recvmmsg` takes.
+const RX_BATCH: usize = 16;
+/// Most datagrams in one `UDP_SEGMENT` train (the kernel's `UDP_MAX_SEGMENTS` is 64 or
+/// more) and most bytes (one IP packet).
+const GSO_MAX_SEGMENTS: usize = 64;
+const GSO_MAX_BYTES: usize = 65_000;
 
 struct RxBatch {
     buf: Vec<u8>,
-    got: Vec<(usize, usize, SocketAddr)>,
+    got: Vec<sys::Received>,
 }
 
 pub(crate) struct Shared {
@@ -44,6 +49,13 @@ pub(crate) struct Shared {
     sockets: Vec<(IpAddr, UdpSocket)>,
     /// The receive buffers of whichever thread receives (always under the engine lock).
     rx: Mutex<RxBatch>,
+    /// Send trains of same-size datagrams with `UDP_SEGMENT`. Only on the loopback
+    /// device: the kernel numbers the IPv4 IDs of a train's datagrams 0, 1, 2, ... while
+    /// their ICRCs assume 0 (as every datagram from an unconnected socket has). An
+    /// rverbs receiver recovers the ID from the ICRC and never sees the difference —
+    /// over loopback it even receives the train whole (`UDP_GRO`) — but a peer that
+    /// checks the ICRC against the real header (rxe) would drop all but the first.
+    gso: bool,
     /// Datagrams collected by `flush` for one `sendmmsg` (under the engine lock).
     tx: Mutex<Vec<Transmit>>,
     /// When an application thread last made progress itself (`progress.rs`).
@@ -131,13 +143,36 @@ impl Shared {
             let mine = |t: &&Transmit| {
                 t.src == *addr || (i == 0 && !self.sockets.iter().any(|(a, _)| *a == t.src))
             };
-            let msgs: Vec<(&[u8], SocketAddr)> = ts
-                .iter()
-                .filter(mine)
-                .map(|t| (&t.payload[..], SocketAddr::new(t.dst, ROCE_PORT)))
-                .collect();
-            if !msgs.is_empty() {
-                sys::send_batch(sock, &msgs);
+            let mut out: Vec<sys::Outgoing<'_>> = Vec::new();
+            for t in ts.iter().filter(mine) {
+                let dst = SocketAddr::new(t.dst, ROCE_PORT);
+                let len = t.payload.len();
+                // Trains of same-size datagrams to one destination leave as one
+                // UDP_SEGMENT buffer (loopback device only, see `gso`).
+                if let Some(last) = out.last_mut() {
+                    let seg = last.bufs[0].len();
+                    let total: usize = last.bufs.iter().map(|b| b.len()).sum();
+                    if self.gso
+                        && last.dst == dst
+                        && last.bufs.last().is_some_and(|b| b.len() == seg)
+                        && len <= seg
+                        && last.bufs.len() < GSO_MAX_SEGMENTS
+                        && total + len <= GSO_MAX_BYTES
+                        && seg <= usize::from(u16::MAX)
+                    {
+                        last.bufs.push(&t.payload);
+                        last.segment = seg as u16;
+                        continue;
+                    }
+                }
+                out.push(sys::Outgoing {
+                    bufs: vec![&t.payload],
+                    dst,
+                    segment: 0,
+                });
+            }
+            if !out.is_empty() {
+                sys::send_batch(sock, &out);
             }
         }
     }
@@ -199,6 +234,7 @@ impl Shared {
     ) -> usize {
         let mut rx = self.rx.lock().unwrap_or_else(|e| e.into_inner());
         let RxBatch { buf, got: list } = &mut *rx;
+        let buf = &mut buf[..];
         let mut got = 0;
         for (local, sock) in &self.sockets {
             while got < budget {
@@ -207,30 +243,19 @@ impl Shared {
                     break;
                 };
                 got += n;
-                for &(off, len, from) in list.iter() {
-                    let bytes = &mut buf[off..off + len];
-                    self.record(from.ip(), *local, from.port(), bytes);
-                    let copies = match &self.faults {
-                        Some(f) => {
-                            f.lock()
-                                .unwrap_or_else(|e| e.into_inner())
-                                .judge(bytes, false)
-                                .copies
-                        }
-                        None => 1,
+                for r in list.iter() {
+                    // A coalesced train (UDP_GRO) is cut back into its datagrams.
+                    let seg = if r.segment > 0 {
+                        r.segment
+                    } else {
+                        r.len.max(1)
                     };
-                    for _ in 0..copies {
-                        let d = Datagram {
-                            src: from.ip(),
-                            dst: *local,
-                            src_port: from.port(),
-                            hop_limit: 64,
-                            traffic_class: 0,
-                            flow_label: 0,
-                            ipv4_id: None,
-                            payload: bytes,
-                        };
-                        engine.handle_datagram(now, &d);
+                    let mut at = r.offset;
+                    let end = r.offset + r.len;
+                    while at < end {
+                        let next = (at + seg).min(end);
+                        self.ingest(engine, now, *local, r.from, &mut buf[at..next]);
+                        at = next;
                     }
                 }
                 if n < RX_BATCH {
@@ -249,6 +274,40 @@ impl Shared {
             }
         }
         got
+    }
+
+    /// One received datagram: capture, fault injection, the engine.
+    fn ingest(
+        &self,
+        engine: &mut Engine,
+        now: Nanos,
+        local: IpAddr,
+        from: SocketAddr,
+        bytes: &mut [u8],
+    ) {
+        self.record(from.ip(), local, from.port(), bytes);
+        let copies = match &self.faults {
+            Some(f) => {
+                f.lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .judge(bytes, false)
+                    .copies
+            }
+            None => 1,
+        };
+        for _ in 0..copies {
+            let d = Datagram {
+                src: from.ip(),
+                dst: local,
+                src_port: from.port(),
+                hop_limit: 64,
+                traffic_class: 0,
+                flow_label: 0,
+                ipv4_id: None,
+                payload: bytes,
+            };
+            engine.handle_datagram(now, &d);
+        }
     }
 
     /// The sockets' descriptors.
@@ -345,7 +404,12 @@ fn loopback_socket() -> Result<(IpAddr, UdpSocket)> {
         let x = 2 + (start.wrapping_add(i) % 253);
         let addr = IpAddr::V4(Ipv4Addr::new(127, 0, 0, x));
         match udp_socket(addr) {
-            Ok(s) => return Ok((addr, s)),
+            Ok(s) => {
+                // Trains sent with UDP_SEGMENT by other loopback contexts arrive whole;
+                // without GRO the kernel cuts them up (slower, same result).
+                let _ = sys::set_udp_gro(&s);
+                return Ok((addr, s));
+            }
             Err(e) => last = Some(e),
         }
     }
@@ -406,6 +470,7 @@ impl Context {
             ..Config::default()
         };
         cfg.limits.active_mtu = info.active_mtu();
+        let gso = info.is_loopback() && std::env::var_os("RVERBS_NO_GSO").is_none();
         let shared = Arc::new(Shared {
             engine: Mutex::new(Engine::new(cfg)),
             events: Condvar::new(),
@@ -415,6 +480,7 @@ impl Context {
                 got: Vec::with_capacity(RX_BATCH),
             }),
             tx: Mutex::new(Vec::new()),
+            gso,
             app_poll_at: std::sync::atomic::AtomicU64::new(0),
             driver_wake_at: std::sync::atomic::AtomicU64::new(0),
             flush_pending: std::sync::atomic::AtomicU64::new(0),

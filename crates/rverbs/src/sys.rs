@@ -141,41 +141,80 @@ fn from_storage(ss: &libc::sockaddr_storage) -> Option<std::net::SocketAddr> {
     }
 }
 
-/// Receives up to `out.capacity()`-bounded `max` datagrams with one `recvmmsg(2)`
-/// (non-blocking) into `buf`, cut in `slot`-byte slots. Appends `(offset, len, from)`
-/// per datagram to `out`; a datagram longer than a slot arrives cut to the slot (its
-/// ICRC then fails and it is counted as a drop). Returns how many arrived.
+/// Sets `UDP_GRO`: the kernel may hand over a train of same-size datagrams sent with
+/// `UDP_SEGMENT` as one buffer, with their size in a control message.
+pub(crate) fn set_udp_gro(fd: &impl AsRawFd) -> io::Result<()> {
+    let v: libc::c_int = 1;
+    // SAFETY: an open socket and a live c_int of the size passed.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_UDP,
+            libc::UDP_GRO,
+            (&v as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// One received buffer: where it is in the batch buffer, who sent it, and the size
+/// of the datagrams it holds when the kernel coalesced several (`UDP_GRO`), else 0.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Received {
+    pub(crate) offset: usize,
+    pub(crate) len: usize,
+    pub(crate) from: std::net::SocketAddr,
+    pub(crate) segment: usize,
+}
+
+/// Most buffers one [`recv_batch`] takes.
+pub(crate) const RECV_MAX: usize = 64;
+const CONTROL_LEN: usize = 64;
+
+/// Receives up to `buf.len() / slot` buffers (at most [`RECV_MAX`]) with one
+/// `recvmmsg(2)` (non-blocking) into `slot`-byte slots of `buf`, appending one
+/// [`Received`] per buffer to `out`. A buffer longer than a slot arrives cut to it
+/// (its ICRC then fails and it is counted as a drop). Returns how many arrived.
 pub(crate) fn recv_batch(
     fd: &impl AsRawFd,
     buf: &mut [u8],
     slot: usize,
-    out: &mut Vec<(usize, usize, std::net::SocketAddr)>,
+    out: &mut Vec<Received>,
 ) -> io::Result<usize> {
-    const MAX: usize = 64;
-    let n = (buf.len() / slot).min(MAX);
+    let n = buf.len().checked_div(slot).unwrap_or(0).min(RECV_MAX);
     if n == 0 {
         return Ok(0);
     }
-    let mut iov: [libc::iovec; MAX] = [libc::iovec {
+    let mut iov: [libc::iovec; RECV_MAX] = [libc::iovec {
         iov_base: std::ptr::null_mut(),
         iov_len: 0,
-    }; MAX];
+    }; RECV_MAX];
     // SAFETY: sockaddr_storage is plain data; all-zero is a valid value.
-    let mut names: [libc::sockaddr_storage; MAX] = unsafe { std::mem::zeroed() };
+    let mut names: [libc::sockaddr_storage; RECV_MAX] = unsafe { std::mem::zeroed() };
+    // Control buffers, u64-aligned as cmsghdr needs.
+    let mut control = [[0u64; CONTROL_LEN / 8]; RECV_MAX];
     // SAFETY: mmsghdr is plain data; all-zero is a valid value (null pointers, 0 lens).
-    let mut hdrs: [libc::mmsghdr; MAX] = unsafe { std::mem::zeroed() };
+    let mut hdrs: [libc::mmsghdr; RECV_MAX] = unsafe { std::mem::zeroed() };
     for i in 0..n {
         iov[i].iov_base = buf[i * slot..].as_mut_ptr().cast();
         iov[i].iov_len = slot;
-        hdrs[i].msg_hdr.msg_name = (&mut names[i] as *mut libc::sockaddr_storage).cast();
-        hdrs[i].msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as u32;
-        hdrs[i].msg_hdr.msg_iov = &mut iov[i];
-        hdrs[i].msg_hdr.msg_iovlen = 1;
+        let h = &mut hdrs[i].msg_hdr;
+        h.msg_name = (&mut names[i] as *mut libc::sockaddr_storage).cast();
+        h.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as u32;
+        h.msg_iov = &mut iov[i];
+        h.msg_iovlen = 1;
+        h.msg_control = control[i].as_mut_ptr().cast();
+        h.msg_controllen = CONTROL_LEN as _;
     }
     // SAFETY: every header points at a live iovec covering its own `slot` bytes of
-    // `buf` (disjoint, in bounds since i * slot + slot <= buf.len()) and at a live
-    // sockaddr_storage of the size given; all outlive the call. MSG_DONTWAIT: the
-    // call never blocks.
+    // `buf` (disjoint, in bounds since i * slot + slot <= buf.len()), at a live
+    // sockaddr_storage and at a live control buffer of the sizes given; all outlive
+    // the call. MSG_DONTWAIT: the call never blocks.
     let rc = unsafe {
         libc::recvmmsg(
             fd.as_raw_fd(),
@@ -191,42 +230,97 @@ pub(crate) fn recv_batch(
     let got = rc as usize;
     for i in 0..got {
         let len = (hdrs[i].msg_len as usize).min(slot);
+        let mut segment = 0;
+        let h = &hdrs[i].msg_hdr;
+        // SAFETY: `h` is a msghdr the kernel filled: its control pointer and (updated)
+        // length describe bytes inside `control[i]`; CMSG_FIRSTHDR/NXTHDR stay within
+        // them and return null at the end.
+        unsafe {
+            let mut c = libc::CMSG_FIRSTHDR(h);
+            while !c.is_null() {
+                if (*c).cmsg_level == libc::SOL_UDP
+                    && (*c).cmsg_type == libc::UDP_GRO
+                    && (*c).cmsg_len as usize
+                        >= libc::CMSG_LEN(std::mem::size_of::<libc::c_int>() as u32) as usize
+                {
+                    let v = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::c_int>());
+                    segment = usize::try_from(v).unwrap_or(0);
+                }
+                c = libc::CMSG_NXTHDR(h, c);
+            }
+        }
         if let Some(from) = from_storage(&names[i]) {
-            out.push((i * slot, len, from));
+            out.push(Received {
+                offset: i * slot,
+                len,
+                from,
+                segment,
+            });
         }
     }
     Ok(got)
 }
 
-/// Sends datagrams with `sendmmsg(2)` (as many calls as the kernel needs). A datagram
-/// the kernel refuses (no route, buffer full) is skipped: it is a lost packet, which
-/// the transport's retransmission covers.
-pub(crate) fn send_batch(fd: &impl AsRawFd, msgs: &[(&[u8], std::net::SocketAddr)]) {
+/// One datagram to send, or (with `segment` > 0) a train of datagrams of `segment`
+/// bytes each (the last may be shorter) sent as one buffer with `UDP_SEGMENT`.
+pub(crate) struct Outgoing<'a> {
+    pub(crate) bufs: Vec<&'a [u8]>,
+    pub(crate) dst: std::net::SocketAddr,
+    pub(crate) segment: u16,
+}
+
+/// Sends with `sendmmsg(2)` (as many calls as the kernel needs). A message the kernel
+/// refuses (no route, buffer full) is skipped: lost packets, which the transport's
+/// retransmission covers.
+pub(crate) fn send_batch(fd: &impl AsRawFd, msgs: &[Outgoing<'_>]) {
     const MAX: usize = 64;
+    // SAFETY (for CMSG_SPACE/CMSG_LEN): pure arithmetic on the length given.
+    let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<u16>() as u32) } as usize;
     let mut start = 0;
     while start < msgs.len() {
         let chunk = &msgs[start..(start + MAX).min(msgs.len())];
         let addrs: Vec<socket2::SockAddr> = chunk
             .iter()
-            .map(|(_, a)| socket2::SockAddr::from(*a))
+            .map(|m| socket2::SockAddr::from(m.dst))
             .collect();
-        let mut iov: Vec<libc::iovec> = chunk
+        let mut iovs: Vec<Vec<libc::iovec>> = chunk
             .iter()
-            .map(|(b, _)| libc::iovec {
-                iov_base: b.as_ptr() as *mut libc::c_void,
-                iov_len: b.len(),
+            .map(|m| {
+                m.bufs
+                    .iter()
+                    .map(|b| libc::iovec {
+                        iov_base: b.as_ptr() as *mut libc::c_void,
+                        iov_len: b.len(),
+                    })
+                    .collect()
             })
             .collect();
+        let mut control = vec![[0u64; 4]; chunk.len()];
         // SAFETY: mmsghdr is plain data; all-zero is a valid value.
         let mut hdrs: Vec<libc::mmsghdr> = vec![unsafe { std::mem::zeroed() }; chunk.len()];
         for (i, h) in hdrs.iter_mut().enumerate() {
-            h.msg_hdr.msg_name = addrs[i].as_ptr() as *mut libc::c_void;
-            h.msg_hdr.msg_namelen = addrs[i].len();
-            h.msg_hdr.msg_iov = &mut iov[i];
-            h.msg_hdr.msg_iovlen = 1;
+            let m = &mut h.msg_hdr;
+            m.msg_name = addrs[i].as_ptr() as *mut libc::c_void;
+            m.msg_namelen = addrs[i].len();
+            m.msg_iov = iovs[i].as_mut_ptr();
+            m.msg_iovlen = iovs[i].len() as _;
+            if chunk[i].segment > 0 {
+                m.msg_control = control[i].as_mut_ptr().cast();
+                m.msg_controllen = space as _;
+                // SAFETY: the control buffer (32 bytes, u64-aligned) holds one cmsghdr
+                // with a u16 (CMSG_SPACE(2) <= 32); CMSG_FIRSTHDR points at its start.
+                unsafe {
+                    let c = libc::CMSG_FIRSTHDR(m);
+                    (*c).cmsg_level = libc::SOL_UDP;
+                    (*c).cmsg_type = libc::UDP_SEGMENT;
+                    (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<u16>() as u32) as _;
+                    std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u16>(), chunk[i].segment);
+                }
+            }
         }
-        // SAFETY: each header points at a live address of the length given and at one
-        // iovec over a live byte slice (read only by the kernel); all outlive the call.
+        // SAFETY: each header points at a live address of the length given, at iovecs
+        // over live byte slices (read only by the kernel) and at a live control buffer;
+        // all outlive the call.
         let rc = unsafe {
             libc::sendmmsg(
                 fd.as_raw_fd(),
@@ -235,7 +329,7 @@ pub(crate) fn send_batch(fd: &impl AsRawFd, msgs: &[(&[u8], std::net::SocketAddr
                 libc::MSG_DONTWAIT,
             )
         };
-        // rc < 0: the first datagram failed; skip it. Otherwise rc were sent.
+        // rc < 0: the first message failed; skip it. Otherwise rc were sent.
         start += if rc <= 0 { 1 } else { rc as usize };
     }
 }
