@@ -123,31 +123,40 @@ impl crate::Cq {
     ) -> crate::Result<usize> {
         let start = std::time::Instant::now();
         loop {
-            let n = self.poll(out)?;
+            let n = self.poll_ready(out)?;
             if n > 0 {
                 return Ok(n);
             }
             let waited = start.elapsed();
-            if waited >= timeout {
-                return Ok(0);
-            }
             if waited < spin {
+                let n = self.poll_progress(out)?;
+                if n > 0 {
+                    return Ok(n);
+                }
                 std::hint::spin_loop();
                 continue;
+            }
+            if waited >= timeout {
+                return Ok(0);
             }
             let shared = self.shared();
             let now = shared.now();
             let left = (timeout - waited).as_nanos() as Nanos;
-            let due = shared
-                .lock()
-                .poll_timeout()
-                .map_or(left, |t| t.saturating_sub(now).min(left));
+            let due = {
+                let mut e = shared.lock();
+                // Answers deferred for this thread must not wait for its sleep.
+                shared.flush_deferred(&mut e);
+                e.poll_timeout()
+                    .map_or(left, |t| t.saturating_sub(now).min(left))
+            };
             // Keep the driver thread off the sockets while this thread sleeps on them
             // (both would wake for the same datagram), for at most one stand-off.
             let sleep = due.min(STANDOFF_NS / 2);
             shared.app_poll_at.store(now + sleep, Ordering::Relaxed);
             let ms = sleep.div_ceil(1_000_000) as i32;
             let mut ready = Vec::new();
+            // Returns at once when a datagram is already waiting: no receive attempt
+            // is spent before sleeping.
             let _ = crate::sys::poll_readable(&shared.socket_fds(), ms, &mut ready);
             return self.poll(out);
         }

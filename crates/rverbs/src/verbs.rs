@@ -299,6 +299,15 @@ impl Cq {
 
     /// `ibv_poll_cq`: fills `out` with up to `out.len()` completions; returns how many.
     pub fn poll(&self, out: &mut [Wc]) -> Result<usize> {
+        let n = self.poll_ready(out)?;
+        if n > 0 {
+            return Ok(n);
+        }
+        self.poll_progress(out)
+    }
+
+    /// The completions already in the CQ (no receiving).
+    pub(crate) fn poll_ready(&self, out: &mut [Wc]) -> Result<usize> {
         use std::sync::atomic::Ordering;
         let shared = self.inner.ctx.shared();
         // Nothing happened since the last empty poll: no completion can have arrived
@@ -311,7 +320,14 @@ impl Cq {
             }
             self.inner.empty_at.store(seen, Ordering::Relaxed);
         }
-        // Empty: receive and run timers on this thread rather than wait for the driver
+        Ok(0)
+    }
+
+    /// Receives and runs timers on this thread, then polls the CQ.
+    pub(crate) fn poll_progress(&self, out: &mut [Wc]) -> Result<usize> {
+        use std::sync::atomic::Ordering;
+        let shared = self.inner.ctx.shared();
+        // Receive and run timers on this thread rather than wait for the driver
         // thread (`progress.rs`). If the driver holds the engine it is doing just that.
         let Ok(mut e) = shared.engine.try_lock() else {
             return Ok(0);
