@@ -2,11 +2,21 @@
 //! receiving, acknowledging and retransmitting while the application is busy.
 //!
 //! **Progress model.** One driver thread per context waits in `poll(2)` on the sockets
-//! and an eventfd, with the engine's next deadline as timeout; it feeds every received
-//! datagram to the engine and sends what the engine produces. Verbs that create work
+//! and an eventfd, with the engine's next deadline as timeout; it feeds received
+//! datagrams to the engine and sends what the engine produces. Verbs that create work
 //! (`post_send`, `modify_qp`, ...) run the engine on the caller's thread and send its
-//! packets at once, so a request leaves without a thread hop; they then wake the
-//! driver so it re-reads the deadline. The engine sits behind one mutex.
+//! packets at once, so a request leaves without a thread hop; they wake the driver
+//! only when its deadline moved earlier. A thread that polls an empty CQ receives and
+//! runs timers itself, and the driver then stays off the sockets (`progress.rs`). The
+//! engine sits behind one mutex; datagrams are received only under it, so they reach
+//! the engine in socket order whichever thread reads them.
+//!
+//! **Batching.** Datagrams are received `recvmmsg` at a time and everything the engine
+//! has to send after a verb or a received batch leaves in one `sendmmsg` (one ACK per
+//! batch: ACKs coalesce). On the loopback device, trains of same-size datagrams to one
+//! peer go as one `UDP_SEGMENT` buffer and arrive whole (`UDP_GRO`), so a 64 KiB
+//! message costs the kernel one pass, not sixteen (see `Shared::gso` for why only
+//! there). With `RVERBS_FAULTS` or `RVERBS_PCAP` every datagram goes out on its own.
 
 use crate::capture::PcapWriter;
 use crate::device::DeviceInfo;
