@@ -6,6 +6,7 @@
 pub mod demo;
 pub mod devinfo;
 pub mod json;
+pub mod mad;
 pub mod pcap;
 pub mod perf;
 pub mod pingpong;

@@ -1,6 +1,7 @@
 //! `rverbs`: the command-line tool of the rverbs RDMA stack.
 
 use clap::{Parser, Subcommand};
+use rverbs_cli::mad;
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -72,6 +73,53 @@ enum Command {
         /// Print the port's counters (drops by reason, retransmissions) to stderr.
         #[arg(long)]
         stats: bool,
+        /// Keep the device open this many seconds after the run, so its counters can
+        /// be read over the wire (`rverbs perfquery --gid`).
+        #[arg(long, default_value_t = 0.0)]
+        linger: f64,
+    },
+    /// Read (or reset) a port's performance counters through its PMA, like
+    /// infiniband-diags' perfquery: the local port, or a remote one over GSI (QP1).
+    Perfquery {
+        /// Use this device (default: the loopback soft device).
+        #[arg(short = 'd', long = "Ca")]
+        dev: Option<String>,
+        /// Port (PortSelect).
+        #[arg(short = 'P', long = "Port", default_value_t = 1)]
+        port: u8,
+        /// PortCountersExtended (64-bit counters).
+        #[arg(short = 'x', long = "extended")]
+        extended: bool,
+        /// Reset the counters only.
+        #[arg(short = 'R', long = "Reset_only")]
+        reset_only: bool,
+        /// Read, then reset the counters.
+        #[arg(short = 'r', long = "reset_after_read")]
+        reset_after: bool,
+        /// Query the port with this GID (an IPv4 or IPv6 address) over GSI.
+        #[arg(long)]
+        gid: Option<String>,
+    },
+    /// Query the local port's SMA with a directed-route SMP (RoCE has no QP0, so only
+    /// the local port), like infiniband-diags' smpquery.
+    Smpquery {
+        /// nodeinfo, nodedesc, portinfo, guids or pkeys.
+        #[arg(value_parser = ["nodeinfo", "nodedesc", "portinfo", "guids", "pkeys"])]
+        what: String,
+        /// Use this device (default: the loopback soft device).
+        #[arg(short = 'd', long = "Ca")]
+        dev: Option<String>,
+        /// Port.
+        #[arg(short = 'P', long = "Port", default_value_t = 1)]
+        port: u8,
+        /// M_Key to put in the SMP (decimal or 0x-hex).
+        #[arg(long, default_value = "0")]
+        mkey: String,
+    },
+    /// Management datagram tools.
+    Mad {
+        #[command(subcommand)]
+        command: MadCommand,
     },
     /// The soft devices and their port, in ibv_devinfo's layout (or JSON).
     Devinfo {
@@ -146,13 +194,65 @@ enum Command {
 }
 
 #[derive(Subcommand)]
+enum MadCommand {
+    /// Print traps as they arrive, decoded: BM and PMA Trap MADs sent to this port's
+    /// GSI (make it a trap destination with `mad bm-set --trap-dest`), and traps the
+    /// port raises itself. Prints `listening on gid <gid> qp 1` first.
+    ListenTraps {
+        /// Use this device (default: the loopback soft device).
+        #[arg(short = 'd', long = "Ca")]
+        dev: Option<String>,
+        /// Exit after this many traps (non-zero status if the timeout comes first).
+        #[arg(long)]
+        count: Option<usize>,
+        /// Give up after this many seconds.
+        #[arg(long)]
+        timeout: Option<f64>,
+    },
+    /// Keep a port up with the given B_Key / M_Key until stdin closes; its GSI answers
+    /// PMA and BM MADs. Prints `serving gid <gid> qp 1` first.
+    Serve {
+        /// Use this device (default: the loopback soft device).
+        #[arg(short = 'd', long = "Ca")]
+        dev: Option<String>,
+        /// B_Key (decimal or 0x-hex; 0 = no B_Key checking).
+        #[arg(long, default_value = "0")]
+        bkey: String,
+        /// M_Key (protect bits 2 when non-zero).
+        #[arg(long, default_value = "0")]
+        mkey: String,
+    },
+    /// Send a BM Set carrying a B_Key to a remote port: a new B_Key (`--new-bkey`) or
+    /// the trap destination of its ClassPortInfo (`--trap-dest`).
+    BmSet {
+        /// The remote port's GID.
+        #[arg(long)]
+        gid: String,
+        /// The B_Key to put in the MAD.
+        #[arg(long, default_value = "0")]
+        bkey: String,
+        /// Set BKeyInfo to this B_Key.
+        #[arg(long, conflicts_with = "trap_dest")]
+        new_bkey: Option<String>,
+        /// Set the ClassPortInfo trap destination to this GID (QP 1, the GSI Q_Key).
+        #[arg(long)]
+        trap_dest: Option<String>,
+        /// Use this device (default: the loopback soft device).
+        #[arg(short = 'd', long = "Ca")]
+        dev: Option<String>,
+    },
+}
+
+#[derive(Subcommand)]
 enum PcapCommand {
     /// Print one line per RoCE v2 (UDP port 4791) packet of a pcap or pcapng capture,
     /// then the totals.
     ///
     /// Line: `<index> <src-ip>:<port> > <dst-ip>:4791 <OPCODE> qpn=0x<hex> psn=<n>
     /// [ackreq] [se] [pad=<n>] [reth ...] [aeth ...] [deth ...] [imm=0x<hex>]
-    /// [atomic ...] payload=<n> icrc=<ok|bad>`; a record that cannot be decoded prints
+    /// [atomic ...] payload=<n> icrc=<ok|bad> [mad <class> <method> attr=0x<hex>
+    /// mod=0x<hex> status=0x<hex> tid=0x<hex>]` (the MAD part for UD packets to or
+    /// from QP1 carrying a 256-byte MAD); a record that cannot be decoded prints
     /// `<index> malformed: <reason>`. Totals: `packets` counts every record, `roce` the
     /// well-formed RoCE v2 packets (icrc_ok + icrc_bad), `malformed` the undecodable
     /// ones. Link types: Ethernet, raw IP, IPv4, IPv6, Linux cooked (v1, v2), BSD
@@ -162,6 +262,18 @@ enum PcapCommand {
         /// The capture file.
         file: std::path::PathBuf,
     },
+}
+
+fn fail(tool: &str, e: &str) -> ExitCode {
+    eprintln!("rverbs {tool}: {e}");
+    ExitCode::from(1)
+}
+
+fn done(tool: &str, r: Result<(), String>) -> ExitCode {
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => fail(tool, &e),
+    }
 }
 
 fn main() -> ExitCode {
@@ -192,6 +304,7 @@ fn main() -> ExitCode {
             gid_idx,
             check,
             stats,
+            linger,
         } => {
             if ib_port != 1 {
                 eprintln!("rverbs pingpong: the soft device has one port (1)");
@@ -219,6 +332,7 @@ fn main() -> ExitCode {
                 gid_idx,
                 check,
                 stats,
+                linger: std::time::Duration::from_secs_f64(linger.max(0.0)),
             };
             let mut out = std::io::stdout();
             match rverbs_cli::pingpong::run(&o, &mut out) {
@@ -289,6 +403,88 @@ fn main() -> ExitCode {
                     ExitCode::from(1)
                 }
             }
+        }
+        Command::Perfquery {
+            dev,
+            port,
+            extended,
+            reset_only,
+            reset_after,
+            gid,
+        } => {
+            let gid = match gid.as_deref().map(mad::parse_gid).transpose() {
+                Ok(g) => g,
+                Err(e) => return fail("perfquery", &e),
+            };
+            let o = mad::PerfOpts {
+                dev,
+                port,
+                extended,
+                reset_only,
+                reset_after,
+                gid,
+            };
+            done("perfquery", mad::perfquery(&o, &mut std::io::stdout()))
+        }
+        Command::Smpquery {
+            what,
+            dev,
+            port,
+            mkey,
+        } => {
+            let q = match what.as_str() {
+                "nodeinfo" => mad::SmpQuery::NodeInfo,
+                "nodedesc" => mad::SmpQuery::NodeDesc,
+                "portinfo" => mad::SmpQuery::PortInfo,
+                "guids" => mad::SmpQuery::Guids,
+                _ => mad::SmpQuery::Pkeys,
+            };
+            let r = mad::parse_num(&mkey)
+                .and_then(|k| mad::smpquery(dev.as_deref(), port, q, k, &mut std::io::stdout()));
+            done("smpquery", r)
+        }
+        Command::Mad {
+            command:
+                MadCommand::ListenTraps {
+                    dev,
+                    count,
+                    timeout,
+                },
+        } => {
+            let t = timeout.map(|s| std::time::Duration::from_secs_f64(s.max(0.0)));
+            let r = mad::listen_traps(dev.as_deref(), count, t, &mut std::io::stdout());
+            done("mad listen-traps", r)
+        }
+        Command::Mad {
+            command: MadCommand::Serve { dev, bkey, mkey },
+        } => {
+            let r = mad::parse_num(&bkey).and_then(|b| {
+                let m = mad::parse_num(&mkey)?;
+                mad::serve(dev.as_deref(), b, m, &mut std::io::stdout())
+            });
+            done("mad serve", r)
+        }
+        Command::Mad {
+            command:
+                MadCommand::BmSet {
+                    gid,
+                    bkey,
+                    new_bkey,
+                    trap_dest,
+                    dev,
+                },
+        } => {
+            let r = (|| {
+                let g = mad::parse_gid(&gid)?;
+                let key = mad::parse_num(&bkey)?;
+                let what = match (new_bkey, trap_dest) {
+                    (Some(k), None) => mad::BmSet::BKey(mad::parse_num(&k)?),
+                    (None, Some(t)) => mad::BmSet::TrapDest(mad::parse_gid(&t)?),
+                    _ => return Err("give --new-bkey or --trap-dest".to_string()),
+                };
+                mad::bm_set(dev.as_deref(), g, key, what, &mut std::io::stdout())
+            })();
+            done("mad bm-set", r)
         }
         Command::Pcap {
             command: PcapCommand::Decode { file },

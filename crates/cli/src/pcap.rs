@@ -18,7 +18,8 @@ pub enum Record {
     NotRoce,
     /// A RoCE v2 packet: the decoded line (without the index) and whether the ICRC held.
     Roce {
-        /// `<src> > <dst> <OPCODE> ... icrc=<ok|bad>`.
+        /// `<src> > <dst> <OPCODE> ... icrc=<ok|bad> [mad ...]` (the MAD summary for
+        /// a MAD to or from QP1).
         line: String,
         /// ICRC verdict.
         icrc_ok: bool,
@@ -73,10 +74,22 @@ pub fn decode_record(linktype: Linktype, data: &[u8]) -> Record {
     };
     match decoded {
         Ok(Decoded::NotRoce) => Record::NotRoce,
-        Ok(Decoded::Roce(f)) => Record::Roce {
-            line: f.to_string(),
-            icrc_ok: f.icrc_ok,
-        },
+        Ok(Decoded::Roce(f)) => {
+            let mut line = f.to_string();
+            // MADs on the GSI (to or from QP1): the header in one line.
+            let p = &f.packet;
+            let gsi = p.bth().dest_qp() == 1 || p.deth().is_some_and(|d| d.src_qp() == 1);
+            if gsi && p.deth().is_some() {
+                if let Some(m) = crate::mad::summary(p.payload()) {
+                    line.push(' ');
+                    line.push_str(&m);
+                }
+            }
+            Record::Roce {
+                line,
+                icrc_ok: f.icrc_ok,
+            }
+        }
         Err(e) => Record::Malformed(reason(e)),
     }
 }

@@ -43,6 +43,9 @@ pub struct Opts {
     pub check: bool,
     /// Print the device's port counters at the end (to stderr, one `name=value` line).
     pub stats: bool,
+    /// Keep the device open this long after the run (its GSI keeps answering, e.g.
+    /// `rverbs perfquery --gid`).
+    pub linger: std::time::Duration,
 }
 
 const RECV_WRID: u64 = 1;
@@ -378,6 +381,10 @@ pub fn run<W: Write>(o: &Opts, out: &mut W) -> Result<(), String> {
         let c = ctx.counters();
         let line: Vec<String> = c.iter().map(|(n, v)| format!("{n}={v}")).collect();
         eprintln!("rverbs counters: {}", line.join(" "));
+    }
+    if !o.linger.is_zero() {
+        w(out.flush())?;
+        std::thread::sleep(o.linger);
     }
     Ok(())
 }

@@ -133,7 +133,9 @@ pub struct Engine {
     timer_of: QpnMap<Nanos>,
     events: VecDeque<AsyncEvent>,
     comp_events: VecDeque<CqId>,
-    counters: Counters,
+    pub(crate) counters: Counters,
+    /// QP1 and the device's MAD agents (`crate::mad`).
+    pub(crate) gsi: crate::mad::gsi::Gsi,
 }
 
 const FIRST_QPN: u32 = 0x11;
@@ -190,6 +192,7 @@ impl Engine {
             events: VecDeque::new(),
             comp_events: VecDeque::new(),
             counters: Counters::default(),
+            gsi: crate::mad::gsi::Gsi::default(),
         }
     }
 
@@ -801,6 +804,10 @@ impl Engine {
             return;
         };
         let qpn = bth.dest_qp();
+        if qpn == crate::mad::gsi::GSI_QPN {
+            self.gsi_datagram(now, &pkt, d);
+            return;
+        }
         let Some(qp) = self.qps.get(&qpn) else {
             self.counters.rx_unknown_qp += 1;
             return;
@@ -862,6 +869,9 @@ impl Engine {
 
     /// The next datagram to send, if any. Call until `None` after every input.
     pub fn poll_transmit(&mut self, now: Nanos) -> Option<Transmit> {
+        if let Some(t) = self.gsi_poll_transmit() {
+            return Some(t);
+        }
         while let Some(qpn) = self.active.pop_front() {
             let mut ctx = ctx!(self, now);
             let Some(qp) = self.qps.get_mut(&qpn) else {

@@ -14,6 +14,7 @@
 
 pub mod counters;
 mod engine;
+pub mod mad;
 pub mod memory;
 pub mod modify;
 pub mod net;

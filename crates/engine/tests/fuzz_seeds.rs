@@ -32,3 +32,34 @@ fn engine_seeds() {
         oracles::engine(data);
     }
 }
+
+mod mad_rx_oracle {
+    include!("../../../fuzz/oracles/mad_rx.rs");
+}
+
+#[test]
+fn mad_rx_seeds() {
+    replay::replay("mad_rx", mad_rx_oracle::mad_rx);
+    // The seeds reach the agents: replies, key drops, traps and GSI sends.
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/seeds/mad_rx");
+    let mut total = mad_rx_oracle::Reached::default();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let r = mad_rx_oracle::run(&std::fs::read(entry.unwrap().path()).unwrap());
+        total.replies += r.replies;
+        total.consumed += r.consumed;
+        total.traps += r.traps;
+        total.sent += r.sent;
+    }
+    assert!(
+        total.replies >= 15 && total.consumed >= 3 && total.traps >= 2 && total.sent >= 10,
+        "{total:?}"
+    );
+    for data in [
+        &[][..],
+        &[0u8; 3][..],
+        &[0xffu8; 700][..],
+        &[0x01u8; 303][..],
+    ] {
+        mad_rx_oracle::mad_rx(data);
+    }
+}

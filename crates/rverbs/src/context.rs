@@ -480,9 +480,11 @@ impl Context {
             ..Config::default()
         };
         cfg.limits.active_mtu = info.active_mtu();
+        let mut engine = Engine::new(cfg);
+        crate::mad::set_identity(&mut engine, &info);
         let gso = info.is_loopback() && std::env::var_os("RVERBS_NO_GSO").is_none();
         let shared = Arc::new(Shared {
-            engine: Mutex::new(Engine::new(cfg)),
+            engine: Mutex::new(engine),
             events: Condvar::new(),
             sockets,
             rx: Mutex::new(RxBatch {

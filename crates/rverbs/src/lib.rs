@@ -29,6 +29,7 @@ mod context;
 mod device;
 mod error;
 mod faults;
+pub mod mad;
 mod progress;
 mod sys;
 mod verbs;

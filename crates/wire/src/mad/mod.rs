@@ -27,6 +27,7 @@ pub mod bm;
 pub mod cm;
 pub mod notice;
 pub mod pma;
+pub mod sma;
 pub mod smp;
 
 /// Every MAD is exactly this long (IBTA 13.4.2; kernel `include/rdma/ib_mad.h`
