@@ -83,6 +83,19 @@ impl Snapshot {
             gids: ctx.gids(),
         })
     }
+
+    /// The same without opening the device (`DeviceInfo::attributes`): what devinfo
+    /// shows when the device cannot be opened (another process holds it, or the
+    /// kernel's rxe holds port 4791).
+    pub fn unopened(info: &DeviceInfo) -> Snapshot {
+        let (dev, port, gids) = info.attributes();
+        Snapshot {
+            info: info.clone(),
+            dev,
+            port,
+            gids,
+        }
+    }
 }
 
 /// The `ibv_devinfo [-v]` text of one device.
@@ -326,7 +339,7 @@ pub fn run(dev: Option<&str>, verbose: bool, as_json: bool) -> Result<String, St
     let mut out = String::new();
     let mut objs = Vec::new();
     for d in chosen {
-        let s = Snapshot::take(d).map_err(|e| format!("{}: {e}", d.name))?;
+        let s = Snapshot::take(d).unwrap_or_else(|_| Snapshot::unopened(d));
         if as_json {
             objs.push(json(&s));
         } else {
@@ -381,6 +394,20 @@ mod tests {
         assert!(t.contains("\t\t\tGID[  1]:\t\t::ffff:127.0.0."));
         let short = text(&s, false);
         assert!(!short.contains("max_qp_wr") && short.contains("link_layer:\t\tEthernet"));
+    }
+
+    #[test]
+    fn unopened_matches_opened_but_for_the_loopback_address() {
+        let info = rverbs::device(None).unwrap();
+        let (opened, unopened) = (Snapshot::take(&info).unwrap(), Snapshot::unopened(&info));
+        assert_eq!(opened.dev, unopened.dev);
+        assert_eq!(opened.port, unopened.port);
+        assert_eq!(opened.gids[0], unopened.gids[0]);
+        assert!(unopened.gids[1..].iter().any(|g| g.to_string() == "::ffff:127.0.0.1"));
+        assert_eq!(
+            text(&opened, false).lines().count(),
+            text(&unopened, false).lines().count()
+        );
     }
 
     #[test]

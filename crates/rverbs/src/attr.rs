@@ -4,6 +4,7 @@
 //! `modify_qp` and `post_send` enforce), so what a program reads is what it gets.
 
 use crate::context::Context;
+use crate::device::DeviceInfo;
 use crate::error::{Error, Result};
 use rverbs_engine::Mtu;
 
@@ -222,113 +223,146 @@ fn node_guid(gid0: &[u8; 16]) -> u64 {
 impl Context {
     /// `ibv_query_device`.
     pub fn query_device(&self) -> DeviceAttr {
-        let e = self.shared().lock();
-        let cfg = e.config();
-        let guid = cfg.gids.first().map_or(0, |g| node_guid(&g.0));
-        let l = &cfg.limits;
-        DeviceAttr {
-            fw_ver: env!("CARGO_PKG_VERSION").to_string(),
-            node_guid: guid,
-            sys_image_guid: guid,
-            // A region is a Vec; the engine accepts messages up to 2 GiB.
-            max_mr_size: isize::MAX as u64,
-            page_size_cap: 0xffff_f000,
-            vendor_id: 0xff_ffff,
-            vendor_part_id: 0,
-            hw_ver: 0,
-            max_qp: cfg.max_qp,
-            max_qp_wr: l.max_qp_wr,
-            device_cap_flags: DEVICE_BAD_PKEY_CNTR
-                | DEVICE_BAD_QKEY_CNTR
-                | DEVICE_SYS_IMAGE_GUID
-                | DEVICE_RC_RNR_NAK_GEN,
-            max_sge: l.max_send_sge.min(l.max_recv_sge),
-            max_sge_rd: l.max_send_sge,
-            max_cq: cfg.max_qp.saturating_mul(2),
-            max_cqe: cfg.max_cqe,
-            max_mr: cfg.max_qp,
-            max_pd: cfg.max_qp,
-            max_qp_rd_atom: l.max_qp_rd_atom,
-            max_ee_rd_atom: 0,
-            max_res_rd_atom: l.max_qp_rd_atom.saturating_mul(cfg.max_qp),
-            max_qp_init_rd_atom: l.max_qp_init_rd_atom,
-            max_ee_init_rd_atom: 0,
-            // The engine applies atomics under its lock, which also guards every
-            // access the device makes; the application reaches region bytes only
-            // through the same lock (`Mr::with`), so atomics are device-atomic.
-            atomic_cap: AtomicCap::Hca,
-            max_ee: 0,
-            max_rdd: 0,
-            max_mw: 0,
-            max_raw_ipv6_qp: 0,
-            max_raw_ethy_qp: 0,
-            max_mcast_grp: 0,
-            max_mcast_qp_attach: 0,
-            max_total_mcast_qp_attach: 0,
-            max_ah: cfg.max_qp,
-            max_fmr: 0,
-            max_srq: cfg.max_qp,
-            max_srq_wr: l.max_qp_wr,
-            max_srq_sge: l.max_recv_sge,
-            max_pkeys: l.pkey_table_len,
-            local_ca_ack_delay: 15,
-            phys_port_cnt: 1,
-        }
+        device_attr(self.shared().lock().config())
     }
 
     /// `ibv_query_port`; the soft device has port 1 only (others: `EINVAL`).
     pub fn query_port(&self, port: u8) -> Result<PortAttr> {
-        if port != 1 {
-            return Err(Error::Verb(rverbs_engine::VerbError::new(
-                "query_port",
-                rverbs_engine::Errno::Inval,
-                "the soft device has one port (1)",
-            )));
-        }
-        let info = self.device().clone();
-        let read = |f: &str| {
-            std::fs::read_to_string(format!("/sys/class/net/{}/{f}", info.ifname))
-                .ok()
-                .map(|s| s.trim().to_string())
-        };
-        // "unknown" (loopback) counts as up; "down"/"lowerlayerdown" as down.
-        let up = read("operstate").is_none_or(|s| s == "up" || s == "unknown");
-        let (width, speed) = eth_width_speed(
-            read("speed")
-                .and_then(|s| s.parse::<i64>().ok())
-                .filter(|&s| s > 0)
-                .map(|s| s as u32),
-        );
+        check_port(port)?;
         let e = self.shared().lock();
-        let cfg = e.config();
-        let c = e.counters();
-        Ok(PortAttr {
-            state: if up {
-                PortState::Active
-            } else {
-                PortState::Down
-            },
-            max_mtu: Mtu::M4096,
-            active_mtu: cfg.limits.active_mtu,
-            gid_tbl_len: cfg.limits.gid_table_len,
-            // No CM, SM or other management class is answered on QP1 yet.
-            port_cap_flags: 0,
-            max_msg_sz: 1 << 31,
-            bad_pkey_cntr: c.rx_bad_pkey.min(u64::from(u32::MAX)) as u32,
-            qkey_viol_cntr: c.rx_bad_qkey.min(u64::from(u32::MAX)) as u32,
-            pkey_tbl_len: cfg.limits.pkey_table_len,
-            lid: 0,
-            sm_lid: 0,
-            lmc: 0,
-            max_vl_num: 1,
-            sm_sl: 0,
-            subnet_timeout: 0,
-            init_type_reply: 0,
-            active_width: width,
-            active_speed: speed,
-            phys_state: if up { 5 } else { 3 },
-            link_layer: LINK_LAYER_ETHERNET,
-        })
+        Ok(port_attr(self.device(), e.config(), e.counters()))
+    }
+}
+
+impl DeviceInfo {
+    /// The device's attributes, port 1 and GID table as an opened context would report
+    /// them, without opening it (no socket is bound, so this works while another
+    /// process holds the device or rxe holds port 4791). The port counters are a
+    /// context's own and read 0 here; the loopback device's GIDs are its interface's
+    /// addresses (an opened context gets its own 127.0.0.x).
+    pub fn attributes(&self) -> (DeviceAttr, PortAttr, Vec<rverbs_wire::grh::Gid>) {
+        let mut cfg = rverbs_engine::Config::default();
+        cfg.gids = std::iter::once(self.default_gid())
+            .chain(self.addrs.iter().map(|a| rverbs_engine::net::ip_to_gid(*a)))
+            .collect();
+        cfg.limits.active_mtu = self.active_mtu();
+        let (d, p) = (
+            device_attr(&cfg),
+            port_attr(self, &cfg, &rverbs_engine::Counters::default()),
+        );
+        (d, p, cfg.gids)
+    }
+}
+
+fn check_port(port: u8) -> Result<()> {
+    if port == 1 {
+        Ok(())
+    } else {
+        Err(Error::Verb(rverbs_engine::VerbError::new(
+            "query_port",
+            rverbs_engine::Errno::Inval,
+            "the soft device has one port (1)",
+        )))
+    }
+}
+
+fn device_attr(cfg: &rverbs_engine::Config) -> DeviceAttr {
+    let guid = cfg.gids.first().map_or(0, |g| node_guid(&g.0));
+    let l = &cfg.limits;
+    DeviceAttr {
+        fw_ver: env!("CARGO_PKG_VERSION").to_string(),
+        node_guid: guid,
+        sys_image_guid: guid,
+        // A region is a Vec; the engine accepts messages up to 2 GiB.
+        max_mr_size: isize::MAX as u64,
+        page_size_cap: 0xffff_f000,
+        vendor_id: 0xff_ffff,
+        vendor_part_id: 0,
+        hw_ver: 0,
+        max_qp: cfg.max_qp,
+        max_qp_wr: l.max_qp_wr,
+        device_cap_flags: DEVICE_BAD_PKEY_CNTR
+            | DEVICE_BAD_QKEY_CNTR
+            | DEVICE_SYS_IMAGE_GUID
+            | DEVICE_RC_RNR_NAK_GEN,
+        max_sge: l.max_send_sge.min(l.max_recv_sge),
+        max_sge_rd: l.max_send_sge,
+        max_cq: cfg.max_qp.saturating_mul(2),
+        max_cqe: cfg.max_cqe,
+        max_mr: cfg.max_qp,
+        max_pd: cfg.max_qp,
+        max_qp_rd_atom: l.max_qp_rd_atom,
+        max_ee_rd_atom: 0,
+        max_res_rd_atom: l.max_qp_rd_atom.saturating_mul(cfg.max_qp),
+        max_qp_init_rd_atom: l.max_qp_init_rd_atom,
+        max_ee_init_rd_atom: 0,
+        // The engine applies atomics under its lock, which also guards every
+        // access the device makes; the application reaches region bytes only
+        // through the same lock (`Mr::with`), so atomics are device-atomic.
+        atomic_cap: AtomicCap::Hca,
+        max_ee: 0,
+        max_rdd: 0,
+        max_mw: 0,
+        max_raw_ipv6_qp: 0,
+        max_raw_ethy_qp: 0,
+        max_mcast_grp: 0,
+        max_mcast_qp_attach: 0,
+        max_total_mcast_qp_attach: 0,
+        max_ah: cfg.max_qp,
+        max_fmr: 0,
+        max_srq: cfg.max_qp,
+        max_srq_wr: l.max_qp_wr,
+        max_srq_sge: l.max_recv_sge,
+        max_pkeys: l.pkey_table_len,
+        local_ca_ack_delay: 15,
+        phys_port_cnt: 1,
+    }
+}
+
+fn port_attr(
+    info: &DeviceInfo,
+    cfg: &rverbs_engine::Config,
+    c: &rverbs_engine::Counters,
+) -> PortAttr {
+    let read = |f: &str| {
+        std::fs::read_to_string(format!("/sys/class/net/{}/{f}", info.ifname))
+            .ok()
+            .map(|s| s.trim().to_string())
+    };
+    // "unknown" (loopback) counts as up; "down"/"lowerlayerdown" as down.
+    let up = read("operstate").is_none_or(|s| s == "up" || s == "unknown");
+    let (width, speed) = eth_width_speed(
+        read("speed")
+            .and_then(|s| s.parse::<i64>().ok())
+            .filter(|&s| s > 0)
+            .map(|s| s as u32),
+    );
+    PortAttr {
+        state: if up {
+            PortState::Active
+        } else {
+            PortState::Down
+        },
+        max_mtu: Mtu::M4096,
+        active_mtu: cfg.limits.active_mtu,
+        gid_tbl_len: cfg.limits.gid_table_len,
+        // What the port's SMA reports in PortInfo (traps, CM, device management).
+        port_cap_flags: rverbs_engine::mad::sma::PORT_CAPABILITIES,
+        max_msg_sz: 1 << 31,
+        bad_pkey_cntr: c.rx_bad_pkey.min(u64::from(u32::MAX)) as u32,
+        qkey_viol_cntr: c.rx_bad_qkey.min(u64::from(u32::MAX)) as u32,
+        pkey_tbl_len: cfg.limits.pkey_table_len,
+        lid: 0,
+        sm_lid: 0,
+        lmc: 0,
+        max_vl_num: 1,
+        sm_sl: 0,
+        subnet_timeout: 0,
+        init_type_reply: 0,
+        active_width: width,
+        active_speed: speed,
+        phys_state: if up { 5 } else { 3 },
+        link_layer: LINK_LAYER_ETHERNET,
     }
 }
 
