@@ -403,7 +403,9 @@ mod tests {
         assert_eq!(opened.dev, unopened.dev);
         assert_eq!(opened.port, unopened.port);
         assert_eq!(opened.gids[0], unopened.gids[0]);
-        assert!(unopened.gids[1..].iter().any(|g| g.to_string() == "::ffff:127.0.0.1"));
+        assert!(unopened.gids[1..]
+            .iter()
+            .any(|g| g.to_string() == "::ffff:127.0.0.1"));
         assert_eq!(
             text(&opened, false).lines().count(),
             text(&unopened, false).lines().count()

@@ -241,10 +241,12 @@ impl DeviceInfo {
     /// context's own and read 0 here; the loopback device's GIDs are its interface's
     /// addresses (an opened context gets its own 127.0.0.x).
     pub fn attributes(&self) -> (DeviceAttr, PortAttr, Vec<rverbs_wire::grh::Gid>) {
-        let mut cfg = rverbs_engine::Config::default();
-        cfg.gids = std::iter::once(self.default_gid())
-            .chain(self.addrs.iter().map(|a| rverbs_engine::net::ip_to_gid(*a)))
-            .collect();
+        let mut cfg = rverbs_engine::Config {
+            gids: std::iter::once(self.default_gid())
+                .chain(self.addrs.iter().map(|a| rverbs_engine::net::ip_to_gid(*a)))
+                .collect(),
+            ..rverbs_engine::Config::default()
+        };
         cfg.limits.active_mtu = self.active_mtu();
         let (d, p) = (
             device_attr(&cfg),

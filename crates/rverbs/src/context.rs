@@ -370,6 +370,8 @@ pub(crate) struct ContextInner {
 
 impl Drop for ContextInner {
     fn drop(&mut self) {
+        // Deferred answers leave before the sockets close.
+        self.shared.flush_deferred(&mut self.shared.lock());
         self.shared.shutdown.store(true, Ordering::SeqCst);
         self.shared.wake();
         if let Some(t) = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take() {
@@ -594,8 +596,12 @@ impl Context {
     }
 
     /// Port counters (traffic, and a counter per drop reason).
+    /// Deferred acknowledgements (`progress.rs`) are sent first, so the counters say
+    /// what a device that answers at once would have sent.
     pub fn counters(&self) -> rverbs_engine::Counters {
-        self.shared().lock().counters().clone()
+        let mut e = self.shared().lock();
+        self.shared().flush_deferred(&mut e);
+        e.counters().clone()
     }
 }
 

@@ -418,7 +418,13 @@ pub struct Qp {
 
 impl Drop for Qp {
     fn drop(&mut self) {
-        let _ = self.pd.ctx.shared().lock().destroy_qp(self.qpn);
+        let s = self.pd.ctx.shared();
+        let mut e = s.lock();
+        // ACKs this QP still owes its peer (deferred, `progress.rs`) leave first: a
+        // program that exits right after its last completion must not leave the
+        // peer retrying.
+        s.flush_deferred(&mut e);
+        let _ = e.destroy_qp(self.qpn);
     }
 }
 

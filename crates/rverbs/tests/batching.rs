@@ -119,3 +119,32 @@ fn a_post_list_of_small_writes_lands_in_order() {
     let wc = wait(&ea.cq);
     assert_eq!((wc.wr_id, wc.status), (100, WcStatus::Success));
 }
+
+/// The receiver's ACK is deferred while it polls (it would leave with its next send);
+/// a receiver that drops its QP right after its completion still sends it, so the
+/// sender completes with success instead of retrying into RETRY_EXC_ERR.
+#[test]
+fn a_receiver_that_quits_after_its_completion_still_acknowledges() {
+    let dev = device(None).unwrap();
+    for _ in 0..5 {
+        let (a, b) = (dev.open().unwrap(), dev.open().unwrap());
+        let (ea, eb) = (end(a, 1 << 12), end(b, 1 << 12));
+        connect(&ea, &eb, &ConnectOpts::default());
+        eb.qp.post_recv(1, &[eb.mr.slice(0..100)]).unwrap();
+        ea.qp
+            .post_send(&SendRequest::send(2, &[ea.mr.slice(0..100)]))
+            .unwrap();
+        assert_eq!(wait(&eb.cq).status, WcStatus::Success);
+        let End {
+            qp,
+            cq,
+            mr,
+            pd,
+            ctx,
+        } = eb;
+        drop((qp, cq, mr, pd, ctx));
+        let wc = wait(&ea.cq);
+        assert_eq!((wc.wr_id, wc.status), (2, WcStatus::Success));
+        assert_eq!(ea.ctx.counters().retransmit_timeouts, 0);
+    }
+}
