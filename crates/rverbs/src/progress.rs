@@ -64,6 +64,10 @@ impl Shared {
         }
         if did {
             self.activity.fetch_add(1, Ordering::Release);
+            // Event waiters on other CQs need not wait for the deferred flush.
+            if engine.has_completion_events() {
+                self.events.notify_all();
+            }
         }
         did
     }
