@@ -182,6 +182,10 @@ enum Command {
         /// datagram (0: sleep at once, best when busy threads outnumber cores).
         #[arg(long = "spin-us", default_value_t = 0)]
         spin_us: u64,
+        /// Speak perftest's own exchange: be the client of an unmodified
+        /// `ib_write_bw` server (perftest 5.70 .. 6.27; `write bw SERVER -n N` only).
+        #[arg(long)]
+        perftest: bool,
         /// One JSON object per size instead of the table.
         #[arg(long)]
         json: bool,
@@ -359,6 +363,7 @@ fn main() -> ExitCode {
             mtu,
             gid_idx,
             spin_us,
+            perftest,
             json,
         } => {
             use rverbs_cli::perf::{Kind, Op};
@@ -381,6 +386,7 @@ fn main() -> ExitCode {
                 mtu,
                 gid_idx,
                 spin: std::time::Duration::from_micros(spin_us),
+                perftest,
                 json,
             };
             let mut out = std::io::stdout();

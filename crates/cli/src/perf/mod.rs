@@ -18,9 +18,11 @@
 //! `getrusage(RUSAGE_SELF)` user + system time of each whole process over the test
 //! (driver threads included); "CPU s/GB" adds both processes' CPU time.
 //!
-//! **Why not perftest's own exchange:** see the README (`rverbs perf`).
+//! **perftest's own exchange:** `--perftest` (`perftest.rs`) is the client of an
+//! `ib_write_bw` server; the README says what else is not spoken.
 
 pub mod ctrl;
+pub mod perftest;
 mod rdma;
 mod tcp;
 
@@ -119,6 +121,8 @@ pub struct Opts {
     /// How long a waiting thread busy-polls before it sleeps until the next datagram
     /// (`--spin-us`; see `rverbs::Cq::wait`).
     pub spin: Duration,
+    /// Speak perftest's own exchange (client of an `ib_write_bw` server).
+    pub perftest: bool,
     /// Print JSON lines instead of the table.
     pub json: bool,
 }
@@ -540,6 +544,26 @@ pub fn run(o: &Opts, out: &mut impl Write) -> Result<Vec<Report>, String> {
     if o.depth == 0 || o.post_list == 0 || o.post_list > o.depth {
         return Err("need 1 <= post-list (-l) <= depth (-t)".into());
     }
+    if o.perftest {
+        let server = match (&o.server, o.op, o.kind, o.all, o.duration) {
+            (Some(s), Op::Write, Kind::Bw, false, None) => s,
+            _ => {
+                return Err(
+                    "--perftest runs `write bw SERVER` with -n (the client of an \
+                            ib_write_bw server)"
+                        .into(),
+                )
+            }
+        };
+        let r = perftest::write_bw_client(o, server)?;
+        let w = |r: std::io::Result<()>| r.map_err(|e| e.to_string());
+        if o.json {
+            w(writeln!(out, "{}", r.json(o).render()))?;
+        } else {
+            w(writeln!(out, "{}\n{}", header(o), row(o, &r)))?;
+        }
+        return Ok(vec![r]);
+    }
     let client = o.server.is_some();
     let (mut c, peer_addr, listener) = control(o)?;
     let sizes = sizes(o);
@@ -752,6 +776,7 @@ mod tests {
             mtu: 1024,
             gid_idx: None,
             spin: Duration::ZERO,
+            perftest: false,
             json: false,
         };
         let a = hello(&o);
