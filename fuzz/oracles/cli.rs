@@ -1,4 +1,4 @@
-// Fuzz oracles for `rverbs-cli`'s capture decoder, shared by the cargo-fuzz targets in
+// Fuzz oracles for `rverbs-cli`'s capture decoder and interop exchange parser, shared by the cargo-fuzz targets in
 // `fuzz/fuzz_targets/` and the stable replay test `crates/cli/tests/fuzz_seeds.rs`,
 // which both `include!` this file.
 
@@ -69,5 +69,18 @@ pub fn perf_ctrl(data: &[u8]) {
                 }
             }
         }
+    }
+}
+
+/// The bytes as an `rverbs interop-peer` exchange line: parsing never panics, and what
+/// parses encodes back to a line that parses to the same values.
+pub fn interop_exchange(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    if let Ok(p) = rverbs_cli::interop::decode(text) {
+        let line = rverbs_cli::interop::encode(&p);
+        assert_eq!(rverbs_cli::interop::decode(&line), Ok(p), "{line}");
+        assert!(p.qpn <= 0xff_ffff && p.psn <= 0xff_ffff);
     }
 }

@@ -19,10 +19,15 @@ use std::net::{IpAddr, Ipv4Addr};
 
 const LOCAL: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1));
 
-fn check_result(r: MadResult, inp: &Mad, out: &Mad) {
+fn check_result(r: MadResult, inp: &Mad, out: &Mad, mkey_dropped: bool) {
     assert_eq!(r.0 & !7, 0, "unknown result bits {r:?}");
     if r == MadResult::FAILURE {
-        assert_ne!(inp[0], 1, "FAILURE for a base version 1 MAD");
+        // Only a bad base version, or an SMP dropped for its M_Key (qib/hfi1).
+        assert!(inp[0] != 1 || mkey_dropped, "FAILURE for a base version 1 MAD");
+    }
+    if mkey_dropped {
+        assert_eq!(r, MadResult::FAILURE);
+        assert!(matches!(inp[1], 0x01 | 0x81));
     }
     if r.contains(MadResult::REPLY) {
         assert!(r.contains(MadResult::SUCCESS));
@@ -110,6 +115,7 @@ pub fn run(data: &[u8]) -> Reached {
         let with_wc = ctl & 8 != 0;
         now += u64::from(ctl >> 4) * 300_000_000;
 
+        let mkey_drops = port.stats.mkey_drops;
         let (r, out) = port.process_mad(
             now,
             &counters,
@@ -119,9 +125,11 @@ pub fn run(data: &[u8]) -> Reached {
             grh.as_ref(),
             &mad,
         );
-        check_result(r, &mad, &out);
+        let mkey_dropped = port.stats.mkey_drops != mkey_drops;
+        check_result(r, &mad, &out, mkey_dropped);
         reached.replies += u64::from(r.contains(MadResult::REPLY));
-        reached.consumed += u64::from(r.contains(MadResult::CONSUMED));
+        // Dropped on purpose: consumed (B_Key) or failed for the M_Key.
+        reached.consumed += u64::from(r.contains(MadResult::CONSUMED) || mkey_dropped);
         while let Some(t) = port.poll_trap() {
             reached.traps += 1;
             assert_eq!(t.mad[3], 0x05, "a trap is a Trap");

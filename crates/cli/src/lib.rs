@@ -5,6 +5,9 @@
 
 pub mod demo;
 pub mod devinfo;
+pub mod flow;
+pub mod gids;
+pub mod interop;
 pub mod json;
 pub mod mad;
 pub mod pcap;

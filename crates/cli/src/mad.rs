@@ -10,8 +10,8 @@ use rverbs_wire::mad::notice::{
     Trap259BKeyDetails, Trap259BKeyDetailsRepr,
 };
 use rverbs_wire::mad::pma::{
-    ClassPortInfo, ClassPortInfoRepr, PortCounters, PortCountersExtended, PortCountersExtendedRepr,
-    PortCountersRepr,
+    capability, ClassPortInfo, ClassPortInfoRepr, PortCounters, PortCountersExtended,
+    PortCountersExtendedRepr, PortCountersRepr,
 };
 use rverbs_wire::mad::sma::{sm_attr, NodeInfo, NodeInfoRepr, PortInfo, PortInfoRepr};
 use rverbs_wire::mad::MadHeader;
@@ -130,12 +130,29 @@ pub struct PerfOpts {
     pub gid: Option<Gid>,
 }
 
-fn pma_request(attr_id: u16, port: u8, set: bool) -> Mad {
+/// A PMA Get, or the Set that resets every counter the way perfquery `-R` does
+/// (`infiniband-diags/perfquery.c` `do_reset`, libibmad `performance_reset_via`):
+/// CounterSelect 0xffff; CounterSelect2 bit 0 (PortXmitWait) and bit 1 (QP1Dropped)
+/// of PortCounters only when ClassPortInfo advertises them; for PortCountersExtended
+/// the 32-bit CounterSelect2 (bytes 4-7) with the 12 error counters, plus bit 12
+/// (PortXmitWait) and bit 13 (QP1Dropped) when advertised.
+fn pma_request(attr_id: u16, port: u8, set: bool, cap_mask: u16) -> Mad {
     let mut m = mad::request(class::PERF_MGMT, attr_id, 0);
     if set {
         m[3] = method::SET;
-        m[66..68].copy_from_slice(&0xffffu16.to_be_bytes());
-        m[82] = 0xff; // CounterSelect2 (PortCounters byte 18)
+        let mut mask: u32 = 0xffff;
+        let (wait, qp1) = (
+            cap_mask & capability::PM_PC_XMIT_WAIT_SUP != 0,
+            cap_mask & capability::PM_IS_QP1_DROP_SUP != 0,
+        );
+        if attr_id == attr::PMA_PORT_COUNTERS_EXT {
+            mask |= 0xfff_0000 | u32::from(wait) << 28 | u32::from(qp1) << 29;
+            m[68..72].copy_from_slice(&(mask >> 16).to_be_bytes());
+        } else {
+            mask |= u32::from(wait) << 16 | u32::from(qp1) << 17;
+            m[64 + 18] = (mask >> 16) as u8;
+        }
+        m[66..68].copy_from_slice(&(mask as u16).to_be_bytes());
     }
     m[65] = port;
     m
@@ -168,7 +185,11 @@ pub fn perfquery(o: &PerfOpts, out: &mut dyn Write) -> Res<()> {
         None => "Lid 0".into(),
     };
     if !o.reset_only {
-        let r = query(&ctx, o.gid, &pma_request(attr_id, o.port, false))?;
+        let r = query(
+            &ctx,
+            o.gid,
+            &pma_request(attr_id, o.port, false, c.capability_mask),
+        )?;
         check_status(&r, "PortCounters")?;
         if o.extended {
             w(writeln!(
@@ -187,7 +208,11 @@ pub fn perfquery(o: &PerfOpts, out: &mut dyn Write) -> Res<()> {
         }
     }
     if o.reset_only || o.reset_after {
-        let r = query(&ctx, o.gid, &pma_request(attr_id, o.port, true))?;
+        let r = query(
+            &ctx,
+            o.gid,
+            &pma_request(attr_id, o.port, true, c.capability_mask),
+        )?;
         check_status(&r, "reset")?;
         if o.reset_only {
             w(writeln!(
@@ -662,4 +687,31 @@ pub fn summary(m: &[u8]) -> Option<String> {
         h.status(),
         h.transaction_id()
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reset_selects_what_perfquery_selects() {
+        let caps = capability::PM_EXT_WIDTH_SUPPORTED | capability::PM_IS_QP1_DROP_SUP;
+        // perfquery -R: mask 0xffff | 1 << 17 (QP1Dropped advertised, not XmitWait);
+        // CounterSelect2 is PortCounters byte 18.
+        let m = pma_request(attr::PMA_PORT_COUNTERS, 1, true, caps);
+        assert_eq!((m[3], m[65]), (method::SET, 1));
+        assert_eq!(&m[66..68], &[0xff, 0xff]);
+        assert_eq!(m[64 + 18], 0x02);
+        // perfquery -x -R: mask 0xffff | 0xfff0000 | 1 << 29, CounterSelect2 (32 bits)
+        // at bytes 4-7 of the data area.
+        let m = pma_request(attr::PMA_PORT_COUNTERS_EXT, 1, true, caps);
+        assert_eq!(&m[66..68], &[0xff, 0xff]);
+        assert_eq!(&m[68..72], &0x2fffu32.to_be_bytes());
+        // Without the capability bits only the always-present selections are made.
+        let m = pma_request(attr::PMA_PORT_COUNTERS, 1, true, 0);
+        assert_eq!(m[64 + 18], 0);
+        // A Get selects nothing.
+        let m = pma_request(attr::PMA_PORT_COUNTERS_EXT, 1, false, caps);
+        assert_eq!((m[3], &m[66..72]), (method::GET, &[0u8; 6][..]));
+    }
 }

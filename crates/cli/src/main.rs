@@ -73,6 +73,21 @@ enum Command {
         /// Print the port's counters (drops by reason, retransmissions) to stderr.
         #[arg(long)]
         stats: bool,
+        /// ud server: answer each datagram through an address handle built from its
+        /// work completion (create_ah_from_wc), using nothing the client announced but
+        /// its address family; prints the first such AH.
+        #[arg(long)]
+        reply_from_wc: bool,
+        /// Hop limit / TTL of this side's AH or path (rdma-core's pingpongs use 1).
+        #[arg(long, default_value_t = 1)]
+        hop_limit: u8,
+        /// Traffic class / TOS of this side's AH or path.
+        #[arg(long, default_value_t = 0)]
+        tclass: u8,
+        /// Local ACK timeout exponent: retransmit after 4.096 µs · 2^N without an ACK
+        /// (rdma-core's tools use 14 = 67 ms; 7 retries follow).
+        #[arg(long = "ack-timeout", default_value_t = 14, value_parser = clap::value_parser!(u8).range(1..=31))]
+        ack_timeout: u8,
         /// Keep the device open this many seconds after the run, so its counters can
         /// be read over the wire (`rverbs perfquery --gid`).
         #[arg(long, default_value_t = 0.0)]
@@ -190,10 +205,74 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Print every device's GID table in show_gids layout (`DEV PORT INDEX GID IPv4
+    /// VER DEV`, then `n_gids_found=N`): the soft devices' tables (as the kernel would
+    /// build them for rxe on the same interfaces), or a kernel's sysfs with --sysfs.
+    Gids {
+        /// Read a kernel's GID tables from sysfs: /sys/class/infiniband, or ROOT (a
+        /// directory laid out like it).
+        #[arg(long, value_name = "ROOT", num_args = 0..=1, default_missing_value = "/sys/class/infiniband")]
+        sysfs: Option<std::path::PathBuf>,
+        /// Print a JSON array instead of the table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The rverbs side of the interop test of RDMA WRITE/READ, SEND and WRITE with
+    /// immediate and atomics against interop/rdma_ops.c (libibverbs) on kernel rxe.
+    /// Without SERVER: the responder.
+    #[command(name = "interop-peer", hide = true)]
+    InteropPeer {
+        /// Responder to connect to (omit to be the responder).
+        server: Option<String>,
+        /// Listen on / connect to this TCP port.
+        #[arg(short = 'p', long, default_value_t = 18700)]
+        port: u16,
+        /// Use this device (default: the loopback soft device).
+        #[arg(short = 'd', long = "ib-dev")]
+        dev: Option<String>,
+        /// Local GID index (default: one of the peer's address family).
+        #[arg(short = 'g', long = "gid-idx")]
+        gid_idx: Option<u8>,
+        /// Schedule repetitions (1..=64).
+        #[arg(short = 'n', long, default_value_t = 4)]
+        iters: usize,
+        /// Print the port's counters to stderr at the end.
+        #[arg(long)]
+        stats: bool,
+        /// Local ACK timeout exponent: retransmit after 4.096 µs · 2^N without an ACK
+        /// (rdma-core's tools use 14 = 67 ms; 7 retries follow).
+        #[arg(long = "ack-timeout", default_value_t = 14, value_parser = clap::value_parser!(u8).range(1..=31))]
+        ack_timeout: u8,
+    },
     /// Work with packet captures.
     Pcap {
         #[command(subcommand)]
         command: PcapCommand,
+    },
+    /// Flow steering rules (ibv_create_flow).
+    Flow {
+        #[command(subcommand)]
+        command: FlowCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum FlowCommand {
+    /// Check a rule as ibv_create_flow would (kernel and mlx5 checks) and print it with
+    /// the kernel's uverbs bytes; on failure print the errno and exit with it. Rule
+    /// syntax: `[normal|all-default|mc-default|sniffer] [prio N] [dont-trap] [egress]
+    /// [[inner] eth|ipv4|ipv6|tcp|udp|vxlan|gre|mpls|esp FIELD VALUE[/MASK]...]
+    /// [tag N] [drop] [count]`, e.g. `prio 1 ipv4 dst 10.0.0.0/24 udp dport 4791 tag 5`.
+    Check {
+        /// The rule (words may be given as separate arguments).
+        #[arg(required = true, num_args = 1..)]
+        rule: Vec<String>,
+        /// QP type the flow attaches to: raw, ud or another (rc).
+        #[arg(long, default_value = "raw", value_parser = ["raw", "ud", "rc"])]
+        qp_type: String,
+        /// Check as a caller without CAP_NET_RAW.
+        #[arg(long)]
+        no_cap_net_raw: bool,
     },
 }
 
@@ -308,6 +387,10 @@ fn main() -> ExitCode {
             gid_idx,
             check,
             stats,
+            reply_from_wc,
+            hop_limit,
+            tclass,
+            ack_timeout,
             linger,
         } => {
             if ib_port != 1 {
@@ -336,8 +419,16 @@ fn main() -> ExitCode {
                 gid_idx,
                 check,
                 stats,
+                reply_from_wc,
+                hop_limit,
+                traffic_class: tclass,
+                ack_timeout,
                 linger: std::time::Duration::from_secs_f64(linger.max(0.0)),
             };
+            if reply_from_wc && qp_type != rverbs::QpType::Ud {
+                eprintln!("rverbs pingpong: --reply-from-wc is for ud");
+                return ExitCode::from(1);
+            }
             let mut out = std::io::stdout();
             match rverbs_cli::pingpong::run(&o, &mut out) {
                 Ok(()) => ExitCode::SUCCESS,
@@ -406,6 +497,85 @@ fn main() -> ExitCode {
                 }
                 Err(e) => {
                     eprintln!("rverbs devinfo: {e}");
+                    ExitCode::from(1)
+                }
+            }
+        }
+        Command::Gids { sysfs, json } => {
+            let rows = match &sysfs {
+                Some(root) => rverbs_cli::gids::sysfs_rows(&rverbs::sysfs::SysfsReader::new(root)),
+                None => rverbs_cli::gids::soft_rows(),
+            };
+            let rows = match rows {
+                Ok(r) => r,
+                Err(e) => {
+                    eprintln!("rverbs gids: {e}");
+                    return ExitCode::from(1);
+                }
+            };
+            let mut out = std::io::stdout().lock();
+            let r = if json {
+                rverbs_cli::gids::print_json(&rows, &mut out)
+            } else {
+                rverbs_cli::gids::print_table(&rows, &mut out)
+            };
+            match r {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("rverbs gids: {e}");
+                    ExitCode::from(1)
+                }
+            }
+        }
+        Command::Flow {
+            command:
+                FlowCommand::Check {
+                    rule,
+                    qp_type,
+                    no_cap_net_raw,
+                },
+        } => {
+            let o = rverbs_cli::flow::CheckOpts {
+                rule: rule.join(" "),
+                qp_type: match qp_type.as_str() {
+                    "raw" => rverbs_flow::FlowQpType::RawPacket,
+                    "ud" => rverbs_flow::FlowQpType::Ud,
+                    _ => rverbs_flow::FlowQpType::Other,
+                },
+                cap_net_raw: !no_cap_net_raw,
+            };
+            match rverbs_cli::flow::check(&o, &mut std::io::stdout()) {
+                Ok(0) => ExitCode::SUCCESS,
+                Ok(errno) => ExitCode::from(errno.clamp(1, 255) as u8),
+                Err(e) => {
+                    eprintln!("rverbs flow check: {e}");
+                    ExitCode::from(1)
+                }
+            }
+        }
+        Command::InteropPeer {
+            server,
+            port,
+            dev,
+            gid_idx,
+            iters,
+            stats,
+            ack_timeout,
+        } => {
+            let o = rverbs_cli::interop::Opts {
+                server,
+                port,
+                dev,
+                gid_idx,
+                iters,
+                stats,
+                ack_timeout,
+            };
+            let mut out = std::io::stdout();
+            match rverbs_cli::interop::run(&o, &mut out) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("rverbs interop-peer: {e}");
                     ExitCode::from(1)
                 }
             }

@@ -7,6 +7,16 @@
 //! bytes; the server connects its QP, answers with its own 52 bytes, and the client
 //! answers `"done\0"`. Then both ping-pong SENDs of `size` bytes `iters` times, each
 //! side posting its next send once its previous send and receive have completed.
+//!
+//! **`--reply-from-wc` (UD).** The server ignores the address the client announces and
+//! answers every datagram through an address handle built from its work completion and
+//! GRH area (`create_ah_from_wc`): destination GID, source GID index, hop limit and
+//! traffic class all come from the received packet. It prints that AH once
+//! (`  reply AH: ...`). It still needs to tell the client one of its GIDs: the one of
+//! the IP family of the client's announced GID (the family only; the client picks its
+//! family from the TCP connection's, falling back to the other one when it has no GID
+//! of that family). The server's TCP listener is dual-stack, so clients reach it over
+//! IPv4 and IPv6.
 
 use rverbs::{
     device, AccessFlags, AhAttrs, ConnectOpts, Gid, Mtu, PeerInfo, QpInitAttr, QpType, SendRequest,
@@ -43,6 +53,14 @@ pub struct Opts {
     pub check: bool,
     /// Print the device's port counters at the end (to stderr, one `name=value` line).
     pub stats: bool,
+    /// UD server: answer each datagram through an AH built from its completion.
+    pub reply_from_wc: bool,
+    /// Hop limit / TTL of the AH or path (rdma-core's pingpongs use 1).
+    pub hop_limit: u8,
+    /// Traffic class / TOS of the AH or path.
+    pub traffic_class: u8,
+    /// Local ACK timeout exponent (4.096 µs · 2^n; rdma-core's tools use 14).
+    pub ack_timeout: u8,
     /// Keep the device open this long after the run (its GSI keeps answering, e.g.
     /// `rverbs perfquery --gid`).
     pub linger: std::time::Duration,
@@ -144,13 +162,13 @@ pub fn run<W: Write>(o: &Opts, out: &mut W) -> Result<(), String> {
         mtu: mtu_of(o.mtu)?,
         psn,
         access: AccessFlags::NONE,
-        timeout: 14,
+        timeout: o.ack_timeout,
         retry_cnt: 7,
         rnr_retry: 7,
         min_rnr_timer: 12,
         rd_atomic: 1,
-        hop_limit: 1,
-        traffic_class: 0,
+        hop_limit: o.hop_limit,
+        traffic_class: o.traffic_class,
         qkey: 0x1111_1111,
     };
     qp.init(&conn_opts).map_err(e)?;
@@ -173,8 +191,14 @@ pub fn run<W: Write>(o: &Opts, out: &mut W) -> Result<(), String> {
         match o.gid_idx {
             Some(i) => Ok(i),
             None => ctx.gid_index_for(ipv6).ok_or_else(|| {
+                let why = if ipv6 && dev.is_loopback() {
+                    " (lo has no free IPv6 address of its own; ::1 needs \
+                     RVERBS_LOOPBACK_IPV6=1 and is one context's at a time)"
+                } else {
+                    ""
+                };
                 format!(
-                    "no {} GID on {}",
+                    "no {} GID on {}{why}",
                     if ipv6 { "IPv6" } else { "IPv4" },
                     dev.name
                 )
@@ -229,10 +253,22 @@ pub fn run<W: Write>(o: &Opts, out: &mut W) -> Result<(), String> {
                 }
             }
             let (mut s, addr) = stream.ok_or(format!("Couldn't connect to {server}:{}", o.port))?;
-            let sgid = pick_gid(
-                addr.ip().is_ipv6()
-                    && !matches!(addr.ip(), IpAddr::V6(v) if v.to_ipv4_mapped().is_some()),
-            )?;
+            let v6 = addr.ip().is_ipv6()
+                && !matches!(addr.ip(), IpAddr::V6(v) if v.to_ipv4_mapped().is_some());
+            // The TCP connection's family, or the other one when this device has no GID
+            // of that family (e.g. another context holds the only IPv6 loopback address).
+            let sgid = match (o.gid_idx, ctx.gid_index_for(v6)) {
+                (None, None) if ctx.gid_index_for(!v6).is_some() => {
+                    eprintln!(
+                        "rverbs pingpong: no {} GID on {}; using {}",
+                        if v6 { "IPv6" } else { "IPv4" },
+                        dev.name,
+                        if v6 { "IPv4" } else { "IPv6" }
+                    );
+                    pick_gid(!v6)?
+                }
+                _ => pick_gid(v6)?,
+            };
             let me = announce(out, sgid)?;
             s.write_all(&encode(&me)).map_err(|e| e.to_string())?;
             let mut msg = [0u8; 52];
@@ -243,8 +279,7 @@ pub fn run<W: Write>(o: &Opts, out: &mut W) -> Result<(), String> {
             (rem, sgid)
         }
         None => {
-            let listener = TcpListener::bind(("::", o.port))
-                .or_else(|_| TcpListener::bind(("0.0.0.0", o.port)))
+            let listener = listen_dual_stack(o.port)
                 .map_err(|err| format!("Couldn't listen to port {}: {err}", o.port))?;
             let (mut s, _) = listener.accept().map_err(|e| e.to_string())?;
             let mut msg = [0u8; 52];
@@ -253,7 +288,20 @@ pub fn run<W: Write>(o: &Opts, out: &mut W) -> Result<(), String> {
             let rem = decode(&msg)?;
             let sgid = pick_gid(rem.gid.to_ipv4_mapped().is_none())?;
             let me = announce(out, sgid)?;
-            connect(&rem, sgid)?;
+            if ud && o.reply_from_wc {
+                // Nothing of the client's address is used: a UD QP needs no peer.
+                connect(
+                    &Dest {
+                        lid: 0,
+                        qpn: 0,
+                        psn: 0,
+                        gid: Gid::ZERO,
+                    },
+                    sgid,
+                )?;
+            } else {
+                connect(&rem, sgid)?;
+            }
             s.write_all(&encode(&me)).map_err(|e| e.to_string())?;
             let mut done = [0u8; 5];
             let _ = s.read(&mut done);
@@ -272,13 +320,16 @@ pub fn run<W: Write>(o: &Opts, out: &mut W) -> Result<(), String> {
     if client {
         connect(&rem, sgid)?;
     }
-    let ah = if ud {
+    let from_wc = ud && !client && o.reply_from_wc;
+    // With --reply-from-wc the server's AH (and the QPN it answers) come from each
+    // received datagram instead.
+    let mut ah = if ud && !from_wc {
         Some(
             pd.create_ah(&AhAttrs {
                 dgid: rem.gid,
                 sgid_index: sgid,
-                hop_limit: 1,
-                traffic_class: 0,
+                hop_limit: o.hop_limit,
+                traffic_class: o.traffic_class,
                 flow_label: 0,
             })
             .map_err(e)?,
@@ -286,22 +337,25 @@ pub fn run<W: Write>(o: &Opts, out: &mut W) -> Result<(), String> {
     } else {
         None
     };
+    let mut reply_qpn = rem.qpn;
+    let mut shown = false;
     if o.check {
         mr.with(|b| pattern(&mut b[if ud { GRH } else { 0 }..][..o.size]));
     }
-    let post_send = || -> Result<(), String> {
+    let post_send = |ah: &Option<rverbs::Ah>, qpn: u32| -> Result<(), String> {
         let mut req = SendRequest::send(SEND_WRID, &[send_buf]);
         if inline {
             req = req.inline();
         }
-        if let Some(ah) = &ah {
-            req = req.to(ah, rem.qpn, 0x1111_1111);
+        if ud {
+            let ah = ah.as_ref().ok_or("no address handle to answer with")?;
+            req = req.to(ah, qpn, 0x1111_1111);
         }
         qp.post_send(&req).map_err(e)
     };
     let mut pending = RECV_WRID;
     if client {
-        post_send()?;
+        post_send(&ah, reply_qpn)?;
         pending |= SEND_WRID;
     }
     let start = Instant::now();
@@ -334,6 +388,27 @@ pub fn run<W: Write>(o: &Opts, out: &mut W) -> Result<(), String> {
             match wc.wr_id {
                 SEND_WRID => scnt += 1,
                 RECV_WRID => {
+                    if from_wc {
+                        // The send of the previous round has completed (`pending`), so
+                        // its AH can go; the next reply uses this datagram's.
+                        let grh = mr.with(|b| b[..GRH].to_vec());
+                        let attr = ctx.init_ah_from_wc(1, wc, &grh).map_err(e)?;
+                        if !shown {
+                            w(writeln!(
+                                out,
+                                "  reply AH: sgid_index {}, dgid {}, hop_limit {}, traffic_class {}, flow_label 0x{:05x}, remote QPN 0x{:06x}",
+                                attr.sgid_index,
+                                show(&attr.dgid),
+                                attr.hop_limit,
+                                attr.traffic_class,
+                                attr.flow_label,
+                                wc.src_qp
+                            ))?;
+                            shown = true;
+                        }
+                        ah = Some(pd.create_ah_from_wc(wc, &grh, 1).map_err(e)?);
+                        reply_qpn = wc.src_qp;
+                    }
                     if o.check {
                         let mut want = vec![0u8; o.size];
                         pattern(&mut want);
@@ -357,12 +432,15 @@ pub fn run<W: Write>(o: &Opts, out: &mut W) -> Result<(), String> {
             }
             pending &= !wc.wr_id;
             if scnt < o.iters && pending == 0 {
-                post_send()?;
+                post_send(&ah, reply_qpn)?;
                 pending = RECV_WRID | SEND_WRID;
             }
         }
     }
     let usec = start.elapsed().as_secs_f64() * 1e6;
+    if o.qp_type == QpType::Rc {
+        time_wait(&ctx, conn_opts.timeout);
+    }
     let bytes = o.size as u64 * o.iters as u64 * 2;
     w(writeln!(
         out,
@@ -381,12 +459,57 @@ pub fn run<W: Write>(o: &Opts, out: &mut W) -> Result<(), String> {
         let c = ctx.counters();
         let line: Vec<String> = c.iter().map(|(n, v)| format!("{n}={v}")).collect();
         eprintln!("rverbs counters: {}", line.join(" "));
+        eprintln!("rverbs faults: {:?}", ctx.fault_stats());
     }
     if !o.linger.is_zero() {
         w(out.flush())?;
         std::thread::sleep(o.linger);
     }
     Ok(())
+}
+
+/// A TCP listener on every IPv6 and IPv4 address (`[::]` with `IPV6_V6ONLY` off), or on
+/// every IPv4 address when the host has no IPv6.
+fn listen_dual_stack(port: u16) -> std::io::Result<TcpListener> {
+    use socket2::{Domain, Socket, Type};
+    let v6 = (|| {
+        let s = Socket::new(Domain::IPV6, Type::STREAM, None)?;
+        s.set_only_v6(false)?;
+        s.set_reuse_address(true)?;
+        s.bind(&SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, port)).into())?;
+        s.listen(1)?;
+        Ok::<_, std::io::Error>(s)
+    })();
+    match v6 {
+        Ok(s) => Ok(s.into()),
+        Err(_) => TcpListener::bind(("0.0.0.0", port)),
+    }
+}
+
+/// After the last exchange, an RC peer may still be waiting for the ACK of its last
+/// message: if that ACK was lost it retransmits, and a QP that is gone never answers
+/// (the kernel's rxe then retries for ever: seen in the interop suite, where it kept
+/// retransmitting for 90 s with retry_cnt 7). So, like TCP's TIME_WAIT, the device stays
+/// up (the responder re-acknowledges a duplicate request) until the peer has been quiet
+/// for two local ACK timeouts (4.096 µs · 2^timeout each), at most 2 s.
+fn time_wait(ctx: &rverbs::Context, timeout: u8) {
+    let quiet = Duration::from_nanos(4096u64 << timeout.min(31)) * 2;
+    let quiet = quiet.clamp(Duration::from_millis(20), Duration::from_secs(2));
+    let end = Instant::now() + Duration::from_secs(2);
+    let heard = || {
+        let c = ctx.counters();
+        c.rx_packets + c.rx_duplicate_requests + c.rx_out_of_sequence
+    };
+    let mut seen = heard();
+    let mut since = Instant::now();
+    while Instant::now() < end && since.elapsed() < quiet {
+        std::thread::sleep(Duration::from_millis(5));
+        let now = heard();
+        if now != seen {
+            seen = now;
+            since = Instant::now();
+        }
+    }
 }
 
 fn rand_u32() -> u32 {

@@ -26,3 +26,8 @@ fn pcap_file() {
 fn perf_ctrl() {
     replay("perf_ctrl", oracles::perf_ctrl);
 }
+
+#[test]
+fn interop_exchange() {
+    replay("interop_exchange", oracles::interop_exchange);
+}

@@ -134,7 +134,7 @@ fn captured_mads_decode_in_rverbs_and_tshark() {
         num(&rows[1][5]),
         u64::from(u16::from_be_bytes([r(0)[66], r(0)[67]]))
     );
-    assert_eq!(num(&rows[1][5]), 0x0700);
+    assert_eq!(num(&rows[1][5]), 0x8700);
     assert_eq!(
         num(&rows[3][6]),
         u64::from(u32::from_be_bytes(r(1)[100..104].try_into().unwrap()))

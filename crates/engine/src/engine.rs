@@ -127,6 +127,7 @@ pub struct Engine {
     srqs: Slab<Srq>,
     ahs: Slab<Ah>,
     qps: QpnMap<Qp>,
+    mcast: crate::mcast::McastTable,
     next_qpn: u32,
     active: VecDeque<u32>,
     timers: BTreeSet<TimerEntry>,
@@ -185,6 +186,7 @@ impl Engine {
             srqs: Slab::default(),
             ahs: Slab::default(),
             qps: QpnMap::default(),
+            mcast: Default::default(),
             next_qpn,
             active: VecDeque::new(),
             timers: BTreeSet::new(),
@@ -204,6 +206,19 @@ impl Engine {
     /// Replaces the GID table (addresses came or went).
     pub fn set_gids(&mut self, gids: Vec<Gid>) {
         self.cfg.gids = gids;
+    }
+
+    /// True when an address handle or a QP's path uses source GID `index` (the GID
+    /// table keeps such an entry until it is released).
+    pub fn sgid_in_use(&self, index: usize) -> bool {
+        self.ahs
+            .iter()
+            .any(|a| usize::from(a.av.sgid_index) == index)
+            || self.qps.values().any(|q| {
+                q.attr
+                    .ah_attr
+                    .is_some_and(|h| usize::from(h.av.sgid_index) == index)
+            })
     }
 
     /// Port counters.
@@ -467,6 +482,13 @@ impl Engine {
             Errno::Inval,
             "sgid_index beyond the GID table",
         ))?;
+        if *sgid == Gid::ZERO {
+            return Err(err(
+                verb,
+                Errno::Inval,
+                "the source GID table entry is empty",
+            ));
+        }
         if sgid.to_ipv4_mapped().is_some() != av.dgid.to_ipv4_mapped().is_some() {
             return Err(err(
                 verb,
@@ -554,7 +576,53 @@ impl Engine {
             s.users = s.users.saturating_sub(1);
         }
         self.set_timer(qpn, None);
+        // As uverbs does, a destroyed QP leaves its multicast groups.
+        self.mcast.detach_all(qpn);
         self.pd_use(PdId(qp.pd), "destroy_qp", -1)
+    }
+
+    /// `ibv_attach_mcast`: `qpn` (a UD QP) receives the datagrams sent to the multicast
+    /// GID `gid` (with QPN 0xFFFFFF). EINVAL for another QP type, a GID that is not
+    /// multicast, an unknown QP or a QP already attached to the group (the kernel's
+    /// `ib_attach_mcast` / rxe).
+    pub fn attach_mcast(&mut self, qpn: u32, gid: Gid) -> VerbResult<()> {
+        const V: &str = "attach_mcast";
+        let qp = self
+            .qps
+            .get(&qpn)
+            .ok_or(err(V, Errno::Inval, "no such QP"))?;
+        if qp.qp_type != QpType::Ud {
+            return Err(err(V, Errno::Inval, "only UD QPs join multicast groups"));
+        }
+        if !crate::mcast::is_multicast_gid(&gid) {
+            return Err(err(V, Errno::Inval, "the GID is not a multicast address"));
+        }
+        if !self.mcast.attach(gid, qpn) {
+            return Err(err(
+                V,
+                Errno::Inval,
+                "the QP is already attached to the group",
+            ));
+        }
+        Ok(())
+    }
+
+    /// True when some QP is attached to the multicast group `gid`.
+    pub fn mcast_has_members(&self, gid: &Gid) -> bool {
+        !self.mcast.members(gid).is_empty()
+    }
+
+    /// `ibv_detach_mcast`; EINVAL when the QP is not attached to the group.
+    pub fn detach_mcast(&mut self, qpn: u32, gid: &Gid) -> VerbResult<()> {
+        if self.mcast.detach(gid, qpn) {
+            Ok(())
+        } else {
+            Err(err(
+                "detach_mcast",
+                Errno::Inval,
+                "the QP is not attached to the group",
+            ))
+        }
     }
 
     /// `ibv_modify_qp`, validated exactly as Linux does (see [`crate::modify`]).
@@ -799,15 +867,35 @@ impl Engine {
             self.counters.rx_malformed += 1;
             return;
         }
-        let Some(info) = pkt.info() else {
+        if pkt.info().is_none() {
             self.counters.rx_malformed += 1;
             return;
-        };
+        }
         let qpn = bth.dest_qp();
         if qpn == crate::mad::gsi::GSI_QPN {
             self.gsi_datagram(now, &pkt, d);
             return;
         }
+        if qpn == crate::mcast::MULTICAST_QPN {
+            // IBTA 10.5.2.4: a copy to every QP attached to the destination group.
+            let members = self.mcast.members(&net::ip_to_gid(d.dst)).to_vec();
+            if members.is_empty() {
+                self.counters.rx_unknown_qp += 1;
+            }
+            for m in members {
+                self.deliver(now, m, &pkt, d);
+            }
+            return;
+        }
+        self.deliver(now, qpn, &pkt, d);
+    }
+
+    /// The per-QP part of [`Engine::handle_datagram`].
+    fn deliver(&mut self, now: Nanos, qpn: u32, pkt: &Packet<&[u8]>, d: &Datagram<'_>) {
+        let bth = pkt.bth();
+        let Some(info) = pkt.info() else {
+            return;
+        };
         let Some(qp) = self.qps.get(&qpn) else {
             self.counters.rx_unknown_qp += 1;
             return;
@@ -845,13 +933,13 @@ impl Engine {
             return;
         };
         let wake = if info.is_request {
-            qp.on_request(&pkt, d, &mut ctx)
+            qp.on_request(pkt, d, &mut ctx)
         } else if qp.qp_type == QpType::Rc
             && matches!(qp.state, QpState::Rts | QpState::Sqd | QpState::Sqe)
         {
             ctx.counters.rx_packets += 1;
             ctx.counters.rx_bytes += d.payload.len() as u64;
-            qp.on_response(&pkt, &mut ctx)
+            qp.on_response(pkt, &mut ctx)
         } else {
             ctx.counters.rx_wrong_state += 1;
             Wake::default()

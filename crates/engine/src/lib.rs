@@ -15,6 +15,7 @@
 pub mod counters;
 mod engine;
 pub mod mad;
+pub mod mcast;
 pub mod memory;
 pub mod modify;
 pub mod net;

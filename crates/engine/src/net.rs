@@ -10,6 +10,10 @@ use std::net::IpAddr;
 /// The ICRC in `payload` is computed for the IP header a Linux unconnected UDP socket
 /// with `IP_PMTUDISC_DO` produces: for IPv4, Identification 0 and DF set (DESIGN §3;
 /// the ICRC covers the ID, so a driver that sends a different ID must recompute it).
+/// TTL / hop limit, TOS / traffic class and the flow label are masked out of the ICRC
+/// (DESIGN §3, checked on every rxe capture), so the driver may send `hop_limit` and
+/// `traffic_class` as they are (it does, per datagram) and the kernel may choose the
+/// IPv6 flow label.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Transmit {
     /// Source address (the QP's source GID).

@@ -50,6 +50,10 @@ impl<T> Slab<T> {
     }
 
     /// Number of live objects.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &T> {
+        self.slots.iter().flatten()
+    }
+
     pub(crate) fn len(&self) -> usize {
         self.len
     }

@@ -26,6 +26,9 @@ pub enum Errno {
     NoData,
     /// No such entry (ENOENT).
     NoEnt,
+    /// Protocol not supported (EPROTONOSUPPORT), e.g. a GRH whose next header is
+    /// neither UDP nor BTH (`ibv_init_ah_from_wc`).
+    ProtoNotSupported,
 }
 
 impl Errno {
@@ -38,6 +41,7 @@ impl Errno {
             Errno::Busy => 16,
             Errno::Inval => 22,
             Errno::NoData => 61,
+            Errno::ProtoNotSupported => 93,
             Errno::NotSupported => 95,
         }
     }

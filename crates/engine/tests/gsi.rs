@@ -236,7 +236,11 @@ fn local_smp_path() {
     assert!(s.engines[0].local_smp(0, &far).is_err());
     // The M_Key is checked on the local path.
     s.engines[0].mad_port_mut().set_m_key(7, 2);
-    assert!(s.engines[0].local_smp(0, &dr).is_err());
+    // handle_outgoing_dr_smp fails the send with -EINVAL when process_mad says
+    // FAILURE, which qib/hfi1 say for an M_Key violation.
+    let e = s.engines[0].local_smp(0, &dr).unwrap_err();
+    assert_eq!(e.errno, rverbs_engine::Errno::Inval, "{e}");
+    assert!(e.to_string().contains("M_Key"), "{e}");
     let mut keyed = dr;
     keyed[24..32].copy_from_slice(&7u64.to_be_bytes());
     assert!(s.engines[0].local_smp(0, &keyed).is_ok());
@@ -246,4 +250,65 @@ fn local_smp_path() {
     assert!(s.engines[0]
         .local_smp(0, &mad(class::PERF_MGMT, method::GET, 1, 1))
         .is_err());
+}
+
+#[test]
+fn bm_send_responses_and_trap_represses_are_routed_by_tid() {
+    // Kernel ib_response_mad: a BM Send with IB_BM_ATTR_MOD_RESP (attribute modifier
+    // bit 0) and a TrapRepress are responses: find_mad_agent routes them by the TID's
+    // high half and ib_umad_write leaves their TID alone.
+    let mut s = sim(2);
+    let req = s.engines[0].gsi_register(only_responses()).unwrap();
+    let sends = Registration {
+        mgmt_class: class::BM,
+        class_version: 1,
+        methods: 1 << method::SEND,
+    };
+    let decoy = s.engines[0].gsi_register(Some(sends)).unwrap();
+    let srv = s.engines[1].gsi_register(Some(sends)).unwrap();
+    let request = mad(class::BM, method::SEND, 0x20, 0x55);
+    let b = GsiDest::gsi(gid(&s, 1));
+    s.engines[0].gsi_send(req, b, &request).unwrap();
+    settle(&mut s);
+    let got = s.engines[1].gsi_recv(srv).expect("the BM Send request");
+    let mut resp = got.mad;
+    resp[20..24].copy_from_slice(&1u32.to_be_bytes());
+    s.engines[1]
+        .gsi_send(srv, GsiDest::gsi(got.src_gid()), &resp)
+        .unwrap();
+    settle(&mut s);
+    let back = s.engines[0].gsi_recv(req).expect("the response, by TID");
+    assert_eq!(back.mad[8..16], got.mad[8..16]);
+    assert!(s.engines[0].gsi_recv(decoy).is_none());
+
+    // A Trap and its TrapRepress.
+    let traps = Registration {
+        mgmt_class: class::BM,
+        class_version: 1,
+        methods: 1 << method::TRAP,
+    };
+    let listener = s.engines[1].gsi_register(Some(traps)).unwrap();
+    let represses = Registration {
+        mgmt_class: class::BM,
+        class_version: 1,
+        methods: 1 << method::TRAP_REPRESS,
+    };
+    let decoy2 = s.engines[0].gsi_register(Some(represses)).unwrap();
+    let trap = mad(class::BM, method::TRAP, attr::NOTICE, 0x66);
+    s.engines[0].gsi_send(req, b, &trap).unwrap();
+    settle(&mut s);
+    let t = s.engines[1].gsi_recv(listener).expect("the trap");
+    let mut repress = t.mad;
+    repress[3] = method::TRAP_REPRESS;
+    s.engines[1]
+        .gsi_send(listener, GsiDest::gsi(t.src_gid()), &repress)
+        .unwrap();
+    settle(&mut s);
+    let r = s.engines[0].gsi_recv(req).expect("the repress, by TID");
+    assert_eq!(r.mad[3], method::TRAP_REPRESS);
+    assert_eq!(
+        u64::from_be_bytes(r.mad[8..16].try_into().unwrap()) >> 32,
+        u64::from(req.0)
+    );
+    assert!(s.engines[0].gsi_recv(decoy2).is_none());
 }

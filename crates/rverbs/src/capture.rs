@@ -4,8 +4,11 @@
 //!
 //! Sent packets carry the header Linux builds for them (IPv4 ID 0 with DF, UDP checksum
 //! computed). For received IPv4 packets the Identification is recovered from the ICRC
-//! (the socket does not show it) so the ICRC in the capture verifies; TTL/hop limit is
-//! not visible to a plain socket and is written as 64.
+//! (the socket does not show it) so the ICRC in the capture verifies. TTL / hop limit,
+//! TOS / traffic class and the IPv6 flow label are the real ones: the send path sets
+//! them per datagram and the receive path reads them from the socket's control
+//! messages (`sys.rs`). A sent IPv6 packet's flow label is chosen by the kernel and not
+//! known here; it is written as 0.
 
 use rverbs_wire::{icrc, ipv4, ipv6, udp};
 use std::fs::File;
@@ -35,9 +38,16 @@ impl PcapWriter {
     }
 
     /// Writes one RoCE v2 datagram (`payload` = BTH .. ICRC) between `src` and `dst`,
-    /// with the TTL 64 and TOS 0 the device's sockets use.
-    pub(crate) fn write(&mut self, src: IpAddr, dst: IpAddr, ports: (u16, u16), payload: &[u8]) {
-        let (hop_limit, traffic_class) = (64, 0);
+    /// with its IP metadata.
+    pub(crate) fn write(
+        &mut self,
+        src: IpAddr,
+        dst: IpAddr,
+        ports: (u16, u16),
+        meta: crate::sys::IpMeta,
+        payload: &[u8],
+    ) {
+        let (hop_limit, traffic_class) = (meta.hop_limit, meta.traffic_class);
         let udp_len = udp::HEADER_LEN + payload.len();
         let mut pkt = Vec::with_capacity(40 + udp_len);
         let ip_len = match (src, dst) {
@@ -77,7 +87,7 @@ impl PcapWriter {
                     src: to6(src),
                     dst: to6(dst),
                     traffic_class,
-                    flow_label: 0,
+                    flow_label: meta.flow_label,
                     next_header: ipv4::PROTO_UDP,
                     hop_limit,
                     payload_len: udp_len,

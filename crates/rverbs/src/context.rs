@@ -22,14 +22,14 @@ use crate::capture::PcapWriter;
 use crate::device::DeviceInfo;
 use crate::error::{Error, Result};
 use crate::faults::{FaultState, FaultStats, Faults};
-use crate::sys;
+use crate::gid::GidTable;
+use crate::sys::{self, IpMeta};
 use rverbs_engine::{Config, Datagram, Engine, Nanos, Transmit};
-use rverbs_wire::grh::Gid;
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
@@ -54,9 +54,17 @@ struct RxBatch {
 
 pub(crate) struct Shared {
     pub(crate) engine: Mutex<Engine>,
-    /// Signalled (with the engine lock) when completion events may be pending.
-    pub(crate) events: Condvar,
-    sockets: Vec<(IpAddr, UdpSocket)>,
+    /// Completion channels and the async event queue (fed by `flush`).
+    pub(crate) hub: crate::channel::EventHub,
+    /// One socket per local address, bound to `address:4791`, and one per joined
+    /// multicast group. The driver's address re-scan and the multicast verbs change
+    /// the list (write lock); senders take the read lock.
+    sockets: RwLock<Vec<(IpAddr, Arc<Socket>)>>,
+    /// Set when a verb changed `sockets` (a multicast group joined): the driver
+    /// re-reads the list.
+    pub(crate) sockets_changed: AtomicBool,
+    /// The port's GID table (see `gid.rs`); the engine holds a copy of its GIDs.
+    pub(crate) gid_table: Mutex<GidTable>,
     /// The receive buffers of whichever thread receives (always under the engine lock).
     rx: Mutex<RxBatch>,
     /// Send trains of same-size datagrams with `UDP_SEGMENT`. Only on the loopback
@@ -86,15 +94,60 @@ pub(crate) struct Shared {
     /// work: a poller that found its CQ empty need not take the lock again until it
     /// changes, so busy-polling applications do not starve the driver thread.
     pub(crate) activity: std::sync::atomic::AtomicU64,
+    /// Destructions requested inside `Mr::with`, where taking the engine lock could
+    /// deadlock: run, in order, by the next thread that takes the lock.
+    deferred: Mutex<Vec<Deferred>>,
 }
+
+/// A destruction waiting for the engine lock.
+type Deferred = Box<dyn FnOnce(&Shared, &mut Engine) + Send>;
 
 impl Shared {
     pub(crate) fn now(&self) -> Nanos {
         self.epoch.elapsed().as_nanos() as Nanos
     }
 
+    /// The engine, for paths that cannot report an error (drops, accessors).
+    ///
+    /// # Panics
+    /// On a thread inside [`crate::Mr::with`]: the driver may be waiting for that
+    /// region's lock while holding the engine's, so waiting here would deadlock.
     pub(crate) fn lock(&self) -> MutexGuard<'_, Engine> {
+        if let Err(e) = crate::verbs::check_not_in_with("a verb") {
+            panic!("{e}");
+        }
         self.engine.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Destroys an object with `f` (from a `Drop`): at once, or, on a thread inside
+    /// [`crate::Mr::with`], later on the driver thread — never a deadlock or a panic.
+    /// Destructions keep their order either way.
+    pub(crate) fn destroy(&self, f: impl FnOnce(&Shared, &mut Engine) + Send + 'static) {
+        if crate::verbs::check_not_in_with("destroy").is_err() {
+            self.deferred
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(Box::new(f));
+            self.wake();
+            return;
+        }
+        let mut e = self.lock();
+        self.run_deferred(&mut e);
+        f(self, &mut e);
+    }
+
+    /// Runs the destructions deferred by [`Shared::destroy`].
+    pub(crate) fn run_deferred(&self, engine: &mut Engine) {
+        let ops = std::mem::take(&mut *self.deferred.lock().unwrap_or_else(|e| e.into_inner()));
+        for op in ops {
+            op(self, engine);
+        }
+    }
+
+    /// The engine for `verb`; an error instead of a deadlock inside [`crate::Mr::with`].
+    pub(crate) fn lock_verb(&self, verb: &'static str) -> Result<MutexGuard<'_, Engine>> {
+        crate::verbs::check_not_in_with(verb)?;
+        Ok(self.engine.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
     /// Sends everything the engine has to send, and wakes event waiters.
@@ -120,14 +173,17 @@ impl Shared {
             }
         }
         self.activity.fetch_add(1, Ordering::Release);
-        if engine.has_completion_events() {
-            self.events.notify_all();
-        }
+        self.hub.dispatch(engine);
     }
 
     fn send(&self, t: &Transmit) {
+        let meta = IpMeta {
+            hop_limit: t.hop_limit,
+            traffic_class: t.traffic_class,
+            flow_label: t.flow_label,
+        };
         let Some(faults) = &self.faults else {
-            self.send_raw(t.src, t.dst, &t.payload);
+            self.send_raw(t.src, t.dst, meta, &t.payload);
             return;
         };
         let mut bytes = t.payload.clone();
@@ -135,9 +191,9 @@ impl Shared {
         let v = f.judge(&mut bytes, true);
         for _ in 0..v.copies {
             if v.delay_ns == 0 {
-                self.send_raw(t.src, t.dst, &bytes);
+                self.send_raw(t.src, t.dst, meta, &bytes);
             } else {
-                f.hold(self.now() + v.delay_ns, t.src, t.dst, bytes.clone());
+                f.hold(self.now() + v.delay_ns, t.src, t.dst, meta, bytes.clone());
             }
         }
         if v.delay_ns > 0 {
@@ -146,12 +202,40 @@ impl Shared {
         }
     }
 
+    /// Sends a batch: datagrams that need TTL/TOS control messages one by one
+    /// (`send`), the rest with one `sendmmsg` per socket, trains of same-size ones to
+    /// one peer as `UDP_SEGMENT` buffers on the loopback device.
     fn send_all(&self, ts: &[Transmit]) {
-        for (i, (addr, sock)) in self.sockets.iter().enumerate() {
-            // Datagrams from this socket's address (or, for the first socket, from an
-            // address no socket has, as `send_raw` does).
+        let plain = |t: &Transmit| {
+            sys::default_meta(
+                t.dst,
+                IpMeta {
+                    hop_limit: t.hop_limit,
+                    traffic_class: t.traffic_class,
+                    flow_label: 0,
+                },
+            ) && !t.dst.is_multicast()
+        };
+        for t in ts.iter().filter(|t| !plain(t)) {
+            self.send(t);
+        }
+        let socks = self.sockets.read().unwrap_or_else(|e| e.into_inner());
+        for (i, (addr, sock)) in socks.iter().enumerate() {
+            if addr.is_multicast() {
+                continue;
+            }
+            // Datagrams from this socket's address (or, from the first socket of the
+            // family, those from an address no socket has, as `send_raw` does).
+            let first_of_family = socks
+                .iter()
+                .position(|(a, _)| a.is_ipv6() == addr.is_ipv6() && !a.is_multicast())
+                == Some(i);
             let mine = |t: &&Transmit| {
-                t.src == *addr || (i == 0 && !self.sockets.iter().any(|(a, _)| *a == t.src))
+                plain(t)
+                    && (t.src == *addr
+                        || (first_of_family
+                            && t.dst.is_ipv6() == addr.is_ipv6()
+                            && !socks.iter().any(|(a, _)| *a == t.src)))
             };
             let mut out: Vec<sys::Outgoing<'_>> = Vec::new();
             for t in ts.iter().filter(mine) {
@@ -182,36 +266,48 @@ impl Shared {
                 });
             }
             if !out.is_empty() {
-                sys::send_batch(sock, &out);
+                sys::send_batch(&**sock, &out);
             }
         }
     }
 
-    fn record(&self, src: IpAddr, dst: IpAddr, src_port: u16, bytes: &[u8]) {
+    fn record(&self, src: IpAddr, dst: IpAddr, src_port: u16, meta: IpMeta, bytes: &[u8]) {
         if let Some(p) = &self.pcap {
-            // The socket sends with its default TTL 64 and TOS 0, and from port 4791.
             p.lock().unwrap_or_else(|e| e.into_inner()).write(
                 src,
                 dst,
                 (src_port, ROCE_PORT),
+                meta,
                 bytes,
             );
         }
     }
 
-    fn send_raw(&self, src: IpAddr, dst: IpAddr, bytes: &[u8]) {
-        self.record(src, dst, ROCE_PORT, bytes);
-        let Some((_, sock)) = self
-            .sockets
-            .iter()
-            .find(|(a, _)| *a == src)
-            .or(self.sockets.first())
-        else {
+    fn send_raw(&self, src: IpAddr, dst: IpAddr, meta: IpMeta, bytes: &[u8]) {
+        let socks = self.sockets.read().unwrap_or_else(|e| e.into_inner());
+        let Some((_, sock)) = socks.iter().find(|(a, _)| *a == src).or_else(|| {
+            socks
+                .iter()
+                .find(|(a, _)| a.is_ipv6() == dst.is_ipv6() && !a.is_multicast())
+        }) else {
             return;
         };
+        // The socket sends from port 4791 with the AV's TTL / hop limit and TOS /
+        // traffic class (a hop limit of 0 means the socket default: 64, or 1 to a
+        // multicast group).
+        let wire = IpMeta {
+            hop_limit: match meta.hop_limit {
+                0 if dst.is_multicast() => 1,
+                0 => 64,
+                h => h,
+            },
+            flow_label: 0,
+            ..meta
+        };
+        self.record(src, dst, ROCE_PORT, wire, bytes);
         // A send error (no route, buffer full) is a lost packet: the transport's
         // retransmission covers it, as on a real link.
-        let _ = sock.send_to(bytes, SocketAddr::new(dst, ROCE_PORT));
+        let _ = sys::send_with_meta(sock, bytes, SocketAddr::new(dst, ROCE_PORT), meta);
     }
 
     /// Sends held (delayed) datagrams that are due; returns when the next one is.
@@ -220,9 +316,9 @@ impl Shared {
         loop {
             let mut f = faults.lock().unwrap_or_else(|e| e.into_inner());
             match f.due(now) {
-                Some((src, dst, bytes)) => {
+                Some((src, dst, meta, bytes)) => {
                     drop(f);
-                    self.send_raw(src, dst, &bytes);
+                    self.send_raw(src, dst, meta, &bytes);
                 }
                 None => return f.next_due(),
             }
@@ -242,14 +338,19 @@ impl Shared {
         budget: usize,
         defer: bool,
     ) -> usize {
+        let socks = self
+            .sockets
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
         let mut rx = self.rx.lock().unwrap_or_else(|e| e.into_inner());
         let RxBatch { buf, got: list } = &mut *rx;
         let buf = &mut buf[..];
         let mut got = 0;
-        for (local, sock) in &self.sockets {
+        for (local, sock) in &socks {
             while got < budget {
                 list.clear();
-                let Ok(n) = sys::recv_batch(sock, buf, RX_SLOT, list) else {
+                let Ok(n) = sys::recv_batch(&**sock, buf, RX_SLOT, list) else {
                     break;
                 };
                 got += n;
@@ -260,11 +361,12 @@ impl Shared {
                     } else {
                         r.len.max(1)
                     };
+                    let dst = r.meta.dst.unwrap_or(*local);
                     let mut at = r.offset;
                     let end = r.offset + r.len;
                     while at < end {
                         let next = (at + seg).min(end);
-                        self.ingest(engine, now, *local, r.from, &mut buf[at..next]);
+                        self.ingest(engine, now, dst, r.from, r.meta.ip(), &mut buf[at..next]);
                         at = next;
                     }
                 }
@@ -272,6 +374,14 @@ impl Shared {
                     if defer && n > 0 {
                         if self.flush_pending.load(Ordering::Relaxed) == 0 {
                             self.flush_pending.store(now.max(1), Ordering::Relaxed);
+                            // The driver bounds the deferral only if it wakes soon: in
+                            // a long sleep (not in its stand-off rhythm) it is woken,
+                            // so an application that stops calling verbs cannot hold
+                            // an ACK back until the peer gives up.
+                            let planned = self.driver_wake_at.load(Ordering::Acquire);
+                            if planned > now + crate::progress::STANDOFF_NS {
+                                self.wake();
+                            }
                         }
                     } else {
                         self.flush(engine, now);
@@ -291,11 +401,12 @@ impl Shared {
         &self,
         engine: &mut Engine,
         now: Nanos,
-        local: IpAddr,
+        dst: IpAddr,
         from: SocketAddr,
+        ip: IpMeta,
         bytes: &mut [u8],
     ) {
-        self.record(from.ip(), local, from.port(), bytes);
+        self.record(from.ip(), dst, from.port(), ip, bytes);
         let copies = match &self.faults {
             Some(f) => {
                 f.lock()
@@ -308,11 +419,11 @@ impl Shared {
         for _ in 0..copies {
             let d = Datagram {
                 src: from.ip(),
-                dst: local,
+                dst,
                 src_port: from.port(),
-                hop_limit: 64,
-                traffic_class: 0,
-                flow_label: 0,
+                hop_limit: ip.hop_limit,
+                traffic_class: ip.traffic_class,
+                flow_label: ip.flow_label,
                 ipv4_id: None,
                 payload: bytes,
             };
@@ -322,7 +433,17 @@ impl Shared {
 
     /// The sockets' descriptors.
     pub(crate) fn socket_fds(&self) -> Vec<i32> {
-        self.sockets.iter().map(|(_, s)| s.as_raw_fd()).collect()
+        self.sockets
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|(_, s)| s.as_raw_fd())
+            .collect()
+    }
+
+    /// The device's sockets, for changing them (write lock).
+    pub(crate) fn sockets(&self) -> std::sync::RwLockWriteGuard<'_, Vec<(IpAddr, Arc<Socket>)>> {
+        self.sockets.write().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Tells the driver thread to re-read the engine's deadline.
@@ -370,10 +491,18 @@ pub(crate) struct ContextInner {
 
 impl Drop for ContextInner {
     fn drop(&mut self) {
-        // Deferred answers leave before the sockets close.
-        self.shared.flush_deferred(&mut self.shared.lock());
+        // Deferred answers leave before the sockets close (not from inside
+        // `Mr::with`, where the engine lock may not be taken).
+        if crate::verbs::check_not_in_with("close").is_ok() {
+            self.shared.flush_deferred(&mut self.shared.lock());
+        }
         self.shared.shutdown.store(true, Ordering::SeqCst);
         self.shared.wake();
+        // Inside `Mr::with` the driver may be waiting for that region: let it finish
+        // on its own (it holds the shared state) instead of waiting for it here.
+        if crate::verbs::check_not_in_with("close").is_err() {
+            return;
+        }
         if let Some(t) = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take() {
             let _ = t.join();
         }
@@ -382,12 +511,24 @@ impl Drop for ContextInner {
 
 /// An open soft RoCE v2 device (`struct ibv_context`). Cheap to clone; the device
 /// closes when the context and every object made from it are dropped.
+///
+/// ```no_run
+/// # fn main() -> rverbs::Result<()> {
+/// for dev in rverbs::devices()? {
+///     println!("{} on {}", dev.name, dev.ifname);
+/// }
+/// let ctx = rverbs::device(Some("rv_lo"))?.open()?;
+/// let attr = ctx.query_device()?;
+/// let port = ctx.query_port(1)?;
+/// println!("max_qp {} active_mtu {:?} gids {:?}", attr.max_qp, port.active_mtu, ctx.gids());
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct Context {
     pub(crate) inner: Arc<ContextInner>,
 }
 
-fn udp_socket(addr: IpAddr) -> std::io::Result<UdpSocket> {
+fn udp_socket(addr: IpAddr) -> std::io::Result<Socket> {
     let domain = if addr.is_ipv4() {
         Domain::IPV4
     } else {
@@ -401,15 +542,22 @@ fn udp_socket(addr: IpAddr) -> std::io::Result<UdpSocket> {
         sys::set_pmtudisc_do(&s)?;
     }
     let _ = s.set_recv_buffer_size(4 << 20);
+    // Batched senders (sendmmsg, UDP_SEGMENT trains) can outrun a receiver that is
+    // not scheduled for a moment: a long READ response is thousands of packets at
+    // once. Room for 256 MiB (allocated only as used) when the process may raise the
+    // limit.
+    let _ = sys::force_recv_buffer(&s, 256 << 20);
     let _ = s.set_send_buffer_size(4 << 20);
     s.bind(&SockAddr::from(SocketAddr::new(addr, ROCE_PORT)))?;
     s.set_nonblocking(true)?;
-    Ok(s.into())
+    // Bound to one address, so the destination is known without IP_PKTINFO.
+    sys::enable_recv_meta(&s, addr.is_ipv6(), false)?;
+    Ok(s)
 }
 
 /// Binds a free loopback address 127.0.0.x:4791 (x in 2..=254), so that any number of
 /// processes on one machine each get their own RoCE address with no setup and no root.
-fn loopback_socket() -> Result<(IpAddr, UdpSocket)> {
+fn loopback_socket() -> Result<(IpAddr, Socket)> {
     let start = (std::process::id() % 253) as u8;
     let mut last = None;
     for i in 0..253u8 {
@@ -429,6 +577,17 @@ fn loopback_socket() -> Result<(IpAddr, UdpSocket)> {
         "binding a free 127.0.0.x:4791 (all 253 loopback addresses are taken)",
         last.unwrap_or_else(|| std::io::Error::other("no address")),
     ))
+}
+
+/// Binds the first IPv6 address of `addrs` (lo's) whose port 4791 is free: `::1` only
+/// when `localhost` is set, after the others.
+fn loopback_v6_socket(addrs: &[IpAddr], localhost: bool) -> Option<(IpAddr, Socket)> {
+    let lo6 = IpAddr::V6(std::net::Ipv6Addr::LOCALHOST);
+    addrs
+        .iter()
+        .filter(|a| a.is_ipv6() && **a != lo6)
+        .chain(localhost.then_some(&lo6))
+        .find_map(|&a| udp_socket(a).ok().map(|s| (a, s)))
 }
 
 impl Context {
@@ -455,6 +614,14 @@ impl Context {
         let mut sockets = Vec::new();
         if info.is_loopback() {
             sockets.push(loopback_socket()?);
+            // IPv6 has no 127/8. A context takes the first IPv6 address an
+            // administrator added to lo whose port 4791 is free; `::1` only with
+            // RVERBS_LOOPBACK_IPV6=1, as it is one address for the whole host: which
+            // context got it would otherwise depend on timing (README, GIDs).
+            let with_v6_localhost = std::env::var("RVERBS_LOOPBACK_IPV6").is_ok_and(|v| v == "1");
+            if let Some(v6) = loopback_v6_socket(&info.addrs, with_v6_localhost) {
+                sockets.push(v6);
+            }
         } else {
             for &a in &info.addrs {
                 let s = udp_socket(a)
@@ -465,15 +632,11 @@ impl Context {
                 return Err(Error::NoDevice(format!("{} has no address", info.name)));
             }
         }
-        let mut gids = vec![info.default_gid()];
-        gids.extend(
-            sockets
-                .iter()
-                .map(|(a, _)| rverbs_engine::net::ip_to_gid(*a)),
-        );
+        let bound: Vec<IpAddr> = sockets.iter().map(|(a, _)| *a).collect();
+        let gid_table = GidTable::new(1, info.ifindex, info.default_gid(), &bound);
         let seed = seed();
         let mut cfg = Config {
-            gids,
+            gids: gid_table.engine_gids(),
             seed,
             // QPNs start at a random point so a restarted process does not reuse the
             // numbers its peers may still be retransmitting to.
@@ -487,22 +650,25 @@ impl Context {
         let gso = info.is_loopback() && std::env::var_os("RVERBS_NO_GSO").is_none();
         let shared = Arc::new(Shared {
             engine: Mutex::new(engine),
-            events: Condvar::new(),
-            sockets,
+            hub: crate::channel::EventHub::new()?,
+            sockets: RwLock::new(sockets.into_iter().map(|(a, s)| (a, Arc::new(s))).collect()),
+            sockets_changed: AtomicBool::new(false),
+            gid_table: Mutex::new(gid_table),
             rx: Mutex::new(RxBatch {
                 buf: vec![0u8; RX_SLOT * RX_BATCH],
                 got: Vec::with_capacity(RX_BATCH),
             }),
-            tx: Mutex::new(Vec::new()),
             gso,
+            tx: Mutex::new(Vec::new()),
             app_poll_at: std::sync::atomic::AtomicU64::new(0),
-            driver_wake_at: std::sync::atomic::AtomicU64::new(0),
             flush_pending: std::sync::atomic::AtomicU64::new(0),
+            driver_wake_at: std::sync::atomic::AtomicU64::new(0),
             wake: sys::eventfd().map_err(|e| Error::io("creating the driver's eventfd", e))?,
             epoch: Instant::now(),
             shutdown: AtomicBool::new(false),
             info,
             activity: std::sync::atomic::AtomicU64::new(1),
+            deferred: Mutex::new(Vec::new()),
             pcap: match &opts.pcap {
                 Some(p) => {
                     Some(Mutex::new(PcapWriter::create(p).map_err(|e| {
@@ -543,48 +709,6 @@ impl Context {
         &self.inner.shared.info
     }
 
-    /// The port's GID table (index 0 is the default GID).
-    pub fn gids(&self) -> Vec<Gid> {
-        self.shared().lock().config().gids.clone()
-    }
-
-    /// The GID at `index`.
-    pub fn gid(&self, index: u8) -> Option<Gid> {
-        self.gids().get(usize::from(index)).copied()
-    }
-
-    /// The index of the first GID of the given IP family (`true` = IPv6).
-    pub fn gid_index_for(&self, ipv6: bool) -> Option<u8> {
-        self.gids()
-            .iter()
-            .skip(1)
-            .position(|g| g.to_ipv4_mapped().is_none() == ipv6)
-            .map(|i| i as u8 + 1)
-    }
-
-    /// Waits for the next completion event (`ibv_get_cq_event`): a CQ armed with
-    /// [`crate::Cq::req_notify`] got a completion. Returns the CQ's handle number, or
-    /// `None` after `timeout`.
-    pub fn get_cq_event(&self, timeout: std::time::Duration) -> Option<u32> {
-        let s = self.shared();
-        let deadline = Instant::now() + timeout;
-        let mut e = s.lock();
-        loop {
-            if let Some(cq) = e.poll_completion_event() {
-                return Some(cq.raw());
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                return None;
-            }
-            e = s
-                .events
-                .wait_timeout(e, deadline - now)
-                .map(|(g, _)| g)
-                .unwrap_or_else(|p| p.into_inner().0);
-        }
-    }
-
     /// What the fault injector did so far (all zero without `RVERBS_FAULTS`).
     pub fn fault_stats(&self) -> FaultStats {
         self.shared()
@@ -615,11 +739,70 @@ fn seed() -> u64 {
     t ^ (u64::from(std::process::id()) << 32) ^ (&local as *const u8 as u64).rotate_left(17)
 }
 
+/// How often a device re-reads its interface's addresses.
+const RESCAN_NS: Nanos = 1_000_000_000;
+
+/// Re-reads the interface's addresses: binds sockets for new ones, updates the GID
+/// table (entries in use stay until released, `gid.rs`) and the engine's copy of it,
+/// and closes the sockets of addresses whose entry is gone.
+fn rescan(shared: &Shared) {
+    crate::mcast::prune_groups(shared);
+    if shared.info.is_loopback() {
+        return;
+    }
+    let Ok(now_addrs) = crate::device::interface_addrs(&shared.info.ifname) else {
+        return;
+    };
+    // Lock order, as everywhere: engine, then sockets, then the GID table (senders
+    // hold the engine while they take the sockets' read lock).
+    let mut engine = shared.lock();
+    let mut socks = shared.sockets();
+    for a in &now_addrs {
+        if !socks.iter().any(|(b, _)| b == a) {
+            if let Ok(s) = udp_socket(*a) {
+                socks.push((*a, Arc::new(s)));
+            }
+        }
+    }
+    let usable: Vec<IpAddr> = now_addrs
+        .iter()
+        .copied()
+        .filter(|a| socks.iter().any(|(b, _)| b == a))
+        .collect();
+    let mut table = shared.gid_table.lock().unwrap_or_else(|e| e.into_inner());
+    if table.update(&usable, |i| engine.sgid_in_use(i)) {
+        let gids = table.engine_gids();
+        socks
+            .retain(|(a, _)| a.is_multicast() || gids.contains(&rverbs_engine::net::ip_to_gid(*a)));
+        engine.set_gids(gids);
+    }
+}
+
 fn driver(shared: Arc<Shared>) {
-    let mut fds: Vec<i32> = shared.sockets.iter().map(|(_, s)| s.as_raw_fd()).collect();
-    fds.push(shared.wake.as_raw_fd());
+    let mut fds: Vec<i32> = Vec::new();
+    let mut socks: Vec<(IpAddr, Arc<Socket>)>;
     let mut ready = Vec::new();
+    let mut next_rescan: Nanos = RESCAN_NS;
+    let mut reload = true;
     while !shared.shutdown.load(Ordering::SeqCst) {
+        if shared.now() >= next_rescan {
+            rescan(&shared);
+            next_rescan = shared.now() + RESCAN_NS;
+            reload = true;
+        }
+        if shared.sockets_changed.swap(false, Ordering::AcqRel) {
+            reload = true;
+        }
+        if reload {
+            socks = shared
+                .sockets
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone();
+            fds = socks.iter().map(|(_, s)| s.as_raw_fd()).collect();
+            fds.push(shared.wake.as_raw_fd());
+            reload = false;
+        }
         if let Some(p) = &shared.pcap {
             p.lock().unwrap_or_else(|e| e.into_inner()).flush();
         }
@@ -634,7 +817,7 @@ fn driver(shared: Arc<Shared>) {
             // While an application thread receives for us, sleep on the eventfd and
             // the deadline only, and look again when the stand-off may have ended.
             let standoff = shared.app_polling(now);
-            let mut until = deadline.unwrap_or(now + 1_000_000_000);
+            let mut until = deadline.unwrap_or(next_rescan).min(next_rescan);
             if standoff {
                 until = until.min(now + crate::progress::STANDOFF_NS);
             }
@@ -666,6 +849,7 @@ fn driver(shared: Arc<Shared>) {
             sys::eventfd_drain(&shared.wake);
         }
         let mut engine = shared.lock();
+        shared.run_deferred(&mut engine);
         shared.driver_wake_at.store(0, Ordering::Release);
         let now = shared.now();
         let deferred = shared.flush_pending.load(Ordering::Relaxed);

@@ -16,7 +16,8 @@ pub struct DeviceInfo {
     pub ifname: String,
     /// Interface index (0 when unknown).
     pub ifindex: u32,
-    /// The interface's addresses (IPv4 first), each a RoCE v2 GID.
+    /// The interface's addresses, each a RoCE v2 GID: IPv4 first, then IPv6, each
+    /// family in the interface's order (the kernel's GID table order).
     pub addrs: Vec<IpAddr>,
     /// The interface MTU.
     pub netdev_mtu: usize,
@@ -25,9 +26,11 @@ pub struct DeviceInfo {
 }
 
 impl DeviceInfo {
-    /// True for the loopback device.
+    /// True for the loopback device: only loopback addresses, or interface `lo` with a
+    /// loopback address among others an administrator added to it.
     pub fn is_loopback(&self) -> bool {
         self.addrs.iter().all(|a| a.is_loopback())
+            || (self.ifname == "lo" && self.addrs.iter().any(|a| a.is_loopback()))
     }
 
     /// The active path MTU, as rxe derives it from the netdev MTU.
@@ -61,6 +64,14 @@ impl DeviceInfo {
         Gid(g)
     }
 
+    /// The GID table the kernel would build for rxe on this interface (and the one an
+    /// opened context starts with, except on loopback: there each context's table has
+    /// its own `127.0.0.x` and at most one IPv6 address of lo — `::1` only with
+    /// `RVERBS_LOOPBACK_IPV6=1`). See `gid.rs` for the rules.
+    pub fn gid_table(&self) -> crate::GidTable {
+        crate::GidTable::new(1, self.ifindex, self.default_gid(), &self.addrs)
+    }
+
     /// Opens the device.
     pub fn open(&self) -> Result<crate::Context> {
         crate::Context::open(self.clone())
@@ -82,9 +93,42 @@ fn parse_mac(s: &str) -> Option<[u8; 6]> {
     parts.next().is_none().then_some(mac)
 }
 
-fn from_interface(name: String, ifname: &str, index: u32, mut addrs: Vec<IpAddr>) -> DeviceInfo {
-    addrs.sort_by_key(|a| (a.is_ipv6(), *a));
-    addrs.dedup();
+/// IPv4 addresses first, then IPv6, each family in the order the interface lists them
+/// (the order the kernel's roce_gid_mgmt adds them to the GID table), duplicates dropped.
+fn kernel_order(addrs: Vec<IpAddr>) -> Vec<IpAddr> {
+    let mut out: Vec<IpAddr> = Vec::with_capacity(addrs.len());
+    for a in addrs
+        .iter()
+        .filter(|a| a.is_ipv4())
+        .chain(addrs.iter().filter(|a| a.is_ipv6()))
+    {
+        if !out.contains(a) {
+            out.push(*a);
+        }
+    }
+    out
+}
+
+/// The current addresses of interface `ifname` (IPv6 link-local ones left out), in
+/// [`kernel_order`].
+pub(crate) fn interface_addrs(ifname: &str) -> Result<Vec<IpAddr>> {
+    let ifaces =
+        if_addrs::get_if_addrs().map_err(|e| Error::io("listing network interfaces", e))?;
+    Ok(kernel_order(
+        ifaces
+            .iter()
+            .filter(|i| i.name == ifname && !is_v6_link_local(&i.ip()))
+            .map(|i| i.ip())
+            .collect(),
+    ))
+}
+
+fn is_v6_link_local(a: &IpAddr) -> bool {
+    matches!(a, IpAddr::V6(v6) if v6.segments()[0] & 0xffc0 == 0xfe80)
+}
+
+fn from_interface(name: String, ifname: &str, index: u32, addrs: Vec<IpAddr>) -> DeviceInfo {
+    let addrs = kernel_order(addrs);
     DeviceInfo {
         name,
         ifname: ifname.to_string(),
@@ -106,10 +150,8 @@ pub fn devices() -> Result<Vec<DeviceInfo>> {
     let mut by_name: BTreeMap<String, (u32, Vec<IpAddr>)> = BTreeMap::new();
     for i in &ifaces {
         // IPv6 link-local addresses are not usable as RoCE v2 sources without a scope.
-        if let IpAddr::V6(v6) = i.ip() {
-            if v6.segments()[0] & 0xffc0 == 0xfe80 {
-                continue;
-            }
+        if is_v6_link_local(&i.ip()) {
+            continue;
         }
         let e = by_name
             .entry(i.name.clone())
@@ -240,6 +282,30 @@ mod tests {
             let e = from_spec(bad, &addrs, &by_name).unwrap_err();
             assert!(e.to_string().contains("RVERBS_DEVICES"), "{bad}: {e}");
         }
+    }
+
+    #[test]
+    fn addresses_in_kernel_order() {
+        // IPv4 first, then IPv6, each in the interface's order (getifaddrs lists IPv6
+        // addresses newest first, as the kernel's roce_gid_mgmt enumerates them).
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let got = kernel_order(vec![
+            ip("fd00:99::1:2"),
+            ip("10.77.0.2"),
+            ip("fd00:88::9"),
+            ip("10.88.0.5"),
+            ip("10.77.0.2"),
+        ]);
+        assert_eq!(
+            got,
+            [
+                ip("10.77.0.2"),
+                ip("10.88.0.5"),
+                ip("fd00:99::1:2"),
+                ip("fd00:88::9")
+            ]
+        );
+        assert!(is_v6_link_local(&ip("fe80::1")) && !is_v6_link_local(&ip("fd00::1")));
     }
 
     #[test]

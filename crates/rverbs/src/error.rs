@@ -17,6 +17,12 @@ pub enum Error {
     },
     /// No device matched.
     NoDevice(String),
+    /// A verb was called from inside [`crate::Mr::with`], where waiting for the device
+    /// could deadlock (EDEADLK).
+    WouldDeadlock {
+        /// The verb.
+        verb: &'static str,
+    },
 }
 
 impl Error {
@@ -26,6 +32,7 @@ impl Error {
             Error::Verb(v) => v.errno.code(),
             Error::Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
             Error::NoDevice(_) => libc::ENODEV,
+            Error::WouldDeadlock { .. } => libc::EDEADLK,
         }
     }
 
@@ -40,6 +47,10 @@ impl fmt::Display for Error {
             Error::Verb(v) => v.fmt(f),
             Error::Io { what, source } => write!(f, "{what}: {source}"),
             Error::NoDevice(name) => write!(f, "no RDMA device named {name}"),
+            Error::WouldDeadlock { verb } => write!(
+                f,
+                "{verb}: called inside Mr::with, where waiting for the device could deadlock (EDEADLK)"
+            ),
         }
     }
 }
@@ -49,7 +60,7 @@ impl std::error::Error for Error {
         match self {
             Error::Verb(v) => Some(v),
             Error::Io { source, .. } => Some(source),
-            Error::NoDevice(_) => None,
+            Error::NoDevice(_) | Error::WouldDeadlock { .. } => None,
         }
     }
 }

@@ -100,7 +100,7 @@ pub struct FaultStats {
 }
 
 /// A datagram waiting for its delay to pass: (due time, sequence, source, destination, bytes).
-type Delayed = Reverse<(u64, u64, IpAddr, IpAddr, Vec<u8>)>;
+type Delayed = Reverse<(u64, u64, IpAddr, IpAddr, (u8, u8, u32), Vec<u8>)>;
 
 pub(crate) struct FaultState {
     pub(crate) f: Faults,
@@ -177,15 +177,34 @@ impl FaultState {
         Verdict { copies, delay_ns }
     }
 
-    pub(crate) fn hold(&mut self, due: u64, src: IpAddr, dst: IpAddr, bytes: Vec<u8>) {
+    pub(crate) fn hold(
+        &mut self,
+        due: u64,
+        src: IpAddr,
+        dst: IpAddr,
+        meta: crate::sys::IpMeta,
+        bytes: Vec<u8>,
+    ) {
         self.seq += 1;
-        self.delayed.push(Reverse((due, self.seq, src, dst, bytes)));
+        let m = (meta.hop_limit, meta.traffic_class, meta.flow_label);
+        self.delayed
+            .push(Reverse((due, self.seq, src, dst, m, bytes)));
     }
 
     /// The next held datagram due at or before `now`.
-    pub(crate) fn due(&mut self, now: u64) -> Option<(IpAddr, IpAddr, Vec<u8>)> {
+    pub(crate) fn due(
+        &mut self,
+        now: u64,
+    ) -> Option<(IpAddr, IpAddr, crate::sys::IpMeta, Vec<u8>)> {
         if self.delayed.peek().is_some_and(|Reverse(d)| d.0 <= now) {
-            self.delayed.pop().map(|Reverse((_, _, s, d, b))| (s, d, b))
+            self.delayed.pop().map(|Reverse((_, _, s, d, m, b))| {
+                let meta = crate::sys::IpMeta {
+                    hop_limit: m.0,
+                    traffic_class: m.1,
+                    flow_label: m.2,
+                };
+                (s, d, meta, b)
+            })
         } else {
             None
         }

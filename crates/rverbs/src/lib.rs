@@ -20,32 +20,96 @@
 //! qp.post_send(&SendRequest::send(1, &[mr.slice(0..5)]))?;
 //! # Ok::<(), rverbs::Error>(())
 //! ```
+//!
+//! # Memory safety
+//!
+//! RDMA lets a device read and write application memory while the application runs;
+//! Rust bindings over hardware verbs have struggled to make that safe (a region typed
+//! as any `T` lets a peer write pointers into it; a region over a `Vec` the caller can
+//! still resize or free leaves the device with a dangling address; registering
+//! arbitrary memory needs `unsafe`). rverbs is built so that **no safe code can cause
+//! undefined behaviour**, and the crate has no `unsafe` outside a handful of system
+//! calls in one module, each with its promise written beside it. The rules:
+//!
+//! 1. **A memory region owns its bytes.** [`Pd::reg_mr`] allocates them,
+//!    [`Pd::reg_mr_from`] takes a `Vec<u8>` by value (the caller cannot resize, free
+//!    or alias it afterwards). Regions are bytes only: there is no `Mr<T>`, so a peer
+//!    can never forge a pointer or a `bool` in a typed value.
+//! 2. **The device and the application never share a reference.** The soft device
+//!    reaches a region's bytes through the region's lock, and so does the application
+//!    ([`Mr::read`], [`Mr::write`], [`Mr::with`]). A `&mut [u8]` into a region exists
+//!    only inside a [`Mr::with`] closure, and the device waits for that closure: no
+//!    aliasing `&mut`, no data race, no torn 8-byte atomic. The application sees the
+//!    device's writes as whole packets, not as a consistent message: wait for the
+//!    completion before reading what a peer sent, as with any verbs device.
+//! 3. **Work requests borrow their regions.** A [`LocalBuf`] is a range of a live
+//!    `Mr` (`&Mr` inside), so a request cannot name a region that was dropped or a
+//!    range outside it (`Mr::slice` checks the range); the compiler rejects dropping
+//!    the `Mr` while a [`SendRequest`] that names it exists. Peers name memory by
+//!    [`RemoteBuf`] (address, key, length), which the device checks on every access.
+//! 4. **In-flight work keeps its memory alive or fails cleanly.** Once posted, a
+//!    request holds the region's key, not a borrow, so the `Mr` may be dropped while
+//!    the request is still in flight. Dropping it deregisters the key at once (later
+//!    packets naming it get a remote access error, as on any device), but the bytes
+//!    are reference-counted: a request the device has started keeps them alive and
+//!    completes normally; one not yet started (a queued send, or a receive not yet
+//!    matched) completes with [`WcStatus::LocProtErr`]. Either way nothing touches
+//!    freed memory.
+//! 5. **Objects keep what they use alive.** A [`Qp`] holds its PD, CQs, SRQ and
+//!    context; a [`Cq`] holds its context; an [`Mr`] holds its PD. Dropping handles in
+//!    any order is safe, and the device closes when the last one goes. (Where the
+//!    C API fails `ibv_destroy_cq` / `ibv_dealloc_pd` with EBUSY, the Rust handle simply
+//!    outlives its users.)
+//! 6. **Handles are `Send + Sync`** ([`Context`], [`Pd`], [`Mr`], [`Cq`], [`Qp`],
+//!    [`Srq`], [`Ah`], [`CompChannel`]): every verb may be called from any thread, as
+//!    libibverbs allows; the device serialises them.
+//! 7. **No deadlock through `Mr::with`.** The device takes its engine lock and then a
+//!    region's lock; a verb called inside `Mr::with` would take them in the other
+//!    order, so it fails with [`Error::WouldDeadlock`] (EDEADLK) instead of hanging,
+//!    and an object dropped there is destroyed by the driver thread instead.
+//!
+//! The cost of rule 2 is a copy: data moves between the wire and a region with one
+//! `memcpy` under the region's lock, which a userspace device has to do anyway.
+//! `crates/rverbs/tests/ui/` holds programs the compiler must reject (run by
+//! `tests/compile_fail.rs`).
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
-mod attr;
+mod ah_wc;
+mod attrs;
 mod capture;
+mod channel;
 mod context;
 mod device;
 mod error;
 mod faults;
+mod gid;
 pub mod mad;
+mod mcast;
 mod progress;
+mod qp_attr;
+mod srq;
 mod sys;
+pub mod sysfs;
 mod verbs;
 
-pub use attr::{
-    eth_width_speed, AtomicCap, DeviceAttr, PortAttr, PortState, DEVICE_BAD_PKEY_CNTR,
-    DEVICE_BAD_QKEY_CNTR, DEVICE_CAP_NAMES, DEVICE_RC_RNR_NAK_GEN, DEVICE_SYS_IMAGE_GUID,
-    LINK_LAYER_ETHERNET,
+pub use ah_wc::{ah_attrs_from_grh, grh_ip_version};
+pub use attrs::{
+    eth_width_speed, DeviceAttr, PortAttr, PortState, DEVICE_BAD_PKEY_CNTR, DEVICE_BAD_QKEY_CNTR,
+    DEVICE_CAP_NAMES, DEVICE_RC_RNR_NAK_GEN, DEVICE_SYS_IMAGE_GUID,
 };
+pub use channel::{AsyncEvent, CompChannel};
 pub use context::{Context, OpenOptions, ROCE_PORT};
 pub use device::{device, devices, DeviceInfo};
 pub use error::{Error, Result};
 pub use faults::{FaultStats, Faults};
+pub use gid::{GidEntry, GidTable, GidType, GID_TABLE_LEN};
+pub use mcast::MULTICAST_QPN;
+pub use qp_attr::QpModify;
 pub use rverbs_engine::modify::{QpAttr, QpAttrMask, QpCap};
 pub use rverbs_engine::{Counters, Mtu, QpState, QpType, Wc, WcFlags, WcOpcode, WcStatus};
 pub use rverbs_wire::grh::Gid;
+pub use srq::{Srq, SrqInitAttr};
 pub use verbs::{
     AccessFlags, Ah, AhAttrs, ConnectOpts, Cq, LocalBuf, Mr, Pd, PeerInfo, Qp, QpInitAttr,
     RemoteBuf, SendRequest,

@@ -64,7 +64,10 @@ impl Context {
     /// Registers a MAD agent for the requests `reg` names (`None`: only responses to
     /// its own requests). Fails with EINVAL when another agent has one of the methods.
     pub fn register_mad_agent(&self, reg: Option<Registration>) -> Result<MadAgent> {
-        let id = self.shared().lock().gsi_register(reg)?;
+        let id = self
+            .shared()
+            .lock_verb("register_mad_agent")?
+            .gsi_register(reg)?;
         Ok(MadAgent {
             ctx: self.clone(),
             id,
@@ -95,7 +98,7 @@ impl Context {
     pub fn local_smp(&self, smp: &Mad) -> Result<Mad> {
         let s = self.shared();
         let now = s.now();
-        let mut e = s.lock();
+        let mut e = s.lock_verb("local_smp")?;
         let r = e.local_smp(now, smp);
         s.flush(&mut e, now);
         Ok(r?)
@@ -146,7 +149,7 @@ impl MadAgent {
     pub fn send(&self, dest: MadDest, mad: &Mad) -> Result<()> {
         let s = self.ctx.shared();
         let now = s.now();
-        let mut e = s.lock();
+        let mut e = s.lock_verb("mad_send")?;
         e.gsi_send(self.id, dest, mad)?;
         s.flush(&mut e, now);
         Ok(())
@@ -194,7 +197,9 @@ impl MadAgent {
                 let deadline = Instant::now() + timeout;
                 while let Some(r) = self.recv(deadline.saturating_duration_since(Instant::now())) {
                     let rtid = u64::from_be_bytes(r.mad[8..16].try_into().unwrap_or([0; 8]));
-                    if r.mad[3] & method::RESPONSE != 0 {
+                    // A response as the kernel's ib_response_mad sees one (R bit,
+                    // TrapRepress, BM Send with the response bit).
+                    if rverbs_engine::mad::response_mad(&r.mad) {
                         if rtid & 0xffff_ffff == tid {
                             return Ok(r);
                         }
@@ -207,8 +212,9 @@ impl MadAgent {
         })();
         if !kept.is_empty() {
             // Requests that arrived while waiting go back to the agent's queue.
+            // Pushed back to the front last-first, so they keep their arrival order.
             let mut e = self.ctx.shared().lock();
-            for r in kept {
+            for r in kept.into_iter().rev() {
                 e.gsi_requeue(self.id, r);
             }
         }
@@ -218,7 +224,10 @@ impl MadAgent {
 
 impl Drop for MadAgent {
     fn drop(&mut self) {
-        let _ = self.ctx.shared().lock().gsi_unregister(self.id);
+        let id = self.id;
+        self.ctx.shared().destroy(move |_, e| {
+            let _ = e.gsi_unregister(id);
+        });
     }
 }
 

@@ -65,9 +65,7 @@ impl Shared {
         if did {
             self.activity.fetch_add(1, Ordering::Release);
             // Event waiters on other CQs need not wait for the deferred flush.
-            if engine.has_completion_events() {
-                self.events.notify_all();
-            }
+            self.hub.dispatch(engine);
         }
         did
     }
@@ -80,9 +78,7 @@ impl Shared {
             self.flush(engine, now);
         } else {
             self.activity.fetch_add(1, Ordering::Release);
-            if engine.has_completion_events() {
-                self.events.notify_all();
-            }
+            self.hub.dispatch(engine);
         }
     }
 

@@ -1,6 +1,8 @@
 //! The few system calls socket2 does not wrap: `IP_MTU_DISCOVER`, `UDP_NO_CHECK6_RX`,
-//! `eventfd` and `poll`. Every `unsafe` block of the crate is here, each with the
-//! promise it relies on.
+//! `IP_RECVTTL`, `IPV6_FLOWINFO`, `eventfd` and `poll`; and the receive / send paths
+//! with per-datagram IP metadata (`recvmsg` / `sendmsg` through socket2's safe wrappers,
+//! with the control messages built and parsed here in safe code). Every `unsafe` block
+//! of the crate is here, each with the promise it relies on.
 #![allow(unsafe_code)]
 
 use std::io;
@@ -17,6 +19,31 @@ pub(crate) fn set_pmtudisc_do(fd: &impl AsRawFd) -> io::Result<()> {
             fd.as_raw_fd(),
             libc::IPPROTO_IP,
             libc::IP_MTU_DISCOVER,
+            (&v as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Sets an integer socket option.
+fn set_int_opt(
+    fd: &impl AsRawFd,
+    level: libc::c_int,
+    name: libc::c_int,
+    v: libc::c_int,
+) -> io::Result<()> {
+    // SAFETY: `fd` is an open socket owned by the caller for the duration of the call;
+    // the option value points at a live c_int of the size passed.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            level,
+            name,
             (&v as *const libc::c_int).cast(),
             std::mem::size_of::<libc::c_int>() as libc::socklen_t,
         )
@@ -108,6 +135,220 @@ pub(crate) fn poll_readable(
     Ok(())
 }
 
+/// Registers `fd` with the current tokio runtime for readability.
+#[cfg(feature = "tokio")]
+pub(crate) fn async_fd(fd: OwnedFd) -> io::Result<tokio::io::unix::AsyncFd<OwnedFd>> {
+    // SAFETY: the AsyncFd takes ownership of `fd`, an OwnedFd: it is open, is closed
+    // only when the AsyncFd drops it, and `as_raw_fd` always returns the same number.
+    unsafe { tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }
+        .map_err(io::Error::from)
+}
+
+/// IP-level metadata of one datagram: what `ibv_ah_attr.grh` carries and what a UD
+/// receive reports in its GRH area.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct IpMeta {
+    /// TTL (IPv4) / hop limit (IPv6).
+    pub(crate) hop_limit: u8,
+    /// TOS (IPv4) / traffic class (IPv6), ECN bits included.
+    pub(crate) traffic_class: u8,
+    /// IPv6 flow label (20 bits; 0 for IPv4).
+    pub(crate) flow_label: u32,
+}
+
+/// What the control messages of one received datagram say. Fields the kernel did not
+/// report are `None`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct RecvMeta {
+    /// `IP_TTL` / `IPV6_HOPLIMIT`.
+    pub(crate) hop_limit: Option<u8>,
+    /// `IP_TOS` / `IPV6_TCLASS`.
+    pub(crate) traffic_class: Option<u8>,
+    /// `IPV6_FLOWINFO` (flow label bits only).
+    pub(crate) flow_label: Option<u32>,
+    /// The datagram's destination address (`IP_PKTINFO` / `IPV6_PKTINFO`).
+    pub(crate) dst: Option<std::net::IpAddr>,
+    /// `UDP_GRO`: the buffer holds a train of datagrams of this size (the last may be
+    /// shorter).
+    pub(crate) segment: Option<usize>,
+}
+
+impl RecvMeta {
+    /// The metadata with the socket defaults filled in for what was not reported.
+    pub(crate) fn ip(&self) -> IpMeta {
+        IpMeta {
+            hop_limit: self.hop_limit.unwrap_or(64),
+            traffic_class: self.traffic_class.unwrap_or(0),
+            flow_label: self.flow_label.unwrap_or(0),
+        }
+    }
+}
+
+/// Bytes of a `struct cmsghdr` and the alignment of control messages (`CMSG_ALIGN`):
+/// `size_t cmsg_len; int cmsg_level; int cmsg_type;` aligned to `size_t`.
+const CMSG_ALIGN: usize = std::mem::size_of::<usize>();
+const CMSG_HDR: usize = (std::mem::size_of::<usize>() + 8).div_ceil(CMSG_ALIGN) * CMSG_ALIGN;
+
+/// Room for the control messages a datagram can carry here (five, each ≤ 20 bytes of
+/// data).
+pub(crate) const RECV_CONTROL_LEN: usize = 5 * (CMSG_HDR + 24);
+
+fn ne_i32(b: &[u8]) -> Option<i32> {
+    Some(i32::from_ne_bytes(b.get(..4)?.try_into().ok()?))
+}
+
+/// Parses the control messages `recvmsg` returned (`msg_control`, `msg_controllen`
+/// bytes): `IP_TTL`, `IP_TOS`, `IP_PKTINFO`, `IPV6_HOPLIMIT`, `IPV6_TCLASS`,
+/// `IPV6_FLOWINFO`, `IPV6_PKTINFO` (Linux `ip_cmsg_recv`, `ip6_datagram_recv_ctl`).
+/// Unknown or truncated messages are skipped; parsing never reads past `control`.
+/// Self-contained so a batched (`recvmmsg`) receive loop can reuse it per message.
+pub(crate) fn parse_recv_meta(control: &[u8]) -> RecvMeta {
+    let mut m = RecvMeta::default();
+    let mut off = 0usize;
+    while off + CMSG_HDR <= control.len() {
+        let h = &control[off..];
+        let len = usize::from_ne_bytes(h[..CMSG_ALIGN].try_into().unwrap_or_default());
+        if len < CMSG_HDR || len > h.len() {
+            break;
+        }
+        let level = ne_i32(&h[CMSG_ALIGN..]).unwrap_or(-1);
+        let ty = ne_i32(&h[CMSG_ALIGN + 4..]).unwrap_or(-1);
+        let data = &h[CMSG_HDR..len];
+        match (level, ty) {
+            // IP_TTL and IPV6_HOPLIMIT / IPV6_TCLASS are ints; IP_TOS is one byte.
+            (libc::IPPROTO_IP, libc::IP_TTL) | (libc::IPPROTO_IPV6, libc::IPV6_HOPLIMIT) => {
+                m.hop_limit = ne_i32(data).and_then(|v| u8::try_from(v).ok());
+            }
+            (libc::IPPROTO_IP, libc::IP_TOS) => m.traffic_class = data.first().copied(),
+            (libc::SOL_UDP, libc::UDP_GRO) => {
+                m.segment = ne_i32(data).and_then(|v| usize::try_from(v).ok());
+            }
+            (libc::IPPROTO_IPV6, libc::IPV6_TCLASS) => {
+                m.traffic_class = ne_i32(data).and_then(|v| u8::try_from(v).ok());
+            }
+            (libc::IPPROTO_IPV6, libc::IPV6_FLOWINFO) => {
+                m.flow_label = data
+                    .get(..4)
+                    .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]) & 0xf_ffff);
+            }
+            // struct in_pktinfo { int ipi_ifindex; in_addr ipi_spec_dst; in_addr ipi_addr; }
+            (libc::IPPROTO_IP, libc::IP_PKTINFO) => {
+                if let Some(a) = data.get(8..12) {
+                    m.dst = Some(std::net::Ipv4Addr::new(a[0], a[1], a[2], a[3]).into());
+                }
+            }
+            // struct in6_pktinfo { in6_addr ipi6_addr; int ipi6_ifindex; }
+            (libc::IPPROTO_IPV6, libc::IPV6_PKTINFO) => {
+                if let Some(a) = data.get(..16) {
+                    let b: [u8; 16] = a.try_into().unwrap_or_default();
+                    m.dst = Some(std::net::Ipv6Addr::from(b).into());
+                }
+            }
+            _ => {}
+        }
+        off += len.div_ceil(CMSG_ALIGN) * CMSG_ALIGN;
+    }
+    m
+}
+
+/// Asks the kernel for the metadata [`parse_recv_meta`] reads: TTL and TOS on IPv4,
+/// hop limit, traffic class and flow label on IPv6 (and the destination address when
+/// `pktinfo`, for a socket not bound to one address).
+pub(crate) fn enable_recv_meta(s: &socket2::Socket, ipv6: bool, pktinfo: bool) -> io::Result<()> {
+    if ipv6 {
+        s.set_recv_hoplimit_v6(true)?;
+        s.set_recv_tclass_v6(true)?;
+        set_int_opt(s, libc::IPPROTO_IPV6, libc::IPV6_FLOWINFO, 1)?;
+        if pktinfo {
+            set_int_opt(s, libc::IPPROTO_IPV6, libc::IPV6_RECVPKTINFO, 1)?;
+        }
+    } else {
+        s.set_recv_tos_v4(true)?;
+        set_int_opt(s, libc::IPPROTO_IP, libc::IP_RECVTTL, 1)?;
+        if pktinfo {
+            set_int_opt(s, libc::IPPROTO_IP, libc::IP_PKTINFO, 1)?;
+        }
+    }
+    Ok(())
+}
+
+/// Bytes of one control message with an `int` payload (`CMSG_SPACE(sizeof(int))`).
+const CMSG_INT_SPACE: usize = (CMSG_HDR + 4).div_ceil(CMSG_ALIGN) * CMSG_ALIGN;
+
+/// Up to two `int` control messages, built on the stack (no allocation per datagram).
+pub(crate) struct SendControl {
+    buf: [u8; 2 * CMSG_INT_SPACE],
+    len: usize,
+}
+
+impl SendControl {
+    fn new() -> SendControl {
+        SendControl {
+            buf: [0; 2 * CMSG_INT_SPACE],
+            len: 0,
+        }
+    }
+
+    /// Appends one control message with an `int` payload (at most two fit).
+    fn push_int(&mut self, level: libc::c_int, ty: libc::c_int, v: libc::c_int) {
+        let Some(m) = self.buf.get_mut(self.len..self.len + CMSG_INT_SPACE) else {
+            return;
+        };
+        m[..CMSG_ALIGN].copy_from_slice(&(CMSG_HDR + 4).to_ne_bytes());
+        m[CMSG_ALIGN..CMSG_ALIGN + 4].copy_from_slice(&level.to_ne_bytes());
+        m[CMSG_ALIGN + 4..CMSG_ALIGN + 8].copy_from_slice(&ty.to_ne_bytes());
+        m[CMSG_HDR..CMSG_HDR + 4].copy_from_slice(&v.to_ne_bytes());
+        self.len += CMSG_INT_SPACE;
+    }
+
+    /// The control bytes.
+    pub(crate) fn as_slice(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+}
+
+/// The control messages that set a datagram's TTL / hop limit and TOS / traffic class
+/// (`IP_TTL`+`IP_TOS` or `IPV6_HOPLIMIT`+`IPV6_TCLASS`, Linux `ip_cmsg_send` /
+/// `ip6_datagram_send_ctl`). A hop limit of 0 keeps the socket's default (an IP TTL
+/// of 0 is not sendable). The flow label is left to the kernel (IPv6 flow labels
+/// need the flow-label manager; the ICRC masks the field, DESIGN §3).
+pub(crate) fn send_control(ipv6: bool, meta: IpMeta) -> SendControl {
+    let mut c = SendControl::new();
+    let (level, ttl, tos) = if ipv6 {
+        (libc::IPPROTO_IPV6, libc::IPV6_HOPLIMIT, libc::IPV6_TCLASS)
+    } else {
+        (libc::IPPROTO_IP, libc::IP_TTL, libc::IP_TOS)
+    };
+    if meta.hop_limit != 0 {
+        c.push_int(level, ttl, meta.hop_limit.into());
+    }
+    c.push_int(level, tos, meta.traffic_class.into());
+    c
+}
+
+/// Sends one datagram with its TTL / hop limit and TOS / traffic class (`sendmsg`).
+pub(crate) fn send_with_meta(
+    s: &socket2::Socket,
+    bytes: &[u8],
+    dst: std::net::SocketAddr,
+    meta: IpMeta,
+) -> io::Result<usize> {
+    let addr = socket2::SockAddr::from(dst);
+    // What the socket does anyway (TTL 64 to a unicast address, TOS 0) needs no
+    // control message.
+    let default_ttl = meta.hop_limit == 0 || (meta.hop_limit == 64 && !dst.ip().is_multicast());
+    if default_ttl && meta.traffic_class == 0 {
+        return s.send_to(bytes, &addr);
+    }
+    let control = send_control(dst.is_ipv6(), meta);
+    let bufs = [io::IoSlice::new(bytes)];
+    let msg = socket2::MsgHdr::new()
+        .with_addr(&addr)
+        .with_buffers(&bufs)
+        .with_control(control.as_slice());
+    s.sendmsg(&msg, 0)
+}
+
 /// Converts a kernel socket address to a `SocketAddr` (IPv4 or IPv6 only).
 fn from_storage(ss: &libc::sockaddr_storage) -> Option<std::net::SocketAddr> {
     use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4, SocketAddrV6};
@@ -141,6 +382,26 @@ fn from_storage(ss: &libc::sockaddr_storage) -> Option<std::net::SocketAddr> {
     }
 }
 
+/// Asks for a receive buffer of `bytes` past `net.core.rmem_max` (`SO_RCVBUFFORCE`,
+/// which needs CAP_NET_ADMIN; without it the call fails and the capped size stays).
+pub(crate) fn force_recv_buffer(fd: &impl AsRawFd, bytes: libc::c_int) -> io::Result<()> {
+    // SAFETY: an open socket and a live c_int of the size passed.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUFFORCE,
+            (&bytes as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 /// Sets `UDP_GRO`: the kernel may hand over a train of same-size datagrams sent with
 /// `UDP_SEGMENT` as one buffer, with their size in a control message.
 pub(crate) fn set_udp_gro(fd: &impl AsRawFd) -> io::Result<()> {
@@ -170,11 +431,12 @@ pub(crate) struct Received {
     pub(crate) len: usize,
     pub(crate) from: std::net::SocketAddr,
     pub(crate) segment: usize,
+    pub(crate) meta: RecvMeta,
 }
 
 /// Most buffers one [`recv_batch`] takes.
 pub(crate) const RECV_MAX: usize = 64;
-const CONTROL_LEN: usize = 64;
+const CONTROL_LEN: usize = RECV_CONTROL_LEN + 32;
 
 /// Receives up to `buf.len() / slot` buffers (at most [`RECV_MAX`]) with one
 /// `recvmmsg(2)` (non-blocking) into `slot`-byte slots of `buf`, appending one
@@ -197,7 +459,7 @@ pub(crate) fn recv_batch(
     // SAFETY: sockaddr_storage is plain data; all-zero is a valid value.
     let mut names: [libc::sockaddr_storage; RECV_MAX] = unsafe { std::mem::zeroed() };
     // Control buffers, u64-aligned as cmsghdr needs.
-    let mut control = [[0u64; CONTROL_LEN / 8]; RECV_MAX];
+    let mut control = [[0u64; CONTROL_LEN.div_ceil(8)]; RECV_MAX];
     // SAFETY: mmsghdr is plain data; all-zero is a valid value (null pointers, 0 lens).
     let mut hdrs: [libc::mmsghdr; RECV_MAX] = unsafe { std::mem::zeroed() };
     for i in 0..n {
@@ -209,7 +471,7 @@ pub(crate) fn recv_batch(
         h.msg_iov = &mut iov[i];
         h.msg_iovlen = 1;
         h.msg_control = control[i].as_mut_ptr().cast();
-        h.msg_controllen = CONTROL_LEN as _;
+        h.msg_controllen = (CONTROL_LEN.div_ceil(8) * 8) as _;
     }
     // SAFETY: every header points at a live iovec covering its own `slot` bytes of
     // `buf` (disjoint, in bounds since i * slot + slot <= buf.len()), at a live
@@ -230,31 +492,20 @@ pub(crate) fn recv_batch(
     let got = rc as usize;
     for i in 0..got {
         let len = (hdrs[i].msg_len as usize).min(slot);
-        let mut segment = 0;
-        let h = &hdrs[i].msg_hdr;
-        // SAFETY: `h` is a msghdr the kernel filled: its control pointer and (updated)
-        // length describe bytes inside `control[i]`; CMSG_FIRSTHDR/NXTHDR stay within
-        // them and return null at the end.
-        unsafe {
-            let mut c = libc::CMSG_FIRSTHDR(h);
-            while !c.is_null() {
-                if (*c).cmsg_level == libc::SOL_UDP
-                    && (*c).cmsg_type == libc::UDP_GRO
-                    && (*c).cmsg_len as usize
-                        >= libc::CMSG_LEN(std::mem::size_of::<libc::c_int>() as u32) as usize
-                {
-                    let v = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::c_int>());
-                    segment = usize::try_from(v).unwrap_or(0);
-                }
-                c = libc::CMSG_NXTHDR(h, c);
-            }
-        }
+        let clen = (hdrs[i].msg_hdr.msg_controllen as usize).min(CONTROL_LEN);
+        // SAFETY: `control[i]` is a live array of CONTROL_LEN initialized bytes (u64s
+        // viewed as bytes, no padding); the kernel wrote `clen` of them.
+        let bytes: &[u8] =
+            unsafe { std::slice::from_raw_parts(control[i].as_ptr().cast::<u8>(), clen) };
+        let meta = parse_recv_meta(bytes);
+        let segment = meta.segment.unwrap_or(0);
         if let Some(from) = from_storage(&names[i]) {
             out.push(Received {
                 offset: i * slot,
                 len,
                 from,
                 segment,
+                meta,
             });
         }
     }
@@ -331,5 +582,135 @@ pub(crate) fn send_batch(fd: &impl AsRawFd, msgs: &[Outgoing<'_>]) {
         };
         // rc < 0: the first message failed; skip it. Otherwise rc were sent.
         start += if rc <= 0 { 1 } else { rc as usize };
+    }
+}
+
+/// True when `meta` is what the socket does anyway (TTL 64 to a unicast address, TOS 0):
+/// such datagrams need no control message and can leave in a batch.
+pub(crate) fn default_meta(dst: std::net::IpAddr, meta: IpMeta) -> bool {
+    let default_ttl = meta.hop_limit == 0 || (meta.hop_limit == 64 && !dst.is_multicast());
+    default_ttl && meta.traffic_class == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn control_messages_round_trip_through_the_parser() {
+        // What we send is what the kernel reports back in the same layout.
+        let c = send_control(
+            false,
+            IpMeta {
+                hop_limit: 7,
+                traffic_class: 0x2e,
+                flow_label: 0,
+            },
+        );
+        let mut m = parse_recv_meta(c.as_slice());
+        // IP_TOS is one byte on receive but an int on send: the first byte of a
+        // native-endian int is its low byte only on little-endian machines.
+        if cfg!(target_endian = "big") {
+            m.traffic_class = Some(0x2e);
+        }
+        assert_eq!((m.hop_limit, m.traffic_class), (Some(7), Some(0x2e)));
+        let c6 = send_control(
+            true,
+            IpMeta {
+                hop_limit: 0,
+                traffic_class: 0xb8,
+                flow_label: 0,
+            },
+        );
+        let m6 = parse_recv_meta(c6.as_slice());
+        assert_eq!((m6.hop_limit, m6.traffic_class), (None, Some(0xb8)));
+    }
+
+    #[test]
+    fn parser_skips_bad_and_truncated_messages() {
+        assert_eq!(parse_recv_meta(&[]), RecvMeta::default());
+        assert_eq!(parse_recv_meta(&[0xff; 7]), RecvMeta::default());
+        // A length beyond the buffer, and a length below the header, both stop parsing.
+        let mut c = send_control(
+            false,
+            IpMeta {
+                hop_limit: 9,
+                traffic_class: 1,
+                flow_label: 0,
+            },
+        )
+        .as_slice()
+        .to_vec();
+        c[..CMSG_ALIGN].copy_from_slice(&1000usize.to_ne_bytes());
+        assert_eq!(parse_recv_meta(&c), RecvMeta::default());
+        c[..CMSG_ALIGN].copy_from_slice(&3usize.to_ne_bytes());
+        assert_eq!(parse_recv_meta(&c), RecvMeta::default());
+        // An IPv6 pktinfo and flowinfo.
+        let mut p = Vec::new();
+        let len = CMSG_HDR + 20;
+        p.extend_from_slice(&len.to_ne_bytes());
+        p.extend_from_slice(&libc::IPPROTO_IPV6.to_ne_bytes());
+        p.extend_from_slice(&libc::IPV6_PKTINFO.to_ne_bytes());
+        p.resize(CMSG_HDR, 0);
+        p.extend_from_slice(&std::net::Ipv6Addr::LOCALHOST.octets());
+        p.extend_from_slice(&1i32.to_ne_bytes());
+        p.resize(p.len().div_ceil(CMSG_ALIGN) * CMSG_ALIGN, 0);
+        let start = p.len();
+        p.extend_from_slice(&(CMSG_HDR + 4).to_ne_bytes());
+        p.extend_from_slice(&libc::IPPROTO_IPV6.to_ne_bytes());
+        p.extend_from_slice(&libc::IPV6_FLOWINFO.to_ne_bytes());
+        p.resize(start + CMSG_HDR, 0);
+        p.extend_from_slice(&0x0abc_def1u32.to_be_bytes());
+        let m = parse_recv_meta(&p);
+        assert_eq!(m.dst, Some(std::net::Ipv6Addr::LOCALHOST.into()));
+        assert_eq!(m.flow_label, Some(0xc_def1));
+        // An out-of-range TTL value is not a TTL.
+        let mut t = SendControl::new();
+        t.push_int(libc::IPPROTO_IP, libc::IP_TTL, 300);
+        assert_eq!(parse_recv_meta(t.as_slice()).hop_limit, None);
+        // A third message does not fit and is not written.
+        t.push_int(libc::IPPROTO_IP, libc::IP_TOS, 1);
+        t.push_int(libc::IPPROTO_IP, libc::IP_TOS, 2);
+        assert_eq!(t.as_slice().len(), 2 * CMSG_INT_SPACE);
+    }
+
+    #[test]
+    fn loopback_datagrams_carry_their_ttl_and_tos() {
+        use socket2::{Domain, Socket, Type};
+        for (addr, v6) in [("127.0.0.1:0", false), ("[::1]:0", true)] {
+            let a: std::net::SocketAddr = addr.parse().unwrap();
+            let dom = if v6 { Domain::IPV6 } else { Domain::IPV4 };
+            let Ok(rx) = Socket::new(dom, Type::DGRAM, None) else {
+                continue;
+            };
+            if rx.bind(&a.into()).is_err() {
+                eprintln!("skipping {addr}: cannot bind (no IPv6 loopback?)");
+                continue;
+            }
+            enable_recv_meta(&rx, v6, true).unwrap();
+            let to = rx.local_addr().unwrap().as_socket().unwrap();
+            let tx = Socket::new(dom, Type::DGRAM, None).unwrap();
+            tx.bind(&a.into()).unwrap();
+            let meta = IpMeta {
+                hop_limit: 5,
+                traffic_class: 0x28,
+                flow_label: 0,
+            };
+            send_with_meta(&tx, b"hi", to, meta).unwrap();
+            // The batched receive parses each datagram's control messages.
+            let mut buf = vec![0u8; 4 * 64];
+            let mut got = Vec::new();
+            assert_eq!(recv_batch(&rx, &mut buf, 64, &mut got).unwrap(), 1);
+            let r = got[0];
+            assert_eq!(&buf[r.offset..r.offset + r.len], b"hi");
+            assert_eq!(r.from, tx.local_addr().unwrap().as_socket().unwrap());
+            let m = r.meta;
+            assert_eq!(
+                (m.hop_limit, m.traffic_class),
+                (Some(5), Some(0x28)),
+                "{addr}"
+            );
+            assert_eq!(m.dst, Some(to.ip()));
+        }
     }
 }

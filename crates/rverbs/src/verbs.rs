@@ -1,42 +1,84 @@
 //! The verbs objects: protection domains, memory regions, completion queues, queue pairs
 //! and address handles, as RAII handles over an open [`Context`].
 //!
-//! # Memory safety
-//!
-//! The soft device writes registered memory from its driver thread while the
-//! application runs. rverbs therefore never lends the device a pointer into memory the
-//! application can also reach through `&`/`&mut`: a [`Mr`] *owns* its buffer, and both
-//! the device and the application reach the bytes only through the region's lock
-//! ([`Mr::read`], [`Mr::write`], [`Mr::with`]). Work requests name memory as a
-//! [`LocalBuf`] borrowed from a live `Mr`, so a key can never point at freed memory; a
-//! region deregistered while a request is in flight stays allocated until the device
-//! lets go of it (the request then fails with a protection error instead of touching
-//! anything). No `unsafe` is needed to use the API, and none is used to implement it
-//! outside three system calls in `sys.rs`.
+//! See the crate documentation's *Memory safety* section for the rules these types
+//! enforce.
 
+use crate::channel::CompChannel;
 use crate::context::{Context, Shared};
-use crate::error::{Error, Result};
+use crate::error::Error;
+use crate::error::Result;
+use crate::qp_attr::QpModify;
+use crate::srq::{Srq, SrqInner};
 use rverbs_engine::modify::{AhAttr, QpAttr, QpAttrMask, QpCap};
 use rverbs_engine::{
     Access, AddressVector, AhId, CqId, Mtu, PdId, QpInit, QpState, QpType, RecvWr, SendFlags,
     SendWr, Sge, UdDest, VecMemory, Wc, WrOpcode,
 };
 use rverbs_wire::grh::Gid;
+use std::cell::Cell;
 use std::ops::Range;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
-struct PdInner {
-    ctx: Context,
-    id: PdId,
+thread_local! {
+    /// How many [`Mr::with`] closures this thread is inside.
+    static IN_WITH: Cell<u32> = const { Cell::new(0) };
+}
+
+/// Fails when the calling thread is inside [`Mr::with`]: a verb would wait for the
+/// engine lock while holding a region's lock, and the driver thread takes them in the
+/// other order (engine, then the region it writes), so both would wait forever.
+pub(crate) fn check_not_in_with(verb: &'static str) -> Result<()> {
+    if IN_WITH.with(Cell::get) > 0 {
+        return Err(Error::WouldDeadlock { verb });
+    }
+    Ok(())
+}
+
+/// Counts a thread's [`Mr::with`] depth, also when the closure panics.
+struct WithGuard;
+
+impl WithGuard {
+    fn enter() -> Self {
+        IN_WITH.with(|c| c.set(c.get() + 1));
+        WithGuard
+    }
+}
+
+impl Drop for WithGuard {
+    fn drop(&mut self) {
+        IN_WITH.with(|c| c.set(c.get() - 1));
+    }
+}
+
+pub(crate) struct PdInner {
+    pub(crate) ctx: Context,
+    pub(crate) id: PdId,
 }
 
 impl Drop for PdInner {
     fn drop(&mut self) {
-        let _ = self.ctx.shared().lock().dealloc_pd(self.id);
+        let id = self.id;
+        self.ctx.shared().destroy(move |_, e| {
+            let _ = e.dealloc_pd(id);
+        });
     }
 }
 
-/// A protection domain (`struct ibv_pd`).
+/// A protection domain (`struct ibv_pd`): the scope of memory regions, QPs, SRQs and
+/// address handles (a QP can only use regions and AHs of its own PD). Cheap to clone.
+///
+/// ```no_run
+/// # fn main() -> rverbs::Result<()> {
+/// use rverbs::{AccessFlags, QpInitAttr, QpType};
+/// let ctx = rverbs::device(None)?.open()?;
+/// let pd = ctx.alloc_pd()?;
+/// let mr = pd.reg_mr(1 << 20, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ)?;
+/// let cq = ctx.create_cq(128)?;
+/// let qp = pd.create_qp(&QpInitAttr::new(QpType::Rc, &cq))?;
+/// # let _ = (mr, qp); Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct Pd {
     inner: Arc<PdInner>,
@@ -45,7 +87,7 @@ pub struct Pd {
 impl Context {
     /// `ibv_alloc_pd`.
     pub fn alloc_pd(&self) -> Result<Pd> {
-        let id = self.shared().lock().alloc_pd();
+        let id = self.shared().lock_verb("alloc_pd")?.alloc_pd();
         Ok(Pd {
             inner: Arc::new(PdInner {
                 ctx: self.clone(),
@@ -54,20 +96,66 @@ impl Context {
         })
     }
 
-    /// `ibv_create_cq` with room for `cqe` completions.
+    /// `ibv_create_cq` with room for `cqe` completions. Its completion events, once
+    /// armed with [`Cq::req_notify`], go to the context's built-in channel
+    /// ([`Context::get_cq_event`]); see [`Context::create_cq_on`] for a channel of
+    /// its own.
     pub fn create_cq(&self, cqe: u32) -> Result<Cq> {
-        let id = self.shared().lock().create_cq(cqe)?;
-        Ok(Cq {
-            inner: Arc::new(CqInner {
-                ctx: self.clone(),
-                id,
-                empty_at: std::sync::atomic::AtomicU64::new(0),
-            }),
-        })
+        self.new_cq(cqe, None)
+    }
+
+    /// `ibv_create_cq` on the completion channel `channel`.
+    pub fn create_cq_on(&self, cqe: u32, channel: &CompChannel) -> Result<Cq> {
+        self.new_cq(cqe, Some(channel))
+    }
+
+    fn new_cq(&self, cqe: u32, channel: Option<&CompChannel>) -> Result<Cq> {
+        if let Some(ch) = channel {
+            if !Arc::ptr_eq(&ch.context().inner, &self.inner) {
+                return Err(rverbs_engine::VerbError::new(
+                    "create_cq",
+                    rverbs_engine::Errno::Inval,
+                    "the completion channel belongs to another context",
+                )
+                .into());
+            }
+        }
+        let id = self.shared().lock_verb("create_cq")?.create_cq(cqe)?;
+        let inner = Arc::new(CqInner {
+            ctx: self.clone(),
+            id,
+            empty_at: AtomicU64::new(0),
+            events: AtomicU32::new(0),
+            acked: AtomicU32::new(0),
+        });
+        self.bind_cq(&inner, channel);
+        Ok(Cq { inner })
     }
 }
 
-/// A registered memory region that owns its buffer (`struct ibv_mr`).
+/// A registered memory region that owns its buffer (`struct ibv_mr`). The
+/// application reaches the bytes with [`Mr::read`], [`Mr::write`] and [`Mr::with`];
+/// work requests name them with [`Mr::slice`] / [`Mr::all`], peers with
+/// [`Mr::remote`]. See the crate's *Memory safety* section.
+///
+/// ```no_run
+/// # fn main() -> rverbs::Result<()> {
+/// use rverbs::AccessFlags;
+/// let ctx = rverbs::device(None)?.open()?;
+/// let pd = ctx.alloc_pd()?;
+/// let mr = pd.reg_mr_from(b"hello".to_vec(), AccessFlags::ALL)?;
+/// mr.write(0, b"J");
+/// let mut out = [0u8; 5];
+/// mr.read(0, &mut out);
+/// assert_eq!(&out, b"Jello");
+/// let upper = mr.with(|bytes| {
+///     bytes.make_ascii_uppercase();
+///     bytes.to_vec()
+/// });
+/// assert_eq!(upper, b"JELLO");
+/// let for_the_peer = mr.remote(0..5); // address, rkey, length
+/// # let _ = for_the_peer; Ok(()) }
+/// ```
 pub struct Mr {
     pd: Arc<PdInner>,
     region: Arc<VecMemory>,
@@ -80,6 +168,11 @@ pub struct Mr {
 impl Pd {
     fn shared(&self) -> &Arc<Shared> {
         self.inner.ctx.shared()
+    }
+
+    /// The context the PD was allocated on.
+    pub fn context(&self) -> &Context {
+        &self.inner.ctx
     }
 
     /// `ibv_reg_mr` of a new zeroed buffer of `len` bytes.
@@ -95,10 +188,12 @@ impl Pd {
         // buffer, so the address stays the buffer's.)
         let addr = buf.as_ptr() as u64;
         let region = Arc::new(VecMemory::from_vec(buf));
-        let keys = self
-            .shared()
-            .lock()
-            .reg_mr(self.inner.id, region.clone(), addr, access.0)?;
+        let keys = self.shared().lock_verb("reg_mr")?.reg_mr(
+            self.inner.id,
+            region.clone(),
+            addr,
+            access.0,
+        )?;
         Ok(Mr {
             pd: self.inner.clone(),
             region,
@@ -111,37 +206,64 @@ impl Pd {
 
     /// `ibv_create_ah` towards `dgid` from the source GID at `sgid_index`.
     pub fn create_ah(&self, attr: &AhAttrs) -> Result<Ah> {
-        let id = self.shared().lock().create_ah(self.inner.id, attr.av())?;
+        self.inner.ctx.check_sgid(attr.sgid_index, "create_ah")?;
+        let id = self
+            .shared()
+            .lock_verb("create_ah")?
+            .create_ah(self.inner.id, attr.av())?;
         Ok(Ah {
             pd: self.inner.clone(),
             id,
         })
     }
 
-    /// `ibv_create_qp`.
+    /// `ibv_create_qp`: a QP in the RESET state (see [`QpInitAttr`] for what it is made
+    /// of, [`Qp::connect`] / [`Qp::modify`] to bring it up). The CQs, the SRQ and this PD
+    /// must belong to this PD's context (EINVAL otherwise); the SRQ must be of this PD.
     pub fn create_qp(&self, attr: &QpInitAttr) -> Result<Qp> {
+        let inval = |why| -> Error {
+            rverbs_engine::VerbError::new("create_qp", rverbs_engine::Errno::Inval, why).into()
+        };
+        for cq in [attr.send_cq, attr.recv_cq] {
+            if !Arc::ptr_eq(&cq.inner.ctx.inner, &self.inner.ctx.inner) {
+                return Err(inval("a CQ belongs to another context"));
+            }
+        }
+        if let Some(srq) = attr.srq {
+            if !Arc::ptr_eq(&srq.inner.pd, &self.inner) {
+                return Err(inval("the SRQ belongs to another protection domain"));
+            }
+        }
         let init = QpInit {
             pd: self.inner.id,
             qp_type: attr.qp_type,
             send_cq: attr.send_cq.inner.id,
             recv_cq: attr.recv_cq.inner.id,
-            srq: None,
+            srq: attr.srq.map(|s| s.inner.id),
             cap: attr.cap,
             sq_sig_all: attr.sq_sig_all,
         };
-        let qpn = self.shared().lock().create_qp(init)?;
+        let qpn = self.shared().lock_verb("create_qp")?.create_qp(init)?;
         Ok(Qp {
             pd: self.inner.clone(),
             _cqs: [attr.send_cq.inner.clone(), attr.recv_cq.inner.clone()],
+            _srq: attr.srq.map(|s| s.inner.clone()),
             qpn,
             qp_type: attr.qp_type,
         })
+    }
+
+    pub(crate) fn inner(&self) -> &Arc<PdInner> {
+        &self.inner
     }
 }
 
 impl Drop for Mr {
     fn drop(&mut self) {
-        let _ = self.pd.ctx.shared().lock().dereg_mr(self.lkey);
+        let lkey = self.lkey;
+        self.pd.ctx.shared().destroy(move |_, e| {
+            let _ = e.dereg_mr(lkey);
+        });
     }
 }
 
@@ -166,18 +288,37 @@ impl Mr {
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
-    /// Copies bytes out of the region.
+    /// Copies bytes out of the region, starting at `offset`.
+    ///
+    /// # Panics
+    /// If `offset + dst.len()` is beyond the region (like slicing out of bounds).
     pub fn read(&self, offset: usize, dst: &mut [u8]) {
         self.region
             .with(|b| dst.copy_from_slice(&b[offset..offset + dst.len()]));
     }
-    /// Copies bytes into the region.
+    /// Copies bytes into the region at `offset`.
+    ///
+    /// # Panics
+    /// If `offset + src.len()` is beyond the region (like slicing out of bounds).
     pub fn write(&self, offset: usize, src: &[u8]) {
         self.region
             .with(|b| b[offset..offset + src.len()].copy_from_slice(src));
     }
-    /// Runs `f` with the region's bytes; the device waits meanwhile.
+    /// Runs `f` with the region's bytes; the device waits meanwhile (it cannot read or
+    /// write this region until `f` returns, so `f` sees a consistent snapshot and its
+    /// writes are never torn by the device).
+    ///
+    /// Verbs called from inside `f` (on any object of any context) fail with
+    /// [`Error::WouldDeadlock`] instead of waiting for the device, which may itself be
+    /// waiting for this region. Objects dropped inside `f` are destroyed a moment later
+    /// by the device's driver thread. Copy out what you need, return, then post.
+    ///
+    /// # Panics
+    /// The accessors that return no `Result` and need the device ([`Qp::state`],
+    /// [`Context::gids`], [`Context::gid`], [`Context::gid_index_for`],
+    /// [`Context::counters`]) panic when called inside `f`, rather than deadlock.
     pub fn with<R>(&self, f: impl FnOnce(&mut [u8]) -> R) -> R {
+        let _g = WithGuard::enter();
         self.region.with(f)
     }
     /// A copy of the whole region.
@@ -204,7 +345,14 @@ impl Mr {
         self.slice(0..self.len)
     }
     /// What a peer needs to read, write or use atomics on `range` of this region.
+    ///
+    /// # Panics
+    /// If `range` is not inside the region.
     pub fn remote(&self, range: Range<usize>) -> RemoteBuf {
+        assert!(
+            range.start <= range.end && range.end <= self.len,
+            "RemoteBuf range outside the MR"
+        );
         RemoteBuf {
             addr: self.addr + range.start as u64,
             rkey: self.rkey,
@@ -253,7 +401,7 @@ pub struct LocalBuf<'a> {
 }
 
 impl LocalBuf<'_> {
-    fn sge(&self) -> Sge {
+    pub(crate) fn sge(&self) -> Sge {
         Sge {
             addr: self.mr.addr + self.offset as u64,
             length: self.len as u32,
@@ -273,20 +421,56 @@ pub struct RemoteBuf {
     pub len: u32,
 }
 
-struct CqInner {
+pub(crate) struct CqInner {
     ctx: Context,
     id: CqId,
     /// The context's activity count when a poll last found this CQ empty.
-    empty_at: std::sync::atomic::AtomicU64,
+    empty_at: AtomicU64,
+    /// Completion events handed out, and acknowledged.
+    events: AtomicU32,
+    acked: AtomicU32,
+}
+
+impl CqInner {
+    pub(crate) fn id(&self) -> CqId {
+        self.id
+    }
+
+    pub(crate) fn count_event(&self) {
+        self.events.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 impl Drop for CqInner {
     fn drop(&mut self) {
-        let _ = self.ctx.shared().lock().destroy_cq(self.id);
+        let s = self.ctx.shared();
+        let id = self.id;
+        s.destroy(move |s, e| {
+            let _ = e.destroy_cq(id);
+            // After the engine let the number go, under its lock: no new event for
+            // this CQ can be dispatched to the channel any more.
+            s.unbind_cq(id);
+        });
     }
 }
 
-/// A completion queue (`struct ibv_cq`).
+/// A completion queue (`struct ibv_cq`). Cheap to clone; poll it from any thread.
+///
+/// ```no_run
+/// # fn main() -> rverbs::Result<()> {
+/// use rverbs::{Wc, WcStatus};
+/// let ctx = rverbs::device(None)?.open()?;
+/// let cq = ctx.create_cq(256)?;
+/// // One buffer for every poll: no allocation per completion.
+/// let mut wcs = [Wc::default(); 32];
+/// let n = cq.poll(&mut wcs)?;
+/// for wc in &wcs[..n] {
+///     if wc.status != WcStatus::Success {
+///         eprintln!("work request {} failed: {:?}", wc.wr_id, wc.status);
+///     }
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct Cq {
     inner: Arc<CqInner>,
@@ -297,7 +481,13 @@ impl Cq {
         self.inner.ctx.shared()
     }
 
-    /// `ibv_poll_cq`: fills `out` with up to `out.len()` completions; returns how many.
+    pub(crate) fn from_inner(inner: Arc<CqInner>) -> Self {
+        Cq { inner }
+    }
+
+    /// `ibv_poll_cq`: moves up to `out.len()` completions into `out` and returns how
+    /// many (0 when the CQ is empty). Nothing is allocated per completion: reuse one
+    /// buffer of `Wc`s across calls.
     pub fn poll(&self, out: &mut [Wc]) -> Result<usize> {
         let n = self.poll_ready(out)?;
         if n > 0 {
@@ -314,7 +504,7 @@ impl Cq {
         // (every path that adds one bumps `activity` afterwards, under the lock).
         let seen = shared.activity.load(Ordering::Acquire);
         if seen != self.inner.empty_at.load(Ordering::Relaxed) {
-            let n = shared.lock().poll_cq(self.inner.id, out)?;
+            let n = shared.lock_verb("poll_cq")?.poll_cq(self.inner.id, out)?;
             if n > 0 {
                 return Ok(n);
             }
@@ -345,20 +535,57 @@ impl Cq {
         Ok(n)
     }
 
-    /// Arms the CQ for one completion event (`ibv_req_notify_cq`); wait for it with
-    /// [`Context::get_cq_event`].
+    /// Arms the CQ for one completion event (`ibv_req_notify_cq`): the next completion
+    /// (with `solicited_only`, the next solicited or error completion) queues an event
+    /// on the CQ's channel ([`CompChannel::get_cq_event`], or
+    /// [`Context::get_cq_event`] for a CQ made without a channel).
     pub fn req_notify(&self, solicited_only: bool) -> Result<()> {
         Ok(self
             .inner
             .ctx
             .shared()
-            .lock()
+            .lock_verb("req_notify_cq")?
             .req_notify_cq(self.inner.id, solicited_only)?)
     }
 
-    /// The handle number [`Context::get_cq_event`] reports for this CQ.
+    /// `ibv_ack_cq_events`: acknowledges `n` of the events [`CompChannel::get_cq_event`]
+    /// returned for this CQ. Acknowledging more than were received is EINVAL.
+    ///
+    /// (Safety does not depend on it: the `Cq` an event returns is a counted handle,
+    /// so no CQ is destroyed under an unacknowledged event. The count is kept for
+    /// programs that check it, as `ibv_destroy_cq` does.)
+    pub fn ack_events(&self, n: u32) -> Result<()> {
+        let got = self.inner.events.load(Ordering::Relaxed);
+        self.inner
+            .acked
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |a| {
+                a.checked_add(n).filter(|&t| t <= got)
+            })
+            .map(|_| ())
+            .map_err(|_| {
+                rverbs_engine::VerbError::new(
+                    "ack_cq_events",
+                    rverbs_engine::Errno::Inval,
+                    "more events acknowledged than received",
+                )
+                .into()
+            })
+    }
+
+    /// Completion events received for this CQ and not yet acknowledged.
+    pub fn unacked_events(&self) -> u32 {
+        self.inner.events.load(Ordering::Relaxed) - self.inner.acked.load(Ordering::Relaxed)
+    }
+
+    /// The CQ's handle number (what [`Context::get_cq_event`] and
+    /// [`crate::AsyncEvent::CqErr`] report).
     pub fn handle(&self) -> u32 {
         self.inner.id.raw()
+    }
+
+    /// True if `self` and `other` are handles of the same CQ.
+    pub fn same_as(&self, other: &Cq) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
     }
 
     /// Polls until at least one completion arrives or `timeout` passes (busy-polling
@@ -375,7 +602,26 @@ impl Cq {
     }
 }
 
-/// What a new QP is made of.
+/// What a new QP is made of (`struct ibv_qp_init_attr`): start from [`QpInitAttr::new`]
+/// and change what differs, with the builder methods or the fields.
+///
+/// ```no_run
+/// # fn main() -> rverbs::Result<()> {
+/// use rverbs::{QpCap, QpInitAttr, QpType};
+/// let ctx = rverbs::device(None)?.open()?;
+/// let pd = ctx.alloc_pd()?;
+/// let (scq, rcq) = (ctx.create_cq(256)?, ctx.create_cq(256)?);
+/// let srq = pd.create_srq(&rverbs::SrqInitAttr::new(512))?;
+/// let qp = pd.create_qp(
+///     &QpInitAttr::new(QpType::Rc, &scq)
+///         .recv_cq(&rcq)
+///         .srq(&srq)
+///         .cap(QpCap { max_send_wr: 128, max_send_sge: 2, max_inline_data: 64, ..QpCap::default() })
+///         .sq_sig_all(true),
+/// )?;
+/// # let _ = qp; Ok(()) }
+/// ```
+#[derive(Clone, Copy)]
 pub struct QpInitAttr<'a> {
     /// Transport.
     pub qp_type: QpType,
@@ -383,19 +629,23 @@ pub struct QpInitAttr<'a> {
     pub send_cq: &'a Cq,
     /// CQ for receive completions.
     pub recv_cq: &'a Cq,
-    /// Queue sizes.
+    /// Shared receive queue: receives come from it, and [`Qp::post_recv`] is refused.
+    pub srq: Option<&'a Srq>,
+    /// Queue sizes (the receive sizes are ignored with an SRQ).
     pub cap: QpCap,
-    /// Every send completes signaled.
+    /// Every send completes signaled, whatever [`SendRequest::signaled`] says.
     pub sq_sig_all: bool,
 }
 
 impl<'a> QpInitAttr<'a> {
-    /// An RC/UC/UD QP with both queues on `cq` and modest queue sizes.
+    /// An RC/UC/UD QP with both queues on `cq`, no SRQ, 1024-deep queues of 4 SGEs,
+    /// 256 bytes of inline data and selective signaling.
     pub fn new(qp_type: QpType, cq: &'a Cq) -> Self {
         QpInitAttr {
             qp_type,
             send_cq: cq,
             recv_cq: cq,
+            srq: None,
             cap: QpCap {
                 max_send_wr: 1024,
                 max_recv_wr: 1024,
@@ -406,25 +656,76 @@ impl<'a> QpInitAttr<'a> {
             sq_sig_all: false,
         }
     }
+
+    /// Send completions go to `cq`.
+    pub fn send_cq(mut self, cq: &'a Cq) -> Self {
+        self.send_cq = cq;
+        self
+    }
+
+    /// Receive completions go to `cq`.
+    pub fn recv_cq(mut self, cq: &'a Cq) -> Self {
+        self.recv_cq = cq;
+        self
+    }
+
+    /// Receives come from `srq`.
+    pub fn srq(mut self, srq: &'a Srq) -> Self {
+        self.srq = Some(srq);
+        self
+    }
+
+    /// Queue sizes.
+    pub fn cap(mut self, cap: QpCap) -> Self {
+        self.cap = cap;
+        self
+    }
+
+    /// Whether every send completes signaled.
+    pub fn sq_sig_all(mut self, yes: bool) -> Self {
+        self.sq_sig_all = yes;
+        self
+    }
 }
 
-/// A queue pair (`struct ibv_qp`).
+/// A queue pair (`struct ibv_qp`): created in RESET by [`Pd::create_qp`], brought up
+/// with [`Qp::connect`] (or step by step with [`Qp::modify`]), then used with
+/// [`Qp::post_send`] and [`Qp::post_recv`].
+///
+/// ```no_run
+/// # fn main() -> rverbs::Result<()> {
+/// use rverbs::{AccessFlags, ConnectOpts, PeerInfo, QpInitAttr, QpType, SendRequest};
+/// let ctx = rverbs::device(None)?.open()?;
+/// let pd = ctx.alloc_pd()?;
+/// let cq = ctx.create_cq(64)?;
+/// let mr = pd.reg_mr(4096, AccessFlags::LOCAL_WRITE)?;
+/// let qp = pd.create_qp(&QpInitAttr::new(QpType::Rc, &cq))?;
+/// qp.init(&ConnectOpts::default())?;
+/// qp.post_recv(1, &[mr.slice(0..2048)])?; // before the peer can send
+/// // ... exchange qp.qp_num() and ctx.gid(1) with the peer, then:
+/// # let peer = PeerInfo { qpn: 0x11, psn: 0, gid: ctx.gid(1).unwrap() };
+/// qp.connect(&peer, &ConnectOpts::default())?;
+/// qp.post_send(&SendRequest::send(2, &[mr.slice(2048..4096)]).imm(7))?;
+/// # Ok(()) }
+/// ```
 pub struct Qp {
     pd: Arc<PdInner>,
     _cqs: [Arc<CqInner>; 2],
+    _srq: Option<Arc<SrqInner>>,
     qpn: u32,
     qp_type: QpType,
 }
 
 impl Drop for Qp {
     fn drop(&mut self) {
-        let s = self.pd.ctx.shared();
-        let mut e = s.lock();
-        // ACKs this QP still owes its peer (deferred, `progress.rs`) leave first: a
-        // program that exits right after its last completion must not leave the
-        // peer retrying.
-        s.flush_deferred(&mut e);
-        let _ = e.destroy_qp(self.qpn);
+        let qpn = self.qpn;
+        self.pd.ctx.shared().destroy(move |s, e| {
+            // ACKs this QP still owes its peer (deferred, `progress.rs`) leave first:
+            // a program that exits right after its last completion must not leave the
+            // peer retrying.
+            s.flush_deferred(e);
+            let _ = e.destroy_qp(qpn);
+        });
     }
 }
 
@@ -488,6 +789,11 @@ impl Default for ConnectOpts {
 }
 
 impl Qp {
+    /// The QP's transport.
+    pub fn qp_type(&self) -> QpType {
+        self.qp_type
+    }
+
     fn shared(&self) -> &Arc<Shared> {
         self.pd.ctx.shared()
     }
@@ -495,6 +801,11 @@ impl Qp {
     /// The QP number.
     pub fn qp_num(&self) -> u32 {
         self.qpn
+    }
+
+    /// The context the QP belongs to.
+    pub fn context(&self) -> &Context {
+        &self.pd.ctx
     }
 
     /// The QP's state.
@@ -507,13 +818,26 @@ impl Qp {
 
     /// `ibv_query_qp`.
     pub fn query(&self) -> Result<QpAttr> {
-        Ok(self.shared().lock().query_qp(self.qpn)?)
+        Ok(self.shared().lock_verb("query_qp")?.query_qp(self.qpn)?)
     }
 
-    /// `ibv_modify_qp` with an explicit attribute mask (checked exactly as Linux does).
-    pub fn modify(&self, attr: &QpAttr, mask: QpAttrMask) -> Result<()> {
+    /// `ibv_modify_qp` with typed attributes: the mask is the set of attributes
+    /// [`QpModify`] was given (checked exactly as Linux checks it: a missing required
+    /// or a forbidden attribute is EINVAL).
+    pub fn modify(&self, m: &QpModify) -> Result<()> {
+        self.modify_raw(&m.attr, m.mask)
+    }
+
+    /// `ibv_modify_qp` with an explicit attribute mask, as in C: only the fields of
+    /// `attr` named by `mask` are read. Prefer [`Qp::modify`]; this is for attribute
+    /// combinations [`QpModify`] has no setter for. (Checked like [`Qp::modify`]; a
+    /// wrong mask is an error, never undefined behaviour.)
+    pub fn modify_raw(&self, attr: &QpAttr, mask: QpAttrMask) -> Result<()> {
+        if let (Some(h), true) = (&attr.ah_attr, mask.contains(QpAttrMask::AV)) {
+            self.pd.ctx.check_sgid(h.av.sgid_index, "modify_qp")?;
+        }
         let s = self.shared();
-        let mut e = s.lock();
+        let mut e = s.lock_verb("modify_qp")?;
         let now = s.now();
         e.modify_qp(self.qpn, attr, mask, now)?;
         s.flush(&mut e, now);
@@ -532,7 +856,7 @@ impl Qp {
                 "illegal transition",
             ),
         )?;
-        self.modify(
+        self.modify_raw(
             &QpAttr {
                 qp_state: to,
                 ..*attr
@@ -598,7 +922,7 @@ impl Qp {
     /// `ibv_post_send` of one request.
     pub fn post_send(&self, wr: &SendRequest<'_>) -> Result<()> {
         let s = self.shared();
-        let mut e = s.lock();
+        let mut e = s.lock_verb("post_send")?;
         let now = s.now();
         e.post_send(self.qpn, wr.to_engine(), now)?;
         s.flush(&mut e, now);
@@ -618,7 +942,7 @@ impl Qp {
         wrs: &[SendRequest<'_>],
     ) -> std::result::Result<(), (usize, Error)> {
         let s = self.shared();
-        let mut e = s.lock();
+        let mut e = s.lock_verb("post_send").map_err(|e| (0, e))?;
         let now = s.now();
         let mut failed = None;
         for (i, wr) in wrs.iter().enumerate() {
@@ -640,7 +964,7 @@ impl Qp {
             wr_id,
             sg_list: bufs.iter().map(LocalBuf::sge).collect(),
         };
-        let mut e = s.lock();
+        let mut e = s.lock_verb("post_recv")?;
         e.post_recv(self.qpn, wr, now)?;
         // A receive posted to a QP in error completes at once: let pollers see it.
         // Deferred acknowledgements stay deferred: a receive is usually reposted
@@ -650,7 +974,18 @@ impl Qp {
     }
 }
 
-/// A send work request, built from safe parts.
+/// A send work request, built from safe parts: an operation, the local buffers it
+/// reads (or, for READ and atomics, writes) and, for one-sided operations, the peer's
+/// [`RemoteBuf`]. It borrows the regions it names until it is posted.
+///
+/// ```no_run
+/// # fn demo(qp: &rverbs::Qp, mr: &rverbs::Mr, peer: rverbs::RemoteBuf) -> rverbs::Result<()> {
+/// use rverbs::SendRequest;
+/// qp.post_send(&SendRequest::write(1, &[mr.slice(0..4096)], peer).signaled(false))?;
+/// qp.post_send(&SendRequest::read(2, &[mr.slice(4096..8192)], peer).fence())?;
+/// qp.post_send(&SendRequest::fetch_add(3, mr.slice(8192..8200), peer, 1))?;
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct SendRequest<'a> {
     wr_id: u64,
@@ -813,7 +1148,19 @@ pub struct AhAttrs {
 }
 
 impl AhAttrs {
-    fn av(&self) -> AddressVector {
+    /// Towards `dgid` from the source GID at `sgid_index`, with hop limit 64, traffic
+    /// class 0 and flow label 0.
+    pub fn to(dgid: Gid, sgid_index: u8) -> Self {
+        AhAttrs {
+            dgid,
+            sgid_index,
+            hop_limit: 64,
+            traffic_class: 0,
+            flow_label: 0,
+        }
+    }
+
+    pub(crate) fn av(&self) -> AddressVector {
         AddressVector {
             dgid: self.dgid,
             sgid_index: self.sgid_index,
@@ -832,6 +1179,9 @@ pub struct Ah {
 
 impl Drop for Ah {
     fn drop(&mut self) {
-        let _ = self.pd.ctx.shared().lock().destroy_ah(self.id);
+        let id = self.id;
+        self.pd.ctx.shared().destroy(move |_, e| {
+            let _ = e.destroy_ah(id);
+        });
     }
 }

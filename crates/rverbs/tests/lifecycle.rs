@@ -55,6 +55,16 @@ fn vanished_peer_gives_retry_exceeded_and_nothing_leaks() {
         // 4 timeouts of 4.2 ms (first try + 3 retries); generous bound for a busy machine.
         assert!(took < Duration::from_secs(2), "took {took:?}");
         assert!(a.counters().retransmit_timeouts >= 4);
+        // The QP's failure is also an asynchronous event (after COMM_EST from the
+        // connection's first packet).
+        let mut evs = Vec::new();
+        while let Some(e) = a.get_async_event(Some(Duration::from_millis(200))) {
+            evs.push(e);
+        }
+        assert!(
+            evs.contains(&AsyncEvent::QpFatal { qpn: qa.qp_num() }),
+            "{evs:?}"
+        );
     }
     // Every context, socket, eventfd and driver thread is gone.
     let deadline = Instant::now() + Duration::from_secs(2);

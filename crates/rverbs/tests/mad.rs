@@ -131,3 +131,36 @@ fn local_smp_and_traps() {
     assert_eq!((t.class(), t.number()), (class::SUBN_LID_ROUTED, 256));
     assert_eq!(ctx.mad_stats().mkey_drops, 1);
 }
+
+#[test]
+fn requests_that_arrive_during_a_request_keep_their_order() {
+    let dev = device(None).unwrap();
+    let (a, b, c) = (
+        dev.open().unwrap(),
+        dev.open().unwrap(),
+        dev.open().unwrap(),
+    );
+    let agent = a
+        .register_mad_agent(Some(Registration {
+            mgmt_class: 0x31,
+            class_version: 1,
+            methods: 1 << method::SEND,
+        }))
+        .unwrap();
+    let sender = c.register_mad_agent(None).unwrap();
+    for tag in [1u8, 2, 3] {
+        let mut m = mad::request(0x31, 1, 0);
+        m[3] = method::SEND;
+        m[64] = tag;
+        sender.send(MadDest::gsi(a.gid(1).unwrap()), &m).unwrap();
+    }
+    // A's request to B goes unanswered; meanwhile C's three Sends reach A's agent,
+    // which the request takes aside and puts back.
+    let mut m = mad::request(0x30, 1, 0);
+    m[3] = method::SEND;
+    assert!(agent
+        .request(MadDest::gsi(b.gid(1).unwrap()), &m, T, 0)
+        .is_err());
+    let tags: Vec<u8> = std::iter::from_fn(|| agent.recv(T).map(|r| r.mad[64])).collect();
+    assert_eq!(tags, [1, 2, 3]);
+}

@@ -1,12 +1,15 @@
 //! The baseboard management agent (class 0x05; IBTA Vol 1 16.1, Vol 2 13.6) with the
 //! B_Key: ClassPortInfo (whose trap fields say where BM traps go) and BKeyInfo.
 //!
-//! The B_Key rules mirror the M_Key's (kernel qib/hfi1 `check_mkey`), with the single
-//! B_KeyProtectBit in the role of protect level 2: a MAD whose B_Key differs from a
-//! non-zero port B_Key is a violation, except a Get while the protect bit is clear.
-//! A violation drops the MAD (`SUCCESS | CONSUMED`), counts B_KeyViolations
-//! (saturating), starts the lease (whose expiry clears the protect bit) and raises BM
-//! Trap 259 naming the offender from the received WC (QP, LID) and GRH (GID). With no
+//! The B_Key rules follow the one open BMA implementation, Intel opa-ff
+//! `IbAccess/Common/Ibt/Bma/bmacallb.c` `BmaThreadCallback`: a MAD matches when the
+//! port's B_Key is 0 or equals the MAD's B_Key. A Get never is a violation: the
+//! B_KeyProtectBit only decides whether a Get with the wrong key sees the key
+//! (clear: it does; set: Get(BKeyInfo) reports B_Key 0), the way M_Key protect
+//! level 1 hides the M_Key. Any other method (Set, Send, TrapRepress) with the wrong
+//! key is a violation: the MAD is dropped (`SUCCESS | CONSUMED`), B_KeyViolations
+//! counts (saturating), the lease starts (its expiry clears the protect bit) and BM
+//! Trap 259 names the offender from the received WC (QP, LID) and GRH (GID). With no
 //! WC or GRH, or with [`flags::IGNORE_BKEY`](super::flags::IGNORE_BKEY), the check is
 //! skipped, as the kernel skips it for locally generated MADs.
 
@@ -87,11 +90,7 @@ pub(crate) fn process(
     }
     if matches!(
         m,
-        method::GET_RESP
-            | method::TRAP
-            | method::REPORT
-            | method::REPORT_RESP
-            | method::TRAP_REPRESS
+        method::GET_RESP | method::TRAP | method::REPORT | method::REPORT_RESP
     ) {
         return MadResult::SUCCESS;
     }
@@ -99,6 +98,11 @@ pub(crate) fn process(
         if check_bkey(p, now, wc, grh, out) {
             return MadResult::SUCCESS | MadResult::CONSUMED;
         }
+    }
+    if m == method::TRAP_REPRESS {
+        // The BMA sends each trap once, so a repress needs nothing more; it goes on
+        // to the agents (opa-ff checks its B_Key all the same).
+        return MadResult::SUCCESS;
     }
     match (m, attr_id) {
         (method::GET, attr::CLASS_PORT_INFO) => get_class_port_info(p, attr_mod, out),
@@ -155,7 +159,9 @@ fn check_bkey(p: &mut MadPort, now: Nanos, wc: &Wc, grh: &GrhArea, mad: &Mad) ->
         b.lease_deadline = None;
         return false;
     }
-    if mad[3] == method::GET && !b.protect {
+    // A Get is never a violation, whatever the protect bit (opa-ff bmacallb.c counts
+    // and drops only non-Get methods); the protect bit hides the key in the answer.
+    if mad[3] == method::GET {
         return false;
     }
     b.violations = b.violations.saturating_add(1);

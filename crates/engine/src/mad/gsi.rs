@@ -5,7 +5,7 @@
 //! QP1, CM uses only Send), given to the device's [`MadPort::process_mad`], and, when
 //! the device neither answered nor consumed it, to the agent registered for it:
 //! responses by the high 32 bits of their TransactionID (the agent's id, which
-//! [`Engine::gsi_send`] puts there as the kernel's `ib_umad_write` does), requests by
+//! [`Engine::gsi_send`](crate::Engine::gsi_send) puts there as the kernel's `ib_umad_write` does), requests by
 //! (class, class version, method). A Get or Set nobody takes gets the automatic
 //! GetResp with status 0x000C ([`unmatched_response`]). Responses go back to the
 //! requester's GID and QP (from the GRH and the DETH), with the GSI Q_Key.
@@ -210,7 +210,7 @@ impl Gsi {
 
     fn find_agent(&self, mad: &Mad) -> Option<u32> {
         let h = MadHeader::new_unchecked(&mad[..]);
-        if h.is_response() {
+        if super::response_mad(mad) {
             let hi = (h.transaction_id() >> 32) as u32;
             return self.agents.contains_key(&hi).then_some(hi);
         }
@@ -283,7 +283,9 @@ impl Engine {
     /// `handle_outgoing_dr_smp`; RoCE has no QP0, so an SMP can only be local): a
     /// directed-route SMP first goes through the CA's hop-pointer rules
     /// ([`super::sma::dr_smp_send`]) and must end at this port. The M_Key is checked
-    /// (flags 0), with a WC synthesised as the kernel's `build_smp_wc` does.
+    /// (flags 0), with a WC synthesised as the kernel's `build_smp_wc` does. An SMP the
+    /// SMA drops for its M_Key fails with EINVAL, as `handle_outgoing_dr_smp` fails the
+    /// send when `process_mad` returns IB_MAD_RESULT_FAILURE.
     pub fn local_smp(&mut self, now: Nanos, mad: &Mad) -> VerbResult<Mad> {
         const VERB: &str = "local_smp";
         let mut smp = *mad;
@@ -310,14 +312,15 @@ impl Engine {
             slid: dr_slid,
             ..Wc::default()
         };
+        let drops = self.gsi.port.stats.mkey_drops;
         let (r, out) = self.process_mad(now, 0, PORT, Some(&wc), None, &smp);
         if r.contains(MadResult::SUCCESS | MadResult::REPLY) {
             Ok(out)
-        } else if r.contains(MadResult::SUCCESS | MadResult::CONSUMED) {
+        } else if self.gsi.port.stats.mkey_drops != drops {
             Err(VerbError::new(
                 VERB,
-                Errno::Perm,
-                "dropped by the SMA (M_Key)",
+                Errno::Inval,
+                "dropped by the SMA (M_Key violation)",
             ))
         } else {
             Err(VerbError::new(VERB, Errno::Inval, "the SMA did not answer"))
@@ -377,8 +380,8 @@ impl Engine {
             VerbError::new(VERB, Errno::Inval, "no source GID for this destination"),
         )?;
         let mut m = *mad;
-        let mut h = MadHeader::new_unchecked(&mut m[..]);
-        if !h.is_response() {
+        if !super::response_mad(&m) {
+            let mut h = MadHeader::new_unchecked(&mut m[..]);
             let tid = h.transaction_id();
             h.set_transaction_id((u64::from(agent.0) << 32) | (tid & 0xffff_ffff));
         }

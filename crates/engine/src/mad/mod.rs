@@ -150,8 +150,11 @@ pub struct MadPort {
     pub(crate) sma: sma::SmaState,
     pub(crate) pma: pma::PmaState,
     pub(crate) bma: bma::BmaState,
-    /// Earliest time the next trap may be sent (kernel qib `trap_timeout`).
+    /// Earliest time the next SM trap may be sent (kernel qib `trap_timeout`).
     trap_allowed_at: Option<Nanos>,
+    /// The same for BM traps, which go to another manager (the BM trap destination)
+    /// and have their own limit, so an SM trap never silences a BM one.
+    bm_trap_allowed_at: Option<Nanos>,
     traps: VecDeque<Trap>,
     /// BM traps to send over the GSI: (TrapGID, TrapQP, TrapQKey, MAD).
     pub(crate) outgoing: VecDeque<(Gid, u32, u32, Mad)>,
@@ -177,6 +180,7 @@ impl MadPort {
             pma: pma::PmaState::default(),
             bma: bma::BmaState::default(),
             trap_allowed_at: None,
+            bm_trap_allowed_at: None,
             traps: VecDeque::new(),
             outgoing: VecDeque::new(),
             stats: MadStats::default(),
@@ -264,16 +268,22 @@ impl MadPort {
     }
 
     /// Queues a trap subject to the port's rate limit: one trap per
-    /// 4.096 us * 2^SubnetTimeOut (kernel qib `qib_send_trap`, o14-2). Returns whether
-    /// it was queued.
+    /// 4.096 us * 2^SubnetTimeOut (kernel qib `qib_send_trap`, o14-2), counted per
+    /// class: qib's limiter is its SMA's (QP0) alone, and a BM trap goes to another
+    /// manager. Returns whether it was queued.
     pub(crate) fn raise_trap(&mut self, now: Nanos, trap: Trap) -> bool {
         self.stats.traps_raised += 1;
-        if self.trap_allowed_at.is_some_and(|t| now < t) {
+        let timeout_ns = 4096u64 << self.sma.subnet_timeout.min(31);
+        let allowed_at = if trap.class() == rverbs_wire::mad::class::BM {
+            &mut self.bm_trap_allowed_at
+        } else {
+            &mut self.trap_allowed_at
+        };
+        if allowed_at.is_some_and(|t| now < t) {
             self.stats.traps_suppressed += 1;
             return false;
         }
-        let timeout_ns = 4096u64 << self.sma.subnet_timeout.min(31);
-        self.trap_allowed_at = Some(now.saturating_add(timeout_ns / 1000 * 1000));
+        *allowed_at = Some(now.saturating_add(timeout_ns / 1000 * 1000));
         if trap.class() == rverbs_wire::mad::class::BM {
             if let Some((gid, qp, qkey)) = self.bma.trap_destination() {
                 if self.outgoing.len() < MAX_QUEUED_TRAPS {
@@ -326,6 +336,18 @@ pub fn unmatched_response(in_mad: &Mad) -> Option<Mad> {
     }
     o.set_status(s);
     Some(out)
+}
+
+/// Whether a MAD is a response, which the MAD layer routes by TransactionID to the
+/// agent that sent the request and whose TransactionID it leaves alone (kernel
+/// `ib_response_mad`, used by `find_mad_agent` and `ib_umad_write`): the R bit of the
+/// method, TrapRepress (the answer to a Trap), and a BM Send whose attribute modifier
+/// has the response bit (`IB_BM_ATTR_MOD_RESP`, bit 0).
+pub fn response_mad(mad: &Mad) -> bool {
+    let h = MadHeader::new_unchecked(&mad[..]);
+    h.is_response()
+        || h.method() == method::TRAP_REPRESS
+        || (h.mgmt_class() == rverbs_wire::mad::class::BM && h.attribute_modifier() & 1 != 0)
 }
 
 /// A generic security Notice from a CA (IBTA 13.4.8.2), for traps 256 and 259.

@@ -16,15 +16,43 @@ use rverbs_wire::mad::pma::{
 };
 use rverbs_wire::mad::{attr, method, status, MadHeader};
 
-/// PortSelect meaning "all ports" (perfquery `ALL_PORTS`), accepted with the
-/// AllPortSelect capability as ipath/qib do.
+/// PortSelect meaning "all ports" (perfquery `ALL_PORTS`). Accepted because
+/// ClassPortInfo advertises AllPortSelect (bit 8), which is what perfquery checks
+/// before sending it; qib advertises no AllPortSelect and answers any PortSelect other
+/// than its port with 0x001C (`pma_get_portcounters_ext`).
 pub const ALL_PORTS: u8 = 0xFF;
 
 /// The PMA ClassPortInfo CapabilityMask: AllPortSelect, 64-bit PortCountersExtended
-/// (IETF-style and NOIETF), as perfquery checks them (`infiniband-diags/perfquery.c`).
+/// (IETF-style and NOIETF), and IsQP1DropSupported (PortCounters carries QP1Dropped),
+/// as perfquery checks them (`infiniband-diags/perfquery.c`: without bit 15 its `-R`
+/// never selects QP1Dropped for clearing).
 pub const CAPABILITY_MASK: u16 = capability::PM_ALL_PORT_SELECT
     | capability::PM_EXT_WIDTH_SUPPORTED
-    | capability::PM_EXT_WIDTH_NOIETF_SUP;
+    | capability::PM_EXT_WIDTH_NOIETF_SUP
+    | capability::PM_IS_QP1_DROP_SUP;
+
+/// PortCounters CounterSelect2 bits (byte 18): perfquery's reset mask bits 16 and 17
+/// (`infiniband-diags/perfquery.c` "reset portxmitwait" / "reset qp1dropped", shifted
+/// into CounterSelect2 by libibmad `performance_reset_via`).
+pub mod select2 {
+    /// PortXmitWait.
+    pub const PORT_XMIT_WAIT: u8 = 1 << 0;
+    /// QP1Dropped.
+    pub const QP1_DROPPED: u8 = 1 << 1;
+}
+
+/// PortCountersExtended CounterSelect2 bits (bytes 4-7, libibmad
+/// `IB_PC_EXT_COUNTER_SELECT2_F`): the 64-bit error counters in field order, as
+/// perfquery `-x -R` sets them (`mask |= 0xfff0000`, bit 28 PortXmitWait, bit 29
+/// QP1Dropped, shifted down 16 by `performance_reset_via`).
+pub mod ext_select2 {
+    /// PortRcvErrors (the fourth error counter, as CounterSelect bit 3 in PortCounters).
+    pub const PORT_RCV_ERRORS: u32 = 1 << 3;
+    /// PortXmitWait.
+    pub const PORT_XMIT_WAIT: u32 = 1 << 12;
+    /// QP1Dropped.
+    pub const QP1_DROPPED: u32 = 1 << 13;
+}
 
 /// CapabilityMask2: the additional (error) counters of PortCountersExtended are filled.
 pub const CAPABILITY_MASK2: u32 = capability::PM2_IS_ADDL_PORT_CTRS_EXT_SUP;
@@ -61,6 +89,10 @@ pub struct PortTotals {
     pub xmit_pkts: u64,
     /// Packets received.
     pub rcv_pkts: u64,
+    /// Unicast packets sent (every packet; cleared on its own).
+    pub uni_xmit_pkts: u64,
+    /// Unicast packets received (every packet; cleared on its own).
+    pub uni_rcv_pkts: u64,
     /// Receive errors.
     pub rcv_errors: u64,
     /// QP1 MADs dropped.
@@ -74,6 +106,8 @@ impl PortTotals {
             rcv_bytes: c.rx_bytes,
             xmit_pkts: c.tx_packets,
             rcv_pkts: c.rx_packets,
+            uni_xmit_pkts: c.tx_packets,
+            uni_rcv_pkts: c.rx_packets,
             rcv_errors: c.rx_icrc_errors + c.rx_malformed,
             qp1_dropped,
         }
@@ -97,6 +131,8 @@ impl MadPort {
             rcv_bytes: raw.rcv_bytes.saturating_sub(b.rcv_bytes),
             xmit_pkts: raw.xmit_pkts.saturating_sub(b.xmit_pkts),
             rcv_pkts: raw.rcv_pkts.saturating_sub(b.rcv_pkts),
+            uni_xmit_pkts: raw.uni_xmit_pkts.saturating_sub(b.uni_xmit_pkts),
+            uni_rcv_pkts: raw.uni_rcv_pkts.saturating_sub(b.uni_rcv_pkts),
             rcv_errors: raw.rcv_errors.saturating_sub(b.rcv_errors),
             qp1_dropped: raw.qp1_dropped.saturating_sub(b.qp1_dropped),
         }
@@ -155,8 +191,8 @@ pub(crate) fn zero_cpi() -> ClassPortInfoRepr {
         .unwrap_or_else(|_| unreachable!("72 bytes is a whole ClassPortInfo"))
 }
 
-/// PortSelect must name this port (or all ports), and the modifier must be 0 (ipath
-/// and qib `pma_get_portcounters`; IBTA 16.1.3.5).
+/// PortSelect must name this port (or all ports, see [`ALL_PORTS`]), and the modifier
+/// must be 0 (qib `pma_get_portcounters_ext`; IBTA 16.1.3.5).
 fn port_select_ok(data: &[u8], port: u8, attr_mod: u32) -> bool {
     let ps = data[1];
     attr_mod == 0 && (ps == port || ps == ALL_PORTS)
@@ -235,8 +271,8 @@ fn get_port_counters_ext(
     r.port_rcv_data = t.rcv_bytes / 4;
     r.port_xmit_pkts = t.xmit_pkts;
     r.port_rcv_pkts = t.rcv_pkts;
-    r.port_unicast_xmit_pkts = t.xmit_pkts;
-    r.port_unicast_rcv_pkts = t.rcv_pkts;
+    r.port_unicast_xmit_pkts = t.uni_xmit_pkts;
+    r.port_unicast_rcv_pkts = t.uni_rcv_pkts;
     r.port_rcv_errors = t.rcv_errors;
     r.qp1_dropped = t.qp1_dropped;
     r.emit(&mut PortCountersExtended::new_unchecked(data_mut(out)));
@@ -272,9 +308,9 @@ fn set_port_counters(
         if cs & sel::PORT_RCV_PKTS != 0 {
             b.rcv_pkts = raw.rcv_pkts;
         }
-        // QP1Dropped has no CounterSelect bit; CounterSelect2 (byte 18, IBTA 1.3)
-        // selects the newer counters, and any bit of it clears QP1Dropped here.
-        if cs2 != 0 {
+        // QP1Dropped has no CounterSelect bit: CounterSelect2 bit 1 selects it (bit 0
+        // is PortXmitWait, always 0 here).
+        if cs2 & select2::QP1_DROPPED != 0 {
             b.qp1_dropped = raw.qp1_dropped;
         }
     }
@@ -282,7 +318,9 @@ fn set_port_counters(
 }
 
 /// Set(PortCountersExtended): the same for the 64-bit counters (qib
-/// `pma_set_portcounters_ext`). Unicast counters share the packet baselines.
+/// `pma_set_portcounters_ext`); each counter has its own baseline, so a bit clears
+/// only its counter. CounterSelect2 clears the 64-bit error counters the port
+/// reports (PortRcvErrors, QP1Dropped).
 fn set_port_counters_ext(
     p: &mut MadPort,
     counters: &Counters,
@@ -291,7 +329,9 @@ fn set_port_counters_ext(
     out: &mut Mad,
 ) -> MadResult {
     if port_select_ok(data_mut(out), port, attr_mod) {
-        let cs = u16::from_be_bytes([data_mut(out)[2], data_mut(out)[3]]);
+        let d = data_mut(out);
+        let cs = u16::from_be_bytes([d[2], d[3]]);
+        let cs2 = u32::from_be_bytes([d[4], d[5], d[6], d[7]]);
         let raw = PortTotals::raw(counters, p.stats.gsi_dropped);
         let b = &mut p.pma.base;
         if cs & ext_select::PORT_XMIT_DATA != 0 {
@@ -300,11 +340,23 @@ fn set_port_counters_ext(
         if cs & ext_select::PORT_RCV_DATA != 0 {
             b.rcv_bytes = raw.rcv_bytes;
         }
-        if cs & (ext_select::PORT_XMIT_PKTS | ext_select::PORT_UNI_XMIT_PKTS) != 0 {
+        if cs & ext_select::PORT_XMIT_PKTS != 0 {
             b.xmit_pkts = raw.xmit_pkts;
         }
-        if cs & (ext_select::PORT_RCV_PKTS | ext_select::PORT_UNI_RCV_PKTS) != 0 {
+        if cs & ext_select::PORT_RCV_PKTS != 0 {
             b.rcv_pkts = raw.rcv_pkts;
+        }
+        if cs & ext_select::PORT_UNI_XMIT_PKTS != 0 {
+            b.uni_xmit_pkts = raw.uni_xmit_pkts;
+        }
+        if cs & ext_select::PORT_UNI_RCV_PKTS != 0 {
+            b.uni_rcv_pkts = raw.uni_rcv_pkts;
+        }
+        if cs2 & ext_select2::PORT_RCV_ERRORS != 0 {
+            b.rcv_errors = raw.rcv_errors;
+        }
+        if cs2 & ext_select2::QP1_DROPPED != 0 {
+            b.qp1_dropped = raw.qp1_dropped;
         }
     }
     get_port_counters_ext(p, counters, port, attr_mod, out)

@@ -239,7 +239,10 @@ pub(crate) fn process(
         return reply_status(out, status::BAD_VERSION);
     }
     if check_mkey(p, now, mad_flags, wc, out) {
-        return MadResult::SUCCESS | MadResult::CONSUMED;
+        // qib and hfi1 `process_subn` answer an M_Key violation with
+        // IB_MAD_RESULT_FAILURE (not CONSUMED): the GSI then neither replies nor
+        // generates the 0x000C answer, and the local DR path fails the send.
+        return MadResult::FAILURE;
     }
     match m {
         method::GET => match attr_id {

@@ -76,10 +76,12 @@ fn result_codes() {
         run(&mut p, &c, 0, &mad(class::CM, method::SEND, 0x10, 0)).0,
         MadResult::SUCCESS
     );
-    // A dropped SMP is consumed.
+    // An SMP dropped for its M_Key is a FAILURE (qib/hfi1 process_subn); a BM MAD
+    // dropped for its B_Key is consumed.
     p.set_m_key(9, 0);
     let smp = mad(class::SUBN_LID_ROUTED, method::SET, sm_attr::PORT_INFO, 0);
-    assert_eq!(run(&mut p, &c, 0, &smp).0, CONSUMED);
+    assert_eq!(run(&mut p, &c, 0, &smp).0, MadResult::FAILURE);
+    assert_eq!(p.stats.mkey_drops, 1);
     assert!(MadResult(7).contains(CONSUMED) && !MadResult(1).contains(REPLIED));
 }
 
@@ -172,8 +174,13 @@ fn pma_class_port_info_has_perfquery_bits() {
     assert_eq!(r, REPLIED);
     let cpi = ClassPortInfoRepr::parse(&ClassPortInfo::new_unchecked(&o[64..136])).unwrap();
     assert_eq!((cpi.base_version, cpi.class_version), (1, 1));
-    // perfquery.c: AllPortSelect (bit 8), ExtWidth (bit 9), NOIETF (bit 10).
-    assert_eq!(&o[66..68], &[0x07, 0x00]);
+    // perfquery.c: AllPortSelect (bit 8), ExtWidth (bit 9), NOIETF (bit 10), and
+    // IsQP1DropSupported (bit 15), without which `perfquery -R` never clears
+    // QP1Dropped.
+    assert_eq!(&o[66..68], &[0x87, 0x00]);
+    assert_ne!(cpi.capability_mask & capability::PM_IS_QP1_DROP_SUP, 0);
+    // perfquery reads CapabilityMask2 as ntohl(bytes 4..8) >> 5.
+    assert_eq!(u32::from_be_bytes(o[68..72].try_into().unwrap()) >> 5, 2);
     assert_ne!(cpi.capability_mask & capability::PM_ALL_PORT_SELECT, 0);
     assert_eq!(
         cpi.capability_mask2,
@@ -397,12 +404,12 @@ fn m_key_protect_levels() {
         if get_ok {
             assert_eq!(port_info(&o).m_key == 0x55, key_shown, "level {level}");
         } else {
-            assert_eq!(r, CONSUMED);
+            assert_eq!(r, MadResult::FAILURE);
             assert_eq!(p.m_key_violations(), 1);
         }
         // A Set with the wrong key is a violation at every level.
         let (r, _) = run(&mut p, &c, 0, &smp(method::SET, sm_attr::PORT_INFO, 0x66));
-        assert_eq!(r, CONSUMED, "level {level}");
+        assert_eq!(r, MadResult::FAILURE, "level {level}");
         // The right key, IGNORE_MKEY, or a zero port key always pass.
         assert_eq!(
             run(&mut p, &c, 0, &smp(method::GET, sm_attr::PORT_INFO, 0x55)).0,
@@ -434,10 +441,13 @@ fn m_key_violations_saturate_and_lease_expires() {
     p.sma.m_key_violations = 0xfffe;
     p.sma.lease_period = 2;
     let bad = smp(method::GET, sm_attr::NODE_INFO, 2);
-    assert_eq!(p.process_mad(0, &c, 0, PORT, None, None, &bad).0, CONSUMED);
+    assert_eq!(
+        p.process_mad(0, &c, 0, PORT, None, None, &bad).0,
+        MadResult::FAILURE
+    );
     assert_eq!(
         p.process_mad(SEC, &c, 0, PORT, None, None, &bad).0,
-        CONSUMED
+        MadResult::FAILURE
     );
     assert_eq!(p.m_key_violations(), 0xffff);
     // The lease started at the first violation ends at 2 s: protect bits drop to 0 and
@@ -463,7 +473,7 @@ fn m_key_violations_saturate_and_lease_expires() {
     assert!(p.sma.lease_deadline.is_none());
     assert_eq!(
         p.process_mad(9 * SEC, &c, 0, PORT, None, None, &bad).0,
-        CONSUMED
+        MadResult::FAILURE
     );
 }
 
@@ -485,7 +495,10 @@ fn trap_256_fields_and_rate_limit() {
     for i in 0..64 {
         dr[192 + i] = i as u8;
     }
-    assert_eq!(p.process_mad(0, &c, 0, PORT, None, None, &dr).0, CONSUMED);
+    assert_eq!(
+        p.process_mad(0, &c, 0, PORT, None, None, &dr).0,
+        MadResult::FAILURE
+    );
     let t = p.poll_trap().unwrap();
     assert_eq!(
         (t.class(), t.number(), t.mad[3]),
@@ -511,7 +524,10 @@ fn trap_256_fields_and_rate_limit() {
     assert_eq!(d.dr_hop_count, 30);
     assert_eq!(d.dr_notice_return_path[29], 29);
     // Rate limit: SubnetTimeOut 18 is 4.096 us * 2^18 = 1.07 s.
-    assert_eq!(p.process_mad(SEC, &c, 0, PORT, None, None, &dr).0, CONSUMED);
+    assert_eq!(
+        p.process_mad(SEC, &c, 0, PORT, None, None, &dr).0,
+        MadResult::FAILURE
+    );
     assert!(p.poll_trap().is_none());
     assert_eq!(p.stats.traps_suppressed, 1);
     p.process_mad(2 * SEC, &c, 0, PORT, None, None, &dr);
@@ -668,23 +684,43 @@ fn b_key_rules_and_trap_259() {
             .0,
         REPLIED
     );
-    // Protect bit set: a Get with a wrong key is now a violation too.
+    // Protect bit set: a Get with a wrong key is answered (opa-ff bmacallb.c: Gets
+    // are never violations) but the key reads as 0; nothing counted, no trap.
+    while p.poll_trap().is_some() {}
     let get_bad = bm(method::GET, attr::BM_BKEY_INFO, 1);
+    let (r, o) = p.process_mad(0, &c, 0, PORT, Some(&wc), Some(&grh), &get_bad);
+    assert_eq!(r, REPLIED);
     assert_eq!(
-        p.process_mad(0, &c, 0, PORT, Some(&wc), Some(&grh), &get_bad)
-            .0,
-        CONSUMED
+        (bkey_info(&o).b_key, bkey_info(&o).b_key_protect_bit),
+        (0, true)
     );
-    assert_eq!(p.b_key_violations(), 2);
+    assert_eq!((p.b_key_violations(), p.stats.bkey_drops), (1, 1));
+    assert!(p.poll_trap().is_none());
+    // The right key sees it.
+    let get_good = bm(method::GET, attr::BM_BKEY_INFO, 0xb0b);
+    let o = p
+        .process_mad(0, &c, 0, PORT, Some(&wc), Some(&grh), &get_good)
+        .1;
+    assert_eq!(bkey_info(&o).b_key, 0xb0b);
+    // A Set (or a TrapRepress) with a wrong key is a violation and starts the lease.
+    let r = p.process_mad(0, &c, 0, PORT, Some(&wc), Some(&grh), &set).0;
+    assert_eq!(r, CONSUMED);
+    let repress = bm(method::TRAP_REPRESS, attr::NOTICE, 1);
+    let r = p
+        .process_mad(0, &c, 0, PORT, Some(&wc), Some(&grh), &repress)
+        .0;
+    assert_eq!(r, CONSUMED);
+    assert_eq!(p.b_key_violations(), 3);
     // ... and the key is hidden when the check is skipped.
     assert_eq!(
         bkey_info(&p.process_mad(0, &c, 0, PORT, None, None, &get_bad).1).b_key,
         0
     );
-    // The lease (3 s from the violation) expires: protect bit cleared, Get allowed.
+    // The lease (3 s from the violation) expires: protect bit cleared, the key shows.
     let (r, o) = p.process_mad(3 * SEC, &c, 0, PORT, Some(&wc), Some(&grh), &get_bad);
     assert_eq!(r, REPLIED);
     assert!(!bkey_info(&o).b_key_protect_bit);
+    assert_eq!(bkey_info(&o).b_key, 0xb0b);
     // The right key: the Set succeeds.
     let mut good = bm(method::SET, attr::BM_BKEY_INFO, 0xb0b);
     BKeyInfoRepr {
@@ -761,4 +797,122 @@ fn grh_addresses() {
     v6[24] = 0xfd;
     assert_eq!(grh_sgid(&v6).0[0], 0xfe);
     assert_eq!(grh_dgid(&v6).0[0], 0xfd);
+}
+
+fn pc_set(port_select: u8, cs: u16, cs2: u8) -> Mad {
+    let mut m = pc_get(port_select);
+    m[3] = method::SET;
+    m[66..68].copy_from_slice(&cs.to_be_bytes());
+    m[64 + 18] = cs2;
+    m
+}
+
+fn pcx_set(cs: u16, cs2: u32) -> Mad {
+    let mut m = mad(
+        class::PERF_MGMT,
+        method::SET,
+        attr::PMA_PORT_COUNTERS_EXT,
+        0,
+    );
+    m[65] = 1;
+    m[66..68].copy_from_slice(&cs.to_be_bytes());
+    m[68..72].copy_from_slice(&cs2.to_be_bytes());
+    m
+}
+
+fn read_pcx(p: &mut MadPort, c: &Counters) -> PortCountersExtendedRepr {
+    let mut e = mad(
+        class::PERF_MGMT,
+        method::GET,
+        attr::PMA_PORT_COUNTERS_EXT,
+        0,
+    );
+    e[65] = 1;
+    let o = run(p, c, 0, &e).1;
+    PortCountersExtendedRepr::parse(&PortCountersExtended::new_unchecked(&o[64..])).unwrap()
+}
+
+#[test]
+fn counter_select2_clears_qp1_dropped_only_with_its_bit() {
+    // perfquery.c `-R`: mask bit 16 = PortXmitWait, bit 17 = QP1Dropped; libibmad
+    // performance_reset_via puts mask >> 16 in CounterSelect2 (byte 18).
+    let c = Counters::default();
+    let mut p = port();
+    p.stats.gsi_dropped = 5;
+    run(
+        &mut p,
+        &c,
+        0,
+        &pc_set(1, 0xffff, pma::select2::PORT_XMIT_WAIT),
+    );
+    assert_eq!(read_pc(&run(&mut p, &c, 0, &pc_get(1)).1).qp1_dropped, 5);
+    run(&mut p, &c, 0, &pc_set(1, 0, pma::select2::QP1_DROPPED));
+    assert_eq!(read_pc(&run(&mut p, &c, 0, &pc_get(1)).1).qp1_dropped, 0);
+}
+
+#[test]
+fn extended_set_clears_only_the_selected_counters() {
+    let mut p = port();
+    let mut c = traffic();
+    p.stats.gsi_dropped = 4;
+    // Unicast bits clear the unicast counters, not PortXmitPkts / PortRcvPkts.
+    run(
+        &mut p,
+        &c,
+        0,
+        &pcx_set(
+            pma::ext_select::PORT_UNI_XMIT_PKTS | pma::ext_select::PORT_UNI_RCV_PKTS,
+            0,
+        ),
+    );
+    let x = read_pcx(&mut p, &c);
+    assert_eq!((x.port_unicast_xmit_pkts, x.port_unicast_rcv_pkts), (0, 0));
+    assert_eq!((x.port_xmit_pkts, x.port_rcv_pkts), (10, 7));
+    // ... and the packet bits leave the unicast counters alone.
+    c.tx_packets += 2;
+    run(&mut p, &c, 0, &pcx_set(pma::ext_select::PORT_XMIT_PKTS, 0));
+    let x = read_pcx(&mut p, &c);
+    assert_eq!((x.port_xmit_pkts, x.port_unicast_xmit_pkts), (0, 2));
+    // perfquery -x -R: CounterSelect 0xffff, CounterSelect2 0xfff | QP1Dropped (bit
+    // 13) clears the 64-bit error counters the port reports.
+    assert_eq!((x.port_rcv_errors, x.qp1_dropped), (3, 4));
+    run(
+        &mut p,
+        &c,
+        0,
+        &pcx_set(0xffff, 0xfff | pma::ext_select2::QP1_DROPPED),
+    );
+    let x = read_pcx(&mut p, &c);
+    assert_eq!((x.port_rcv_errors, x.qp1_dropped), (0, 0));
+    assert_eq!((x.port_xmit_data, x.port_unicast_rcv_pkts), (0, 0));
+}
+
+#[test]
+fn an_sm_trap_does_not_silence_a_bm_trap() {
+    // qib_send_trap's o14-2 limiter belongs to the SMA; Trap 259 goes to the BM trap
+    // destination and is limited on its own.
+    let c = Counters::default();
+    let mut p = port();
+    p.set_m_key(0x1111, 2);
+    p.set_b_key(0xb0b, false);
+    assert_eq!(
+        run(&mut p, &c, 0, &smp(method::SET, sm_attr::PORT_INFO, 1)).0,
+        MadResult::FAILURE
+    );
+    let wc = wc_from(0x42, 0);
+    let grh = grh_v4([127, 0, 0, 2], [127, 0, 0, 3]);
+    let set = bm(method::SET, attr::BM_BKEY_INFO, 0xdead);
+    assert_eq!(
+        p.process_mad(1, &c, 0, PORT, Some(&wc), Some(&grh), &set).0,
+        CONSUMED
+    );
+    let numbers: Vec<u16> = std::iter::from_fn(|| p.poll_trap())
+        .map(|t| t.number())
+        .collect();
+    assert_eq!(numbers, [256, 259]);
+    assert_eq!(p.stats.traps_suppressed, 0);
+    // Each class is still limited: a second BM violation at once is suppressed.
+    p.process_mad(2, &c, 0, PORT, Some(&wc), Some(&grh), &set);
+    assert!(p.poll_trap().is_none());
+    assert_eq!(p.stats.traps_suppressed, 1);
 }

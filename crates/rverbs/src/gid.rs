@@ -1,0 +1,503 @@
+//! GID tables with GID types (`ibv_query_gid_ex`, `ibv_query_gid_table`), built and kept
+//! current the way the kernel's `drivers/infiniband/core/roce_gid_mgmt.c` builds them for
+//! a RoCE v2-only device such as rxe.
+//!
+//! **Layout.** Index 0 holds the default GID, fe80::EUI-64 of the interface MAC (a
+//! stable substitute on interfaces without a MAC, see [`DeviceInfo::default_gid`]). Then
+//! one entry per IPv4 address (`::ffff:a.b.c.d`) in the order the interface lists them,
+//! then one per IPv6 address, each in the first free slot — the order in which
+//! roce_gid_mgmt's `enum_netdev_ipv4_ips` / `enum_netdev_ipv6_ips` add them when the
+//! device is registered. Every entry is RoCE v2: the soft device sends UDP only, so it
+//! has no RoCE v1 entries (rxe has none either, `rxe-peer/reference/gid-table.txt`). An
+//! address equal to a GID already in the table (the EUI-64 link-local address is the
+//! default GID) is not added twice. IPv6 link-local addresses other than that are left
+//! out: a RoCE v2 source needs a socket bound to it, which a link-local address only
+//! gets with a scope this device does not track.
+//!
+//! **Changes while open.** [`GidTable::update`] applies the interface's current
+//! addresses: a new address takes the first free slot (indices of other entries never
+//! move); a removed address's entry stops being valid at once (queries return
+//! `ENODATA`, new AHs and QP transitions may not use it), but if an AH or a QP still
+//! uses its index the slot stays *pending delete* — the engine keeps its GID so those
+//! objects keep their source address — and is freed for reuse only once nothing uses it
+//! (checked again on every update). This is the kernel's rule too: `ib_cache.c` marks an
+//! entry in use `GID_TABLE_ENTRY_PENDING_DEL` and frees the slot on its last put.
+//!
+//! [`DeviceInfo::default_gid`]: crate::DeviceInfo::default_gid
+
+use rverbs_engine::{Errno, VerbError};
+use rverbs_wire::grh::Gid;
+use std::fmt;
+use std::net::IpAddr;
+
+/// Slots in a port's GID table: 1024, as rxe (`rxe-peer/reference/gid-table.txt`).
+pub const GID_TABLE_LEN: usize = 1024;
+
+/// The type of a GID table entry (`enum ibv_gid_type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum GidType {
+    /// InfiniBand (`IBV_GID_TYPE_IB`, 0).
+    Ib = 0,
+    /// RoCE v1: IB transport over Ethernet, ethertype 0x8915 (`IBV_GID_TYPE_ROCE_V1`, 1).
+    RoceV1 = 1,
+    /// RoCE v2: IB transport over UDP/IP (`IBV_GID_TYPE_ROCE_V2`, 2).
+    RoceV2 = 2,
+}
+
+impl GidType {
+    /// The name `show_gids` prints in its `VER` column (`v1`, `v2`; IB prints `IB`).
+    pub fn short_name(self) -> &'static str {
+        match self {
+            GidType::Ib => "IB",
+            GidType::RoceV1 => "v1",
+            GidType::RoceV2 => "v2",
+        }
+    }
+}
+
+impl fmt::Display for GidType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            GidType::Ib => "IB",
+            GidType::RoceV1 => "RoCE v1",
+            GidType::RoceV2 => "RoCE v2",
+        })
+    }
+}
+
+/// One valid GID table entry (`struct ibv_gid_entry`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct GidEntry {
+    /// The GID.
+    pub gid: Gid,
+    /// Its index in the port's table.
+    pub gid_index: u32,
+    /// The port (1-based).
+    pub port_num: u32,
+    /// Its type.
+    pub gid_type: GidType,
+    /// Interface index of the network device the GID belongs to (0 = none).
+    pub ndev_ifindex: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Slot {
+    Empty,
+    Valid(Gid),
+    /// The address went away while an AH or QP used the index.
+    PendingDelete(Gid),
+}
+
+/// One port's GID table (see the module documentation for the rules).
+#[derive(Debug, Clone)]
+pub struct GidTable {
+    slots: Vec<Slot>,
+    port_num: u32,
+    ifindex: u32,
+}
+
+fn err(verb: &'static str, errno: Errno, reason: &'static str) -> crate::Error {
+    crate::Error::Verb(VerbError::new(verb, errno, reason))
+}
+
+/// True for an IPv6 link-local unicast address (fe80::/10).
+fn is_link_local_v6(a: &IpAddr) -> bool {
+    matches!(a, IpAddr::V6(v6) if v6.segments()[0] & 0xffc0 == 0xfe80)
+}
+
+impl GidTable {
+    /// A table for port `port_num` of the interface `ifindex`: the default GID, then
+    /// `addrs` (IPv4 first, then IPv6, each family in the given order).
+    pub fn new(port_num: u32, ifindex: u32, default_gid: Gid, addrs: &[IpAddr]) -> GidTable {
+        let mut t = GidTable {
+            slots: vec![Slot::Empty; GID_TABLE_LEN],
+            port_num,
+            ifindex,
+        };
+        t.slots[0] = Slot::Valid(default_gid);
+        t.apply(addrs, |_| false, false);
+        t
+    }
+
+    /// Applies the interface's current addresses (as the interface lists them: IPv4
+    /// in order, IPv6 newest first); `in_use(i)` says whether an AH or a QP uses index
+    /// `i`. Returns true when the table changed.
+    ///
+    /// The kernel adds addresses in the order its notifier sees them. A re-scan sees
+    /// only the result, so the addresses new since the last one are added IPv4 first in
+    /// list order, then IPv6 oldest first (the reverse of the list): the kernel's order
+    /// unless the two families were interleaved within one re-scan period.
+    pub fn update(&mut self, addrs: &[IpAddr], in_use: impl Fn(usize) -> bool) -> bool {
+        self.apply(addrs, in_use, true)
+    }
+
+    fn apply(&mut self, addrs: &[IpAddr], in_use: impl Fn(usize) -> bool, live: bool) -> bool {
+        let gid = |a: &IpAddr| rverbs_engine::net::ip_to_gid(*a);
+        let v4 = addrs.iter().filter(|a| a.is_ipv4());
+        let v6: Vec<&IpAddr> = addrs
+            .iter()
+            .filter(|a| a.is_ipv6() && !is_link_local_v6(a))
+            .collect();
+        let mut wanted: Vec<Gid> = v4.map(gid).collect();
+        if live {
+            wanted.extend(v6.iter().rev().map(|a| gid(a)));
+        } else {
+            wanted.extend(v6.iter().map(|a| gid(a)));
+        }
+        let before = self.slots.clone();
+        // Index 0 (the default GID) stays for the life of the device.
+        for i in 1..self.slots.len() {
+            match self.slots[i] {
+                Slot::Valid(g) if !wanted.contains(&g) => {
+                    self.slots[i] = if in_use(i) {
+                        Slot::PendingDelete(g)
+                    } else {
+                        Slot::Empty
+                    };
+                }
+                Slot::PendingDelete(_) if !in_use(i) => self.slots[i] = Slot::Empty,
+                _ => {}
+            }
+        }
+        for g in wanted {
+            if self.slots.contains(&Slot::Valid(g)) {
+                continue;
+            }
+            // A returning address whose old slot is still pending takes it back.
+            if let Some(s) = self
+                .slots
+                .iter_mut()
+                .find(|s| **s == Slot::PendingDelete(g))
+            {
+                *s = Slot::Valid(g);
+                continue;
+            }
+            if let Some(s) = self.slots.iter_mut().find(|s| **s == Slot::Empty) {
+                *s = Slot::Valid(g);
+            }
+            // A full table drops the address, as the kernel's add_gid fails with ENOSPC.
+        }
+        self.slots != before
+    }
+
+    /// The GIDs the engine sends from, by index: valid and pending-delete entries keep
+    /// their GID, empty slots are zero. Trailing empty slots are left off.
+    pub fn engine_gids(&self) -> Vec<Gid> {
+        let last = self
+            .slots
+            .iter()
+            .rposition(|s| *s != Slot::Empty)
+            .map_or(0, |i| i + 1);
+        self.slots[..last]
+            .iter()
+            .map(|s| match s {
+                Slot::Valid(g) | Slot::PendingDelete(g) => *g,
+                Slot::Empty => Gid::ZERO,
+            })
+            .collect()
+    }
+
+    /// The table's size (valid or not).
+    pub fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Always false: a table has [`GID_TABLE_LEN`] slots.
+    pub fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+
+    /// `ibv_query_gid_ex` on this table: flags ≠ 0 → EINVAL, `port` not this port or
+    /// `index` beyond the table → EINVAL, an empty (or pending-delete) slot → ENODATA.
+    pub fn query_ex(&self, port: u32, index: u32, flags: u32) -> crate::Result<GidEntry> {
+        const V: &str = "query_gid_ex";
+        if flags != 0 {
+            return Err(err(V, Errno::Inval, "flags must be 0"));
+        }
+        if port != self.port_num {
+            return Err(err(V, Errno::Inval, "no such port"));
+        }
+        match self.slots.get(index as usize) {
+            None => Err(err(V, Errno::Inval, "index beyond the GID table")),
+            Some(Slot::Valid(g)) => Ok(self.entry(index, *g)),
+            Some(_) => Err(err(V, Errno::NoData, "empty GID table entry")),
+        }
+    }
+
+    /// `ibv_query_gid`: the GID at `index`, zero for an empty slot (as sysfs reads it);
+    /// a bad port or an index beyond the table → EINVAL.
+    pub fn query(&self, port: u32, index: u32) -> crate::Result<Gid> {
+        if port != self.port_num {
+            return Err(err("query_gid", Errno::Inval, "no such port"));
+        }
+        match self.slots.get(index as usize) {
+            None => Err(err("query_gid", Errno::Inval, "index beyond the GID table")),
+            Some(Slot::Valid(g)) => Ok(*g),
+            Some(_) => Ok(Gid::ZERO),
+        }
+    }
+
+    /// Every valid entry, in index order.
+    pub fn entries(&self) -> Vec<GidEntry> {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| match s {
+                Slot::Valid(g) => Some(self.entry(i as u32, *g)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// True when `index` holds a valid entry (new AHs and QPs may use it).
+    pub fn is_valid(&self, index: usize) -> bool {
+        matches!(self.slots.get(index), Some(Slot::Valid(_)))
+    }
+
+    /// The index of the valid entry equal to `gid` of type `ty` (`ibv_find_gid_index`).
+    pub fn find(&self, gid: &Gid, ty: GidType) -> Option<u32> {
+        if ty != GidType::RoceV2 {
+            return None;
+        }
+        self.slots
+            .iter()
+            .position(|s| *s == Slot::Valid(*gid))
+            .map(|i| i as u32)
+    }
+
+    fn entry(&self, index: u32, gid: Gid) -> GidEntry {
+        GidEntry {
+            gid,
+            gid_index: index,
+            port_num: self.port_num,
+            gid_type: GidType::RoceV2,
+            ndev_ifindex: self.ifindex,
+        }
+    }
+}
+
+/// `ibv_query_gid_table`'s rule: every valid entry of every port, or EINVAL when
+/// `capacity` is too small for them.
+pub fn table_with_capacity(
+    entries: Vec<GidEntry>,
+    capacity: usize,
+) -> crate::Result<Vec<GidEntry>> {
+    if entries.len() > capacity {
+        return Err(err(
+            "query_gid_table",
+            Errno::Inval,
+            "max_entries is smaller than the number of valid entries",
+        ));
+    }
+    Ok(entries)
+}
+
+impl crate::Context {
+    fn gid_table(&self) -> std::sync::MutexGuard<'_, GidTable> {
+        self.shared()
+            .gid_table
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// `ibv_query_gid`: the GID at `index` of port `port` (all zero for an empty slot).
+    /// A bad port or an index beyond the table fails with EINVAL.
+    pub fn query_gid(&self, port: u8, index: u32) -> crate::Result<Gid> {
+        self.gid_table().query(port.into(), index)
+    }
+
+    /// `ibv_query_gid_ex`: the entry at `index` of port `port`, with its type and
+    /// interface. `flags` must be 0 (EINVAL otherwise); a bad port or an index beyond
+    /// the table → EINVAL; an empty slot → ENODATA.
+    pub fn query_gid_ex(&self, port: u32, index: u32, flags: u32) -> crate::Result<GidEntry> {
+        self.gid_table().query_ex(port, index, flags)
+    }
+
+    /// `ibv_query_gid_table`: every valid entry of every port (the soft device has one
+    /// port). `max_entries` smaller than the number of valid entries → EINVAL.
+    pub fn query_gid_table(&self, max_entries: usize) -> crate::Result<Vec<GidEntry>> {
+        table_with_capacity(self.gid_table().entries(), max_entries)
+    }
+
+    /// The number of slots in the port's GID table (`ibv_port_attr.gid_tbl_len`).
+    pub fn gid_table_len(&self) -> usize {
+        self.gid_table().len()
+    }
+
+    /// The index of the valid entry equal to `gid` of type `ty`, if any.
+    pub fn find_gid_index(&self, gid: &Gid, ty: GidType) -> Option<u32> {
+        self.gid_table().find(gid, ty)
+    }
+
+    /// The port's valid GIDs by index (slots up to the last valid one; empty slots are
+    /// zero). Index 0 is the default GID.
+    pub fn gids(&self) -> Vec<Gid> {
+        let t = self.gid_table();
+        let mut out = vec![Gid::ZERO; t.entries().last().map_or(0, |e| e.gid_index as usize + 1)];
+        for e in t.entries() {
+            out[e.gid_index as usize] = e.gid;
+        }
+        out
+    }
+
+    /// The valid GID at `index`, if any.
+    pub fn gid(&self, index: u8) -> Option<Gid> {
+        self.gid_table()
+            .query_ex(1, index.into(), 0)
+            .ok()
+            .map(|e| e.gid)
+    }
+
+    /// The index of the first address GID (not the default GID) of the given IP family
+    /// (`true` = IPv6).
+    pub fn gid_index_for(&self, ipv6: bool) -> Option<u8> {
+        self.gid_table()
+            .entries()
+            .iter()
+            .skip_while(|e| e.gid_index == 0)
+            .find(|e| e.gid.to_ipv4_mapped().is_none() == ipv6)
+            .and_then(|e| u8::try_from(e.gid_index).ok())
+    }
+
+    /// EINVAL unless `index` holds a valid entry: a new AH or QP path may not use an
+    /// empty slot or one whose address went away (see the module documentation).
+    pub(crate) fn check_sgid(&self, index: u8, verb: &'static str) -> crate::Result<()> {
+        if self.gid_table().is_valid(index.into()) {
+            Ok(())
+        } else {
+            Err(err(
+                verb,
+                Errno::Inval,
+                "sgid_index is not a valid GID table entry",
+            ))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    fn dflt() -> Gid {
+        "fe80::5054:ff:fe77:2"
+            .parse::<std::net::Ipv6Addr>()
+            .unwrap()
+            .into()
+    }
+
+    #[test]
+    fn matches_the_kernel_rxe_table() {
+        // rxe-peer reference/gid-table.txt: eth0 with 10.77.0.2 and fd00:77::2, plus the
+        // link-local fe80::5054:ff:fe77:2 which is the default GID (not added twice).
+        let t = GidTable::new(
+            1,
+            2,
+            dflt(),
+            &[
+                ip("fd00:77::2"),
+                ip("fe80::5054:ff:fe77:2"),
+                ip("10.77.0.2"),
+            ],
+        );
+        let e = t.entries();
+        let shown: Vec<String> = e.iter().map(|e| e.gid.sysfs().to_string()).collect();
+        assert_eq!(
+            shown,
+            [
+                "fe80:0000:0000:0000:5054:00ff:fe77:0002",
+                "0000:0000:0000:0000:0000:ffff:0a4d:0002",
+                "fd00:0077:0000:0000:0000:0000:0000:0002",
+            ]
+        );
+        assert!(e
+            .iter()
+            .all(|e| e.gid_type == GidType::RoceV2 && e.ndev_ifindex == 2));
+        assert_eq!(t.len(), 1024);
+    }
+
+    #[test]
+    fn query_ex_errors_follow_rdma_core() {
+        let t = GidTable::new(1, 2, dflt(), &[ip("10.0.0.1")]);
+        assert_eq!(
+            t.query_ex(1, 1, 0).unwrap().gid,
+            Gid::from(std::net::Ipv4Addr::new(10, 0, 0, 1))
+        );
+        let errno = |r: crate::Result<GidEntry>| r.unwrap_err().errno();
+        assert_eq!(errno(t.query_ex(1, 0, 1)), libc::EINVAL);
+        assert_eq!(errno(t.query_ex(2, 0, 0)), libc::EINVAL);
+        assert_eq!(errno(t.query_ex(0, 0, 0)), libc::EINVAL);
+        assert_eq!(errno(t.query_ex(1, 1024, 0)), libc::EINVAL);
+        assert_eq!(errno(t.query_ex(1, 2, 0)), libc::ENODATA);
+        assert_eq!(errno(t.query_ex(1, 1023, 0)), libc::ENODATA);
+        assert_eq!(t.query(1, 5).unwrap(), Gid::ZERO);
+        assert_eq!(t.query(1, 1024).unwrap_err().errno(), libc::EINVAL);
+        assert_eq!(t.query(3, 0).unwrap_err().errno(), libc::EINVAL);
+        let all = t.entries();
+        assert_eq!(table_with_capacity(all.clone(), 2).unwrap().len(), 2);
+        assert_eq!(
+            table_with_capacity(all, 1).unwrap_err().errno(),
+            libc::EINVAL
+        );
+    }
+
+    #[test]
+    fn updates_keep_indices_and_hold_entries_in_use() {
+        let mut t = GidTable::new(
+            1,
+            2,
+            dflt(),
+            &[ip("10.0.0.1"), ip("10.0.0.2"), ip("fd00::1")],
+        );
+        let idx =
+            |t: &GidTable, a: &str| t.find(&rverbs_engine::net::ip_to_gid(ip(a)), GidType::RoceV2);
+        assert_eq!(
+            (idx(&t, "10.0.0.1"), idx(&t, "10.0.0.2"), idx(&t, "fd00::1")),
+            (Some(1), Some(2), Some(3))
+        );
+        // 10.0.0.1 goes while index 1 is in use: pending, not reusable, GID kept for the engine.
+        assert!(t.update(&[ip("10.0.0.2"), ip("fd00::1"), ip("10.0.0.9")], |i| i == 1));
+        assert_eq!(t.query_ex(1, 1, 0).unwrap_err().errno(), libc::ENODATA);
+        assert!(!t.is_valid(1));
+        assert_eq!(idx(&t, "10.0.0.9"), Some(4), "a pending slot is not reused");
+        assert_eq!(
+            t.engine_gids()[1],
+            rverbs_engine::net::ip_to_gid(ip("10.0.0.1"))
+        );
+        assert_eq!(idx(&t, "10.0.0.2"), Some(2));
+        // Released: the slot empties and the next new address takes it.
+        assert!(t.update(&[ip("10.0.0.2"), ip("fd00::1"), ip("10.0.0.9")], |_| false));
+        assert_eq!(t.engine_gids()[1], Gid::ZERO);
+        assert!(!t.update(&[ip("10.0.0.2"), ip("fd00::1"), ip("10.0.0.9")], |_| false));
+        t.update(
+            &[ip("10.0.0.2"), ip("fd00::1"), ip("10.0.0.9"), ip("fd00::7")],
+            |_| false,
+        );
+        assert_eq!(idx(&t, "fd00::7"), Some(1));
+        // A returning address reclaims its pending slot.
+        t.update(&[ip("fd00::1"), ip("10.0.0.9"), ip("fd00::7")], |i| i == 2);
+        t.update(
+            &[ip("10.0.0.2"), ip("fd00::1"), ip("10.0.0.9"), ip("fd00::7")],
+            |i| i == 2,
+        );
+        assert_eq!(idx(&t, "10.0.0.2"), Some(2));
+        // The default GID never goes; other types are never found.
+        t.update(&[], |_| false);
+        assert_eq!(t.entries().len(), 1);
+        assert_eq!(t.find(&dflt(), GidType::RoceV1), None);
+    }
+
+    #[test]
+    fn a_full_table_drops_further_addresses() {
+        let addrs: Vec<IpAddr> = (0..1100u32)
+            .map(|i| IpAddr::V4(std::net::Ipv4Addr::from(0x0a00_0000 + i)))
+            .collect();
+        let t = GidTable::new(1, 2, dflt(), &addrs);
+        assert_eq!(t.entries().len(), 1024);
+        assert_eq!(t.engine_gids().len(), 1024);
+    }
+}

@@ -1,0 +1,176 @@
+# Shared pieces of the interop suites (sourced by pingpong.sh, recovery.sh, ops.sh).
+# Needs: the rxe-peer guests running (rxe-peer/start.sh) and an rverbs binary.
+#   RXE_PEER   the rxe-peer harness (default: ../shared/rxe-peer beside the repository)
+#   IOP_PCAP   a directory: rverbs captures every case there (RVERBS_PCAP), and
+#              check_pcaps() decodes them with tshark and `rverbs pcap decode`
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+peer=${RXE_PEER:-$here/../../shared/rxe-peer}
+[ -d "$peer" ] || peer=$here/../shared/rxe-peer
+bin=${1:-$here/../target/release/rverbs}
+bin=$(cd "$(dirname "$bin")" && pwd)/$(basename "$bin")
+filter=${2:-}
+host4=10.77.0.1 host6=fd00:77::1 vm4=10.77.0.2 vm6=fd00:77::2
+pass=0 fail=0 failed=()
+suite_start=$(date +%s)
+
+guest() { "$peer/run.sh" -v 1 "$@"; }
+
+# rverbs in the netns, with the case's extra environment (RVERBS_FAULTS, RVERBS_PCAP).
+# Usage: rv_cmd LOG TIMEOUT ARGS...  (appends "exit=N" to LOG)
+rv_cmd() {
+  local log=$1 t=$2; shift 2
+  local envs=()
+  [ -n "${FAULTS:-}" ] && envs+=("RVERBS_FAULTS=$FAULTS")
+  [ -n "${IOP_PCAP:-}" ] && [ -n "${case_name:-}" ] && envs+=("RVERBS_PCAP=$IOP_PCAP/$case_name.pcap")
+  # RV_ARGS: extra rverbs options of a suite (e.g. --ack-timeout).
+  timeout "$t" "$peer/hostns.sh" env "${envs[@]}" "$bin" "$@" ${RV_ARGS:-} >"$log" 2>&1
+  echo "exit=$?" >>"$log"
+}
+
+# Waits until the guest listens on TCP port $1 (slow under TCG emulation).
+wait_listen() {
+  local hex i
+  hex=$(printf '%04X' "$1")
+  for i in $(seq 1 60); do
+    guest "grep -q ':$hex 00000000:0000 0A\|:$hex 00000000000000000000000000000000:0000 0A' /proc/net/tcp /proc/net/tcp6" >/dev/null 2>&1 && return 0
+    sleep 0.25
+  done
+  return 1
+}
+
+# Kills what a case may leave running in the guest (a killed case can leave a tool whose
+# QP keeps retransmitting into the next case).
+guest_cleanup() {
+  guest 'for p in $(ps | grep -E "_pingpong|rdma_ops" | grep -v grep | awk "{print \$1}"); do kill -9 $p; done; true' >/dev/null 2>&1
+}
+
+# rverbs' drop counters that must stay 0 whatever the faults: every packet rxe sent
+# passed the ICRC and the transport checks.
+rv_clean() {
+  local c
+  for c in rx_icrc_errors rx_malformed rx_bad_pkey rx_bad_qkey rx_wrong_source rx_wrong_transport; do
+    grep -q " $c=0" "$1" || return 1
+  done
+}
+
+case_t0=$(date +%s.%N)
+record() { # name ok(0|1) [details...]
+  local name=$1 ok=$2 dt; shift 2
+  dt=$(echo "$(date +%s.%N) $case_t0" | awk '{ printf "%.1f s", $1 - $2 }')
+  case_t0=$(date +%s.%N)
+  if [ "$ok" = 1 ]; then
+    pass=$((pass + 1)); echo "PASS $name ($dt)"
+  else
+    fail=$((fail + 1)); failed+=("$name"); echo "FAIL $name ($dt)"; printf '%s\n' "$@"
+  fi
+}
+
+counters() { guest 'cd /sys/class/infiniband/rxe0/ports/1/hw_counters && for f in *; do echo "$f $(cat $f)"; done' 2>/dev/null; }
+counter_deltas() { join <(echo "$1" | sort) <(echo "$2" | sort) | awk '{ printf "%s %d\n", $1, $3 - $2 }'; }
+counter_of() { echo "$1" | awk -v c="$2" '$1 == c { print $2 }'; }
+
+# Prints the guest's rxe counter deltas; fails the suite on any counter in $2 (space
+# separated) that grew. Usage: check_counters BEFORE "strict counters" "noted counters"
+check_counters() {
+  local after deltas c v
+  after=$(counters)
+  deltas=$(counter_deltas "$1" "$after")
+  echo "rxe0 hw_counters during the suite (guest VM1):"
+  echo "$deltas" | awk '$2 != 0 { printf "  %-24s %d\n", $1, $2 }'
+  for c in $2; do
+    v=$(counter_of "$deltas" "$c")
+    if [ -n "$v" ] && [ "$v" != 0 ]; then
+      echo "FAIL rxe counter $c grew by $v during the suite"; fail=$((fail + 1))
+    fi
+  done
+  for c in $3; do
+    v=$(counter_of "$deltas" "$c")
+    if [ -n "$v" ] && [ "$v" != 0 ]; then
+      echo "NOTE rxe counter $c grew by $v (retransmissions; injected faults or emulation timing)"
+    fi
+  done
+}
+
+# Sum of rverbs' counters over the suite's logs (kept in $rv_totals).
+rv_totals=""
+add_rv_counters() {
+  local line
+  line=$(grep -o 'rverbs counters: .*' "$1" | head -1 | sed 's/rverbs counters: //')
+  [ -z "$line" ] && return
+  rv_totals=$(printf '%s\n%s\n' "$rv_totals" "$(echo "$line" | tr ' ' '\n')" | awk -F= 'NF == 2 { s[$1] += $2 } END { for (k in s) print k "=" s[k] }' | sort)
+}
+print_rv_totals() {
+  echo "rverbs counters summed over the suite (nonzero):"
+  echo "$rv_totals" | awk -F= 'NF == 2 && $2 != 0 { printf "  %-24s %d\n", $1, $2 }'
+}
+
+# tshark must decode every captured packet as InfiniBand with no malformed or
+# warning-level expert entries, and rverbs' own decoder must find every ICRC good.
+# One tshark pass per file: protocols, malformed flag and the highest expert severity
+# (Wireshark: PI_WARN = 0x00600000, PI_ERROR = 0x00800000).
+check_pcaps() {
+  [ -n "${IOP_PCAP:-}" ] || return 0
+  local f n ib bad icrc total=0 files=0 rows
+  for f in "$IOP_PCAP"/*.pcap; do
+    [ -f "$f" ] || continue
+    if ! rows=$(tshark -r "$f" -T fields -E separator=/t -e frame.protocols -e _ws.malformed -e _ws.expert.severity 2>/dev/null); then
+      record "tshark $(basename "$f")" 0 "tshark could not read it"; continue
+    fi
+    n=$(grep -c . <<<"$rows")
+    [ "$n" = 0 ] && { echo "NOTE $(basename "$f"): empty (its case failed before any traffic)"; continue; }
+    files=$((files + 1))
+    ib=$(awk -F'\t' '$1 ~ /:infiniband/' <<<"$rows" | wc -l)
+    bad=$(awk -F'\t' '{ split($3, s, ","); w = 0; for (i in s) if (s[i] + 0 >= 6291456) w = 1 } $2 != "" || w' <<<"$rows" | wc -l)
+    icrc=$("$bin" pcap decode "$f" 2>&1 | grep -c 'icrc=bad\|malformed:')
+    total=$((total + n))
+    if [ "$ib" != "$n" ] || [ "$bad" != 0 ] || [ "$icrc" != 0 ]; then
+      record "tshark $(basename "$f")" 0 "packets $n, decoded as InfiniBand $ib, malformed/warnings $bad, bad ICRC or undecodable $icrc" \
+        "$(tshark -r "$f" -Y '_ws.malformed || _ws.expert.severity >= "warning"' -V 2>/dev/null | head -60)"
+    fi
+  done
+  echo "tshark: $files captures, $total packets; every one decoded as InfiniBand, none malformed or with expert warnings; every ICRC good (rverbs pcap decode)"
+}
+
+# netem on the guest's link, both directions (the host kernel may lack sch_netem; the
+# guest's Debian kernel has it as a module): egress on eth0 (guest -> rverbs) and, via
+# ifb0, on eth0's ingress (rverbs -> guest). The guest's tc is busybox's (no netem), so
+# the host's iproute2 tc runs from /mnt/host with the one library the guest lacks.
+# Usage: guest_netem "loss 3%" | guest_netem off
+gtc="LD_LIBRARY_PATH=/mnt/host/interop/lib /mnt/host/interop/bin/tc"
+guest_netem() {
+  if [ "$1" = off ]; then
+    guest "$gtc qdisc del dev eth0 root 2>/dev/null; $gtc qdisc del dev ifb0 root 2>/dev/null; true" >/dev/null 2>&1
+    return 0
+  fi
+  local kdir ko tc lib
+  kdir=$(ls -d /var/tmp/rxe-peer/kernel/lib/modules/*/kernel 2>/dev/null | head -1)
+  tc=$(command -v tc) || { echo "no iproute2 tc on the host"; return 1; }
+  mkdir -p /var/tmp/rxe-peer/share/interop/ko /var/tmp/rxe-peer/share/interop/bin /var/tmp/rxe-peer/share/interop/lib
+  cp -f "$tc" /var/tmp/rxe-peer/share/interop/bin/tc || return 1
+  for lib in $(ldd "$tc" | awk '/=>/ { print $3 }'); do
+    [ -e "/var/tmp/rxe-peer/rootfs/usr/lib/x86_64-linux-gnu/$(basename "$lib")" ] || cp -fL "$lib" /var/tmp/rxe-peer/share/interop/lib/
+  done
+  for ko in net/sched/sch_netem net/sched/sch_ingress net/sched/cls_matchall net/sched/act_mirred drivers/net/ifb; do
+    cp -f "$kdir/$ko.ko" /var/tmp/rxe-peer/share/interop/ko/ || return 1
+  done
+  guest "set -e
+    for m in sch_netem sch_ingress cls_matchall act_mirred ifb; do
+      grep -q \"^\$m \" /proc/modules || insmod /mnt/host/interop/ko/\$m.ko
+    done
+    [ -e /sys/class/net/ifb0 ] || /bin/ip link add ifb0 type ifb
+    /bin/ip link set ifb0 up
+    $gtc qdisc replace dev eth0 root netem $1
+    $gtc qdisc replace dev ifb0 root netem $1
+    if $gtc qdisc add dev eth0 handle ffff: ingress 2>/dev/null; then
+      $gtc filter add dev eth0 parent ffff: prio 1 matchall action mirred egress redirect dev ifb0
+    fi
+    $gtc qdisc show dev eth0 | head -1"
+}
+guest_netem_stats() { guest "$gtc -s qdisc show dev eth0; $gtc -s qdisc show dev ifb0" 2>/dev/null | grep -E 'qdisc netem|Sent|dropped' | tr -s ' ' | paste -sd' '; }
+
+finish() {
+  check_pcaps
+  echo "$pass passed, $fail failed ($(($(date +%s) - suite_start)) s)"
+  [ "$fail" = 0 ] || printf '  failed: %s\n' "${failed[@]}"
+  [ "$fail" = 0 ]
+}
