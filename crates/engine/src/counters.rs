@@ -67,6 +67,14 @@ counters! {
     retransmitted_packets,
     /// Completions lost because a CQ was full.
     cq_overflows,
+    /// Repeated READ requests that moved the response stream still queued for that
+    /// READ to the asked PSN instead of queueing another copy (responder).
+    rx_read_replays_merged,
+    /// Gaps in READ responses (implied NAKs) the requester waited out for the
+    /// reordering window before asking again.
+    implied_nak_waits,
+    /// READ responses placed although one before them was still missing.
+    rx_read_out_of_order,
 }
 
 #[cfg(test)]
@@ -78,6 +86,6 @@ mod tests {
             ..Default::default()
         };
         assert!(c.iter().any(|(n, v)| n == "rx_icrc_errors" && v == 3));
-        assert_eq!(c.iter().count(), 24);
+        assert_eq!(c.iter().count(), 27);
     }
 }

@@ -14,7 +14,7 @@ use rverbs_wire::grh::Gid;
 use rverbs_wire::opcode::Opcode;
 use rverbs_wire::packet::{Packet, PacketRepr};
 use rverbs_wire::psn::Psn;
-use std::collections::VecDeque;
+use std::collections::{BTreeSet, VecDeque};
 use std::sync::Arc;
 
 /// At most this many PSNs may be outstanding (sent, not acknowledged) (rxe
@@ -29,6 +29,27 @@ pub const DEFAULT_PKEY: u16 = 0xffff;
 /// Local ACK timeout: 4.096 µs · 2^timeout (IBTA 9.7.6.1.3); 0 means infinite.
 pub fn ack_timeout_ns(timeout: u8) -> Option<Nanos> {
     (timeout != 0).then(|| 4096u64 << timeout.min(31))
+}
+
+/// The longest the requester waits for a missing READ response to turn up late
+/// before asking again from it.
+pub const MAX_REORDER_WINDOW_NS: Nanos = 1_000_000;
+
+/// READ responses at most this many PSNs past the first missing one are kept (their
+/// data placed, their PSNs remembered); later ones are dropped and asked for again.
+pub const MAX_READ_AHEAD_PSNS: u32 = 4096;
+
+/// How long a gap in READ responses may be reordering rather than loss: a quarter of
+/// the local ACK timeout, at most [`MAX_REORDER_WINDOW_NS`] (1 ms when the timeout is
+/// infinite). A time window, as TCP RACK's `reo_wnd` (RFC 8985 6.2: a quarter of the
+/// minimum RTT; the engine keeps no RTT estimate, the ACK timeout stands in for it).
+/// rxe does not act on such gaps at all and waits for its retransmit timer
+/// (`rxe_comp.c` `check_psn` returns `COMPST_DONE` for a READ response ahead of
+/// `comp.psn`).
+pub fn reorder_window_ns(timeout: u8) -> Nanos {
+    ack_timeout_ns(timeout).map_or(MAX_REORDER_WINDOW_NS, |t| {
+        (t / 4).min(MAX_REORDER_WINDOW_NS)
+    })
 }
 
 /// The RNR NAK timer table (IBTA 9.7.5.2.8, table 45), in nanoseconds. Code 0 is the
@@ -219,6 +240,14 @@ pub(crate) struct Qp {
     pub(crate) retransmit_at: Option<Nanos>,
     pub(crate) rnr_wait_until: Option<Nanos>,
     pub(crate) nak_retry: bool,
+    /// An implied NAK waits until then for the missing response to arrive late before
+    /// the requester asks again from the gap (`implied_nak`, `reorder_window_ns`).
+    pub(crate) reorder_until: Option<Nanos>,
+    /// READ responses of the oldest WQE received past the first missing one: their
+    /// data is in place; these are their packet indexes in the READ (`on_response`).
+    pub(crate) read_ahead: BTreeSet<u32>,
+    /// Retransmit-timer restarts by stale responses since the last progress or retry.
+    pub(crate) stale_rearms: u32,
     pub(crate) sqd_notified: bool,
     // responder
     pub(crate) epsn: Psn,
@@ -277,6 +306,9 @@ impl Qp {
             retransmit_at: None,
             rnr_wait_until: None,
             nak_retry: false,
+            reorder_until: None,
+            read_ahead: BTreeSet::new(),
+            stale_rearms: 0,
             sqd_notified: false,
             epsn: Psn::ZERO,
             msn: 0,
@@ -431,6 +463,8 @@ impl Qp {
         self.resources.clear();
         self.retransmit_at = None;
         self.rnr_wait_until = None;
+        self.reorder_until = None;
+        self.read_ahead.clear();
         self.rd_outstanding = 0;
     }
 
@@ -475,6 +509,7 @@ impl Qp {
     pub(crate) fn complete_front(&mut self, status: WcStatus, ctx: &mut Ctx<'_>) {
         let Some(w) = self.sq.pop_front() else { return };
         self.sq_next = self.sq_next.saturating_sub(1);
+        self.read_ahead.clear();
         if w.rd_counted {
             self.rd_outstanding = self.rd_outstanding.saturating_sub(1);
         }
@@ -857,6 +892,25 @@ impl Qp {
         if outstanding == 0 || !psn.in_window(self.comp_psn, outstanding) {
             // ACKs repeat the last acknowledged PSN (comp_psn - 1): harmless.
             ctx.counters.rx_ghost_responses += 1;
+            if outstanding != 0
+                && self.retransmit_at.is_some()
+                && self.stale_rearms < 2 * outstanding.max(MAX_UNACKED_PSNS)
+            {
+                // The peer is alive and answering (responses or ACKs we already
+                // have, sent before the ones our last retry asked for and still
+                // arriving on a busy link): the retransmit timer restarts, as rxe's
+                // completer re-arms it after every response it handles (`rxe_comp.c`
+                // `COMPST_EXIT`), so a long replay does not burn the retry budget.
+                // Only progress restores that budget, and a peer sending nothing but
+                // stale responses restarts the timer a bounded number of times per
+                // retry, so it cannot keep the QP from timing out.
+                self.stale_rearms += 1;
+                self.rearm(ctx.now);
+                return Wake {
+                    transmit: false,
+                    timers: true,
+                };
+            }
             return Wake::default();
         }
         let syndrome = pkt
@@ -879,7 +933,7 @@ impl Qp {
                 // (IBTA 9.7.5.1.3 implied NAK).
                 if w.is_rd_atomic() {
                     ctx.counters.rx_ghost_responses += 1;
-                    self.retry(ctx, false);
+                    self.implied_nak(ctx);
                     break;
                 }
                 self.complete_front(WcStatus::Success, ctx);
@@ -933,38 +987,62 @@ impl Qp {
                     | Opcode::RC_RDMA_READ_RESPONSE_ONLY,
                     _,
                 ) => {
-                    if w.wr.opcode != WrOpcode::RdmaRead || psn != self.comp_psn {
-                        if psn.is_after(self.comp_psn) && w.wr.opcode == WrOpcode::RdmaRead {
-                            // A response went missing: ask again from the gap.
-                            self.retry(ctx, false);
-                        } else {
-                            ctx.counters.rx_ghost_responses += 1;
-                            wake.transmit = false;
-                        }
-                        break;
-                    }
-                    let k = psn.forward_from(w.first_psn) as usize;
-                    let mtu = self.mtu();
-                    let off = k * mtu;
-                    let want = (w.len - off).min(mtu);
-                    let data = pkt.payload();
-                    let is_last = k + 1 == w.npkts as usize;
-                    let ends = matches!(
-                        op,
-                        Opcode::RC_RDMA_READ_RESPONSE_LAST | Opcode::RC_RDMA_READ_RESPONSE_ONLY
-                    );
-                    if data.len() != want || ends != is_last {
+                    if w.wr.opcode != WrOpcode::RdmaRead {
                         ctx.counters.rx_ghost_responses += 1;
                         wake.transmit = false;
                         break;
                     }
+                    let k = psn.forward_from(w.first_psn);
+                    let mtu = self.mtu();
+                    let off = k as usize * mtu;
+                    let want = (w.len - off).min(mtu);
+                    let data = pkt.payload();
+                    let is_last = k + 1 == w.npkts;
+                    let ends = matches!(
+                        op,
+                        Opcode::RC_RDMA_READ_RESPONSE_LAST | Opcode::RC_RDMA_READ_RESPONSE_ONLY
+                    );
+                    let ahead = psn.forward_from(self.comp_psn);
+                    if data.len() != want
+                        || ends != is_last
+                        || ahead >= MAX_READ_AHEAD_PSNS
+                        || self.read_ahead.contains(&k)
+                    {
+                        ctx.counters.rx_ghost_responses += 1;
+                        wake.transmit = false;
+                        if ahead > 0 {
+                            self.implied_nak(ctx);
+                        }
+                        break;
+                    }
+                    // The data goes in place even past a gap: the local buffer belongs
+                    // to the WQE until it completes, and the completion still waits
+                    // for every response. A response overtaken by later ones then
+                    // costs nothing when it turns up, and a replay after a real loss
+                    // only fills holes (responses past a gap were dropped before, so
+                    // every reordering forced a replay of the rest of the READ). mlx5
+                    // adapters place READ responses out of order the same way under
+                    // adaptive routing (rdma-core `mlx5dv_create_qp(3)`,
+                    // MLX5DV_QP_CREATE_OOO_DP); the wire protocol is unchanged.
                     if let Some(d) = &w.data {
                         d.write(off, data);
                     }
-                    if is_last {
+                    if ahead > 0 {
+                        ctx.counters.rx_read_out_of_order += 1;
+                        self.read_ahead.insert(k);
+                        // A response is missing, or late: wait for it, then ask
+                        // again from the gap.
+                        self.implied_nak(ctx);
+                        break;
+                    }
+                    let mut next = k + 1;
+                    while self.read_ahead.remove(&next) {
+                        next += 1;
+                    }
+                    if next >= w.npkts {
                         self.complete_front(WcStatus::Success, ctx);
                     } else {
-                        self.comp_psn = psn.next();
+                        self.comp_psn = w.first_psn.add(next);
                     }
                 }
                 (Opcode::RC_ATOMIC_ACKNOWLEDGE, _) => {
@@ -993,10 +1071,17 @@ impl Qp {
             break;
         }
         if (self.comp_psn, self.sq.len()) != before {
-            // Progress: the retry budget is restored (IBTA 9.7.6.1.4), and a new gap
-            // may start a new retry.
+            // Progress: the retry budget is restored (IBTA 9.7.6.1.4; rxe
+            // `reset_retry_counters` on every valid response), so only consecutive
+            // fruitless retries count; a new gap may start a new retry.
             self.retry_left = self.attr.retry_cnt;
             self.nak_retry = false;
+            self.reorder_until = None;
+            self.stale_rearms = 0;
+            if !self.read_ahead.is_empty() {
+                // Another hole, with responses already past it.
+                self.implied_nak(ctx);
+            }
             if !matches!(syndrome, Some(Syndrome::RnrNak { .. })) {
                 self.rnr_left = self.attr.rnr_retry;
             }
@@ -1056,9 +1141,31 @@ impl Qp {
         }
     }
 
+    /// A gap in READ responses, or an ACK past a READ/atomic that has not been
+    /// answered (IBTA 9.7.5.1.3 implied NAK). The response may only be late
+    /// (reordered): the first sign of the gap opens a reordering window
+    /// ([`reorder_window_ns`]); if the gap is still open when it closes (a later
+    /// response, or the window's timer), the requester asks again from the gap, once
+    /// per gap (`retry`), with the READ's RETH moved on to it (`build_request`,
+    /// IBTA 9.7.5.1.3 / rxe `req_retry`).
+    fn implied_nak(&mut self, ctx: &mut Ctx<'_>) {
+        if self.nak_retry {
+            return;
+        }
+        match self.reorder_until {
+            None => {
+                ctx.counters.implied_nak_waits += 1;
+                self.reorder_until = Some(ctx.now + reorder_window_ns(self.attr.timeout));
+            }
+            Some(t) if t <= ctx.now => self.retry(ctx, false),
+            Some(_) => {}
+        }
+    }
+
     /// A retry after a timeout (`timeout == true`) or a sequence NAK / implied NAK:
     /// spends one unit of retry_cnt, or fails the oldest WQE with RETRY_EXC_ERR.
     pub(crate) fn retry(&mut self, ctx: &mut Ctx<'_>, timeout: bool) {
+        self.reorder_until = None;
         if timeout {
             ctx.counters.retransmit_timeouts += 1;
             self.nak_retry = false;
@@ -1074,6 +1181,7 @@ impl Qp {
             return;
         }
         self.retry_left -= 1;
+        self.stale_rearms = 0;
         let from = self.comp_psn;
         // `retransmitted_packets` counts packets that went out before and will go
         // out again (go-back-N resends from the gap what was already sent, IBTA
@@ -1110,6 +1218,17 @@ impl Qp {
                 timers: true,
             };
         }
+        if self.reorder_until.is_some_and(|t| t <= ctx.now) {
+            self.reorder_until = None;
+            // The gap outlived the reordering window: ask again from it.
+            if self.state != QpState::Err && self.sq.front().is_some_and(|w| w.started) {
+                self.retry(ctx, false);
+            }
+            wake = Wake {
+                transmit: true,
+                timers: true,
+            };
+        }
         if self.retransmit_at.is_some_and(|t| t <= ctx.now) && self.state != QpState::Err {
             self.retransmit_at = None;
             let outstanding = self.sq.front().is_some_and(|w| w.started);
@@ -1126,10 +1245,10 @@ impl Qp {
 
     /// The earliest deadline of this QP.
     pub(crate) fn deadline(&self) -> Option<Nanos> {
-        match (self.retransmit_at, self.rnr_wait_until) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [self.retransmit_at, self.rnr_wait_until, self.reorder_until]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// Takes a receive WQE from the RQ or the SRQ (raising the SRQ limit event).

@@ -459,6 +459,24 @@ impl Qp {
                             ctx.counters.rx_ghost_responses += 1;
                             return;
                         }
+                        // One response stream per READ resource: a repeated request
+                        // moves the stream still queued for it to the asked PSN instead
+                        // of queueing another copy behind it, as rxe's
+                        // `duplicate_request` points `qp->resp.res` at the resource and
+                        // resets its cursor (`cur_psn`, `read.va`, `read.resid`). Stacked
+                        // copies each resent the whole rest of the READ, and a replay for
+                        // a newer gap waited behind all of them.
+                        let queued = self.out.iter_mut().find_map(|o| match o {
+                            RespOut::Read {
+                                first_psn, next, ..
+                            } if *first_psn == first => Some(next),
+                            _ => None,
+                        });
+                        if let Some(next) = queued {
+                            ctx.counters.rx_read_replays_merged += 1;
+                            *next = k;
+                            return;
+                        }
                         let seg = seg.clone();
                         let msn = self.msn;
                         self.out.push_back(RespOut::Read {

@@ -87,10 +87,15 @@ fn duplicate_read_request_replays_from_the_asked_psn() {
             la("RC_RDMA_READ_RESPONSE_LAST", 102, "ACK msn=1"),
         ]
     );
-    // The MIDDLE is lost: the LAST behind it is an implied NAK, and the requester asks
-    // again for the rest, from PSN 101.
+    // The MIDDLE is lost: the LAST behind it is an implied NAK. Its data is placed, and
+    // the requester waits the reordering window (a quarter of the 4.19 ms ACK timeout,
+    // at most 1 ms) for the MIDDLE to turn up late before it asks again for the rest,
+    // from PSN 101.
     rx(&mut sim, &resp[0]);
+    let t0 = sim.now;
     rx(&mut sim, &resp[2]);
+    assert!(tx(&mut sim, 0).is_empty());
+    assert_eq!(fire(&mut sim, 0), t0 + 1_000_000, "reordering window");
     let again = tx(&mut sim, 0);
     assert_eq!(lines(&again), [l("RC_RDMA_READ_REQUEST", 101)]);
     let reth = again[0].repr().reth.unwrap();
@@ -106,8 +111,13 @@ fn duplicate_read_request_replays_from_the_asked_psn() {
         ]
     );
     assert_eq!(replay[0].payload(), &data[1024..2048]);
-    rx_all(&mut sim, &replay);
+    // The MIDDLE fills the hole; the LAST was already in place, so the READ completes
+    // there and the replayed LAST is a stale response.
+    rx(&mut sim, &replay[0]);
     assert_eq!(st(&drain(&mut sim, &a)), [(1, WcStatus::Success)]);
+    rx(&mut sim, &replay[1]);
+    let c = sim.engines[0].counters();
+    assert_eq!((c.implied_nak_waits, c.rx_read_out_of_order), (1, 1));
     assert_eq!(&a.mem.snapshot()[..3000], &data[..3000]);
 
     // A second READ loses only its LAST: after the timeout the requester asks for the
@@ -742,4 +752,163 @@ fn fenced_send_waits_for_the_read_before_it() {
         lines(&p),
         [l("RC_RDMA_READ_REQUEST", 103), l("RC_SEND_ONLY", 105)]
     );
+}
+
+#[test]
+fn reordered_read_response_is_placed_and_not_asked_for_again() {
+    let mut sim = sim2();
+    let (a, b) = pair(&mut sim, &opts());
+    let data = pattern(4000, 3);
+    fill(&b, 0, &data);
+    send(
+        &mut sim,
+        &a,
+        rdma(1, WrOpcode::RdmaRead, sge(&a, 0, 4000), &b, 0),
+    );
+    let req = tx(&mut sim, 0);
+    rx_all(&mut sim, &req);
+    let resp = tx(&mut sim, 1);
+    assert_eq!(resp.len(), 4);
+    // 101 is overtaken by 102 and 103, then turns up within the reordering window.
+    rx(&mut sim, &resp[0]);
+    rx(&mut sim, &resp[2]);
+    rx(&mut sim, &resp[3]);
+    assert!(tx(&mut sim, 0).is_empty());
+    assert!(drain(&mut sim, &a).is_empty());
+    rx(&mut sim, &resp[1]);
+    assert_eq!(st(&drain(&mut sim, &a)), [(1, WcStatus::Success)]);
+    assert_eq!(&a.mem.snapshot()[..4000], &data[..]);
+    // Nothing was asked again, and no timer is left behind.
+    assert!(tx(&mut sim, 0).is_empty());
+    assert_eq!(sim.engines[0].poll_timeout(), None);
+    let c = sim.engines[0].counters();
+    assert_eq!(
+        (c.implied_nak_waits, c.rx_read_out_of_order, c.tx_packets),
+        (1, 2, 1)
+    );
+    assert_eq!(sim.engines[1].counters().rx_duplicate_requests, 0);
+}
+
+#[test]
+fn repeated_read_request_moves_the_queued_stream_instead_of_adding_one() {
+    let mut sim = sim2();
+    let (a, b) = pair(&mut sim, &opts());
+    let data = pattern(3000, 5);
+    fill(&b, 0, &data);
+    send(
+        &mut sim,
+        &a,
+        rdma(1, WrOpcode::RdmaRead, sge(&a, 0, 3000), &b, 0),
+    );
+    let req = tx(&mut sim, 0);
+    assert_eq!(lines(&req), [l("RC_RDMA_READ_REQUEST", 100)]);
+    // The request arrives twice (duplicated on the wire) before the responder has sent
+    // anything: one stream of three responses goes out, not two (rxe
+    // `duplicate_request` resets the resource's cursor).
+    rx(&mut sim, &req[0]);
+    rx(&mut sim, &req[0]);
+    let resp = tx(&mut sim, 1);
+    assert_eq!(
+        lines(&resp),
+        [
+            la("RC_RDMA_READ_RESPONSE_FIRST", 100, "ACK msn=1"),
+            l("RC_RDMA_READ_RESPONSE_MIDDLE", 101),
+            la("RC_RDMA_READ_RESPONSE_LAST", 102, "ACK msn=1"),
+        ]
+    );
+    let cb = sim.engines[1].counters();
+    assert_eq!(
+        (cb.rx_duplicate_requests, cb.rx_read_replays_merged),
+        (1, 1)
+    );
+    rx_all(&mut sim, &resp);
+    assert_eq!(st(&drain(&mut sim, &a)), [(1, WcStatus::Success)]);
+    assert_eq!(&a.mem.snapshot()[..3000], &data[..]);
+}
+
+#[test]
+fn retry_budget_is_restored_by_each_read_response_that_makes_progress() {
+    let mut sim = sim2();
+    let o = PairOpts {
+        retry_cnt: 1,
+        ..opts()
+    };
+    let (a, b) = pair(&mut sim, &o);
+    let data = pattern(3000, 8);
+    fill(&b, 0, &data);
+    send(
+        &mut sim,
+        &a,
+        rdma(1, WrOpcode::RdmaRead, sge(&a, 0, 3000), &b, 0),
+    );
+    let req = tx(&mut sim, 0);
+    rx_all(&mut sim, &req);
+    // Every response is lost: the timeout spends the only retry.
+    assert_eq!(tx(&mut sim, 1).len(), 3);
+    fire(&mut sim, 0);
+    let again = tx(&mut sim, 0);
+    assert_eq!(lines(&again), [l("RC_RDMA_READ_REQUEST", 100)]);
+    rx_all(&mut sim, &again);
+    let resp = tx(&mut sim, 1);
+    // Only the FIRST arrives: progress, so the budget is back to 1 (IBTA 9.7.6.1.4;
+    // rxe `reset_retry_counters`) and the next timeout retries instead of failing,
+    // from PSN 101 with the RETH moved on by one MTU.
+    rx(&mut sim, &resp[0]);
+    fire(&mut sim, 0);
+    let again = tx(&mut sim, 0);
+    assert_eq!(lines(&again), [l("RC_RDMA_READ_REQUEST", 101)]);
+    let reth = again[0].repr().reth.unwrap();
+    assert_eq!((reth.va, reth.dma_len), (b.base + 1024, 3000 - 1024));
+    assert!(drain(&mut sim, &a).is_empty());
+    // Lost again, twice in a row without progress: now the budget is spent.
+    fire(&mut sim, 0);
+    assert_eq!(st(&drain(&mut sim, &a)), [(1, WcStatus::RetryExcErr)]);
+    assert_eq!(sim.engines[0].counters().retransmit_timeouts, 3);
+}
+
+/// Stale responses restart the retransmit timer (rxe re-arms it after every response),
+/// but only a bounded number of times per retry: a peer that sends nothing but old
+/// ACKs cannot keep a QP from timing out.
+#[test]
+fn stale_acks_delay_the_timeout_a_bounded_number_of_times() {
+    let mut sim = sim2();
+    let o = PairOpts {
+        retry_cnt: 0,
+        ..opts()
+    };
+    let (a, b) = pair(&mut sim, &o);
+    recv(&mut sim, &b, 1, 0, 64);
+    send(
+        &mut sim,
+        &a,
+        signaled(wr(1, WrOpcode::Send, vec![sge(&a, 0, 8)])),
+    );
+    let p = tx(&mut sim, 0);
+    rx_all(&mut sim, &p);
+    let ack = tx(&mut sim, 1);
+    assert_eq!(lines(&ack), [la("RC_ACKNOWLEDGE", 100, "ACK msn=1")]);
+    rx_all(&mut sim, &ack);
+    assert_eq!(st(&drain(&mut sim, &a)), [(1, WcStatus::Success)]);
+    // The next SEND is lost; the peer replays its old ACK every half timeout.
+    send(
+        &mut sim,
+        &a,
+        signaled(wr(2, WrOpcode::Send, vec![sge(&a, 0, 8)])),
+    );
+    assert_eq!(lines(&tx(&mut sim, 0)), [l("RC_SEND_ONLY", 101)]);
+    let half: Nanos = (4096 << 10) / 2;
+    let mut stale = 0;
+    loop {
+        sim.now += half;
+        if sim.engines[0].poll_timeout().is_some_and(|t| t <= sim.now) {
+            fire(&mut sim, 0);
+            break;
+        }
+        rx(&mut sim, &ack[0]);
+        stale += 1;
+        assert!(stale < 1000, "the stale ACKs keep the QP alive");
+    }
+    // 2 · 128 restarts, then the 257th ACK restarts nothing and the timer fires.
+    assert_eq!(stale, 257);
+    assert_eq!(st(&drain(&mut sim, &a)), [(2, WcStatus::RetryExcErr)]);
 }
