@@ -120,7 +120,7 @@ pub fn text(s: &Snapshot, verbose: bool) -> String {
         let _ = writeln!(o, "\tmax_qp_wr:\t\t\t{}", d.max_qp_wr);
         let _ = writeln!(o, "\tdevice_cap_flags:\t\t0x{:08x}", d.device_cap_flags);
         for (bit, name) in DEVICE_CAP_NAMES {
-            if d.device_cap_flags & bit != 0 {
+            if d.device_cap_flags & u64::from(*bit) != 0 {
                 let _ = writeln!(o, "\t\t\t\t\t{name}");
             }
         }
@@ -235,7 +235,7 @@ pub fn json(s: &Snapshot) -> Json {
     let p = &s.port;
     let caps: Vec<&str> = DEVICE_CAP_NAMES
         .iter()
-        .filter(|(b, _)| d.device_cap_flags & b != 0)
+        .filter(|(b, _)| d.device_cap_flags & u64::from(*b) != 0)
         .map(|(_, n)| *n)
         .collect();
     let dev = Json::obj()

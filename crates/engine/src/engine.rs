@@ -127,6 +127,8 @@ pub struct Engine {
     srqs: Slab<Srq>,
     ahs: Slab<Ah>,
     qps: QpnMap<Qp>,
+    /// QP numbers of QPs that live outside the engine (see [`Engine::reserve_qpn`]).
+    reserved_qpns: QpnMap<()>,
     mcast: crate::mcast::McastTable,
     next_qpn: u32,
     active: VecDeque<u32>,
@@ -186,6 +188,7 @@ impl Engine {
             srqs: Slab::default(),
             ahs: Slab::default(),
             qps: QpnMap::default(),
+            reserved_qpns: QpnMap::default(),
             mcast: Default::default(),
             next_qpn,
             active: VecDeque::new(),
@@ -325,6 +328,12 @@ impl Engine {
         }
     }
 
+    /// True while `lkey` names a registered memory region (for work that rverbs runs
+    /// outside the engine: RAW_PACKET receives).
+    pub fn lkey_valid(&self, lkey: u32) -> bool {
+        self.mrs.get(key_slot(lkey)).is_some_and(|m| m.key == lkey)
+    }
+
     /// `ibv_create_cq` with room for `cqe` completions.
     pub fn create_cq(&mut self, cqe: u32) -> VerbResult<CqId> {
         if cqe == 0 || cqe > self.cfg.max_cqe {
@@ -369,6 +378,33 @@ impl Engine {
             *slot = wc;
         }
         Ok(n)
+    }
+
+    /// Adds a completion made outside the engine (a RAW_PACKET QP of a raw-mode device)
+    /// to `cq`, with the engine's CQ rules: a full or overflowed CQ loses it (counted in
+    /// `cq_overflows`, one [`AsyncEvent::CqErr`]) and `Ok(false)` is returned; an armed
+    /// CQ queues its completion event. EINVAL for an unknown CQ.
+    pub fn push_wc(&mut self, cq: CqId, wc: Wc, solicited: bool) -> VerbResult<bool> {
+        let c = self
+            .cqs
+            .get_mut(cq.0)
+            .ok_or(err("push_wc", Errno::Inval, "no such CQ"))?;
+        if c.overflowed || c.entries.len() >= c.capacity {
+            self.counters.cq_overflows += 1;
+            if !c.overflowed {
+                c.overflowed = true;
+                self.events.push_back(AsyncEvent::CqErr(cq));
+            }
+            return Ok(false);
+        }
+        c.entries.push_back(wc);
+        if let Some(solicited_only) = c.armed {
+            if !solicited_only || solicited || wc.status != WcStatus::Success {
+                c.armed = None;
+                self.comp_events.push_back(cq);
+            }
+        }
+        Ok(true)
     }
 
     /// `ibv_req_notify_cq`: one completion event when the next (solicited, if asked)
@@ -527,6 +563,15 @@ impl Engine {
         if self.pds.get(init.pd.0).is_none() {
             return Err(err(VERB, Errno::Inval, "no such PD"));
         }
+        if init.qp_type == QpType::RawPacket {
+            // The engine's datapath is RoCE v2 only; rverbs backs RAW_PACKET QPs with a
+            // raw-mode device and only asks the engine for their completions.
+            return Err(err(
+                VERB,
+                Errno::NotSupported,
+                "the RoCE engine has no RAW_PACKET transport",
+            ));
+        }
         if self.cqs.get(init.send_cq.0).is_none() || self.cqs.get(init.recv_cq.0).is_none() {
             return Err(err(VERB, Errno::Inval, "no such CQ"));
         }
@@ -537,11 +582,7 @@ impl Engine {
         }
         check_cap(&init.cap, init.srq.is_some(), &self.cfg.limits)
             .map_err(|e| VerbError { verb: VERB, ..e })?;
-        let mut qpn = self.next_qpn;
-        while self.qps.contains_key(&qpn) {
-            qpn = if qpn >= MAX_QPN { FIRST_QPN } else { qpn + 1 };
-        }
-        self.next_qpn = if qpn >= MAX_QPN { FIRST_QPN } else { qpn + 1 };
+        let qpn = self.next_free_qpn();
         self.pd_use(init.pd, VERB, 1)?;
         for cq in [init.send_cq, init.recv_cq] {
             if let Some(c) = self.cqs.get_mut(cq.0) {
@@ -558,6 +599,33 @@ impl Engine {
         }
         self.qps.insert(qpn, qp);
         Ok(qpn)
+    }
+
+    /// The next QP number no QP (engine or reserved) uses, advancing the counter.
+    fn next_free_qpn(&mut self) -> u32 {
+        let mut qpn = self.next_qpn;
+        while self.qps.contains_key(&qpn) || self.reserved_qpns.contains_key(&qpn) {
+            qpn = if qpn >= MAX_QPN { FIRST_QPN } else { qpn + 1 };
+        }
+        self.next_qpn = if qpn >= MAX_QPN { FIRST_QPN } else { qpn + 1 };
+        qpn
+    }
+
+    /// Takes a QP number for a QP that lives outside the engine (rverbs' RAW_PACKET QPs),
+    /// from the same space as [`Engine::create_qp`]'s, so QP numbers stay unique on the
+    /// device; packets to it find no engine QP. ENOMEM at the device's QP limit.
+    pub fn reserve_qpn(&mut self) -> VerbResult<u32> {
+        if (self.qps.len() + self.reserved_qpns.len()) as u32 >= self.cfg.max_qp {
+            return Err(err("create_qp", Errno::NoMem, "too many QPs"));
+        }
+        let qpn = self.next_free_qpn();
+        self.reserved_qpns.insert(qpn, ());
+        Ok(qpn)
+    }
+
+    /// Gives back a number from [`Engine::reserve_qpn`].
+    pub fn release_qpn(&mut self, qpn: u32) {
+        self.reserved_qpns.remove(&qpn);
     }
 
     /// `ibv_destroy_qp`. Outstanding work is discarded without completions, as the
@@ -696,6 +764,8 @@ impl Engine {
                     | WrOpcode::RdmaWriteWithImm
             ),
             QpType::Ud => matches!(wr.opcode, WrOpcode::Send | WrOpcode::SendWithImm),
+            // Never created by the engine (create_qp refuses them).
+            QpType::RawPacket => false,
         };
         if !allowed {
             return Err(err(
@@ -888,6 +958,31 @@ impl Engine {
             return;
         }
         self.deliver(now, qpn, &pkt, d);
+    }
+
+    /// Feeds one received UD datagram to the UD QP `qpn` instead of its BTH destination
+    /// QP (flow steering decided where it goes; the packet is checked exactly as
+    /// [`Engine::handle_datagram`] checks it, ICRC included, and the QP's Q_Key and
+    /// state rules apply). A packet that is not UD, or a `qpn` that is not a UD QP, is
+    /// counted and dropped.
+    pub fn handle_datagram_to(&mut self, now: Nanos, d: &Datagram<'_>, qpn: u32) {
+        if !net::icrc_ok(d) {
+            self.counters.rx_icrc_errors += 1;
+            return;
+        }
+        let Ok(pkt) = Packet::new_checked(d.payload) else {
+            self.counters.rx_malformed += 1;
+            return;
+        };
+        if pkt.bth().tver() != rverbs_wire::bth::TVER {
+            self.counters.rx_malformed += 1;
+            return;
+        }
+        match pkt.info() {
+            None => self.counters.rx_malformed += 1,
+            Some(i) if i.transport != Transport::Ud => self.counters.rx_wrong_transport += 1,
+            Some(_) => self.deliver(now, qpn, &pkt, d),
+        }
     }
 
     /// The per-QP part of [`Engine::handle_datagram`].

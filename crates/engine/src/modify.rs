@@ -430,7 +430,25 @@ const fn type_index(t: QpType) -> usize {
     match t {
         QpType::Rc => 0,
         QpType::Uc => 1,
-        QpType::Ud => 2,
+        // Not used for RAW_PACKET: see `raw_packet_spec`.
+        QpType::Ud | QpType::RawPacket => 2,
+    }
+}
+
+/// The RAW_PACKET column of the kernel's `qp_state_table` (drivers/infiniband/core/
+/// verbs.c): RESET→INIT requires `IB_QP_PORT`, INIT→INIT may change it, the path on to
+/// RTR and RTS takes no attribute (a raw QP has no transport state), and every state
+/// may go to RESET or ERR. SQD and SQE are not offered for RAW_PACKET here (a NIC's raw
+/// queue has only reset / ready / error states, e.g. mlx5's RQ/SQ objects).
+/// Transitions involving them are EINVAL.
+fn raw_packet_spec(from: QpState, to: QpState) -> Option<Spec> {
+    match (from, to) {
+        (_, QpState::Reset) | (_, QpState::Err) => s(m!(), m!()),
+        (QpState::Reset, QpState::Init) => s(m!(PORT), m!()),
+        (QpState::Init, QpState::Init) => s(m!(), m!(PORT)),
+        (QpState::Init, QpState::Rtr) | (QpState::Rtr, QpState::Rts) => s(m!(), m!()),
+        (QpState::Rts, QpState::Rts) => s(m!(), m!()),
+        _ => None,
     }
 }
 
@@ -440,9 +458,15 @@ pub fn legal_transitions(
     qp_type: QpType,
 ) -> impl Iterator<Item = (QpState, QpState, QpAttrMask, QpAttrMask)> {
     let i = type_index(qp_type);
-    TABLE
-        .iter()
-        .filter_map(move |(from, to, specs)| specs[i].map(|sp| (*from, *to, sp.req, sp.opt)))
+    let raw = qp_type == QpType::RawPacket;
+    TABLE.iter().filter_map(move |(from, to, specs)| {
+        let spec = if raw {
+            raw_packet_spec(*from, *to)
+        } else {
+            specs[i]
+        };
+        spec.map(|sp| (*from, *to, sp.req, sp.opt))
+    })
 }
 
 /// The (required, optional) masks of one transition, or `None` when it is illegal.

@@ -677,7 +677,8 @@ impl Qp {
         let tbase: u8 = match self.qp_type {
             QpType::Rc => 0x00,
             QpType::Uc => 0x20,
-            QpType::Ud => 0x60,
+            // The engine never creates RAW_PACKET QPs (create_qp refuses them).
+            QpType::Ud | QpType::RawPacket => 0x60,
         };
         let seg_op = |f: u8, m: u8, l: u8, o: u8| -> u8 {
             if kind_only {

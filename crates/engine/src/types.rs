@@ -167,6 +167,10 @@ pub enum QpType {
     Uc,
     /// Unreliable datagram.
     Ud,
+    /// Raw Ethernet frames (`IBV_QPT_RAW_PACKET`): no transport header, frames are
+    /// steered to the QP by flow rules. The engine has no RAW_PACKET datapath; rverbs
+    /// backs such QPs with a raw-mode device (see `rverbs::OpenOptions::raw_interface`).
+    RawPacket,
 }
 
 /// QP state (`enum ibv_qp_state`).
@@ -454,8 +458,16 @@ impl WcFlags {
     pub const GRH: WcFlags = WcFlags(1 << 0);
     /// `imm_data` is valid.
     pub const WITH_IMM: WcFlags = WcFlags(1 << 1);
+    /// The frame is IP and its IPv4 header and TCP/UDP checksums are good
+    /// (`IBV_WC_IP_CSUM_OK`, bit `IBV_WC_IP_CSUM_OK_SHIFT` = 2 in rdma-core `verbs.h`).
+    pub const IP_CSUM_OK: WcFlags = WcFlags(1 << 2);
     /// `invalidated_rkey` is valid.
     pub const WITH_INV: WcFlags = WcFlags(1 << 3);
+    /// [`Wc::flow_tag`] is valid: a flow rule with a TAG action steered the frame.
+    /// (rdma-core reports it through `ibv_wc_read_flow_tag` of an extended CQ made with
+    /// `IBV_WC_EX_WITH_FLOW_TAG`; this bit is the rverbs equivalent, above rdma-core's
+    /// `ibv_wc_flags` bits.)
+    pub const WITH_FLOW_TAG: WcFlags = WcFlags(1 << 8);
 
     /// True when every flag of `o` is set.
     pub const fn contains(self, o: WcFlags) -> bool {
@@ -499,6 +511,9 @@ pub struct Wc {
     pub sl: u8,
     /// Path bits (0).
     pub dlid_path_bits: u8,
+    /// Flow tag of the steering rule that delivered a RAW_PACKET receive, valid with
+    /// [`WcFlags::WITH_FLOW_TAG`] (`ibv_wc_read_flow_tag`).
+    pub flow_tag: u32,
 }
 
 impl Default for Wc {
@@ -518,6 +533,7 @@ impl Default for Wc {
             slid: 0,
             sl: 0,
             dlid_path_bits: 0,
+            flow_tag: 0,
         }
     }
 }

@@ -355,3 +355,83 @@ fn moving_to_err_flushes_every_wqe_in_order() {
         [(4, flush)]
     );
 }
+
+/// QP numbers reserved for QPs outside the engine (rverbs' RAW_PACKET QPs) are never
+/// handed to an engine QP, RAW_PACKET itself is refused by the engine (EOPNOTSUPP), and
+/// pushed completions follow the CQ's rules (arming, overflow).
+#[test]
+fn reserved_qpns_raw_packet_and_pushed_completions() {
+    let mut sim = Sim::new(1, false, LinkConfig::default(), 31);
+    let e = &mut sim.engines[0];
+    let pd = e.alloc_pd();
+    let cq = e.create_cq(1).unwrap();
+    let init = |qp_type| QpInit {
+        pd,
+        qp_type,
+        send_cq: cq,
+        recv_cq: cq,
+        srq: None,
+        cap: small_cap(),
+        sq_sig_all: false,
+    };
+    let reserved: Vec<u32> = (0..8).map(|_| e.reserve_qpn().unwrap()).collect();
+    let mut qpns = Vec::new();
+    for _ in 0..8 {
+        qpns.push(e.create_qp(init(QpType::Ud)).unwrap());
+    }
+    for q in &qpns {
+        assert!(
+            !reserved.contains(q),
+            "engine QP {q:#x} got a reserved number"
+        );
+    }
+    e.release_qpn(reserved[0]);
+    // RAW_PACKET's column of the kernel's transition table.
+    use rverbs_engine::modify::{required, transition};
+    let raw = QpType::RawPacket;
+    assert_eq!(
+        required(raw, QpState::Reset, QpState::Init),
+        Some(QpAttrMask::STATE | QpAttrMask::PORT)
+    );
+    assert_eq!(
+        transition(raw, QpState::Init, QpState::Init),
+        Some((QpAttrMask::default(), QpAttrMask::PORT))
+    );
+    assert_eq!(
+        required(raw, QpState::Init, QpState::Rtr),
+        Some(QpAttrMask::STATE)
+    );
+    assert_eq!(
+        required(raw, QpState::Rtr, QpState::Rts),
+        Some(QpAttrMask::STATE)
+    );
+    assert_eq!(
+        required(raw, QpState::Rts, QpState::Err),
+        Some(QpAttrMask::STATE)
+    );
+    assert_eq!(required(raw, QpState::Reset, QpState::Rtr), None);
+    assert_eq!(required(raw, QpState::Rts, QpState::Sqd), None);
+    assert_eq!(
+        errno(e.create_qp(init(QpType::RawPacket))),
+        Errno::NotSupported
+    );
+    // Pushed completions: an armed CQ raises one event; a full CQ loses the next one.
+    e.req_notify_cq(cq, false).unwrap();
+    let wc = Wc {
+        wr_id: 5,
+        flow_tag: 9,
+        wc_flags: WcFlags::WITH_FLOW_TAG,
+        ..Wc::default()
+    };
+    assert!(e.push_wc(cq, wc, false).unwrap());
+    assert_eq!(e.poll_completion_event(), Some(cq));
+    assert!(!e.push_wc(cq, wc, false).unwrap(), "CQ of 1 is full");
+    assert_eq!(e.counters().cq_overflows, 1);
+    assert_eq!(e.poll_event(), Some(AsyncEvent::CqErr(cq)));
+    let mut out = [Wc::default(); 2];
+    assert_eq!(e.poll_cq(cq, &mut out).unwrap(), 1);
+    assert_eq!(out[0], wc);
+    let gone = e.create_cq(4).unwrap();
+    e.destroy_cq(gone).unwrap();
+    assert_eq!(errno(e.push_wc(gone, wc, false)), Errno::Inval);
+}

@@ -302,9 +302,13 @@ struct QState {
     cq: VecDeque<RawWc>,
 }
 
+/// Called after a completion was queued (see [`RawQp::set_notify`]).
+pub type Notify = Arc<dyn Fn() + Send + Sync>;
+
 struct Queue {
     st: Mutex<QState>,
     ready: Condvar,
+    notify: RwLock<Option<Notify>>,
 }
 
 impl Queue {
@@ -317,6 +321,20 @@ impl Queue {
                 cq: VecDeque::new(),
             }),
             ready: Condvar::new(),
+            notify: RwLock::new(None),
+        }
+    }
+
+    /// Wakes waiters and runs the notify hook (with no lock of the queue held).
+    fn signal(&self) {
+        self.ready.notify_all();
+        let hook = self
+            .notify
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        if let Some(f) = hook {
+            f();
         }
     }
 
@@ -378,7 +396,7 @@ impl Shared {
                 }
             }
             drop(st);
-            q.ready.notify_all();
+            q.signal();
             self.counts.delivered.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -585,14 +603,39 @@ impl RawDevice {
         self.new_qp(RecvMode::Posted(max_recv_wr.max(1)))
     }
 
-    fn new_qp(&self, mode: RecvMode) -> RawQp {
-        let qpn = self.shared.next_qpn.fetch_add(1, Ordering::Relaxed);
-        let q = Arc::new(Queue::new(mode));
-        self.shared
+    /// [`RawDevice::create_qp_with_rq`] with the QP number `qpn` chosen by the caller
+    /// (rverbs takes it from its device's QP number space). EEXIST if a QP of this
+    /// device has that number.
+    pub fn create_qp_with_rq_numbered(&self, max_recv_wr: usize, qpn: u32) -> io::Result<RawQp> {
+        let q = Arc::new(Queue::new(RecvMode::Posted(max_recv_wr.max(1))));
+        let mut queues = self
+            .shared
             .queues
             .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(qpn, q.clone());
+            .unwrap_or_else(|e| e.into_inner());
+        if queues.contains_key(&qpn) {
+            return Err(io::Error::from_raw_os_error(libc::EEXIST));
+        }
+        queues.insert(qpn, q.clone());
+        Ok(RawQp {
+            qpn,
+            shared: self.shared.clone(),
+            q,
+        })
+    }
+
+    fn new_qp(&self, mode: RecvMode) -> RawQp {
+        let mut queues = self
+            .shared
+            .queues
+            .write()
+            .unwrap_or_else(|e| e.into_inner());
+        let mut qpn = self.shared.next_qpn.fetch_add(1, Ordering::Relaxed);
+        while queues.contains_key(&qpn) {
+            qpn = self.shared.next_qpn.fetch_add(1, Ordering::Relaxed);
+        }
+        let q = Arc::new(Queue::new(mode));
+        queues.insert(qpn, q.clone());
         RawQp {
             qpn,
             shared: self.shared.clone(),
@@ -793,16 +836,24 @@ impl RawQp {
                 csum_ok: false,
                 buf: Vec::new(),
             });
-            self.q.ready.notify_all();
+            self.q.signal();
         }
         Ok(())
     }
 
-    /// Destroys the QP (its flows go with it) and returns the receive requests still
-    /// posted, each as a WR_FLUSH_ERR completion, like the flush of a QP moved to ERR.
-    pub fn destroy(self) -> Vec<RawWc> {
-        let flushed = self
-            .q
+    /// Runs `f` after every completion queued on this QP (a received frame landed in
+    /// a posted buffer, or a send completed), on the thread that queued it (the device's
+    /// receive thread for receives) and with no lock of the device held except the
+    /// steering table's read lock: `f` must be quick and must not create or destroy
+    /// flows or QPs of this device. rverbs uses it to wake its driver thread.
+    pub fn set_notify(&self, f: Option<Notify>) {
+        *self.q.notify.write().unwrap_or_else(|e| e.into_inner()) = f;
+    }
+
+    /// Takes back every posted receive request, each as a WR_FLUSH_ERR completion,
+    /// oldest first (what moving a QP to the error state does to its receive queue).
+    pub fn flush_recv(&self) -> Vec<RawWc> {
+        self.q
             .lock()
             .rq
             .drain(..)
@@ -815,7 +866,13 @@ impl RawQp {
                 csum_ok: false,
                 buf: wr.buf,
             })
-            .collect();
+            .collect()
+    }
+
+    /// Destroys the QP (its flows go with it) and returns the receive requests still
+    /// posted, each as a WR_FLUSH_ERR completion, like the flush of a QP moved to ERR.
+    pub fn destroy(self) -> Vec<RawWc> {
+        let flushed = self.flush_recv();
         drop(self);
         flushed
     }

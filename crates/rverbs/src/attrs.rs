@@ -100,8 +100,11 @@ pub struct DeviceAttr {
     pub atomic_hca: bool,
     /// Physical ports (1).
     pub phys_port_cnt: u8,
-    /// `IBV_DEVICE_*` capability bits (see [`DEVICE_CAP_NAMES`]).
-    pub device_cap_flags: u32,
+    /// `IBV_DEVICE_*` capability bits (see [`DEVICE_CAP_NAMES`]), including
+    /// [`rverbs_raw::IBV_DEVICE_MANAGED_FLOW_STEERING`] (flows on UD QPs, and on
+    /// RAW_PACKET QPs in raw mode), plus [`rverbs_raw::IBV_DEVICE_RAW_IP_CSUM`] in raw
+    /// mode ([`crate::OpenOptions::raw_interface`]).
+    pub device_cap_flags: u64,
     /// Supported page sizes (bit n set: 2^n bytes).
     pub page_size_cap: u64,
     /// IEEE vendor ID (0xffffff: none, as rxe).
@@ -182,7 +185,11 @@ impl Context {
     /// `ibv_query_device`.
     pub fn query_device(&self) -> Result<DeviceAttr> {
         let e = self.shared().lock_verb("query_device")?;
-        Ok(device_attr(e.config()))
+        let mut d = device_attr(e.config());
+        if self.shared().raw.is_some() {
+            d.device_cap_flags |= rverbs_raw::IBV_DEVICE_RAW_IP_CSUM;
+        }
+        Ok(d)
     }
 
     /// `ibv_query_port` of port `port` (this device has port 1 only; others are EINVAL).
@@ -240,10 +247,12 @@ fn device_attr(cfg: &Config) -> DeviceAttr {
         max_inline_data: l.max_inline_data,
         atomic_hca: true,
         phys_port_cnt: 1,
-        device_cap_flags: DEVICE_BAD_PKEY_CNTR
-            | DEVICE_BAD_QKEY_CNTR
-            | DEVICE_SYS_IMAGE_GUID
-            | DEVICE_RC_RNR_NAK_GEN,
+        device_cap_flags: u64::from(
+            DEVICE_BAD_PKEY_CNTR
+                | DEVICE_BAD_QKEY_CNTR
+                | DEVICE_SYS_IMAGE_GUID
+                | DEVICE_RC_RNR_NAK_GEN,
+        ) | rverbs_raw::IBV_DEVICE_MANAGED_FLOW_STEERING,
         page_size_cap: 0xffff_f000,
         vendor_id: 0xff_ffff,
         vendor_part_id: 0,
@@ -324,6 +333,6 @@ mod tests {
             (p.active_mtu, p.state, p.port_cap_flags)
         );
         assert_eq!(gids[0], ctx.gid(0).unwrap());
-        assert!(d.device_cap_flags & DEVICE_RC_RNR_NAK_GEN != 0);
+        assert!(d.device_cap_flags & u64::from(DEVICE_RC_RNR_NAK_GEN) != 0);
     }
 }

@@ -50,6 +50,8 @@ const GSO_MAX_BYTES: usize = 65_000;
 struct RxBatch {
     buf: Vec<u8>,
     got: Vec<sys::Received>,
+    /// Scratch of the UD flow-steering classifier (`ud_steer.rs`).
+    steer: (Vec<u8>, rverbs_flow::classify::Verdict),
 }
 
 pub(crate) struct Shared {
@@ -94,6 +96,11 @@ pub(crate) struct Shared {
     /// work: a poller that found its CQ empty need not take the lock again until it
     /// changes, so busy-polling applications do not starve the driver thread.
     pub(crate) activity: std::sync::atomic::AtomicU64,
+    /// Raw mode (RAW_PACKET QPs and flows), when opened with
+    /// [`OpenOptions::raw_interface`].
+    pub(crate) raw: Option<crate::raw::RawMode>,
+    /// Flows on UD QPs (see `ud_steer.rs`).
+    pub(crate) ud_steering: crate::ud_steer::UdSteering,
     /// Destructions requested inside `Mr::with`, where taking the engine lock could
     /// deadlock: run, in order, by the next thread that takes the lock.
     deferred: Mutex<Vec<Deferred>>,
@@ -344,7 +351,11 @@ impl Shared {
             .unwrap_or_else(|e| e.into_inner())
             .clone();
         let mut rx = self.rx.lock().unwrap_or_else(|e| e.into_inner());
-        let RxBatch { buf, got: list } = &mut *rx;
+        let RxBatch {
+            buf,
+            got: list,
+            steer,
+        } = &mut *rx;
         let buf = &mut buf[..];
         let mut got = 0;
         for (local, sock) in &socks {
@@ -361,12 +372,11 @@ impl Shared {
                     } else {
                         r.len.max(1)
                     };
-                    let dst = r.meta.dst.unwrap_or(*local);
                     let mut at = r.offset;
                     let end = r.offset + r.len;
                     while at < end {
                         let next = (at + seg).min(end);
-                        self.ingest(engine, now, dst, r.from, r.meta.ip(), &mut buf[at..next]);
+                        self.ingest(engine, now, *local, *r, &mut buf[at..next], steer);
                         at = next;
                     }
                 }
@@ -401,11 +411,13 @@ impl Shared {
         &self,
         engine: &mut Engine,
         now: Nanos,
-        dst: IpAddr,
-        from: SocketAddr,
-        ip: IpMeta,
+        local: IpAddr,
+        r: sys::Received,
         bytes: &mut [u8],
+        steer: &mut (Vec<u8>, rverbs_flow::classify::Verdict),
     ) {
+        let (from, ip) = (r.from, r.meta.ip());
+        let dst = r.meta.dst.unwrap_or(local);
         self.record(from.ip(), dst, from.port(), ip, bytes);
         let copies = match &self.faults {
             Some(f) => {
@@ -427,7 +439,8 @@ impl Shared {
                 ipv4_id: None,
                 payload: bytes,
             };
-            engine.handle_datagram(now, &d);
+            // Through the UD flow-steering classifier (`ud_steer.rs`), then the engine.
+            self.handle_datagram(engine, now, &d, steer);
         }
     }
 
@@ -461,6 +474,14 @@ pub struct OpenOptions {
     /// Write every datagram sent and received to this pcap file (default: none, or
     /// `RVERBS_PCAP` with [`Context::open`]).
     pub pcap: Option<std::path::PathBuf>,
+    /// Raw mode: bind the context to this Ethernet interface (in the calling thread's
+    /// network namespace) for RAW_PACKET QPs and flow steering ([`crate::Qp::create_flow`]),
+    /// as on a NIC. The RoCE v2 side of the context is unchanged. With CAP_NET_RAW the
+    /// context opens an `AF_PACKET` socket on the interface at once (an unknown
+    /// interface fails the open); without it the context opens, and creating a
+    /// RAW_PACKET QP or a flow fails with EPERM, as in the kernel. Default: none (or
+    /// `RVERBS_RAW_IF` with [`Context::open`]).
+    pub raw_interface: Option<String>,
 }
 
 /// `RVERBS_PCAP` for the n-th context a process opens: the path itself for the first,
@@ -604,6 +625,9 @@ impl Context {
             &OpenOptions {
                 faults,
                 pcap: pcap_path_from_env(),
+                raw_interface: std::env::var("RVERBS_RAW_IF")
+                    .ok()
+                    .filter(|s| !s.is_empty()),
             },
         )
     }
@@ -632,6 +656,10 @@ impl Context {
                 return Err(Error::NoDevice(format!("{} has no address", info.name)));
             }
         }
+        let raw = match &opts.raw_interface {
+            Some(ifname) => Some(crate::raw::RawMode::open(ifname)?),
+            None => None,
+        };
         let bound: Vec<IpAddr> = sockets.iter().map(|(a, _)| *a).collect();
         let gid_table = GidTable::new(1, info.ifindex, info.default_gid(), &bound);
         let seed = seed();
@@ -657,6 +685,7 @@ impl Context {
             rx: Mutex::new(RxBatch {
                 buf: vec![0u8; RX_SLOT * RX_BATCH],
                 got: Vec::with_capacity(RX_BATCH),
+                steer: (Vec::new(), rverbs_flow::classify::Verdict::default()),
             }),
             gso,
             tx: Mutex::new(Vec::new()),
@@ -668,6 +697,8 @@ impl Context {
             shutdown: AtomicBool::new(false),
             info,
             activity: std::sync::atomic::AtomicU64::new(1),
+            raw,
+            ud_steering: Default::default(),
             deferred: Mutex::new(Vec::new()),
             pcap: match &opts.pcap {
                 Some(p) => {
@@ -707,6 +738,18 @@ impl Context {
     /// The device this context opened.
     pub fn device(&self) -> &DeviceInfo {
         &self.inner.shared.info
+    }
+
+    /// The interface the context is bound to in raw mode
+    /// ([`OpenOptions::raw_interface`]), if any.
+    pub fn raw_interface(&self) -> Option<&str> {
+        self.shared().raw.as_ref().map(|r| r.ifname.as_str())
+    }
+
+    /// The raw device's counts (frames received, delivered, dropped by a rule, not
+    /// steered, lost for want of a posted receive, ...), in raw mode with CAP_NET_RAW.
+    pub fn raw_stats(&self) -> Option<rverbs_raw::RawStats> {
+        self.shared().raw.as_ref()?.dev.as_ref().map(|d| d.stats())
     }
 
     /// What the fault injector did so far (all zero without `RVERBS_FAULTS`).
@@ -852,6 +895,9 @@ fn driver(shared: Arc<Shared>) {
         shared.run_deferred(&mut engine);
         shared.driver_wake_at.store(0, Ordering::Release);
         let now = shared.now();
+        if shared.drain_raw(&mut engine) {
+            shared.flush(&mut engine, now);
+        }
         let deferred = shared.flush_pending.load(Ordering::Relaxed);
         if deferred != 0 && now >= deferred + crate::progress::DEFER_NS {
             shared.flush(&mut engine, now);

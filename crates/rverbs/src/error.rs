@@ -23,6 +23,9 @@ pub enum Error {
         /// The verb.
         verb: &'static str,
     },
+    /// `create_flow` / `destroy_flow` refused the flow (errno and reason as the kernel
+    /// and mlx5 give them; see [`rverbs_flow::attr::validate`]).
+    Flow(rverbs_flow::error::FlowError),
 }
 
 impl Error {
@@ -33,6 +36,7 @@ impl Error {
             Error::Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
             Error::NoDevice(_) => libc::ENODEV,
             Error::WouldDeadlock { .. } => libc::EDEADLK,
+            Error::Flow(e) => e.errno(),
         }
     }
 
@@ -51,6 +55,7 @@ impl fmt::Display for Error {
                 f,
                 "{verb}: called inside Mr::with, where waiting for the device could deadlock (EDEADLK)"
             ),
+            Error::Flow(e) => write!(f, "create_flow: {e}"),
         }
     }
 }
@@ -60,6 +65,7 @@ impl std::error::Error for Error {
         match self {
             Error::Verb(v) => Some(v),
             Error::Io { source, .. } => Some(source),
+            Error::Flow(e) => Some(e),
             Error::NoDevice(_) | Error::WouldDeadlock { .. } => None,
         }
     }
@@ -68,6 +74,12 @@ impl std::error::Error for Error {
 impl From<VerbError> for Error {
     fn from(v: VerbError) -> Self {
         Error::Verb(v)
+    }
+}
+
+impl From<rverbs_flow::error::FlowError> for Error {
+    fn from(e: rverbs_flow::error::FlowError) -> Self {
+        Error::Flow(e)
     }
 }
 

@@ -72,6 +72,16 @@
 //! `memcpy` under the region's lock, which a userspace device has to do anyway.
 //! `crates/rverbs/tests/ui/` holds programs the compiler must reject (run by
 //! `tests/compile_fail.rs`).
+//!
+//! # Raw packets and flow steering
+//!
+//! A context opened with [`OpenOptions::raw_interface`] also owns a raw device on that
+//! Ethernet interface: [`QpType::RawPacket`] QPs send and receive whole frames, with
+//! completions on ordinary [`Cq`]s ([`WcFlags::IP_CSUM_OK`], [`WcFlags::WITH_FLOW_TAG`]
+//! and [`Wc::flow_tag`]), and [`Qp::create_flow`] steers frames to them with the kernel's
+//! `ibv_create_flow` semantics and errnos ([`flow`]). On UD QPs of any context,
+//! [`Qp::create_flow`] steers received RoCE v2 UD datagrams by their outer headers.
+//! Both need CAP_NET_RAW (EPERM otherwise), as in the kernel.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -88,9 +98,11 @@ pub mod mad;
 mod mcast;
 mod progress;
 mod qp_attr;
+mod raw;
 mod srq;
 mod sys;
 pub mod sysfs;
+mod ud_steer;
 mod verbs;
 
 pub use ah_wc::{ah_attrs_from_grh, grh_ip_version};
@@ -108,10 +120,14 @@ pub use mcast::MULTICAST_QPN;
 pub use qp_attr::QpModify;
 pub use rverbs_engine::modify::{QpAttr, QpAttrMask, QpCap};
 pub use rverbs_engine::{Counters, Mtu, QpState, QpType, Wc, WcFlags, WcOpcode, WcStatus};
+/// Flow attributes, specs and their errors ([`Qp::create_flow`]), re-exported from
+/// the `rverbs-flow` crate.
+pub use rverbs_flow as flow;
+pub use rverbs_raw::{IBV_DEVICE_MANAGED_FLOW_STEERING, IBV_DEVICE_RAW_IP_CSUM};
 pub use rverbs_wire::grh::Gid;
 pub use srq::{Srq, SrqInitAttr};
 pub use verbs::{
-    AccessFlags, Ah, AhAttrs, ConnectOpts, Cq, LocalBuf, Mr, Pd, PeerInfo, Qp, QpInitAttr,
+    AccessFlags, Ah, AhAttrs, ConnectOpts, Cq, Flow, LocalBuf, Mr, Pd, PeerInfo, Qp, QpInitAttr,
     RemoteBuf, SendRequest,
 };
 

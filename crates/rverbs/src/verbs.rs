@@ -19,7 +19,7 @@ use rverbs_wire::grh::Gid;
 use std::cell::Cell;
 use std::ops::Range;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 thread_local! {
     /// How many [`Mr::with`] closures this thread is inside.
@@ -234,6 +234,9 @@ impl Pd {
                 return Err(inval("the SRQ belongs to another protection domain"));
             }
         }
+        if attr.qp_type == QpType::RawPacket {
+            return self.create_raw_qp(attr);
+        }
         let init = QpInit {
             pd: self.inner.id,
             qp_type: attr.qp_type,
@@ -250,6 +253,95 @@ impl Pd {
             _srq: attr.srq.map(|s| s.inner.clone()),
             qpn,
             qp_type: attr.qp_type,
+            raw: None,
+        })
+    }
+
+    /// A RAW_PACKET QP: EPERM without CAP_NET_RAW (uverbs checks it before the
+    /// driver: `rdma_dev_has_raw_cap` in `create_qp`), EOPNOTSUPP on a context not in
+    /// raw mode, EINVAL with an SRQ (raw QPs here have their own receive queue).
+    fn create_raw_qp(&self, attr: &QpInitAttr) -> Result<Qp> {
+        let verr =
+            |errno, why| -> Error { rverbs_engine::VerbError::new("create_qp", errno, why).into() };
+        let shared = self.shared();
+        if !rverbs_raw::has_cap_net_raw() {
+            return Err(verr(
+                rverbs_engine::Errno::Perm,
+                "RAW_PACKET QPs need CAP_NET_RAW",
+            ));
+        }
+        let Some(mode) = &shared.raw else {
+            return Err(verr(
+                rverbs_engine::Errno::NotSupported,
+                "the context is not in raw mode (OpenOptions::raw_interface)",
+            ));
+        };
+        let Some(dev) = &mode.dev else {
+            return Err(verr(
+                rverbs_engine::Errno::Perm,
+                "the context was opened without CAP_NET_RAW",
+            ));
+        };
+        if attr.srq.is_some() {
+            return Err(verr(
+                rverbs_engine::Errno::Inval,
+                "RAW_PACKET QPs take no SRQ here",
+            ));
+        }
+        let qpn = {
+            let mut e = shared.lock_verb("create_qp")?;
+            let limits = e.config().limits;
+            rverbs_engine::modify::check_cap(&attr.cap, false, &limits).map_err(|e| {
+                rverbs_engine::VerbError {
+                    verb: "create_qp",
+                    ..e
+                }
+            })?;
+            // From the engine's number space: QP numbers stay unique on the context.
+            e.reserve_qpn()?
+        };
+        let max_recv_wr = (attr.cap.max_recv_wr as usize).max(1);
+        let raw = match dev.create_qp_with_rq_numbered(max_recv_wr, qpn) {
+            Ok(r) => r,
+            Err(err) => {
+                shared.lock().release_qpn(qpn);
+                return Err(Error::io("creating the raw queue", err));
+            }
+        };
+        let inner = Arc::new(crate::raw::RawQpInner {
+            raw,
+            send_cq: attr.send_cq.inner.id,
+            recv_cq: attr.recv_cq.inner.id,
+            sq_sig_all: attr.sq_sig_all,
+            max_recv_wr,
+            cap: attr.cap,
+            st: Mutex::new(crate::raw::RawQpState {
+                state: QpState::Reset,
+                held: Default::default(),
+                posted: Default::default(),
+                local: Default::default(),
+            }),
+        });
+        // The device's receive thread wakes the driver, which moves completions into
+        // the CQs (and so fires armed CQs' events).
+        let weak = Arc::downgrade(shared);
+        inner.raw.set_notify(Some(Arc::new(move || {
+            if let Some(s) = weak.upgrade() {
+                s.activity.fetch_add(1, Ordering::Release);
+                s.wake();
+            }
+        })));
+        mode.qps
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(Arc::downgrade(&inner));
+        Ok(Qp {
+            pd: self.inner.clone(),
+            _cqs: [attr.send_cq.inner.clone(), attr.recv_cq.inner.clone()],
+            _srq: None,
+            qpn: inner.raw.qp_num(),
+            qp_type: QpType::RawPacket,
+            raw: Some(inner),
         })
     }
 
@@ -408,6 +500,13 @@ impl LocalBuf<'_> {
             lkey: self.mr.lkey,
         }
     }
+
+    /// A copy of the bytes.
+    fn bytes(&self) -> Vec<u8> {
+        let mut v = vec![0; self.len];
+        self.mr.read(self.offset, &mut v);
+        v
+    }
 }
 
 /// A peer's memory: address, key and length, as exchanged out of band.
@@ -489,6 +588,16 @@ impl Cq {
     /// many (0 when the CQ is empty). Nothing is allocated per completion: reuse one
     /// buffer of `Wc`s across calls.
     pub fn poll(&self, out: &mut [Wc]) -> Result<usize> {
+        let shared = self.inner.ctx.shared();
+        if shared.raw.is_some() {
+            // Raw-mode contexts: their packets come from the raw queues.
+            let mut e = shared.lock_verb("poll_cq")?;
+            if shared.drain_raw(&mut e) {
+                let now = shared.now();
+                shared.flush(&mut e, now);
+            }
+            return Ok(e.poll_cq(self.inner.id, out)?);
+        }
         let n = self.poll_ready(out)?;
         if n > 0 {
             return Ok(n);
@@ -524,6 +633,10 @@ impl Cq {
         };
         if !shared.progress(&mut e) {
             return Ok(0);
+        }
+        if shared.raw.is_some() && shared.drain_raw(&mut e) {
+            let now = shared.now();
+            shared.flush(&mut e, now);
         }
         let seen = shared.activity.load(Ordering::Acquire);
         let n = e.poll_cq(self.inner.id, out)?;
@@ -714,12 +827,29 @@ pub struct Qp {
     _srq: Option<Arc<SrqInner>>,
     qpn: u32,
     qp_type: QpType,
+    raw: Option<Arc<crate::raw::RawQpInner>>,
 }
 
 impl Drop for Qp {
     fn drop(&mut self) {
+        if let Some(raw) = self.raw.take() {
+            // Dropping the device queue removes its flows; it takes the steering
+            // table's write lock, never the engine's, so it runs here even inside
+            // `Mr::with` (the receive thread never waits for a region while holding
+            // that lock: it copies frames into the queue's own buffers).
+            raw.raw.set_notify(None);
+            drop(raw);
+            let qpn = self.qpn;
+            self.pd.ctx.shared().destroy(move |_, e| e.release_qpn(qpn));
+            return;
+        }
         let qpn = self.qpn;
+        let ud = self.qp_type == QpType::Ud;
         self.pd.ctx.shared().destroy(move |s, e| {
+            if ud {
+                // Destroying a QP destroys its flows.
+                s.ud_steering.remove_qp(qpn);
+            }
             // ACKs this QP still owes its peer (deferred, `progress.rs`) leave first:
             // a program that exits right after its last completion must not leave the
             // peer retrying.
@@ -810,6 +940,9 @@ impl Qp {
 
     /// The QP's state.
     pub fn state(&self) -> QpState {
+        if let Some(r) = &self.raw {
+            return r.lock().state;
+        }
         self.shared()
             .lock()
             .qp_state(self.qpn)
@@ -818,6 +951,14 @@ impl Qp {
 
     /// `ibv_query_qp`.
     pub fn query(&self) -> Result<QpAttr> {
+        if let Some(r) = &self.raw {
+            crate::verbs::check_not_in_with("query_qp")?;
+            return Ok(QpAttr {
+                qp_state: r.lock().state,
+                port_num: 1,
+                ..Default::default()
+            });
+        }
         Ok(self.shared().lock_verb("query_qp")?.query_qp(self.qpn)?)
     }
 
@@ -833,6 +974,9 @@ impl Qp {
     /// combinations [`QpModify`] has no setter for. (Checked like [`Qp::modify`]; a
     /// wrong mask is an error, never undefined behaviour.)
     pub fn modify_raw(&self, attr: &QpAttr, mask: QpAttrMask) -> Result<()> {
+        if let Some(r) = &self.raw {
+            return self.modify_raw_packet(r, attr, mask);
+        }
         if let (Some(h), true) = (&attr.ah_attr, mask.contains(QpAttrMask::AV)) {
             self.pd.ctx.check_sgid(h.av.sgid_index, "modify_qp")?;
         }
@@ -919,8 +1063,81 @@ impl Qp {
         self.step(&attr, QpState::Rtr, QpState::Rts)
     }
 
+    /// A RAW_PACKET QP's modify: the kernel's transition table for RAW_PACKET
+    /// ([`rverbs_engine::modify::transition`]); required attributes missing or others
+    /// given is EINVAL, port other than 1 is EINVAL. Entering RTR hands the receives
+    /// posted so far to the device; entering ERR flushes them (WR_FLUSH_ERR).
+    fn modify_raw_packet(
+        &self,
+        r: &crate::raw::RawQpInner,
+        attr: &QpAttr,
+        mask: QpAttrMask,
+    ) -> Result<()> {
+        check_not_in_with("modify_qp")?;
+        let inval = |why| -> Error {
+            rverbs_engine::VerbError::new("modify_qp", rverbs_engine::Errno::Inval, why).into()
+        };
+        let mut st = r.lock();
+        let from = if mask.contains(QpAttrMask::CUR_STATE) {
+            attr.cur_qp_state
+        } else {
+            st.state
+        };
+        if from != st.state {
+            return Err(inval("cur_qp_state is not the QP's state"));
+        }
+        let to = if mask.contains(QpAttrMask::STATE) {
+            attr.qp_state
+        } else {
+            st.state
+        };
+        let (req, opt) = rverbs_engine::modify::transition(QpType::RawPacket, from, to)
+            .ok_or_else(|| inval("illegal transition for a RAW_PACKET QP"))?;
+        let given = QpAttrMask(mask.0 & !(QpAttrMask::STATE.0 | QpAttrMask::CUR_STATE.0));
+        if !given.contains(req) || given.0 & !(req.0 | opt.0) != 0 {
+            return Err(inval("attribute mask does not fit the transition"));
+        }
+        if given.contains(QpAttrMask::PORT) && attr.port_num != 1 {
+            return Err(inval("invalid port number"));
+        }
+        match to {
+            QpState::Err => r.flush(&mut st),
+            QpState::Reset => {
+                // RESET discards the receive queue without completions.
+                r.raw.flush_recv();
+                st.posted.clear();
+                st.held.clear();
+            }
+            QpState::Rtr | QpState::Rts => {
+                while let Some((wr_id, t)) = st.held.pop_front() {
+                    if let Err(e) = r.post_to_device(&mut st, wr_id, t) {
+                        return Err(Error::io("handing receives to the raw device", e));
+                    }
+                }
+            }
+            _ => {}
+        }
+        st.state = to;
+        drop(st);
+        // Flush completions become visible to pollers.
+        let s = self.shared();
+        s.activity.fetch_add(1, Ordering::Release);
+        s.wake();
+        Ok(())
+    }
+
     /// `ibv_post_send` of one request.
+    ///
+    /// On a RAW_PACKET QP (in RTS, else EINVAL) the request is a SEND whose gathered
+    /// buffers (or inline data: both are copies here) are one whole Ethernet frame,
+    /// destination MAC first, no FCS; it goes out on the context's raw interface after
+    /// the EGRESS flow rules (an EGRESS DROP rule stops it and the request still
+    /// completes successfully, as on a NIC). Other opcodes are EINVAL; a frame over
+    /// [`rverbs_raw::MAX_FRAME`] bytes completes with LOC_LEN_ERR.
     pub fn post_send(&self, wr: &SendRequest<'_>) -> Result<()> {
+        if let Some(r) = &self.raw {
+            return self.post_send_raw(r, wr);
+        }
         let s = self.shared();
         let mut e = s.lock_verb("post_send")?;
         let now = s.now();
@@ -941,6 +1158,12 @@ impl Qp {
         &self,
         wrs: &[SendRequest<'_>],
     ) -> std::result::Result<(), (usize, Error)> {
+        if let Some(r) = &self.raw {
+            for (i, wr) in wrs.iter().enumerate() {
+                self.post_send_raw(r, wr).map_err(|e| (i, e))?;
+            }
+            return Ok(());
+        }
         let s = self.shared();
         let mut e = s.lock_verb("post_send").map_err(|e| (0, e))?;
         let now = s.now();
@@ -956,8 +1179,53 @@ impl Qp {
         failed.map_or(Ok(()), Err)
     }
 
+    fn post_send_raw(&self, r: &crate::raw::RawQpInner, wr: &SendRequest<'_>) -> Result<()> {
+        check_not_in_with("post_send")?;
+        let inval = |why| -> Error {
+            rverbs_engine::VerbError::new("post_send", rverbs_engine::Errno::Inval, why).into()
+        };
+        if r.lock().state != QpState::Rts {
+            return Err(inval("the QP is not in RTS"));
+        }
+        if wr.opcode != WrOpcode::Send || wr.remote.is_some() || wr.ud.is_some() {
+            return Err(inval("a RAW_PACKET QP sends frames with SEND only"));
+        }
+        if wr.bufs.len() > r.cap.max_send_sge as usize {
+            return Err(inval("more SGEs than cap.max_send_sge"));
+        }
+        let frame: Vec<u8> = wr.bufs.iter().flat_map(LocalBuf::bytes).collect();
+        if wr.flags.contains(SendFlags::INLINE) && frame.len() > r.cap.max_inline_data as usize {
+            return Err(inval("inline data beyond cap.max_inline_data"));
+        }
+        let signaled = r.sq_sig_all || wr.flags.contains(SendFlags::SIGNALED);
+        r.raw
+            .post_send_wr(wr.wr_id, &[&frame], signaled)
+            .map_err(|e| Error::io("sending a raw frame", e))?;
+        let s = self.shared();
+        let mut e = s.lock_verb("post_send")?;
+        if s.drain_raw(&mut e) {
+            let now = s.now();
+            s.flush(&mut e, now);
+        }
+        Ok(())
+    }
+
     /// `ibv_post_recv` of one request.
+    ///
+    /// On a RAW_PACKET QP the buffers receive one whole frame (as received: destination
+    /// MAC first, a VLAN tag the driver stripped put back, no FCS); the completion on
+    /// the receive CQ gives `byte_len`, [`rverbs_engine::WcFlags::IP_CSUM_OK`] and, when a
+    /// TAG rule steered it, [`rverbs_engine::WcFlags::WITH_FLOW_TAG`] with
+    /// [`Wc::flow_tag`]. A frame longer than the buffers completes with LOC_LEN_ERR; a
+    /// frame steered to the QP while no receive is posted is dropped (no RNR on raw
+    /// QPs); a receive whose region was dropped before its frame came completes with
+    /// LOC_PROT_ERR and writes nothing. Receives posted before RTR wait for it. EINVAL in RESET, ENOMEM beyond
+    /// `cap.max_recv_wr` outstanding; in ERR the receive completes at once with
+    /// WR_FLUSH_ERR.
     pub fn post_recv(&self, wr_id: u64, bufs: &[LocalBuf<'_>]) -> Result<()> {
+        if let Some(r) = &self.raw {
+            return self.post_recv_raw(r, wr_id, bufs);
+        }
         let s = self.shared();
         let now = s.now();
         let wr = RecvWr {
@@ -971,6 +1239,197 @@ impl Qp {
         // just before the reply that will carry them.
         s.settle(&mut e, now);
         Ok(())
+    }
+}
+
+impl Qp {
+    fn post_recv_raw(
+        &self,
+        r: &crate::raw::RawQpInner,
+        wr_id: u64,
+        bufs: &[LocalBuf<'_>],
+    ) -> Result<()> {
+        check_not_in_with("post_recv")?;
+        let err =
+            |errno, why| -> Error { rverbs_engine::VerbError::new("post_recv", errno, why).into() };
+        if bufs.len() > r.cap.max_recv_sge as usize {
+            return Err(err(
+                rverbs_engine::Errno::Inval,
+                "more SGEs than cap.max_recv_sge",
+            ));
+        }
+        let targets: Vec<crate::raw::Target> = bufs
+            .iter()
+            .map(|b| crate::raw::Target {
+                lkey: b.mr.lkey,
+                region: b.mr.region.clone(),
+                offset: b.offset,
+                len: b.len,
+            })
+            .collect();
+        let mut st = r.lock();
+        match st.state {
+            QpState::Reset => {
+                return Err(err(rverbs_engine::Errno::Inval, "the QP is in RESET"));
+            }
+            QpState::Err => {
+                st.local.push_back((
+                    r.recv_cq,
+                    Wc {
+                        wr_id,
+                        status: rverbs_engine::WcStatus::WrFlushErr,
+                        opcode: rverbs_engine::WcOpcode::Recv,
+                        qp_num: self.qpn,
+                        ..Wc::default()
+                    },
+                ));
+                drop(st);
+                let s = self.shared();
+                s.activity.fetch_add(1, Ordering::Release);
+                s.wake();
+                return Ok(());
+            }
+            _ => {}
+        }
+        if st.held.len() + st.posted.len() >= r.max_recv_wr {
+            return Err(err(
+                rverbs_engine::Errno::NoMem,
+                "the receive queue is full",
+            ));
+        }
+        if targets.iter().map(|t| t.len).sum::<usize>() == 0 {
+            return Err(err(rverbs_engine::Errno::Inval, "no receive buffer"));
+        }
+        if st.state == QpState::Init {
+            st.held.push_back((wr_id, targets));
+            return Ok(());
+        }
+        r.post_to_device(&mut st, wr_id, targets)
+            .map_err(|e| Error::io("posting a raw receive", e))
+    }
+
+    /// `ibv_create_flow`: steers the frames `attr` selects to this QP until the returned
+    /// [`Flow`] is dropped (`ibv_destroy_flow`; no frame is steered by it once the drop
+    /// returns). Errors as the kernel's `ib_uverbs_ex_create_flow` and mlx5 give them:
+    /// EPERM without CAP_NET_RAW, EINVAL for a QP that is neither RAW_PACKET nor UD and
+    /// for every malformed attribute, EOPNOTSUPP for unsupported attributes or mask
+    /// bits (the whole list: [`rverbs_flow::attr::validate`]).
+    ///
+    /// On a RAW_PACKET QP the rule is installed in the raw device's classifier: NORMAL
+    /// rules by priority (lower wins), ALL_DEFAULT / MC_DEFAULT for frames no rule took,
+    /// SNIFFER for copies of everything, DONT_TRAP, EGRESS, TAG, DROP and COUNT, as
+    /// described in the `rverbs-raw` crate.
+    ///
+    /// On a UD QP (any context) the rule steers received RoCE v2 UD datagrams by their
+    /// outer headers: a datagram a NORMAL rule takes goes to this QP instead of the QP
+    /// its BTH names; SNIFFER rules get a copy of every datagram; DROP drops; a
+    /// datagram no rule takes goes to its BTH QP as usual. A UDP socket shows no
+    /// Ethernet header, so an ETH spec sees MAC addresses `00:00:00:00:00:00`, the
+    /// EtherType of the IP version and no VLAN tag: EtherType matches work, a rule on a
+    /// non-zero MAC or a VLAN never matches. IPV4 / IPV6 / UDP specs see the addresses,
+    /// TTL / hop limit, TOS / traffic class and flow label as received, UDP source port
+    /// and destination port 4791. ALL_DEFAULT / MC_DEFAULT, EGRESS and TAG are
+    /// EOPNOTSUPP on UD QPs. Datagrams to QP1 (the GSI) are never steered.
+    pub fn create_flow(&self, attr: &rverbs_flow::attr::FlowAttr) -> Result<Flow> {
+        use rverbs_flow::attr::{FlowContext, FlowQpType};
+        check_not_in_with("create_flow")?;
+        let qp_type = match self.qp_type {
+            QpType::RawPacket => FlowQpType::RawPacket,
+            QpType::Ud => FlowQpType::Ud,
+            _ => FlowQpType::Other,
+        };
+        rverbs_flow::attr::validate(
+            attr,
+            &FlowContext {
+                qp_type,
+                cap_net_raw: rverbs_raw::has_cap_net_raw(),
+                num_ports: 1,
+            },
+        )?;
+        let Some(r) = &self.raw else {
+            let id = self.shared().ud_steering.insert(self.qpn, attr)?;
+            return Ok(Flow {
+                id,
+                inner: Some(FlowInner::Ud {
+                    id,
+                    shared: Arc::downgrade(self.shared()),
+                }),
+            });
+        };
+        let f = r.raw.create_flow(attr)?;
+        Ok(Flow {
+            id: f.id(),
+            inner: Some(FlowInner::Raw(f)),
+        })
+    }
+}
+
+/// A flow rule made by [`Qp::create_flow`] (`struct ibv_flow`); dropping it is
+/// `ibv_destroy_flow`. A flow outlives nothing: destroying its QP removes it (then
+/// [`Flow::destroy`] is EINVAL).
+pub struct Flow {
+    id: rverbs_flow::classify::FlowId,
+    /// `None` once destroyed.
+    inner: Option<FlowInner>,
+}
+
+enum FlowInner {
+    /// A rule of the raw device (RAW_PACKET QP).
+    Raw(rverbs_raw::Flow),
+    /// A rule of the context's UD steering table; emptied once destroyed.
+    Ud {
+        id: rverbs_flow::classify::FlowId,
+        shared: std::sync::Weak<Shared>,
+    },
+}
+
+impl std::fmt::Debug for Flow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Flow({:#x})", self.id().raw())
+    }
+}
+
+impl Flow {
+    /// The flow's handle.
+    pub fn id(&self) -> rverbs_flow::classify::FlowId {
+        self.id
+    }
+
+    /// `ibv_destroy_flow` with its result: EINVAL if the flow is already gone (its QP
+    /// was destroyed). Inside [`Mr::with`] this is EDEADLK (dropping the flow there
+    /// works: the driver thread removes it).
+    pub fn destroy(mut self) -> Result<()> {
+        match self.inner.take() {
+            None => Ok(()),
+            Some(FlowInner::Raw(f)) => Ok(f.destroy()?),
+            Some(FlowInner::Ud { id, shared }) => {
+                check_not_in_with("destroy_flow")?;
+                let gone = shared.upgrade().is_some_and(|s| s.ud_steering.remove(id));
+                if gone {
+                    Ok(())
+                } else {
+                    Err(rverbs_flow::error::FlowError::inval("flow already destroyed").into())
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Flow {
+    fn drop(&mut self) {
+        if let Some(FlowInner::Ud { id, shared }) = &self.inner {
+            let Some(s) = shared.upgrade() else { return };
+            let id = *id;
+            if check_not_in_with("destroy_flow").is_ok() {
+                s.ud_steering.remove(id);
+            } else {
+                // The driver may hold the table while it waits for the region this
+                // thread holds: remove the flow from the driver thread instead.
+                s.destroy(move |s, _| {
+                    s.ud_steering.remove(id);
+                });
+            }
+        }
     }
 }
 

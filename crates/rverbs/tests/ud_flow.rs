@@ -1,0 +1,170 @@
+//! Flows on UD QPs steer RoCE v2 UD datagrams by their outer headers (see
+//! `Qp::create_flow`): between two loopback contexts, datagrams sent to QP A of the
+//! receiver go where the receiver's rules say — priority, IPv4 source, EtherType (the
+//! synthesized Ethernet header of UDP-socket mode), a MAC rule that never matches,
+//! DROP + COUNT, SNIFFER, DONT_TRAP — and back to A once the flows are destroyed.
+//! Creating flows needs CAP_NET_RAW (root): skipped loudly otherwise.
+
+use rverbs::flow::attr::{Counters, FlowAttr, FlowAttrType, FlowFlags, FlowSpec};
+use rverbs::flow::text::parse_rule;
+use rverbs::*;
+use std::time::Duration;
+
+struct Ud {
+    cq: Cq,
+    qp: Qp,
+    mr: Mr,
+}
+
+fn ud(ctx: &Context, pd: &Pd) -> Ud {
+    let cq = ctx.create_cq(64).unwrap();
+    let qp = pd.create_qp(&QpInitAttr::new(QpType::Ud, &cq)).unwrap();
+    let mr = pd.reg_mr(16 * 512, AccessFlags::LOCAL_WRITE).unwrap();
+    let nobody = PeerInfo {
+        qpn: 0,
+        psn: 0,
+        gid: Gid::ZERO,
+    };
+    qp.connect(&nobody, &ConnectOpts::default()).unwrap();
+    for i in 0..16 {
+        qp.post_recv(i, &[mr.slice(i as usize * 512..(i as usize + 1) * 512)])
+            .unwrap();
+    }
+    Ud { cq, qp, mr }
+}
+
+/// Completions within `wait` (the payload bytes after the 40-byte GRH area).
+fn got(u: &Ud, wait: Duration) -> Vec<Vec<u8>> {
+    let mut out = [Wc::default(); 16];
+    let n = u.cq.poll_wait(&mut out, wait).unwrap();
+    out[..n]
+        .iter()
+        .map(|wc| {
+            assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
+            assert_eq!(wc.qp_num, u.qp.qp_num());
+            let mut v = vec![0; wc.byte_len as usize - 40];
+            u.mr.read(wc.wr_id as usize * 512 + 40, &mut v);
+            v
+        })
+        .collect()
+}
+
+#[test]
+fn flows_on_ud_qps_steer_roce_datagrams_by_outer_headers() {
+    if !rverbs_raw::has_cap_net_raw() {
+        eprintln!("SKIP: flows need CAP_NET_RAW (run as root)");
+        return;
+    }
+    let dev = device(None).unwrap();
+    let tx_ctx = dev.open().unwrap();
+    let rx_ctx = dev.open().unwrap();
+    let tx_pd = tx_ctx.alloc_pd().unwrap();
+    let rx_pd = rx_ctx.alloc_pd().unwrap();
+    let tx = ud(&tx_ctx, &tx_pd);
+    let a = ud(&rx_ctx, &rx_pd);
+    let b = ud(&rx_ctx, &rx_pd);
+    let c = ud(&rx_ctx, &rx_pd);
+    let tx_ip = tx_ctx.gid(1).unwrap().to_ipv4_mapped().unwrap();
+    let ah = tx_pd
+        .create_ah(&AhAttrs::to(rx_ctx.gid(1).unwrap(), 1))
+        .unwrap();
+    let mut n = 0u8;
+    // Sends one datagram to A; returns its payload.
+    let mut send = || {
+        n += 1;
+        let msg = vec![n; 8];
+        tx.mr.write(0, &msg);
+        tx.qp
+            .post_send(&SendRequest::send(n.into(), &[tx.mr.slice(0..8)]).to(
+                &ah,
+                a.qp.qp_num(),
+                ConnectOpts::default().qkey,
+            ))
+            .unwrap();
+        msg
+    };
+    let short = Duration::from_millis(200);
+    let long = Duration::from_secs(5);
+
+    let m = send();
+    assert_eq!(got(&a, long), [m], "no flows: the BTH QP");
+
+    // B takes what comes from the sender's address.
+    let fb =
+        b.qp.create_flow(&parse_rule(&format!("prio 1 ipv4 src {tx_ip} udp dport 4791")).unwrap())
+            .unwrap();
+    let m = send();
+    assert_eq!(got(&b, long), [m]);
+    assert!(got(&a, short).is_empty());
+
+    // EtherType 0x0800 (the synthesized Ethernet header) at priority 0 beats B.
+    let fc =
+        c.qp.create_flow(&parse_rule("prio 0 eth type 0x0800").unwrap())
+            .unwrap();
+    let m = send();
+    assert_eq!(got(&c, long), [m]);
+    assert!(got(&b, short).is_empty());
+    drop(fc);
+
+    // A MAC address is never seen in UDP-socket mode: this rule never matches.
+    let fc =
+        c.qp.create_flow(&parse_rule("prio 0 eth dst 02:00:00:00:00:01").unwrap())
+            .unwrap();
+    let m = send();
+    assert_eq!(got(&b, long), [m]);
+    assert!(got(&c, short).is_empty());
+    drop(fc);
+
+    // DROP + COUNT: nobody gets it, the counter sees it.
+    let counters = Counters::new();
+    let mut drop_rule = parse_rule("prio 0 udp sport 4791 drop").unwrap();
+    drop_rule.specs.push(FlowSpec::Count(counters.clone()));
+    let fd = c.qp.create_flow(&drop_rule).unwrap();
+    send();
+    let deadline = std::time::Instant::now() + long;
+    while counters.read().packets == 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(counters.read().packets, 1);
+    for q in [&a, &b, &c] {
+        assert!(got(q, short).is_empty());
+    }
+    drop(fd);
+
+    // SNIFFER: a copy to C, and B still gets it.
+    let fs =
+        c.qp.create_flow(&FlowAttr::of_type(FlowAttrType::Sniffer))
+            .unwrap();
+    let m = send();
+    assert_eq!(got(&b, long), std::slice::from_ref(&m));
+    assert_eq!(got(&c, long), [m]);
+    fs.destroy().unwrap();
+
+    // DONT_TRAP on C at priority 0: C gets a copy and B (the rule below) still takes it.
+    let mut monitor = FlowAttr::normal(0, vec![FlowSpec::udp_dst(Some(4791))]);
+    monitor.flags = FlowFlags::DONT_TRAP;
+    let fm = c.qp.create_flow(&monitor).unwrap();
+    let m = send();
+    assert_eq!(got(&c, long), std::slice::from_ref(&m));
+    assert_eq!(got(&b, long), [m]);
+    drop(fm);
+
+    // Destroying the last flow: back to A, at once.
+    fb.destroy().unwrap();
+    let m = send();
+    assert_eq!(got(&a, long), [m]);
+    assert!(got(&b, short).is_empty());
+
+    // Destroying a QP destroys its flows: B's new flow goes with B.
+    let fb =
+        b.qp.create_flow(&parse_rule("prio 0 udp").unwrap())
+            .unwrap();
+    drop(b);
+    let m = send();
+    assert_eq!(got(&a, long), [m]);
+    assert_eq!(
+        fb.destroy().unwrap_err().errno(),
+        rverbs::flow::error::errno::EINVAL,
+        "already gone with its QP"
+    );
+}
