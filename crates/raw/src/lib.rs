@@ -123,12 +123,15 @@ impl RawPort {
     /// Receives one frame into `buf` (blocking up to the read timeout). The frame is
     /// `buf[r.start..r.start + r.len]` for the returned `r`; a VLAN tag the driver
     /// stripped is re-inserted (so `buf` needs 4 spare bytes), and a frame longer than
-    /// the rest of `buf` is truncated.
+    /// the rest of `buf` is cut to it with [`Received::truncated`] set.
     pub fn recv(&self, buf: &mut [u8]) -> io::Result<Received> {
         if buf.len() <= VLAN_ROOM {
             return Err(io::Error::from(io::ErrorKind::InvalidInput));
         }
+        let room = buf.len() - VLAN_ROOM;
         let (n, aux) = sys::recv_with_aux(&self.sock, &mut buf[VLAN_ROOM..])?;
+        let truncated = n > room;
+        let n = n.min(room);
         let aux = aux.unwrap_or_default();
         let csum_ok = aux.status & (TP_STATUS_CSUM_VALID | TP_STATUS_CSUMNOTREADY) != 0;
         if aux.status & TP_STATUS_VLAN_VALID != 0 && n >= 12 {
@@ -144,12 +147,14 @@ impl RawPort {
                 start: 0,
                 len: n + VLAN_ROOM,
                 csum_ok,
+                truncated,
             });
         }
         Ok(Received {
             start: VLAN_ROOM,
             len: n,
             csum_ok,
+            truncated,
         })
     }
 
@@ -174,6 +179,8 @@ pub struct Received {
     /// The kernel validated the frame's checksums (`TP_STATUS_CSUM_VALID`) or they are
     /// not final because the frame was made on this host (`TP_STATUS_CSUMNOTREADY`).
     pub csum_ok: bool,
+    /// The frame was longer than the buffer: only its start is there.
+    pub truncated: bool,
 }
 
 /// Bytes kept free at the start of a receive buffer for a re-inserted VLAN tag.
@@ -221,6 +228,9 @@ pub struct RawStats {
     pub queue_full: u64,
     /// Frames shorter than an Ethernet header.
     pub runts: u64,
+    /// Frames longer than the device could take whole (over the plain receive buffer
+    /// of [`MAX_FRAME`] bytes, or cut by the ring): dropped, never delivered cut.
+    pub truncated: u64,
     /// Frames sent.
     pub sent: u64,
 }
@@ -233,6 +243,7 @@ struct Counts {
     unsteered: AtomicU64,
     queue_full: AtomicU64,
     runts: AtomicU64,
+    truncated: AtomicU64,
     sent: AtomicU64,
 }
 
@@ -442,6 +453,10 @@ impl Shared {
         v: &mut Verdict,
     ) {
         self.counts.received.fetch_add(1, Ordering::Relaxed);
+        if f.len as usize > f.data.len() {
+            self.counts.truncated.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
         let csum_ok = f.status & (TP_STATUS_CSUM_VALID | TP_STATUS_CSUMNOTREADY) != 0;
         if f.status & TP_STATUS_VLAN_VALID != 0 && f.data.len() >= 12 {
             let tpid = if f.status & TP_STATUS_VLAN_TPID_VALID != 0 {
@@ -484,6 +499,10 @@ impl Shared {
             match self.port.recv(&mut buf) {
                 Ok(r) => {
                     self.counts.received.fetch_add(1, Ordering::Relaxed);
+                    if r.truncated {
+                        self.counts.truncated.fetch_add(1, Ordering::Relaxed);
+                        continue;
+                    }
                     let frame = &buf[r.start..r.start + r.len];
                     self.steer(frame, r.csum_ok, Direction::Ingress, &mut fv, &mut v);
                 }
@@ -666,6 +685,7 @@ impl RawDevice {
             unsteered: l(&c.unsteered),
             queue_full: l(&c.queue_full),
             runts: l(&c.runts),
+            truncated: l(&c.truncated),
             sent: l(&c.sent),
         }
     }

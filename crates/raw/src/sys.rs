@@ -93,7 +93,8 @@ pub(crate) struct Aux {
 pub(crate) const PACKET_AUXDATA: libc::c_int = 8;
 
 /// `recvmsg(2)` of one frame into `buf`, with the `PACKET_AUXDATA` control message if
-/// the kernel sent one. Returns the bytes received (at most `buf.len()`).
+/// the kernel sent one. Returns the frame's real length (`MSG_TRUNC`, `packet(7)`):
+/// more than `buf.len()` when the frame did not fit and `buf` holds only its start.
 pub(crate) fn recv_with_aux(fd: &impl AsRawFd, buf: &mut [u8]) -> io::Result<(usize, Option<Aux>)> {
     // Room for one cmsghdr + tpacket_auxdata (20 bytes), generously aligned.
     let mut ctrl = [0u64; 16];
@@ -109,7 +110,7 @@ pub(crate) fn recv_with_aux(fd: &impl AsRawFd, buf: &mut [u8]) -> io::Result<(us
     msg.msg_controllen = std::mem::size_of_val(&ctrl) as _;
     // SAFETY: `msg` points at one live iovec covering `buf` and at the live `ctrl`
     // array of the length given; the kernel writes at most those lengths.
-    let n = unsafe { libc::recvmsg(fd.as_raw_fd(), &mut msg, 0) };
+    let n = unsafe { libc::recvmsg(fd.as_raw_fd(), &mut msg, libc::MSG_TRUNC) };
     if n < 0 {
         return Err(io::Error::last_os_error());
     }
@@ -154,6 +155,7 @@ const BD_LEN: usize = 20;
 // tp_status u32 @20, tp_mac u16 @24, hv1.tp_vlan_tci u32 @32, hv1.tp_vlan_tpid u16 @36.
 const PH_NEXT: usize = 0;
 const PH_SNAPLEN: usize = 12;
+const PH_LEN: usize = 16;
 const PH_STATUS: usize = 20;
 const PH_MAC: usize = 24;
 const PH_VLAN_TCI: usize = 32;
@@ -288,6 +290,9 @@ impl Drop for Ring {
 /// One frame of a ring block, as the kernel described it.
 pub(crate) struct RingFrame<'a> {
     pub data: &'a [u8],
+    /// `tp_len`: the frame's length on the wire; more than `data.len()` (`tp_snaplen`)
+    /// when the ring kept only its start.
+    pub len: u32,
     pub status: u32,
     pub vlan_tci: u16,
     pub vlan_tpid: u16,
@@ -320,6 +325,7 @@ pub(crate) fn block_frames(block: &[u8]) -> impl Iterator<Item = RingFrame<'_>> 
         let h = block.get(off..end)?;
         let next = rd32(h, PH_NEXT)? as usize;
         let snaplen = rd32(h, PH_SNAPLEN)? as usize;
+        let len = rd32(h, PH_LEN)?;
         let status = rd32(h, PH_STATUS)?;
         let mac = usize::from(rd16(h, PH_MAC)?);
         let vlan_tci = rd32(h, PH_VLAN_TCI)? as u16;
@@ -328,6 +334,7 @@ pub(crate) fn block_frames(block: &[u8]) -> impl Iterator<Item = RingFrame<'_>> 
         off = if next == 0 { end } else { off + next };
         Some(RingFrame {
             data,
+            len,
             status,
             vlan_tci,
             vlan_tpid,
@@ -366,6 +373,7 @@ mod tests {
         for (k, off) in [48usize, 48 + 128].into_iter().enumerate() {
             put32(&mut b, off + PH_NEXT, if k == 0 { 128 } else { 0 });
             put32(&mut b, off + PH_SNAPLEN, 20 + k as u32);
+            put32(&mut b, off + PH_LEN, 20 + k as u32 + 100 * k as u32);
             put32(&mut b, off + PH_STATUS, if k == 1 { 1 << 4 } else { 0 });
             b[off + PH_MAC..off + PH_MAC + 2].copy_from_slice(&64u16.to_ne_bytes());
             put32(&mut b, off + PH_VLAN_TCI, 100);
@@ -377,6 +385,7 @@ mod tests {
         assert_eq!(frames.len(), 2);
         assert_eq!(frames[0].data, &(0..20).collect::<Vec<u8>>()[..]);
         assert_eq!(frames[1].data.len(), 21);
+        assert_eq!((frames[0].len, frames[1].len), (20, 121));
         assert_eq!((frames[1].status, frames[1].vlan_tci), (1 << 4, 100));
     }
 

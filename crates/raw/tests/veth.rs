@@ -613,3 +613,38 @@ fn device_dropped_from_its_receive_thread() {
         .expect("the device was dropped on its receive thread without a panic");
     assert_eq!(qp.poll_cq(8).len(), 1);
 }
+
+/// Plain mode: a frame longer than the receive buffer is counted in
+/// `RawStats::truncated` and dropped, never delivered cut to the buffer's length (it
+/// was delivered as a shorter, complete-looking frame before `MSG_TRUNC`).
+#[test]
+fn plain_mode_drops_frames_too_long_for_its_buffer() {
+    let Some(pair) = VethPair::new() else { return };
+    for (ns, ifname) in [(&pair.ns_a, &pair.if_a), (&pair.ns_b, &pair.if_b)] {
+        let st = std::process::Command::new("ip")
+            .args(["-n", ns, "link", "set", "dev", ifname, "mtu", "12000"])
+            .status()
+            .expect("ip");
+        assert!(st.success(), "raising the veth MTU");
+    }
+    let if_a = pair.if_a.clone();
+    let tx = VethPair::in_ns(&pair.ns_a, move || {
+        RawPort::open(&if_a).expect("open sender")
+    });
+    let if_b = pair.if_b.clone();
+    let dev = VethPair::in_ns(&pair.ns_b, move || {
+        RawDevice::open_with(&if_b, RxMode::Plain).expect("open raw device")
+    });
+    let qp = dev.create_qp(8);
+    let _f = flow(&qp, 0, vec![FlowSpec::udp_dst(Some(9))]);
+    let mut big = udp4("10.0.0.1", "10.0.0.2", 1, 9);
+    big.resize(rverbs_raw::MAX_FRAME + 500, 0xab);
+    tx.send(&big).unwrap();
+    let small = udp4("10.0.0.1", "10.0.0.2", 2, 9);
+    tx.send(&small).unwrap();
+    let got = collect(&qp, 1);
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].frame, small);
+    assert!(qp.recv(Duration::from_millis(200)).is_none());
+    assert_eq!(dev.stats().truncated, 1);
+}
