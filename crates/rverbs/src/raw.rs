@@ -15,6 +15,7 @@ use crate::error::Result;
 use rverbs_engine::{CqId, Engine, QpState, VecMemory, Wc, WcFlags, WcOpcode, WcStatus};
 use rverbs_raw::{RawDevice, RawQp, RawRecvWr, RawWc, RawWcOpcode, RawWcStatus};
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 /// The raw side of a context.
@@ -68,7 +69,21 @@ pub(crate) struct RawQpInner {
     /// The QP's `cap` (scatter/gather and inline limits are checked as the engine does).
     pub(crate) cap: rverbs_engine::modify::QpCap,
     pub(crate) st: Mutex<RawQpState>,
+    /// `st.state`, readable without `st`'s lock: the driver holds that lock while it
+    /// waits for a region's lock to scatter a frame, so [`crate::Qp::state`] called
+    /// inside that region's [`crate::Mr::with`] must not take it.
+    pub(crate) state_now: AtomicU8,
 }
+
+const STATES: [QpState; 7] = [
+    QpState::Reset,
+    QpState::Init,
+    QpState::Rtr,
+    QpState::Rts,
+    QpState::Sqd,
+    QpState::Sqe,
+    QpState::Err,
+];
 
 pub(crate) struct RawQpState {
     pub(crate) state: QpState,
@@ -82,6 +97,21 @@ pub(crate) struct RawQpState {
 }
 
 impl RawQpInner {
+    /// The QP's state, without taking `st`'s lock.
+    pub(crate) fn state(&self) -> QpState {
+        STATES[usize::from(self.state_now.load(Ordering::Acquire)).min(STATES.len() - 1)]
+    }
+
+    /// Sets the state (under `st`'s lock, so both copies agree).
+    pub(crate) fn set_state(&self, st: &mut RawQpState, to: QpState) {
+        st.state = to;
+        let i = STATES
+            .iter()
+            .position(|s| *s == to)
+            .unwrap_or(STATES.len() - 1);
+        self.state_now.store(i as u8, Ordering::Release);
+    }
+
     pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, RawQpState> {
         self.st.lock().unwrap_or_else(|e| e.into_inner())
     }

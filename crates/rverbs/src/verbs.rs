@@ -321,6 +321,7 @@ impl Pd {
                 posted: Default::default(),
                 local: Default::default(),
             }),
+            state_now: Default::default(),
         });
         // The device's receive thread wakes the driver, which moves completions into
         // the CQs (and so fires armed CQs' events).
@@ -941,7 +942,7 @@ impl Qp {
     /// The QP's state.
     pub fn state(&self) -> QpState {
         if let Some(r) = &self.raw {
-            return r.lock().state;
+            return r.state();
         }
         self.shared()
             .lock()
@@ -954,7 +955,7 @@ impl Qp {
         if let Some(r) = &self.raw {
             crate::verbs::check_not_in_with("query_qp")?;
             return Ok(QpAttr {
-                qp_state: r.lock().state,
+                qp_state: r.state(),
                 port_num: 1,
                 ..Default::default()
             });
@@ -1128,7 +1129,7 @@ impl Qp {
             }
             _ => {}
         }
-        st.state = to;
+        r.set_state(&mut st, to);
         drop(st);
         // Completions moved or made here become visible to pollers.
         let now = s.now();

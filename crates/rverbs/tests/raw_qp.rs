@@ -694,3 +694,40 @@ fn err_flush_after_an_undrained_receive_keeps_completions_paired() {
     assert_eq!(q2.frame(&wcs[0]), f2);
     assert_eq!(q1.recv(1).len(), 1);
 }
+
+/// `Qp::state` of a RAW_PACKET QP answers inside `Mr::with` even while the driver
+/// thread waits for that very region to scatter a frame into it (it held the QP's state
+/// lock meanwhile, so `state` used to deadlock there).
+#[test]
+fn raw_qp_state_inside_mr_with_while_the_driver_waits_for_it() {
+    let Some(pair) = VethPair::new() else { return };
+    let tx = sender(&pair);
+    let ctx = raw_context(&pair.ns_b, &pair.if_b);
+    let q = raw_qp(&ctx, 1);
+    let _f = q.flow(0, vec![FlowSpec::udp_dst(Some(5))]);
+    let (answer_tx, answer) = std::sync::mpsc::channel();
+    let (go_tx, go) = std::sync::mpsc::channel::<()>();
+    let q = std::sync::Arc::new(q);
+    let q2 = q.clone();
+    // Deliberately not joined: on failure this thread stays deadlocked.
+    std::thread::spawn(move || {
+        q2.mr.with(|_| {
+            go.recv().unwrap();
+            // Give the driver time to reach the region and wait for it.
+            std::thread::sleep(Duration::from_millis(100));
+            let _ = answer_tx.send(q2.qp.state());
+        })
+    });
+    tx.send(&udp4("10.0.0.1", "10.0.0.2", 1, 5)).unwrap();
+    let deadline = Instant::now() + WAIT;
+    while ctx.raw_stats().unwrap().delivered < 1 {
+        assert!(Instant::now() < deadline, "frame not delivered");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    go_tx.send(()).unwrap();
+    let st = answer
+        .recv_timeout(WAIT)
+        .expect("Qp::state inside Mr::with answered");
+    assert_eq!(st, QpState::Rts);
+    assert_eq!(q.recv(1).len(), 1);
+}
