@@ -46,7 +46,8 @@ pub enum GidType {
 }
 
 impl GidType {
-    /// The name `show_gids` prints in its `VER` column (`v1`, `v2`; IB prints `IB`).
+    /// A short name: `IB`, `v1`, `v2` (`show_gids` prints `v1` for IB entries, whose
+    /// sysfs type text is "IB/RoCE v1").
     pub fn short_name(self) -> &'static str {
         match self {
             GidType::Ib => "IB",
