@@ -14,8 +14,9 @@
 //!   any other: an InfiniBand port, and also an unknown or unreadable link layer
 //!   (`query_sysfs_gid_entry`: "Unspecified link layer is IB by default");
 //! * an unreadable `gid_attrs/ndevs/<i>` means no network device (ifindex 0); a name
-//!   that does not resolve to an interface here is an error (ENOENT; rdma-core returns
-//!   the errno of its `if_nametoindex`).
+//!   that does not resolve to an interface here is an error: rdma-core returns the errno
+//!   of its `if_nametoindex`, which is ENODEV for an unknown name (glibc asks
+//!   `SIOCGIFINDEX`, which fails with ENODEV).
 //!
 //! **Fixtures.** Reading a sysfs attribute can fail with an errno no regular file can
 //! reproduce (EINVAL for an empty entry's type). A fixture tree stands for such a file
@@ -191,7 +192,7 @@ impl SysfsReader {
             Some(name) => (self.ifindex)(&name).ok_or_else(|| {
                 Error::Verb(VerbError::new(
                     "query_gid_ex",
-                    Errno::NoEnt,
+                    Errno::NoDev,
                     "the GID's network device does not exist here",
                 ))
             })?,
@@ -315,7 +316,7 @@ mod tests {
         let other = SysfsReader::new(fixtures().join("rxe-vm1")).with_ifindex(|_| None);
         assert_eq!(
             other.query_gid_ex("rxe0", 1, 0).unwrap_err().errno(),
-            libc::ENOENT
+            libc::ENODEV
         );
     }
 
