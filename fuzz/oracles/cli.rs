@@ -48,6 +48,30 @@ pub fn pcap_file(data: &[u8]) {
     }
 }
 
+/// The bytes as what a `rverbs perf` peer sends on the control connection: every line
+/// parses to a message or an error, and a parsed message renders back to a line that
+/// parses to the same message.
+pub fn perf_ctrl(data: &[u8]) {
+    use rverbs_cli::perf::ctrl::{read_msg, Msg};
+    let mut r = data;
+    for _ in 0..64 {
+        match read_msg(&mut r) {
+            Ok(m) => {
+                assert_eq!(Msg::parse(&m.render()).as_ref(), Ok(&m));
+                for k in ["size", "sent", "qpn", "gid", "secs"] {
+                    let _ = (m.u64(k), m.hex(k), m.gid(k), m.f64(k));
+                }
+            }
+            Err(e) => {
+                assert!(!e.is_empty());
+                if e.contains("closed") || e.contains("cut short") {
+                    break;
+                }
+            }
+        }
+    }
+}
+
 /// The bytes as an `rverbs interop-peer` exchange line: parsing never panics, and what
 /// parses encodes back to a line that parses to the same values.
 pub fn interop_exchange(data: &[u8]) {

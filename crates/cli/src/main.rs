@@ -136,6 +136,75 @@ enum Command {
         #[command(subcommand)]
         command: MadCommand,
     },
+    /// The soft devices and their port, in ibv_devinfo's layout (or JSON).
+    Devinfo {
+        /// Only this device.
+        #[arg(short = 'd', long = "ib-dev")]
+        dev: Option<String>,
+        /// Every attribute, the capability flags and the GID table.
+        #[arg(short = 'v', long)]
+        verbose: bool,
+        /// Print JSON instead.
+        #[arg(long)]
+        json: bool,
+    },
+    /// perftest-like benchmarks between two processes: `rverbs perf write bw` on one
+    /// side, `rverbs perf write bw HOST` on the other. `tcp` runs the same
+    /// measurements over a plain TCP socket (the baseline).
+    Perf {
+        /// send, write, read, atomic, or tcp.
+        #[arg(value_parser = ["send", "write", "read", "atomic", "tcp"])]
+        op: String,
+        /// bw (bandwidth, message rate) or lat (latency percentiles).
+        #[arg(value_parser = ["bw", "lat"])]
+        kind: String,
+        /// Server to connect to (omit to be the server).
+        server: Option<String>,
+        /// Control connection TCP port.
+        #[arg(short = 'p', long, default_value_t = 18515)]
+        port: u16,
+        /// Device (default: the loopback soft device).
+        #[arg(short = 'd', long = "ib-dev")]
+        dev: Option<String>,
+        /// Message size in bytes (default 65536 for bw, 2 for lat).
+        #[arg(short = 's', long)]
+        size: Option<usize>,
+        /// Run every size from 2 bytes to 8 MiB.
+        #[arg(short = 'a', long)]
+        all: bool,
+        /// Messages per size (default 5000 for bw, 1000 for lat).
+        #[arg(short = 'n', long)]
+        iters: Option<u64>,
+        /// Run each size for this many seconds instead of -n.
+        #[arg(short = 'D', long)]
+        duration: Option<f64>,
+        /// Outstanding messages (bw).
+        #[arg(short = 't', long = "tx-depth", default_value_t = 128)]
+        depth: usize,
+        /// Requests posted per ibv_post_send call (bw).
+        #[arg(short = 'l', long = "post-list", default_value_t = 1)]
+        post_list: usize,
+        /// Both sides send (bw).
+        #[arg(short = 'b', long)]
+        bidirectional: bool,
+        /// Path MTU (default: the port's active MTU, as perftest).
+        #[arg(short = 'm', long, default_value_t = 0)]
+        mtu: usize,
+        /// GID index (default: one of the peer's address family).
+        #[arg(short = 'x', long = "gid-index")]
+        gid_idx: Option<u8>,
+        /// Microseconds a waiting thread busy-polls before it sleeps until the next
+        /// datagram (0: sleep at once, best when busy threads outnumber cores).
+        #[arg(long = "spin-us", default_value_t = 0)]
+        spin_us: u64,
+        /// Speak perftest's own exchange: be the client of an unmodified
+        /// `ib_write_bw` server (perftest 5.70 .. 6.27; `write bw SERVER -n N` only).
+        #[arg(long)]
+        perftest: bool,
+        /// One JSON object per size instead of the table.
+        #[arg(long)]
+        json: bool,
+    },
     /// Print every device's GID table in show_gids layout (`DEV PORT INDEX GID IPv4
     /// VER DEV`, then `n_gids_found=N`): the soft devices' tables (as the kernel would
     /// build them for rxe on the same interfaces), or a kernel's sysfs with --sysfs.
@@ -365,6 +434,69 @@ fn main() -> ExitCode {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("{e}");
+                    ExitCode::from(1)
+                }
+            }
+        }
+        Command::Perf {
+            op,
+            kind,
+            server,
+            port,
+            dev,
+            size,
+            all,
+            iters,
+            duration,
+            depth,
+            post_list,
+            bidirectional,
+            mtu,
+            gid_idx,
+            spin_us,
+            perftest,
+            json,
+        } => {
+            use rverbs_cli::perf::{Kind, Op};
+            let kind = if kind == "lat" { Kind::Lat } else { Kind::Bw };
+            let o = rverbs_cli::perf::Opts {
+                op: Op::from_name(&op).unwrap_or(Op::Send),
+                kind,
+                server,
+                port,
+                dev,
+                size: size.unwrap_or(if kind == Kind::Bw { 65536 } else { 2 }),
+                all,
+                iters: iters
+                    .unwrap_or(if kind == Kind::Bw { 5000 } else { 1000 })
+                    .max(1),
+                duration: duration.filter(|d| *d > 0.0),
+                depth,
+                post_list,
+                bidir: bidirectional,
+                mtu,
+                gid_idx,
+                spin: std::time::Duration::from_micros(spin_us),
+                perftest,
+                json,
+            };
+            let mut out = std::io::stdout();
+            match rverbs_cli::perf::run(&o, &mut out) {
+                Ok(_) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("rverbs perf: {e}");
+                    ExitCode::from(1)
+                }
+            }
+        }
+        Command::Devinfo { dev, verbose, json } => {
+            match rverbs_cli::devinfo::run(dev.as_deref(), verbose, json) {
+                Ok(t) => {
+                    print!("{t}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("rverbs devinfo: {e}");
                     ExitCode::from(1)
                 }
             }

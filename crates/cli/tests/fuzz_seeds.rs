@@ -23,6 +23,11 @@ fn pcap_file() {
 }
 
 #[test]
+fn perf_ctrl() {
+    replay("perf_ctrl", oracles::perf_ctrl);
+}
+
+#[test]
 fn interop_exchange() {
     replay("interop_exchange", oracles::interop_exchange);
 }

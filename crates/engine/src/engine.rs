@@ -116,6 +116,8 @@ struct TimerEntry {
 /// The soft RoCE v2 transport engine of one port.
 pub struct Engine {
     cfg: Config,
+    /// Datagram buffers to reuse (see [`Engine::recycle`]).
+    spare: std::cell::RefCell<Vec<Vec<u8>>>,
     rng: u64,
     pds: Slab<Pd>,
     mrs: Slab<Mr>,
@@ -154,9 +156,13 @@ macro_rules! ctx {
             gids: &$s.cfg.gids,
             src_port: $s.cfg.src_port,
             now: $now,
+            spare: &$s.spare,
         }
     };
 }
+
+/// Most datagram buffers [`Engine::recycle`] keeps.
+pub const SPARE_BUFFERS: usize = 256;
 
 fn err(verb: &'static str, errno: Errno, reason: &'static str) -> VerbError {
     VerbError::new(verb, errno, reason)
@@ -172,6 +178,7 @@ impl Engine {
             FIRST_QPN
         };
         Engine {
+            spare: std::cell::RefCell::new(Vec::new()),
             cfg,
             rng,
             pds: Slab::default(),
@@ -1072,6 +1079,17 @@ impl Engine {
         None
     }
 
+    /// Hands back the buffer of a [`Transmit`] the driver has sent, so a later packet
+    /// reuses it instead of allocating (and faulting in) a new one. Optional; at most
+    /// [`SPARE_BUFFERS`] are kept, and larger-than-needed ones are fine.
+    pub fn recycle(&mut self, mut buf: Vec<u8>) {
+        let spare = self.spare.get_mut();
+        if spare.len() < SPARE_BUFFERS && buf.capacity() > 0 {
+            buf.clear();
+            spare.push(buf);
+        }
+    }
+
     /// When [`Engine::handle_timeout`] should next be called.
     pub fn poll_timeout(&self) -> Option<Nanos> {
         self.timers.first().map(|t| t.at)
@@ -1102,5 +1120,26 @@ impl Engine {
     /// Number of live QPs.
     pub fn qp_count(&self) -> usize {
         self.qps.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recycle_keeps_a_bounded_pool_of_non_empty_buffers() {
+        let mut e = Engine::new(Config::default());
+        e.recycle(Vec::new());
+        assert!(
+            e.spare.get_mut().is_empty(),
+            "an unallocated Vec is not kept"
+        );
+        for _ in 0..SPARE_BUFFERS + 10 {
+            e.recycle(vec![1u8; 100]);
+        }
+        let spare = e.spare.get_mut();
+        assert_eq!(spare.len(), SPARE_BUFFERS);
+        assert!(spare.iter().all(|b| b.is_empty() && b.capacity() >= 100));
     }
 }

@@ -27,7 +27,7 @@ mod slab;
 pub mod types;
 
 pub use counters::Counters;
-pub use engine::{Config, Engine, MrKeys, QpInit};
+pub use engine::{Config, Engine, MrKeys, QpInit, SPARE_BUFFERS};
 pub use memory::{AtomicOp, Memory, VecMemory};
 pub use net::{Datagram, Transmit};
 pub use objects::{KEY_TAG_BITS, MAX_MR};

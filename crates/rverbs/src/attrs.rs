@@ -1,8 +1,65 @@
 //! `ibv_query_device` / `ibv_query_port`: the soft device's attributes and limits.
 
 use crate::context::Context;
+use crate::device::DeviceInfo;
 use crate::error::Result;
-use rverbs_engine::{Errno, Mtu, VerbError};
+use rverbs_engine::{Config, Counters, Errno, Mtu, VerbError};
+
+/// `IBV_DEVICE_BAD_PKEY_CNTR`: the port counts packets dropped for a bad P_Key.
+pub const DEVICE_BAD_PKEY_CNTR: u32 = 1 << 1;
+/// `IBV_DEVICE_BAD_QKEY_CNTR`: the port counts UD packets dropped for a bad Q_Key.
+pub const DEVICE_BAD_QKEY_CNTR: u32 = 1 << 2;
+/// `IBV_DEVICE_SYS_IMAGE_GUID`: `sys_image_guid` is valid.
+pub const DEVICE_SYS_IMAGE_GUID: u32 = 1 << 11;
+/// `IBV_DEVICE_RC_RNR_NAK_GEN`: an RC responder without a receive WQE sends RNR NAK.
+pub const DEVICE_RC_RNR_NAK_GEN: u32 = 1 << 12;
+
+/// The names `ibv_devinfo -v` prints for `device_cap_flags` bits (verbs.h order).
+pub const DEVICE_CAP_NAMES: &[(u32, &str)] = &[
+    (1 << 0, "RESIZE_MAX_WR"),
+    (1 << 1, "BAD_PKEY_CNTR"),
+    (1 << 2, "BAD_QKEY_CNTR"),
+    (1 << 3, "RAW_MULTI"),
+    (1 << 4, "AUTO_PATH_MIG"),
+    (1 << 5, "CHANGE_PHY_PORT"),
+    (1 << 6, "UD_AV_PORT_ENFORCE"),
+    (1 << 7, "CURR_QP_STATE_MOD"),
+    (1 << 8, "SHUTDOWN_PORT"),
+    (1 << 9, "INIT_TYPE"),
+    (1 << 10, "PORT_ACTIVE_EVENT"),
+    (1 << 11, "SYS_IMAGE_GUID"),
+    (1 << 12, "RC_RNR_NAK_GEN"),
+    (1 << 13, "SRQ_RESIZE"),
+    (1 << 14, "N_NOTIFY_CQ"),
+    (1 << 17, "MEM_WINDOW"),
+    (1 << 18, "UD_IP_CSUM"),
+    (1 << 20, "XRC"),
+    (1 << 21, "MEM_MGT_EXTENSIONS"),
+    (1 << 23, "MEM_WINDOW_TYPE_2A"),
+    (1 << 24, "MEM_WINDOW_TYPE_2B"),
+    (1 << 25, "RC_IP_CSUM"),
+    (1 << 26, "RAW_IP_CSUM"),
+    (1 << 29, "MANAGED_FLOW_STEERING"),
+];
+
+/// Link width and speed codes for an Ethernet speed in Mb/s, as the kernel's
+/// `ib_get_eth_speed` (drivers/infiniband/core/verbs.c) maps them; unknown speed
+/// (loopback, virtual NICs) is 1X SDR like rxe on those.
+pub fn eth_width_speed(mbps: Option<u32>) -> (u8, u8) {
+    // Width codes: 1 = 1X, 2 = 4X. Speed codes: 1 SDR, 2 DDR, 4 QDR, 8 FDR10,
+    // 16 FDR, 32 EDR, 64 HDR, 128 NDR.
+    match mbps {
+        None => (1, 1),
+        Some(s) if s <= 1000 => (1, 1),
+        Some(s) if s <= 10_000 => (1, 8),
+        Some(s) if s <= 20_000 => (2, 2),
+        Some(s) if s <= 25_000 => (1, 32),
+        Some(s) if s <= 40_000 => (2, 8),
+        Some(s) if s <= 100_000 => (2, 32),
+        Some(s) if s <= 200_000 => (2, 64),
+        Some(_) => (2, 128),
+    }
+}
 
 /// Device attributes and limits (`struct ibv_device_attr`, the fields a RoCE soft device
 /// fills in). The limits are the ones the device enforces.
@@ -43,11 +100,33 @@ pub struct DeviceAttr {
     pub atomic_hca: bool,
     /// Physical ports (1).
     pub phys_port_cnt: u8,
-    /// `device_cap_flags` beyond the fields above:
+    /// `IBV_DEVICE_*` capability bits (see [`DEVICE_CAP_NAMES`]), including
     /// [`rverbs_raw::IBV_DEVICE_MANAGED_FLOW_STEERING`] (flows on UD QPs, and on
     /// RAW_PACKET QPs in raw mode), plus [`rverbs_raw::IBV_DEVICE_RAW_IP_CSUM`] in raw
     /// mode ([`crate::OpenOptions::raw_interface`]).
     pub device_cap_flags: u64,
+    /// Supported page sizes (bit n set: 2^n bytes).
+    pub page_size_cap: u64,
+    /// IEEE vendor ID (0xffffff: none, as rxe).
+    pub vendor_id: u32,
+    /// Vendor part ID (0).
+    pub vendor_part_id: u32,
+    /// Hardware version (0).
+    pub hw_ver: u32,
+    /// Most CQs.
+    pub max_cq: u32,
+    /// Most protection domains.
+    pub max_pd: u32,
+    /// Most address handles.
+    pub max_ah: u32,
+    /// Most SRQs.
+    pub max_srq: u32,
+    /// Responder resources over the whole device.
+    pub max_res_rd_atom: u32,
+    /// P_Key table length.
+    pub max_pkeys: u16,
+    /// Local CA ACK delay exponent (4.096 µs · 2^n), as rxe (15).
+    pub local_ca_ack_delay: u8,
 }
 
 /// Port state (`enum ibv_port_state`).
@@ -55,7 +134,7 @@ pub struct DeviceAttr {
 pub enum PortState {
     /// `IBV_PORT_DOWN`.
     Down,
-    /// `IBV_PORT_ACTIVE`: the device's sockets are bound.
+    /// `IBV_PORT_ACTIVE`: the interface is up.
     Active,
 }
 
@@ -77,41 +156,40 @@ pub struct PortAttr {
     pub link_layer_ethernet: bool,
     /// The interface's MTU in bytes.
     pub netdev_mtu: usize,
+    /// Largest message, bytes.
+    pub max_msg_sz: u32,
+    /// Port capability bits: what the port's SMA reports in PortInfo.
+    pub port_cap_flags: u32,
+    /// P_Key violations (packets dropped for a bad P_Key) of this context.
+    pub bad_pkey_cntr: u32,
+    /// Q_Key violations of this context.
+    pub qkey_viol_cntr: u32,
+    /// LID (0 on RoCE).
+    pub lid: u16,
+    /// Subnet manager LID (0).
+    pub sm_lid: u16,
+    /// LID mask control (0).
+    pub lmc: u8,
+    /// Virtual lanes (1).
+    pub max_vl_num: u8,
+    /// Link width code (1 = 1X, 2 = 4X, ...), from the interface speed as the kernel's
+    /// `ib_get_eth_speed`.
+    pub active_width: u8,
+    /// Link speed code (1 = 2.5 Gbps SDR, ...), from the interface speed.
+    pub active_speed: u8,
+    /// Physical state (5 = LINK_UP, 3 = DISABLED).
+    pub phys_state: u8,
 }
 
 impl Context {
     /// `ibv_query_device`.
     pub fn query_device(&self) -> Result<DeviceAttr> {
         let e = self.shared().lock_verb("query_device")?;
-        let cfg = e.config();
-        let l = &cfg.limits;
-        let guid = cfg.gids.first().map_or(0, |g| g.interface_id());
-        Ok(DeviceAttr {
-            fw_ver: env!("CARGO_PKG_VERSION").to_string(),
-            node_guid: guid,
-            sys_image_guid: guid,
-            // Regions are heap buffers; the engine's offsets are usize.
-            max_mr_size: isize::MAX as u64,
-            max_qp: cfg.max_qp,
-            max_qp_wr: l.max_qp_wr,
-            max_send_sge: l.max_send_sge,
-            max_recv_sge: l.max_recv_sge,
-            max_cqe: cfg.max_cqe,
-            max_mr: rverbs_engine::MAX_MR - 1,
-            max_qp_rd_atom: l.max_qp_rd_atom,
-            max_qp_init_rd_atom: l.max_qp_init_rd_atom,
-            // create_srq checks against these two.
-            max_srq_wr: l.max_qp_wr,
-            max_srq_sge: l.max_recv_sge,
-            max_inline_data: l.max_inline_data,
-            atomic_hca: true,
-            phys_port_cnt: 1,
-            device_cap_flags: rverbs_raw::IBV_DEVICE_MANAGED_FLOW_STEERING
-                | match &self.shared().raw {
-                    Some(_) => rverbs_raw::IBV_DEVICE_RAW_IP_CSUM,
-                    None => 0,
-                },
-        })
+        let mut d = device_attr(e.config());
+        if self.shared().raw.is_some() {
+            d.device_cap_flags |= rverbs_raw::IBV_DEVICE_RAW_IP_CSUM;
+        }
+        Ok(d)
     }
 
     /// `ibv_query_port` of port `port` (this device has port 1 only; others are EINVAL).
@@ -120,15 +198,141 @@ impl Context {
             return Err(VerbError::new("query_port", Errno::Inval, "no such port").into());
         }
         let e = self.shared().lock_verb("query_port")?;
-        let cfg = e.config();
-        Ok(PortAttr {
-            state: PortState::Active,
-            max_mtu: Mtu::M4096,
-            active_mtu: cfg.limits.active_mtu,
-            gid_tbl_len: cfg.gids.len() as u32,
-            pkey_tbl_len: cfg.limits.pkey_table_len,
-            link_layer_ethernet: true,
-            netdev_mtu: self.device().netdev_mtu,
-        })
+        Ok(port_attr(self.device(), e.config(), e.counters()))
+    }
+}
+
+impl DeviceInfo {
+    /// The device's attributes, port 1 and GID table as an opened context would report
+    /// them, without opening it (no socket is bound, so this works while another
+    /// process holds the device or rxe holds port 4791). The port counters are a
+    /// context's own and read 0 here; the loopback device's GIDs are its interface's
+    /// addresses (an opened context gets its own 127.0.0.x).
+    pub fn attributes(&self) -> (DeviceAttr, PortAttr, Vec<rverbs_wire::grh::Gid>) {
+        let mut cfg = Config {
+            gids: std::iter::once(self.default_gid())
+                .chain(self.addrs.iter().map(|a| rverbs_engine::net::ip_to_gid(*a)))
+                .collect(),
+            ..Config::default()
+        };
+        cfg.limits.active_mtu = self.active_mtu();
+        let (d, p) = (
+            device_attr(&cfg),
+            port_attr(self, &cfg, &Counters::default()),
+        );
+        (d, p, cfg.gids)
+    }
+}
+
+fn device_attr(cfg: &Config) -> DeviceAttr {
+    let l = &cfg.limits;
+    let guid = cfg.gids.first().map_or(0, |g| g.interface_id());
+    DeviceAttr {
+        fw_ver: env!("CARGO_PKG_VERSION").to_string(),
+        node_guid: guid,
+        sys_image_guid: guid,
+        // Regions are heap buffers; the engine's offsets are usize.
+        max_mr_size: isize::MAX as u64,
+        max_qp: cfg.max_qp,
+        max_qp_wr: l.max_qp_wr,
+        max_send_sge: l.max_send_sge,
+        max_recv_sge: l.max_recv_sge,
+        max_cqe: cfg.max_cqe,
+        max_mr: rverbs_engine::MAX_MR - 1,
+        max_qp_rd_atom: l.max_qp_rd_atom,
+        max_qp_init_rd_atom: l.max_qp_init_rd_atom,
+        // create_srq checks against these two.
+        max_srq_wr: l.max_qp_wr,
+        max_srq_sge: l.max_recv_sge,
+        max_inline_data: l.max_inline_data,
+        atomic_hca: true,
+        phys_port_cnt: 1,
+        device_cap_flags: u64::from(
+            DEVICE_BAD_PKEY_CNTR
+                | DEVICE_BAD_QKEY_CNTR
+                | DEVICE_SYS_IMAGE_GUID
+                | DEVICE_RC_RNR_NAK_GEN,
+        ) | rverbs_raw::IBV_DEVICE_MANAGED_FLOW_STEERING,
+        page_size_cap: 0xffff_f000,
+        vendor_id: 0xff_ffff,
+        vendor_part_id: 0,
+        hw_ver: 0,
+        max_cq: cfg.max_qp.saturating_mul(2),
+        max_pd: cfg.max_qp,
+        max_ah: cfg.max_qp,
+        max_srq: cfg.max_qp,
+        max_res_rd_atom: l.max_qp_rd_atom.saturating_mul(cfg.max_qp),
+        max_pkeys: l.pkey_table_len,
+        local_ca_ack_delay: 15,
+    }
+}
+
+fn port_attr(info: &DeviceInfo, cfg: &Config, c: &Counters) -> PortAttr {
+    let read = |f: &str| {
+        std::fs::read_to_string(format!("/sys/class/net/{}/{f}", info.ifname))
+            .ok()
+            .map(|s| s.trim().to_string())
+    };
+    // "unknown" (loopback) counts as up; "down"/"lowerlayerdown" as down.
+    let up = read("operstate").is_none_or(|s| s == "up" || s == "unknown");
+    let (width, speed) = eth_width_speed(
+        read("speed")
+            .and_then(|s| s.parse::<i64>().ok())
+            .filter(|&s| s > 0)
+            .map(|s| s as u32),
+    );
+    PortAttr {
+        state: if up {
+            PortState::Active
+        } else {
+            PortState::Down
+        },
+        max_mtu: Mtu::M4096,
+        active_mtu: cfg.limits.active_mtu,
+        gid_tbl_len: cfg.gids.len() as u32,
+        pkey_tbl_len: cfg.limits.pkey_table_len,
+        link_layer_ethernet: true,
+        netdev_mtu: info.netdev_mtu,
+        max_msg_sz: 1 << 31,
+        port_cap_flags: rverbs_engine::mad::sma::PORT_CAPABILITIES,
+        bad_pkey_cntr: c.rx_bad_pkey.min(u64::from(u32::MAX)) as u32,
+        qkey_viol_cntr: c.rx_bad_qkey.min(u64::from(u32::MAX)) as u32,
+        lid: 0,
+        sm_lid: 0,
+        lmc: 0,
+        max_vl_num: 1,
+        active_width: width,
+        active_speed: speed,
+        phys_state: if up { 5 } else { 3 },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn eth_speed_table() {
+        assert_eq!(eth_width_speed(None), (1, 1));
+        assert_eq!(eth_width_speed(Some(1000)), (1, 1));
+        assert_eq!(eth_width_speed(Some(10_000)), (1, 8));
+        assert_eq!(eth_width_speed(Some(25_000)), (1, 32));
+        assert_eq!(eth_width_speed(Some(100_000)), (2, 32));
+        assert_eq!(eth_width_speed(Some(400_000)), (2, 128));
+    }
+
+    #[test]
+    fn unopened_attributes_match_an_opened_context() {
+        let info = crate::device(None).unwrap();
+        let ctx = info.open().unwrap();
+        let (d, p, gids) = info.attributes();
+        assert_eq!(ctx.query_device().unwrap(), d);
+        let q = ctx.query_port(1).unwrap();
+        assert_eq!(
+            (q.active_mtu, q.state, q.port_cap_flags),
+            (p.active_mtu, p.state, p.port_cap_flags)
+        );
+        assert_eq!(gids[0], ctx.gid(0).unwrap());
+        assert!(d.device_cap_flags & u64::from(DEVICE_RC_RNR_NAK_GEN) != 0);
     }
 }

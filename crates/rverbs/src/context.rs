@@ -2,11 +2,21 @@
 //! receiving, acknowledging and retransmitting while the application is busy.
 //!
 //! **Progress model.** One driver thread per context waits in `poll(2)` on the sockets
-//! and an eventfd, with the engine's next deadline as timeout; it feeds every received
-//! datagram to the engine and sends what the engine produces. Verbs that create work
+//! and an eventfd, with the engine's next deadline as timeout; it feeds received
+//! datagrams to the engine and sends what the engine produces. Verbs that create work
 //! (`post_send`, `modify_qp`, ...) run the engine on the caller's thread and send its
-//! packets at once, so a request leaves without a thread hop; they then wake the
-//! driver so it re-reads the deadline. The engine sits behind one mutex.
+//! packets at once, so a request leaves without a thread hop; they wake the driver
+//! only when its deadline moved earlier. A thread that polls an empty CQ receives and
+//! runs timers itself, and the driver then stays off the sockets (`progress.rs`). The
+//! engine sits behind one mutex; datagrams are received only under it, so they reach
+//! the engine in socket order whichever thread reads them.
+//!
+//! **Batching.** Datagrams are received `recvmmsg` at a time and everything the engine
+//! has to send after a verb or a received batch leaves in one `sendmmsg` (one ACK per
+//! batch: ACKs coalesce). On the loopback device, trains of same-size datagrams to one
+//! peer go as one `UDP_SEGMENT` buffer and arrive whole (`UDP_GRO`), so a 64 KiB
+//! message costs the kernel one pass, not sixteen (see `Shared::gso` for why only
+//! there). With `RVERBS_FAULTS` or `RVERBS_PCAP` every datagram goes out on its own.
 
 use crate::capture::PcapWriter;
 use crate::device::DeviceInfo;
@@ -26,6 +36,24 @@ use std::time::Instant;
 /// The RoCE v2 UDP port.
 pub const ROCE_PORT: u16 = 4791;
 
+/// Bytes per received buffer: a whole UDP payload, which holds the largest RoCE v2
+/// packet and a coalesced (`UDP_GRO`) train of them; anything longer arrives cut and
+/// fails its ICRC.
+const RX_SLOT: usize = 65536;
+/// Buffers one `recvmmsg` takes.
+const RX_BATCH: usize = 16;
+/// Most datagrams in one `UDP_SEGMENT` train (the kernel's `UDP_MAX_SEGMENTS` is 64 or
+/// more) and most bytes (one IP packet).
+const GSO_MAX_SEGMENTS: usize = 64;
+const GSO_MAX_BYTES: usize = 65_000;
+
+struct RxBatch {
+    buf: Vec<u8>,
+    got: Vec<sys::Received>,
+    /// Scratch of the UD flow-steering classifier (`ud_steer.rs`).
+    steer: (Vec<u8>, rverbs_flow::classify::Verdict),
+}
+
 pub(crate) struct Shared {
     pub(crate) engine: Mutex<Engine>,
     /// Completion channels and the async event queue (fed by `flush`).
@@ -39,6 +67,25 @@ pub(crate) struct Shared {
     pub(crate) sockets_changed: AtomicBool,
     /// The port's GID table (see `gid.rs`); the engine holds a copy of its GIDs.
     pub(crate) gid_table: Mutex<GidTable>,
+    /// The receive buffers of whichever thread receives (always under the engine lock).
+    rx: Mutex<RxBatch>,
+    /// Send trains of same-size datagrams with `UDP_SEGMENT`. Only on the loopback
+    /// device: the kernel numbers the IPv4 IDs of a train's datagrams 0, 1, 2, ... while
+    /// their ICRCs assume 0 (as every datagram from an unconnected socket has). An
+    /// rverbs receiver recovers the ID from the ICRC and never sees the difference —
+    /// over loopback it even receives the train whole (`UDP_GRO`) — but a peer that
+    /// checks the ICRC against the real header (rxe) would drop all but the first.
+    gso: bool,
+    /// Datagrams collected by `flush` for one `sendmmsg` (under the engine lock).
+    tx: Mutex<Vec<Transmit>>,
+    /// When an application thread last made progress itself (`progress.rs`).
+    pub(crate) app_poll_at: std::sync::atomic::AtomicU64,
+    /// Received datagrams were handled but what the engine answers was not sent yet
+    /// (deferred acknowledgements, `progress.rs`; engine-lock protected writes).
+    /// (0: none; otherwise when the first deferred datagram was handled.)
+    pub(crate) flush_pending: std::sync::atomic::AtomicU64,
+    /// When the driver thread will wake up on its own (engine-lock protected writes).
+    pub(crate) driver_wake_at: std::sync::atomic::AtomicU64,
     wake: OwnedFd,
     epoch: Instant,
     shutdown: AtomicBool,
@@ -112,8 +159,25 @@ impl Shared {
 
     /// Sends everything the engine has to send, and wakes event waiters.
     pub(crate) fn flush(&self, engine: &mut Engine, now: Nanos) {
-        while let Some(t) = engine.poll_transmit(now) {
-            self.send(&t);
+        self.flush_pending.store(0, Ordering::Relaxed);
+        if self.faults.is_some() || self.pcap.is_some() {
+            while let Some(t) = engine.poll_transmit(now) {
+                self.send(&t);
+                engine.recycle(t.payload);
+            }
+        } else {
+            // The fast path: everything the engine has goes out in one sendmmsg per
+            // socket.
+            let mut tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
+            while let Some(t) = engine.poll_transmit(now) {
+                tx.push(t);
+            }
+            if !tx.is_empty() {
+                self.send_all(&tx);
+                for t in tx.drain(..) {
+                    engine.recycle(t.payload);
+                }
+            }
         }
         self.activity.fetch_add(1, Ordering::Release);
         self.hub.dispatch(engine);
@@ -142,6 +206,75 @@ impl Shared {
         if v.delay_ns > 0 {
             drop(f);
             self.wake();
+        }
+    }
+
+    /// Sends a batch: datagrams that need TTL/TOS control messages one by one
+    /// (`send`), the rest with one `sendmmsg` per socket, trains of same-size ones to
+    /// one peer as `UDP_SEGMENT` buffers on the loopback device.
+    fn send_all(&self, ts: &[Transmit]) {
+        let plain = |t: &Transmit| {
+            sys::default_meta(
+                t.dst,
+                IpMeta {
+                    hop_limit: t.hop_limit,
+                    traffic_class: t.traffic_class,
+                    flow_label: 0,
+                },
+            ) && !t.dst.is_multicast()
+        };
+        for t in ts.iter().filter(|t| !plain(t)) {
+            self.send(t);
+        }
+        let socks = self.sockets.read().unwrap_or_else(|e| e.into_inner());
+        for (i, (addr, sock)) in socks.iter().enumerate() {
+            if addr.is_multicast() {
+                continue;
+            }
+            // Datagrams from this socket's address (or, from the first socket of the
+            // family, those from an address no socket has, as `send_raw` does).
+            let first_of_family = socks
+                .iter()
+                .position(|(a, _)| a.is_ipv6() == addr.is_ipv6() && !a.is_multicast())
+                == Some(i);
+            let mine = |t: &&Transmit| {
+                plain(t)
+                    && (t.src == *addr
+                        || (first_of_family
+                            && t.dst.is_ipv6() == addr.is_ipv6()
+                            && !socks.iter().any(|(a, _)| *a == t.src)))
+            };
+            let mut out: Vec<sys::Outgoing<'_>> = Vec::new();
+            for t in ts.iter().filter(mine) {
+                let dst = SocketAddr::new(t.dst, ROCE_PORT);
+                let len = t.payload.len();
+                // Trains of same-size datagrams to one destination leave as one
+                // UDP_SEGMENT buffer (loopback device only, see `gso`).
+                if let Some(last) = out.last_mut() {
+                    let seg = last.bufs[0].len();
+                    let total: usize = last.bufs.iter().map(|b| b.len()).sum();
+                    if self.gso
+                        && last.dst == dst
+                        && last.bufs.last().is_some_and(|b| b.len() == seg)
+                        && len <= seg
+                        && last.bufs.len() < GSO_MAX_SEGMENTS
+                        && total + len <= GSO_MAX_BYTES
+                        && seg <= usize::from(u16::MAX)
+                    {
+                        last.bufs.push(&t.payload);
+                        last.segment = seg as u16;
+                        continue;
+                    }
+                }
+                out.push(sys::Outgoing {
+                    bufs: vec![&t.payload],
+                    dst,
+                    segment: 0,
+                });
+            }
+            if !out.is_empty() {
+                sys::send_batch(&**sock, &out);
+            }
         }
     }
 
@@ -197,6 +330,128 @@ impl Shared {
                 None => return f.next_due(),
             }
         }
+    }
+
+    /// Feeds up to `budget` datagrams waiting on the sockets to the engine (the caller
+    /// holds the engine lock, so datagrams reach it in socket order whichever thread
+    /// receives) and sends what it answers. Returns how many were received.
+    ///
+    /// With `defer`, what the engine answers is left for the next flush (see
+    /// `progress.rs`, deferred acknowledgements) unless a batch comes in full.
+    pub(crate) fn receive(
+        &self,
+        engine: &mut Engine,
+        now: Nanos,
+        budget: usize,
+        defer: bool,
+    ) -> usize {
+        let socks = self
+            .sockets
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let mut rx = self.rx.lock().unwrap_or_else(|e| e.into_inner());
+        let RxBatch {
+            buf,
+            got: list,
+            steer,
+        } = &mut *rx;
+        let buf = &mut buf[..];
+        let mut got = 0;
+        for (local, sock) in &socks {
+            while got < budget {
+                list.clear();
+                let Ok(n) = sys::recv_batch(&**sock, buf, RX_SLOT, list) else {
+                    break;
+                };
+                got += n;
+                for r in list.iter() {
+                    // A coalesced train (UDP_GRO) is cut back into its datagrams.
+                    let seg = if r.segment > 0 {
+                        r.segment
+                    } else {
+                        r.len.max(1)
+                    };
+                    let mut at = r.offset;
+                    let end = r.offset + r.len;
+                    while at < end {
+                        let next = (at + seg).min(end);
+                        self.ingest(engine, now, *local, *r, &mut buf[at..next], steer);
+                        at = next;
+                    }
+                }
+                if n < RX_BATCH {
+                    if defer && n > 0 {
+                        if self.flush_pending.load(Ordering::Relaxed) == 0 {
+                            self.flush_pending.store(now.max(1), Ordering::Relaxed);
+                            // The driver bounds the deferral only if it wakes soon: in
+                            // a long sleep (not in its stand-off rhythm) it is woken,
+                            // so an application that stops calling verbs cannot hold
+                            // an ACK back until the peer gives up.
+                            let planned = self.driver_wake_at.load(Ordering::Acquire);
+                            if planned > now + crate::progress::STANDOFF_NS {
+                                self.wake();
+                            }
+                        }
+                    } else {
+                        self.flush(engine, now);
+                    }
+                    break;
+                }
+                // One flush per batch: the responder's ACKs for the whole batch
+                // coalesce into one (cumulative, `queue_ack`).
+                self.flush(engine, now);
+            }
+        }
+        got
+    }
+
+    /// One received datagram: capture, fault injection, the engine.
+    fn ingest(
+        &self,
+        engine: &mut Engine,
+        now: Nanos,
+        local: IpAddr,
+        r: sys::Received,
+        bytes: &mut [u8],
+        steer: &mut (Vec<u8>, rverbs_flow::classify::Verdict),
+    ) {
+        let (from, ip) = (r.from, r.meta.ip());
+        let dst = r.meta.dst.unwrap_or(local);
+        self.record(from.ip(), dst, from.port(), ip, bytes);
+        let copies = match &self.faults {
+            Some(f) => {
+                f.lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .judge(bytes, false)
+                    .copies
+            }
+            None => 1,
+        };
+        for _ in 0..copies {
+            let d = Datagram {
+                src: from.ip(),
+                dst,
+                src_port: from.port(),
+                hop_limit: ip.hop_limit,
+                traffic_class: ip.traffic_class,
+                flow_label: ip.flow_label,
+                ipv4_id: None,
+                payload: bytes,
+            };
+            // Through the UD flow-steering classifier (`ud_steer.rs`), then the engine.
+            self.handle_datagram(engine, now, &d, steer);
+        }
+    }
+
+    /// The sockets' descriptors.
+    pub(crate) fn socket_fds(&self) -> Vec<i32> {
+        self.sockets
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|(_, s)| s.as_raw_fd())
+            .collect()
     }
 
     /// The device's sockets, for changing them (write lock).
@@ -257,6 +512,11 @@ pub(crate) struct ContextInner {
 
 impl Drop for ContextInner {
     fn drop(&mut self) {
+        // Deferred answers leave before the sockets close (not from inside
+        // `Mr::with`, where the engine lock may not be taken).
+        if crate::verbs::check_not_in_with("close").is_ok() {
+            self.shared.flush_deferred(&mut self.shared.lock());
+        }
         self.shared.shutdown.store(true, Ordering::SeqCst);
         self.shared.wake();
         // Inside `Mr::with` the driver may be waiting for that region: let it finish
@@ -303,6 +563,11 @@ fn udp_socket(addr: IpAddr) -> std::io::Result<Socket> {
         sys::set_pmtudisc_do(&s)?;
     }
     let _ = s.set_recv_buffer_size(4 << 20);
+    // Batched senders (sendmmsg, UDP_SEGMENT trains) can outrun a receiver that is
+    // not scheduled for a moment: a long READ response is thousands of packets at
+    // once. Room for 256 MiB (allocated only as used) when the process may raise the
+    // limit.
+    let _ = sys::force_recv_buffer(&s, 256 << 20);
     let _ = s.set_send_buffer_size(4 << 20);
     s.bind(&SockAddr::from(SocketAddr::new(addr, ROCE_PORT)))?;
     s.set_nonblocking(true)?;
@@ -320,7 +585,12 @@ fn loopback_socket() -> Result<(IpAddr, Socket)> {
         let x = 2 + (start.wrapping_add(i) % 253);
         let addr = IpAddr::V4(Ipv4Addr::new(127, 0, 0, x));
         match udp_socket(addr) {
-            Ok(s) => return Ok((addr, s)),
+            Ok(s) => {
+                // Trains sent with UDP_SEGMENT by other loopback contexts arrive whole;
+                // without GRO the kernel cuts them up (slower, same result).
+                let _ = sys::set_udp_gro(&s);
+                return Ok((addr, s));
+            }
             Err(e) => last = Some(e),
         }
     }
@@ -405,12 +675,23 @@ impl Context {
         cfg.limits.active_mtu = info.active_mtu();
         let mut engine = Engine::new(cfg);
         crate::mad::set_identity(&mut engine, &info);
+        let gso = info.is_loopback() && std::env::var_os("RVERBS_NO_GSO").is_none();
         let shared = Arc::new(Shared {
             engine: Mutex::new(engine),
             hub: crate::channel::EventHub::new()?,
             sockets: RwLock::new(sockets.into_iter().map(|(a, s)| (a, Arc::new(s))).collect()),
             sockets_changed: AtomicBool::new(false),
             gid_table: Mutex::new(gid_table),
+            rx: Mutex::new(RxBatch {
+                buf: vec![0u8; RX_SLOT * RX_BATCH],
+                got: Vec::with_capacity(RX_BATCH),
+                steer: (Vec::new(), rverbs_flow::classify::Verdict::default()),
+            }),
+            gso,
+            tx: Mutex::new(Vec::new()),
+            app_poll_at: std::sync::atomic::AtomicU64::new(0),
+            flush_pending: std::sync::atomic::AtomicU64::new(0),
+            driver_wake_at: std::sync::atomic::AtomicU64::new(0),
             wake: sys::eventfd().map_err(|e| Error::io("creating the driver's eventfd", e))?,
             epoch: Instant::now(),
             shutdown: AtomicBool::new(false),
@@ -482,8 +763,12 @@ impl Context {
     }
 
     /// Port counters (traffic, and a counter per drop reason).
+    /// Deferred acknowledgements (`progress.rs`) are sent first, so the counters say
+    /// what a device that answers at once would have sent.
     pub fn counters(&self) -> rverbs_engine::Counters {
-        self.shared().lock().counters().clone()
+        let mut e = self.shared().lock();
+        self.shared().flush_deferred(&mut e);
+        e.counters().clone()
     }
 }
 
@@ -538,10 +823,8 @@ fn rescan(shared: &Shared) {
 
 fn driver(shared: Arc<Shared>) {
     let mut fds: Vec<i32> = Vec::new();
-    let mut socks: Vec<(IpAddr, Arc<Socket>)> = Vec::new();
+    let mut socks: Vec<(IpAddr, Arc<Socket>)>;
     let mut ready = Vec::new();
-    let mut buf = vec![0u8; 65536];
-    let mut steer_scratch = (Vec::new(), rverbs_flow::classify::Verdict::default());
     let mut next_rescan: Nanos = RESCAN_NS;
     let mut reload = true;
     while !shared.shutdown.load(Ordering::SeqCst) {
@@ -567,27 +850,41 @@ fn driver(shared: Arc<Shared>) {
             p.lock().unwrap_or_else(|e| e.into_inner()).flush();
         }
         let next_due = shared.send_due(shared.now());
-        let timeout_ms = {
+        let (timeout_ms, standoff) = {
             let e = shared.lock();
+            let now = shared.now();
             let deadline = match (e.poll_timeout(), next_due) {
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
             };
-            match deadline {
-                None => {
-                    1000.min((next_rescan.saturating_sub(shared.now())).div_ceil(1_000_000) as i32)
-                }
-                Some(t) => {
-                    let now = shared.now();
-                    if t <= now {
-                        0
-                    } else {
-                        ((t - now).div_ceil(1_000_000)).min(1000) as i32
-                    }
-                }
+            // While an application thread receives for us, sleep on the eventfd and
+            // the deadline only, and look again when the stand-off may have ended.
+            let standoff = shared.app_polling(now);
+            let mut until = deadline.unwrap_or(next_rescan).min(next_rescan);
+            if standoff {
+                until = until.min(now + crate::progress::STANDOFF_NS);
             }
+            let deferred = shared.flush_pending.load(Ordering::Relaxed);
+            if deferred != 0 {
+                // A deferred answer waits at most this long for the application.
+                until = until.min(deferred + crate::progress::DEFER_NS);
+            }
+            // Published under the engine lock: a verb that makes the deadline earlier
+            // than this wakes us (`Shared::wake_if_needed`).
+            shared.driver_wake_at.store(until, Ordering::Release);
+            let ms = if until <= now {
+                0
+            } else {
+                ((until - now).div_ceil(1_000_000)).min(1000) as i32
+            };
+            (ms, standoff)
         };
-        if sys::poll_readable(&fds, timeout_ms, &mut ready).is_err() {
+        let watch = if standoff {
+            &fds[fds.len() - 1..]
+        } else {
+            &fds[..]
+        };
+        if sys::poll_readable(watch, timeout_ms, &mut ready).is_err() {
             std::thread::sleep(std::time::Duration::from_millis(1));
             continue;
         }
@@ -596,46 +893,22 @@ fn driver(shared: Arc<Shared>) {
         }
         let mut engine = shared.lock();
         shared.run_deferred(&mut engine);
+        shared.driver_wake_at.store(0, Ordering::Release);
         let now = shared.now();
         if shared.drain_raw(&mut engine) {
             shared.flush(&mut engine, now);
         }
-        for (i, (local, sock)) in socks.iter().enumerate() {
-            if !ready.get(i).copied().unwrap_or(false) {
-                continue;
-            }
-            // Drain what is queued (bounded, so timers still run under load).
-            for _ in 0..256 {
-                let Ok((n, from, meta)) = sys::recv_with_meta(sock, &mut buf) else {
-                    break;
-                };
-                let ip = meta.ip();
-                let dst = meta.dst.unwrap_or(*local);
-                shared.record(from.ip(), dst, from.port(), ip, &buf[..n]);
-                let copies = match &shared.faults {
-                    Some(f) => {
-                        f.lock()
-                            .unwrap_or_else(|e| e.into_inner())
-                            .judge(&mut buf[..n], false)
-                            .copies
-                    }
-                    None => 1,
-                };
-                for _ in 0..copies {
-                    let d = Datagram {
-                        src: from.ip(),
-                        dst,
-                        src_port: from.port(),
-                        hop_limit: ip.hop_limit,
-                        traffic_class: ip.traffic_class,
-                        flow_label: ip.flow_label,
-                        ipv4_id: None,
-                        payload: &buf[..n],
-                    };
-                    shared.handle_datagram(&mut engine, now, &d, &mut steer_scratch);
-                    shared.flush(&mut engine, now);
-                }
-            }
+        let deferred = shared.flush_pending.load(Ordering::Relaxed);
+        if deferred != 0 && now >= deferred + crate::progress::DEFER_NS {
+            shared.flush(&mut engine, now);
+        }
+        // Drain what is queued (bounded, so timers still run under load).
+        if shared.receive(&mut engine, now, 256, false) == 0
+            && shared.flush_pending.load(Ordering::Relaxed) != 0
+            && engine.poll_timeout().is_none_or(|t| t > now)
+        {
+            // Nothing for us: leave the deferred answer to the application.
+            continue;
         }
         if engine.poll_timeout().is_some_and(|t| t <= now) {
             engine.handle_timeout(now);

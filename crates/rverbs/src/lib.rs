@@ -96,6 +96,7 @@ mod faults;
 mod gid;
 pub mod mad;
 mod mcast;
+mod progress;
 mod qp_attr;
 mod raw;
 mod srq;
@@ -105,7 +106,10 @@ mod ud_steer;
 mod verbs;
 
 pub use ah_wc::{ah_attrs_from_grh, grh_ip_version};
-pub use attrs::{DeviceAttr, PortAttr, PortState};
+pub use attrs::{
+    eth_width_speed, DeviceAttr, PortAttr, PortState, DEVICE_BAD_PKEY_CNTR, DEVICE_BAD_QKEY_CNTR,
+    DEVICE_CAP_NAMES, DEVICE_RC_RNR_NAK_GEN, DEVICE_SYS_IMAGE_GUID,
+};
 pub use channel::{AsyncEvent, CompChannel};
 pub use context::{Context, OpenOptions, ROCE_PORT};
 pub use device::{device, devices, DeviceInfo};

@@ -168,6 +168,9 @@ pub(crate) struct RecvMeta {
     pub(crate) flow_label: Option<u32>,
     /// The datagram's destination address (`IP_PKTINFO` / `IPV6_PKTINFO`).
     pub(crate) dst: Option<std::net::IpAddr>,
+    /// `UDP_GRO`: the buffer holds a train of datagrams of this size (the last may be
+    /// shorter).
+    pub(crate) segment: Option<usize>,
 }
 
 impl RecvMeta {
@@ -217,6 +220,9 @@ pub(crate) fn parse_recv_meta(control: &[u8]) -> RecvMeta {
                 m.hop_limit = ne_i32(data).and_then(|v| u8::try_from(v).ok());
             }
             (libc::IPPROTO_IP, libc::IP_TOS) => m.traffic_class = data.first().copied(),
+            (libc::SOL_UDP, libc::UDP_GRO) => {
+                m.segment = ne_i32(data).and_then(|v| usize::try_from(v).ok());
+            }
             (libc::IPPROTO_IPV6, libc::IPV6_TCLASS) => {
                 m.traffic_class = ne_i32(data).and_then(|v| u8::try_from(v).ok());
             }
@@ -264,37 +270,6 @@ pub(crate) fn enable_recv_meta(s: &socket2::Socket, ipv6: bool, pktinfo: bool) -
         }
     }
     Ok(())
-}
-
-/// One datagram with its source and metadata (`recvmsg`).
-pub(crate) fn recv_with_meta(
-    s: &socket2::Socket,
-    buf: &mut [u8],
-) -> io::Result<(usize, std::net::SocketAddr, RecvMeta)> {
-    use std::mem::MaybeUninit;
-    let mut control = [MaybeUninit::<u8>::new(0); RECV_CONTROL_LEN];
-    // Room for either family: a sockaddr_in6 is the larger.
-    let mut addr = socket2::SockAddr::from(std::net::SocketAddr::from(([0u16; 8], 0)));
-    // SAFETY: `[u8]` and `[MaybeUninit<u8>]` have the same layout, and recvmsg only
-    // writes initialized bytes into the buffer, so `buf` stays initialized.
-    let uninit: &mut [MaybeUninit<u8>] =
-        unsafe { &mut *(buf as *mut [u8] as *mut [MaybeUninit<u8>]) };
-    let mut bufs = [socket2::MaybeUninitSlice::new(uninit)];
-    let (n, clen) = {
-        let mut msg = socket2::MsgHdrMut::new()
-            .with_addr(&mut addr)
-            .with_buffers(&mut bufs)
-            .with_control(&mut control);
-        let n = s.recvmsg(&mut msg, 0)?;
-        (n, msg.control_len().min(RECV_CONTROL_LEN))
-    };
-    let from = addr
-        .as_socket()
-        .ok_or_else(|| io::Error::other("datagram from a non-IP address"))?;
-    // SAFETY: every byte of `control` was initialized (to 0) before the call and
-    // recvmsg writes only initialized bytes, so its first `clen` bytes are plain u8s.
-    let control: &[u8] = unsafe { &*(&control[..clen] as *const [MaybeUninit<u8>] as *const [u8]) };
-    Ok((n, from, parse_recv_meta(control)))
 }
 
 /// Bytes of one control message with an `int` payload (`CMSG_SPACE(sizeof(int))`).
@@ -372,6 +347,249 @@ pub(crate) fn send_with_meta(
         .with_buffers(&bufs)
         .with_control(control.as_slice());
     s.sendmsg(&msg, 0)
+}
+
+/// Converts a kernel socket address to a `SocketAddr` (IPv4 or IPv6 only).
+fn from_storage(ss: &libc::sockaddr_storage) -> Option<std::net::SocketAddr> {
+    use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4, SocketAddrV6};
+    match i32::from(ss.ss_family) {
+        libc::AF_INET => {
+            // SAFETY: the family says the storage holds a sockaddr_in, which is smaller
+            // than sockaddr_storage and has no stricter alignment.
+            let a = unsafe { &*(ss as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
+            Some(
+                SocketAddrV4::new(
+                    Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr)),
+                    u16::from_be(a.sin_port),
+                )
+                .into(),
+            )
+        }
+        libc::AF_INET6 => {
+            // SAFETY: as above, for sockaddr_in6.
+            let a = unsafe { &*(ss as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>() };
+            Some(
+                SocketAddrV6::new(
+                    Ipv6Addr::from(a.sin6_addr.s6_addr),
+                    u16::from_be(a.sin6_port),
+                    a.sin6_flowinfo,
+                    a.sin6_scope_id,
+                )
+                .into(),
+            )
+        }
+        _ => None,
+    }
+}
+
+/// Asks for a receive buffer of `bytes` past `net.core.rmem_max` (`SO_RCVBUFFORCE`,
+/// which needs CAP_NET_ADMIN; without it the call fails and the capped size stays).
+pub(crate) fn force_recv_buffer(fd: &impl AsRawFd, bytes: libc::c_int) -> io::Result<()> {
+    // SAFETY: an open socket and a live c_int of the size passed.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUFFORCE,
+            (&bytes as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Sets `UDP_GRO`: the kernel may hand over a train of same-size datagrams sent with
+/// `UDP_SEGMENT` as one buffer, with their size in a control message.
+pub(crate) fn set_udp_gro(fd: &impl AsRawFd) -> io::Result<()> {
+    let v: libc::c_int = 1;
+    // SAFETY: an open socket and a live c_int of the size passed.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_UDP,
+            libc::UDP_GRO,
+            (&v as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// One received buffer: where it is in the batch buffer, who sent it, and the size
+/// of the datagrams it holds when the kernel coalesced several (`UDP_GRO`), else 0.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Received {
+    pub(crate) offset: usize,
+    pub(crate) len: usize,
+    pub(crate) from: std::net::SocketAddr,
+    pub(crate) segment: usize,
+    pub(crate) meta: RecvMeta,
+}
+
+/// Most buffers one [`recv_batch`] takes.
+pub(crate) const RECV_MAX: usize = 64;
+const CONTROL_LEN: usize = RECV_CONTROL_LEN + 32;
+
+/// Receives up to `buf.len() / slot` buffers (at most [`RECV_MAX`]) with one
+/// `recvmmsg(2)` (non-blocking) into `slot`-byte slots of `buf`, appending one
+/// [`Received`] per buffer to `out`. A buffer longer than a slot arrives cut to it
+/// (its ICRC then fails and it is counted as a drop). Returns how many arrived.
+pub(crate) fn recv_batch(
+    fd: &impl AsRawFd,
+    buf: &mut [u8],
+    slot: usize,
+    out: &mut Vec<Received>,
+) -> io::Result<usize> {
+    let n = buf.len().checked_div(slot).unwrap_or(0).min(RECV_MAX);
+    if n == 0 {
+        return Ok(0);
+    }
+    let mut iov: [libc::iovec; RECV_MAX] = [libc::iovec {
+        iov_base: std::ptr::null_mut(),
+        iov_len: 0,
+    }; RECV_MAX];
+    // SAFETY: sockaddr_storage is plain data; all-zero is a valid value.
+    let mut names: [libc::sockaddr_storage; RECV_MAX] = unsafe { std::mem::zeroed() };
+    // Control buffers, u64-aligned as cmsghdr needs.
+    let mut control = [[0u64; CONTROL_LEN.div_ceil(8)]; RECV_MAX];
+    // SAFETY: mmsghdr is plain data; all-zero is a valid value (null pointers, 0 lens).
+    let mut hdrs: [libc::mmsghdr; RECV_MAX] = unsafe { std::mem::zeroed() };
+    for i in 0..n {
+        iov[i].iov_base = buf[i * slot..].as_mut_ptr().cast();
+        iov[i].iov_len = slot;
+        let h = &mut hdrs[i].msg_hdr;
+        h.msg_name = (&mut names[i] as *mut libc::sockaddr_storage).cast();
+        h.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as u32;
+        h.msg_iov = &mut iov[i];
+        h.msg_iovlen = 1;
+        h.msg_control = control[i].as_mut_ptr().cast();
+        h.msg_controllen = (CONTROL_LEN.div_ceil(8) * 8) as _;
+    }
+    // SAFETY: every header points at a live iovec covering its own `slot` bytes of
+    // `buf` (disjoint, in bounds since i * slot + slot <= buf.len()), at a live
+    // sockaddr_storage and at a live control buffer of the sizes given; all outlive
+    // the call. MSG_DONTWAIT: the call never blocks.
+    let rc = unsafe {
+        libc::recvmmsg(
+            fd.as_raw_fd(),
+            hdrs.as_mut_ptr(),
+            n as libc::c_uint,
+            libc::MSG_DONTWAIT,
+            std::ptr::null_mut(),
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let got = rc as usize;
+    for i in 0..got {
+        let len = (hdrs[i].msg_len as usize).min(slot);
+        let clen = (hdrs[i].msg_hdr.msg_controllen as usize).min(CONTROL_LEN);
+        // SAFETY: `control[i]` is a live array of CONTROL_LEN initialized bytes (u64s
+        // viewed as bytes, no padding); the kernel wrote `clen` of them.
+        let bytes: &[u8] =
+            unsafe { std::slice::from_raw_parts(control[i].as_ptr().cast::<u8>(), clen) };
+        let meta = parse_recv_meta(bytes);
+        let segment = meta.segment.unwrap_or(0);
+        if let Some(from) = from_storage(&names[i]) {
+            out.push(Received {
+                offset: i * slot,
+                len,
+                from,
+                segment,
+                meta,
+            });
+        }
+    }
+    Ok(got)
+}
+
+/// One datagram to send, or (with `segment` > 0) a train of datagrams of `segment`
+/// bytes each (the last may be shorter) sent as one buffer with `UDP_SEGMENT`.
+pub(crate) struct Outgoing<'a> {
+    pub(crate) bufs: Vec<&'a [u8]>,
+    pub(crate) dst: std::net::SocketAddr,
+    pub(crate) segment: u16,
+}
+
+/// Sends with `sendmmsg(2)` (as many calls as the kernel needs). A message the kernel
+/// refuses (no route, buffer full) is skipped: lost packets, which the transport's
+/// retransmission covers.
+pub(crate) fn send_batch(fd: &impl AsRawFd, msgs: &[Outgoing<'_>]) {
+    const MAX: usize = 64;
+    // SAFETY (for CMSG_SPACE/CMSG_LEN): pure arithmetic on the length given.
+    let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<u16>() as u32) } as usize;
+    let mut start = 0;
+    while start < msgs.len() {
+        let chunk = &msgs[start..(start + MAX).min(msgs.len())];
+        let addrs: Vec<socket2::SockAddr> = chunk
+            .iter()
+            .map(|m| socket2::SockAddr::from(m.dst))
+            .collect();
+        let mut iovs: Vec<Vec<libc::iovec>> = chunk
+            .iter()
+            .map(|m| {
+                m.bufs
+                    .iter()
+                    .map(|b| libc::iovec {
+                        iov_base: b.as_ptr() as *mut libc::c_void,
+                        iov_len: b.len(),
+                    })
+                    .collect()
+            })
+            .collect();
+        let mut control = vec![[0u64; 4]; chunk.len()];
+        // SAFETY: mmsghdr is plain data; all-zero is a valid value.
+        let mut hdrs: Vec<libc::mmsghdr> = vec![unsafe { std::mem::zeroed() }; chunk.len()];
+        for (i, h) in hdrs.iter_mut().enumerate() {
+            let m = &mut h.msg_hdr;
+            m.msg_name = addrs[i].as_ptr() as *mut libc::c_void;
+            m.msg_namelen = addrs[i].len();
+            m.msg_iov = iovs[i].as_mut_ptr();
+            m.msg_iovlen = iovs[i].len() as _;
+            if chunk[i].segment > 0 {
+                m.msg_control = control[i].as_mut_ptr().cast();
+                m.msg_controllen = space as _;
+                // SAFETY: the control buffer (32 bytes, u64-aligned) holds one cmsghdr
+                // with a u16 (CMSG_SPACE(2) <= 32); CMSG_FIRSTHDR points at its start.
+                unsafe {
+                    let c = libc::CMSG_FIRSTHDR(m);
+                    (*c).cmsg_level = libc::SOL_UDP;
+                    (*c).cmsg_type = libc::UDP_SEGMENT;
+                    (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<u16>() as u32) as _;
+                    std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u16>(), chunk[i].segment);
+                }
+            }
+        }
+        // SAFETY: each header points at a live address of the length given, at iovecs
+        // over live byte slices (read only by the kernel) and at a live control buffer;
+        // all outlive the call.
+        let rc = unsafe {
+            libc::sendmmsg(
+                fd.as_raw_fd(),
+                hdrs.as_mut_ptr(),
+                hdrs.len() as libc::c_uint,
+                libc::MSG_DONTWAIT,
+            )
+        };
+        // rc < 0: the first message failed; skip it. Otherwise rc were sent.
+        start += if rc <= 0 { 1 } else { rc as usize };
+    }
+}
+
+/// True when `meta` is what the socket does anyway (TTL 64 to a unicast address, TOS 0):
+/// such datagrams need no control message and can leave in a batch.
+pub(crate) fn default_meta(dst: std::net::IpAddr, meta: IpMeta) -> bool {
+    let default_ttl = meta.hop_limit == 0 || (meta.hop_limit == 64 && !dst.is_multicast());
+    default_ttl && meta.traffic_class == 0
 }
 
 #[cfg(test)]
@@ -479,10 +697,14 @@ mod tests {
                 flow_label: 0,
             };
             send_with_meta(&tx, b"hi", to, meta).unwrap();
-            let mut buf = [0u8; 16];
-            let (n, from, m) = recv_with_meta(&rx, &mut buf).unwrap();
-            assert_eq!(&buf[..n], b"hi");
-            assert_eq!(from, tx.local_addr().unwrap().as_socket().unwrap());
+            // The batched receive parses each datagram's control messages.
+            let mut buf = vec![0u8; 4 * 64];
+            let mut got = Vec::new();
+            assert_eq!(recv_batch(&rx, &mut buf, 64, &mut got).unwrap(), 1);
+            let r = got[0];
+            assert_eq!(&buf[r.offset..r.offset + r.len], b"hi");
+            assert_eq!(r.from, tx.local_addr().unwrap().as_socket().unwrap());
+            let m = r.meta;
             assert_eq!(
                 (m.hop_limit, m.traffic_class),
                 (Some(5), Some(0x28)),

@@ -580,6 +580,10 @@ pub struct Cq {
 }
 
 impl Cq {
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
+        self.inner.ctx.shared()
+    }
+
     pub(crate) fn from_inner(inner: Arc<CqInner>) -> Self {
         Cq { inner }
     }
@@ -589,20 +593,60 @@ impl Cq {
     /// buffer of `Wc`s across calls.
     pub fn poll(&self, out: &mut [Wc]) -> Result<usize> {
         let shared = self.inner.ctx.shared();
+        if shared.raw.is_some() {
+            // Raw-mode contexts: their packets come from the raw queues.
+            let mut e = shared.lock_verb("poll_cq")?;
+            if shared.drain_raw(&mut e) {
+                let now = shared.now();
+                shared.flush(&mut e, now);
+            }
+            return Ok(e.poll_cq(self.inner.id, out)?);
+        }
+        let n = self.poll_ready(out)?;
+        if n > 0 {
+            return Ok(n);
+        }
+        self.poll_progress(out)
+    }
+
+    /// The completions already in the CQ (no receiving).
+    pub(crate) fn poll_ready(&self, out: &mut [Wc]) -> Result<usize> {
+        use std::sync::atomic::Ordering;
+        let shared = self.inner.ctx.shared();
         // Nothing happened since the last empty poll: no completion can have arrived
         // (every path that adds one bumps `activity` afterwards, under the lock).
         let seen = shared.activity.load(Ordering::Acquire);
-        if seen == self.inner.empty_at.load(Ordering::Relaxed) {
+        if seen != self.inner.empty_at.load(Ordering::Relaxed) {
+            let n = shared.lock_verb("poll_cq")?.poll_cq(self.inner.id, out)?;
+            if n > 0 {
+                return Ok(n);
+            }
+            self.inner.empty_at.store(seen, Ordering::Relaxed);
+        }
+        Ok(0)
+    }
+
+    /// Receives and runs timers on this thread, then polls the CQ.
+    pub(crate) fn poll_progress(&self, out: &mut [Wc]) -> Result<usize> {
+        use std::sync::atomic::Ordering;
+        let shared = self.inner.ctx.shared();
+        // Receive and run timers on this thread rather than wait for the driver
+        // thread (`progress.rs`). If the driver holds the engine it is doing just that.
+        let Ok(mut e) = shared.engine.try_lock() else {
+            return Ok(0);
+        };
+        if !shared.progress(&mut e) {
             return Ok(0);
         }
-        let mut e = shared.lock_verb("poll_cq")?;
         if shared.raw.is_some() && shared.drain_raw(&mut e) {
             let now = shared.now();
             shared.flush(&mut e, now);
         }
+        let seen = shared.activity.load(Ordering::Acquire);
         let n = e.poll_cq(self.inner.id, out)?;
-        drop(e);
         if n == 0 {
+            // Nothing for this caller to answer: send the deferred ACKs now.
+            shared.flush_deferred(&mut e);
             self.inner.empty_at.store(seen, Ordering::Relaxed);
         }
         Ok(n)
@@ -810,6 +854,10 @@ impl Drop for Qp {
                 // Destroying a QP destroys its flows.
                 s.ud_steering.remove_qp(qpn);
             }
+            // ACKs this QP still owes its peer (deferred, `progress.rs`) leave first:
+            // a program that exits right after its last completion must not leave the
+            // peer retrying.
+            s.flush_deferred(e);
             let _ = e.destroy_qp(qpn);
         });
     }
@@ -1100,9 +1148,40 @@ impl Qp {
         let now = s.now();
         e.post_send(self.qpn, wr.to_engine(), now)?;
         s.flush(&mut e, now);
-        drop(e);
-        s.wake();
+        s.wake_if_needed(&e);
         Ok(())
+    }
+
+    /// `ibv_post_send` of a chain of requests: the device is entered once and the
+    /// packets of the whole chain leave together, which is what makes small messages
+    /// cheap (perftest's post-list `-l`).
+    ///
+    /// # Errors
+    /// Like `ibv_post_send`'s `bad_wr`: on a refused request, the index of that request
+    /// and the error; the requests before it were posted, those from it on were not.
+    pub fn post_send_list(
+        &self,
+        wrs: &[SendRequest<'_>],
+    ) -> std::result::Result<(), (usize, Error)> {
+        if let Some(r) = &self.raw {
+            for (i, wr) in wrs.iter().enumerate() {
+                self.post_send_raw(r, wr).map_err(|e| (i, e))?;
+            }
+            return Ok(());
+        }
+        let s = self.shared();
+        let mut e = s.lock_verb("post_send").map_err(|e| (0, e))?;
+        let now = s.now();
+        let mut failed = None;
+        for (i, wr) in wrs.iter().enumerate() {
+            if let Err(err) = e.post_send(self.qpn, wr.to_engine(), now) {
+                failed = Some((i, Error::from(err)));
+                break;
+            }
+        }
+        s.flush(&mut e, now);
+        s.wake_if_needed(&e);
+        failed.map_or(Ok(()), Err)
     }
 
     fn post_send_raw(&self, r: &crate::raw::RawQpInner, wr: &SendRequest<'_>) -> Result<()> {
@@ -1161,7 +1240,9 @@ impl Qp {
         let mut e = s.lock_verb("post_recv")?;
         e.post_recv(self.qpn, wr, now)?;
         // A receive posted to a QP in error completes at once: let pollers see it.
-        s.flush(&mut e, now);
+        // Deferred acknowledgements stay deferred: a receive is usually reposted
+        // just before the reply that will carry them.
+        s.settle(&mut e, now);
         Ok(())
     }
 }

@@ -1,0 +1,427 @@
+//! `rverbs devinfo`: the soft devices in `ibv_devinfo`'s layout and field names
+//! (rdma-core `libibverbs/examples/devinfo.c`; compare
+//! `rxe-peer/reference/ibv_devinfo-v.txt`), or as JSON.
+
+use crate::json::Json;
+use rverbs::{Context, DeviceAttr, DeviceInfo, PortAttr, PortState, DEVICE_CAP_NAMES};
+use std::fmt::Write;
+
+/// A GUID as `ibv_devinfo` prints it: four groups of four hex digits.
+pub fn guid_str(g: u64) -> String {
+    format!(
+        "{:04x}:{:04x}:{:04x}:{:04x}",
+        g >> 48,
+        (g >> 32) & 0xffff,
+        (g >> 16) & 0xffff,
+        g & 0xffff
+    )
+}
+
+fn mtu_str(m: rverbs::Mtu) -> String {
+    format!("{} ({})", m.bytes(), m as u8)
+}
+
+fn width_str(w: u8) -> &'static str {
+    match w {
+        1 => "1X",
+        2 => "4X",
+        4 => "8X",
+        8 => "12X",
+        16 => "2X",
+        _ => "invalid width",
+    }
+}
+
+fn speed_str(s: u8) -> &'static str {
+    match s {
+        1 => "2.5 Gbps",
+        2 => "5.0 Gbps",
+        4 | 8 => "10.0 Gbps",
+        16 => "14.0 Gbps",
+        32 => "25.0 Gbps",
+        64 => "50.0 Gbps",
+        128 => "100.0 Gbps",
+        _ => "invalid speed",
+    }
+}
+
+fn state_str(s: PortState) -> &'static str {
+    match s {
+        PortState::Active => "PORT_ACTIVE",
+        PortState::Down => "PORT_DOWN",
+    }
+}
+
+fn phys_state_str(p: u8) -> &'static str {
+    match p {
+        5 => "LINK_UP",
+        3 => "DISABLED",
+        _ => "invalid physical state",
+    }
+}
+
+/// Everything `devinfo` shows about one open device.
+pub struct Snapshot {
+    /// The device.
+    pub info: DeviceInfo,
+    /// `ibv_query_device`.
+    pub dev: DeviceAttr,
+    /// `ibv_query_port(1)`.
+    pub port: PortAttr,
+    /// The GID table (every entry is RoCE v2).
+    pub gids: Vec<rverbs::Gid>,
+}
+
+impl Snapshot {
+    /// Opens `info` and queries it.
+    pub fn take(info: &DeviceInfo) -> rverbs::Result<Snapshot> {
+        let ctx = Context::open(info.clone())?;
+        Ok(Snapshot {
+            info: info.clone(),
+            dev: ctx.query_device()?,
+            port: ctx.query_port(1)?,
+            gids: ctx.gids(),
+        })
+    }
+
+    /// The same without opening the device (`DeviceInfo::attributes`): what devinfo
+    /// shows when the device cannot be opened (another process holds it, or the
+    /// kernel's rxe holds port 4791).
+    pub fn unopened(info: &DeviceInfo) -> Snapshot {
+        let (dev, port, gids) = info.attributes();
+        Snapshot {
+            info: info.clone(),
+            dev,
+            port,
+            gids,
+        }
+    }
+}
+
+/// The `ibv_devinfo [-v]` text of one device.
+pub fn text(s: &Snapshot, verbose: bool) -> String {
+    let d = &s.dev;
+    let p = &s.port;
+    let mut o = String::new();
+    let _ = writeln!(o, "hca_id:\t{}", s.info.name);
+    // rdma-core prints the node type's transport: InfiniBand (0) for RoCE devices.
+    let _ = writeln!(o, "\ttransport:\t\t\tInfiniBand (0)");
+    let _ = writeln!(o, "\tfw_ver:\t\t\t\t{}", d.fw_ver);
+    let _ = writeln!(o, "\tnode_guid:\t\t\t{}", guid_str(d.node_guid));
+    let _ = writeln!(o, "\tsys_image_guid:\t\t\t{}", guid_str(d.sys_image_guid));
+    let _ = writeln!(o, "\tvendor_id:\t\t\t{:#x}", d.vendor_id);
+    let _ = writeln!(o, "\tvendor_part_id:\t\t\t{}", d.vendor_part_id);
+    let _ = writeln!(o, "\thw_ver:\t\t\t\t{:#x}", d.hw_ver);
+    let _ = writeln!(o, "\tphys_port_cnt:\t\t\t{}", d.phys_port_cnt);
+    if verbose {
+        let _ = writeln!(o, "\tmax_mr_size:\t\t\t{:#x}", d.max_mr_size);
+        let _ = writeln!(o, "\tpage_size_cap:\t\t\t{:#x}", d.page_size_cap);
+        let _ = writeln!(o, "\tmax_qp:\t\t\t\t{}", d.max_qp);
+        let _ = writeln!(o, "\tmax_qp_wr:\t\t\t{}", d.max_qp_wr);
+        let _ = writeln!(o, "\tdevice_cap_flags:\t\t0x{:08x}", d.device_cap_flags);
+        for (bit, name) in DEVICE_CAP_NAMES {
+            if d.device_cap_flags & u64::from(*bit) != 0 {
+                let _ = writeln!(o, "\t\t\t\t\t{name}");
+            }
+        }
+        let n = |o: &mut String, k: &str, tabs: usize, v: u64| {
+            let _ = writeln!(o, "\t{k}:{}{v}", "\t".repeat(tabs));
+        };
+        n(
+            &mut o,
+            "max_sge",
+            3,
+            d.max_send_sge.min(d.max_recv_sge).into(),
+        );
+        n(&mut o, "max_sge_rd", 3, d.max_send_sge.into());
+        n(&mut o, "max_cq", 4, d.max_cq.into());
+        n(&mut o, "max_cqe", 3, d.max_cqe.into());
+        n(&mut o, "max_mr", 4, d.max_mr.into());
+        n(&mut o, "max_pd", 4, d.max_pd.into());
+        n(&mut o, "max_qp_rd_atom", 3, d.max_qp_rd_atom.into());
+        n(&mut o, "max_ee_rd_atom", 3, 0);
+        n(&mut o, "max_res_rd_atom", 2, d.max_res_rd_atom.into());
+        n(
+            &mut o,
+            "max_qp_init_rd_atom",
+            2,
+            d.max_qp_init_rd_atom.into(),
+        );
+        n(&mut o, "max_ee_init_rd_atom", 2, 0);
+        let atomic = if d.atomic_hca {
+            "ATOMIC_HCA (1)"
+        } else {
+            "ATOMIC_NONE (0)"
+        };
+        let _ = writeln!(o, "\tatomic_cap:\t\t\t{atomic}");
+        n(&mut o, "max_ee", 4, 0);
+        n(&mut o, "max_rdd", 3, 0);
+        n(&mut o, "max_mw", 4, 0);
+        n(&mut o, "max_raw_ipv6_qp", 2, 0);
+        n(&mut o, "max_raw_ethy_qp", 2, 0);
+        n(&mut o, "max_mcast_grp", 3, 0);
+        n(&mut o, "max_mcast_qp_attach", 2, 0);
+        n(&mut o, "max_total_mcast_qp_attach", 1, 0);
+        n(&mut o, "max_ah", 4, d.max_ah.into());
+        n(&mut o, "max_fmr", 3, 0);
+        n(&mut o, "max_srq", 3, d.max_srq.into());
+        n(&mut o, "max_srq_wr", 3, d.max_srq_wr.into());
+        n(&mut o, "max_srq_sge", 3, d.max_srq_sge.into());
+        n(&mut o, "max_pkeys", 3, d.max_pkeys.into());
+        n(&mut o, "local_ca_ack_delay", 2, d.local_ca_ack_delay.into());
+        let _ = writeln!(o, "\tgeneral_odp_caps:");
+        for t in ["rc", "uc", "ud", "xrc"] {
+            let _ = writeln!(o, "\t{t}_odp_caps:\n\t\t\t\t\tNO SUPPORT");
+        }
+        let _ = writeln!(o, "\tcompletion_timestamp_mask not supported");
+        let _ = writeln!(o, "\tcore clock not supported");
+        let _ = writeln!(o, "\tdevice_cap_flags_ex:\t\t0x{:X}", d.device_cap_flags);
+        let _ = writeln!(o, "\tnum_comp_vectors:\t\t1");
+    }
+    let _ = writeln!(o, "\t\tport:\t1");
+    let _ = writeln!(
+        o,
+        "\t\t\tstate:\t\t\t{} ({})",
+        state_str(p.state),
+        p.state as u8
+    );
+    let _ = writeln!(o, "\t\t\tmax_mtu:\t\t{}", mtu_str(p.max_mtu));
+    let _ = writeln!(o, "\t\t\tactive_mtu:\t\t{}", mtu_str(p.active_mtu));
+    let _ = writeln!(o, "\t\t\tsm_lid:\t\t\t{}", p.sm_lid);
+    let _ = writeln!(o, "\t\t\tport_lid:\t\t{}", p.lid);
+    let _ = writeln!(o, "\t\t\tport_lmc:\t\t0x{:02x}", p.lmc);
+    let _ = writeln!(o, "\t\t\tlink_layer:\t\tEthernet");
+    if verbose {
+        let _ = writeln!(o, "\t\t\tmax_msg_sz:\t\t{:#x}", p.max_msg_sz);
+        let _ = writeln!(o, "\t\t\tport_cap_flags:\t\t0x{:08x}", p.port_cap_flags);
+        let _ = writeln!(o, "\t\t\tport_cap_flags2:\t0x0000");
+        let _ = writeln!(o, "\t\t\tmax_vl_num:\t\t1 ({})", p.max_vl_num);
+        let _ = writeln!(o, "\t\t\tbad_pkey_cntr:\t\t{:#x}", p.bad_pkey_cntr);
+        let _ = writeln!(o, "\t\t\tqkey_viol_cntr:\t\t{:#x}", p.qkey_viol_cntr);
+        let _ = writeln!(o, "\t\t\tsm_sl:\t\t\t0");
+        let _ = writeln!(o, "\t\t\tpkey_tbl_len:\t\t{}", p.pkey_tbl_len);
+        let _ = writeln!(o, "\t\t\tgid_tbl_len:\t\t{}", p.gid_tbl_len);
+        let _ = writeln!(o, "\t\t\tsubnet_timeout:\t\t0");
+        let _ = writeln!(o, "\t\t\tinit_type_reply:\t0");
+        let _ = writeln!(
+            o,
+            "\t\t\tactive_width:\t\t{} ({})",
+            width_str(p.active_width),
+            p.active_width
+        );
+        let _ = writeln!(
+            o,
+            "\t\t\tactive_speed:\t\t{} ({})",
+            speed_str(p.active_speed),
+            p.active_speed
+        );
+        let _ = writeln!(
+            o,
+            "\t\t\tphys_state:\t\t{} ({})",
+            phys_state_str(p.phys_state),
+            p.phys_state
+        );
+        for (i, g) in s.gids.iter().enumerate() {
+            let _ = writeln!(o, "\t\t\tGID[{i:>3}]:\t\t{g}, RoCE v2");
+        }
+    }
+    o.push('\n');
+    o
+}
+
+/// The JSON object of one device (every field of both structures, and the GIDs).
+pub fn json(s: &Snapshot) -> Json {
+    let d = &s.dev;
+    let p = &s.port;
+    let caps: Vec<&str> = DEVICE_CAP_NAMES
+        .iter()
+        .filter(|(b, _)| d.device_cap_flags & u64::from(*b) != 0)
+        .map(|(_, n)| *n)
+        .collect();
+    let dev = Json::obj()
+        .with("hca_id", s.info.name.as_str())
+        .with("netdev", s.info.ifname.as_str())
+        .with("transport", "InfiniBand")
+        .with("fw_ver", d.fw_ver.as_str())
+        .with("node_guid", guid_str(d.node_guid))
+        .with("sys_image_guid", guid_str(d.sys_image_guid))
+        .with("vendor_id", d.vendor_id)
+        .with("vendor_part_id", d.vendor_part_id)
+        .with("hw_ver", d.hw_ver)
+        .with("phys_port_cnt", d.phys_port_cnt)
+        .with("max_mr_size", d.max_mr_size)
+        .with("page_size_cap", d.page_size_cap)
+        .with("max_qp", d.max_qp)
+        .with("max_qp_wr", d.max_qp_wr)
+        .with("device_cap_flags", d.device_cap_flags)
+        .with("device_caps", caps)
+        .with("max_send_sge", d.max_send_sge)
+        .with("max_recv_sge", d.max_recv_sge)
+        .with("max_cq", d.max_cq)
+        .with("max_cqe", d.max_cqe)
+        .with("max_mr", d.max_mr)
+        .with("max_pd", d.max_pd)
+        .with("max_qp_rd_atom", d.max_qp_rd_atom)
+        .with("max_res_rd_atom", d.max_res_rd_atom)
+        .with("max_qp_init_rd_atom", d.max_qp_init_rd_atom)
+        .with("atomic_cap", u8::from(d.atomic_hca))
+        .with("max_ah", d.max_ah)
+        .with("max_srq", d.max_srq)
+        .with("max_srq_wr", d.max_srq_wr)
+        .with("max_srq_sge", d.max_srq_sge)
+        .with("max_pkeys", d.max_pkeys)
+        .with("local_ca_ack_delay", d.local_ca_ack_delay);
+    let port = Json::obj()
+        .with("port", 1u8)
+        .with("state", state_str(p.state))
+        .with("max_mtu", p.max_mtu.bytes())
+        .with("active_mtu", p.active_mtu.bytes())
+        .with("sm_lid", p.sm_lid)
+        .with("port_lid", p.lid)
+        .with("port_lmc", p.lmc)
+        .with("link_layer", "Ethernet")
+        .with("max_msg_sz", p.max_msg_sz)
+        .with("port_cap_flags", p.port_cap_flags)
+        .with("max_vl_num", p.max_vl_num)
+        .with("bad_pkey_cntr", p.bad_pkey_cntr)
+        .with("qkey_viol_cntr", p.qkey_viol_cntr)
+        .with("pkey_tbl_len", p.pkey_tbl_len)
+        .with("gid_tbl_len", p.gid_tbl_len)
+        .with("active_width", width_str(p.active_width))
+        .with("active_speed", speed_str(p.active_speed))
+        .with("phys_state", phys_state_str(p.phys_state))
+        .with(
+            "gids",
+            Json::Arr(
+                s.gids
+                    .iter()
+                    .enumerate()
+                    .map(|(i, g)| {
+                        Json::obj()
+                            .with("index", i)
+                            .with("gid", g.to_string())
+                            .with("type", "RoCE v2")
+                    })
+                    .collect(),
+            ),
+        );
+    dev.with("ports", Json::Arr(vec![port]))
+}
+
+/// Runs `rverbs devinfo`: every device (or `dev` only), text or JSON.
+pub fn run(dev: Option<&str>, verbose: bool, as_json: bool) -> Result<String, String> {
+    let all = rverbs::devices().map_err(|e| e.to_string())?;
+    let chosen: Vec<&DeviceInfo> = match dev {
+        Some(n) => {
+            let d = all
+                .iter()
+                .find(|d| d.name == n)
+                .ok_or_else(|| format!("IB device '{n}' wasn't found"))?;
+            vec![d]
+        }
+        None => all.iter().collect(),
+    };
+    if chosen.is_empty() {
+        return Err("No IB devices found".into());
+    }
+    let mut out = String::new();
+    let mut objs = Vec::new();
+    for d in chosen {
+        let s = Snapshot::take(d).unwrap_or_else(|_| Snapshot::unopened(d));
+        if as_json {
+            objs.push(json(&s));
+        } else {
+            out.push_str(&text(&s, verbose));
+        }
+    }
+    if as_json {
+        out = Json::Arr(objs).render();
+        out.push('\n');
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn guid_like_ibv_devinfo() {
+        assert_eq!(guid_str(0x5054_00ff_fe77_0002), "5054:00ff:fe77:0002");
+    }
+
+    /// Every line label of rxe's `ibv_devinfo -v` that rverbs has a value for appears
+    /// with the same indentation and tab layout.
+    #[test]
+    fn layout_matches_rxe_reference() {
+        let s = Snapshot::take(&rverbs::device(None).unwrap()).unwrap();
+        let t = text(&s, true);
+        let reference = include_str!("../../../testdata/rxe/ibv_devinfo-v.txt");
+        let labels = |txt: &str| -> Vec<String> {
+            txt.lines()
+                .filter(|l| l.starts_with('\t') && l.contains(':'))
+                .map(|l| {
+                    let (k, _) = l.split_once(':').unwrap();
+                    // label plus the tabs after the colon
+                    let rest = &l[k.len() + 1..];
+                    let tabs = rest.chars().take_while(|&c| c == '\t').count();
+                    format!("{k}:{tabs}")
+                })
+                .filter(|k| !k.contains("GID["))
+                .collect()
+        };
+        let ours = labels(&t);
+        let theirs = labels(reference);
+        for l in &ours {
+            assert!(theirs.contains(l), "{l:?} not in rxe's layout");
+        }
+        for must in ["\tmax_qp_wr:3", "\t\t\tactive_mtu:2", "\t\t\tgid_tbl_len:2"] {
+            assert!(ours.iter().any(|l| l == must), "{must}");
+        }
+        assert!(t.starts_with("hca_id:\trv_lo\n"));
+        assert!(t.contains("\t\t\tGID[  1]:\t\t::ffff:127.0.0."));
+        let short = text(&s, false);
+        assert!(!short.contains("max_qp_wr") && short.contains("link_layer:\t\tEthernet"));
+    }
+
+    #[test]
+    fn unopened_matches_opened_but_for_the_loopback_address() {
+        let info = rverbs::device(None).unwrap();
+        let (opened, unopened) = (Snapshot::take(&info).unwrap(), Snapshot::unopened(&info));
+        assert_eq!(opened.dev, unopened.dev);
+        // The GID list (and so its length) differs for loopback by design.
+        assert_eq!(
+            rverbs::PortAttr {
+                gid_tbl_len: 0,
+                ..opened.port.clone()
+            },
+            rverbs::PortAttr {
+                gid_tbl_len: 0,
+                ..unopened.port.clone()
+            }
+        );
+        assert_eq!(opened.gids[0], unopened.gids[0]);
+        assert!(unopened.gids[1..]
+            .iter()
+            .any(|g| g.to_string() == "::ffff:127.0.0.1"));
+        assert_eq!(
+            text(&opened, false).lines().count(),
+            text(&unopened, false).lines().count()
+        );
+    }
+
+    #[test]
+    fn json_has_ports_and_gids() {
+        let s = Snapshot::take(&rverbs::device(None).unwrap()).unwrap();
+        let j = json(&s).render();
+        assert!(j.starts_with("{\"hca_id\":\"rv_lo\""), "{j}");
+        assert!(j.contains("\"gids\":[{\"index\":0,"), "{j}");
+        assert!(j.contains("\"active_mtu\":"), "{j}");
+    }
+
+    #[test]
+    fn unknown_device_is_an_error() {
+        let e = run(Some("rv_nonexistent"), false, false).unwrap_err();
+        assert!(e.contains("wasn't found"), "{e}");
+    }
+}

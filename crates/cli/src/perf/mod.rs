@@ -1,0 +1,806 @@
+//! `rverbs perf {send|write|read|atomic|tcp} {bw|lat} [SERVER]`: perftest-like
+//! benchmarks between two processes, and the same measurements over a plain TCP
+//! socket as the baseline.
+//!
+//! **Process layout.** The server (no SERVER argument) listens on a TCP port for the
+//! control connection; the client connects, both sides agree on the test (they must
+//! have been started with the same test and options), exchange their QP / memory
+//! details (or open a second TCP connection for `tcp`), and then run every message
+//! size in turn: `run` → `ready`, the traffic, `done sent=N` from each side once its
+//! own sends completed, and `stats` (each side's CPU time and counts). Both sides
+//! print the results.
+//!
+//! **What is measured.** Bandwidth tests time each sending side from its first post to
+//! its last completion (bidirectional: the slower side), count the messages both sides
+//! sent, and report Gbit/s and messages/s. Latency tests record every iteration on the
+//! client: half the round trip for SEND and WRITE ping-pong (as perftest's
+//! `ib_send_lat`/`ib_write_lat`), the whole round trip for READ and atomics. CPU is
+//! `getrusage(RUSAGE_SELF)` user + system time of each whole process over the test
+//! (driver threads included); "CPU s/GB" adds both processes' CPU time.
+//!
+//! **perftest's own exchange:** `--perftest` (`perftest.rs`) is the client of an
+//! `ib_write_bw` server; the README says what else is not spoken.
+
+pub mod ctrl;
+pub mod perftest;
+mod rdma;
+mod tcp;
+
+use crate::json::Json;
+use ctrl::{Ctrl, Msg};
+use std::io::{IsTerminal, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// The operation measured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    /// RC SEND/RECV.
+    Send,
+    /// RDMA WRITE.
+    Write,
+    /// RDMA READ.
+    Read,
+    /// Atomic fetch-and-add (8 bytes).
+    Atomic,
+    /// A plain TCP socket (the baseline).
+    Tcp,
+}
+
+impl Op {
+    /// The command-line name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Op::Send => "send",
+            Op::Write => "write",
+            Op::Read => "read",
+            Op::Atomic => "atomic",
+            Op::Tcp => "tcp",
+        }
+    }
+
+    /// From the command-line name.
+    pub fn from_name(s: &str) -> Option<Op> {
+        [Op::Send, Op::Write, Op::Read, Op::Atomic, Op::Tcp]
+            .into_iter()
+            .find(|o| o.name() == s)
+    }
+}
+
+/// Bandwidth or latency.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Streaming with `depth` outstanding messages.
+    Bw,
+    /// One message at a time.
+    Lat,
+}
+
+impl Kind {
+    /// The command-line name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Bw => "bw",
+            Kind::Lat => "lat",
+        }
+    }
+}
+
+/// Options (perftest's letters where perftest has them).
+#[derive(Debug, Clone)]
+pub struct Opts {
+    /// Operation.
+    pub op: Op,
+    /// Test kind.
+    pub kind: Kind,
+    /// Server to connect to; `None` = be the server.
+    pub server: Option<String>,
+    /// TCP port of the control connection (`-p`).
+    pub port: u16,
+    /// Device (`-d`); default: the loopback soft device.
+    pub dev: Option<String>,
+    /// Message size (`-s`).
+    pub size: usize,
+    /// Sweep sizes 2 B .. 8 MiB (`-a`).
+    pub all: bool,
+    /// Iterations per size (`-n`).
+    pub iters: u64,
+    /// Run each size for this long instead (`-D`, seconds).
+    pub duration: Option<f64>,
+    /// Outstanding messages (`-t`).
+    pub depth: usize,
+    /// Requests per post (`-l`).
+    pub post_list: usize,
+    /// Both sides send (`-b`, bandwidth tests).
+    pub bidir: bool,
+    /// Path MTU in bytes (`-m`; 0: the port's active MTU).
+    pub mtu: usize,
+    /// GID index (`-x`); default: one of the peer's address family.
+    pub gid_idx: Option<u8>,
+    /// How long a waiting thread busy-polls before it sleeps until the next datagram
+    /// (`--spin-us`; see `rverbs::Cq::wait`).
+    pub spin: Duration,
+    /// Speak perftest's own exchange (client of an `ib_write_bw` server).
+    pub perftest: bool,
+    /// Print JSON lines instead of the table.
+    pub json: bool,
+}
+
+/// The sizes one run measures.
+pub fn sizes(o: &Opts) -> Vec<usize> {
+    if o.op == Op::Atomic {
+        return vec![8];
+    }
+    if o.all {
+        (1..=23).map(|p| 1usize << p).collect()
+    } else {
+        vec![o.size.max(1)]
+    }
+}
+
+/// What one side did for one size.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Side {
+    /// Messages this side sent (bw) or iterations (lat client).
+    pub sent: u64,
+    /// Messages this side received (SEND / TCP).
+    pub rx: u64,
+    /// Seconds from this side's first send to its last completion (0: sent nothing).
+    pub secs: f64,
+    /// Process CPU seconds over the test.
+    pub cpu: f64,
+    /// Wall seconds over the test.
+    pub wall: f64,
+}
+
+impl Side {
+    fn msg(&self) -> Msg {
+        Msg::new("stats")
+            .with("sent", self.sent)
+            .with("rx", self.rx)
+            .with("secs", self.secs)
+            .with("cpu", self.cpu)
+            .with("wall", self.wall)
+    }
+
+    fn from_msg(m: &Msg) -> Result<Side, String> {
+        Ok(Side {
+            sent: m.u64("sent")?,
+            rx: m.u64("rx")?,
+            secs: m.f64("secs")?,
+            cpu: m.f64("cpu")?,
+            wall: m.f64("wall")?,
+        })
+    }
+}
+
+/// Latency percentiles in microseconds.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Lat {
+    /// Minimum.
+    pub min: f64,
+    /// Median.
+    pub p50: f64,
+    /// 99th percentile.
+    pub p99: f64,
+    /// 99.9th percentile.
+    pub p999: f64,
+    /// Maximum.
+    pub max: f64,
+    /// Mean.
+    pub avg: f64,
+}
+
+impl Lat {
+    /// Percentiles of samples in nanoseconds (nearest rank); `None` when empty.
+    pub fn of(samples: &mut [u64]) -> Option<Lat> {
+        if samples.is_empty() {
+            return None;
+        }
+        samples.sort_unstable();
+        let n = samples.len();
+        let at = |q: f64| {
+            let rank = ((q * n as f64).ceil() as usize).clamp(1, n);
+            samples[rank - 1] as f64 / 1000.0
+        };
+        Some(Lat {
+            min: samples[0] as f64 / 1000.0,
+            p50: at(0.5),
+            p99: at(0.99),
+            p999: at(0.999),
+            max: samples[n - 1] as f64 / 1000.0,
+            avg: samples.iter().sum::<u64>() as f64 / n as f64 / 1000.0,
+        })
+    }
+}
+
+/// The result of one size.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Report {
+    /// Message size.
+    pub size: usize,
+    /// Messages moved (both directions).
+    pub msgs: u64,
+    /// Bytes moved (both directions).
+    pub bytes: u64,
+    /// Seconds of the transfer.
+    pub secs: f64,
+    /// This process's CPU seconds.
+    pub cpu_local: f64,
+    /// The peer process's CPU seconds.
+    pub cpu_peer: f64,
+    /// This process's CPU seconds per wall second (1.0 = one core busy).
+    pub cpu_util: f64,
+    /// Latencies (latency tests, on the client).
+    pub lat: Option<Lat>,
+}
+
+impl Report {
+    fn new(size: usize, me: &Side, peer: &Side, lat: Option<Lat>) -> Report {
+        let msgs = me.sent + peer.sent;
+        let secs = me.secs.max(peer.secs);
+        Report {
+            size,
+            msgs,
+            bytes: msgs * size as u64,
+            secs,
+            cpu_local: me.cpu,
+            cpu_peer: peer.cpu,
+            cpu_util: if me.wall > 0.0 { me.cpu / me.wall } else { 0.0 },
+            lat,
+        }
+    }
+
+    /// Gbit/s.
+    pub fn gbps(&self) -> f64 {
+        if self.secs > 0.0 {
+            self.bytes as f64 * 8.0 / self.secs / 1e9
+        } else {
+            0.0
+        }
+    }
+
+    /// Millions of messages per second.
+    pub fn mpps(&self) -> f64 {
+        if self.secs > 0.0 {
+            self.msgs as f64 / self.secs / 1e6
+        } else {
+            0.0
+        }
+    }
+
+    /// CPU seconds of both processes per GB (1e9 bytes) moved.
+    pub fn cpu_per_gb(&self) -> f64 {
+        if self.bytes > 0 {
+            (self.cpu_local + self.cpu_peer) / (self.bytes as f64 / 1e9)
+        } else {
+            0.0
+        }
+    }
+
+    /// The JSON object.
+    pub fn json(&self, o: &Opts) -> Json {
+        let mut j = Json::obj()
+            .with("test", o.op.name())
+            .with("kind", o.kind.name())
+            .with(
+                "role",
+                if o.server.is_some() {
+                    "client"
+                } else {
+                    "server"
+                },
+            )
+            .with("size", self.size)
+            .with("msgs", self.msgs)
+            .with("bytes", self.bytes)
+            .with("secs", self.secs)
+            .with("gbps", self.gbps())
+            .with("mpps", self.mpps())
+            .with("cpu_local_s", self.cpu_local)
+            .with("cpu_peer_s", self.cpu_peer)
+            .with("cpu_util", self.cpu_util)
+            .with("cpu_s_per_gb", self.cpu_per_gb())
+            .with("depth", o.depth)
+            .with("post_list", o.post_list)
+            .with("bidir", o.bidir);
+        if let Some(l) = &self.lat {
+            j = j.with(
+                "lat_us",
+                Json::obj()
+                    .with("min", l.min)
+                    .with("p50", l.p50)
+                    .with("p99", l.p99)
+                    .with("p99_9", l.p999)
+                    .with("max", l.max)
+                    .with("avg", l.avg),
+            );
+        }
+        j
+    }
+}
+
+/// Process CPU time (user + system, all threads) in seconds.
+#[allow(unsafe_code)]
+pub fn cpu_seconds() -> f64 {
+    // SAFETY: getrusage writes one rusage struct into the zeroed one we pass and
+    // reads nothing else.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; RUSAGE_SELF is a valid `who`.
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    if rc != 0 {
+        return 0.0;
+    }
+    let t = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6;
+    t(ru.ru_utime) + t(ru.ru_stime)
+}
+
+/// The peer's `done sent=N`, delivered by the control reader thread.
+pub struct PeerDone {
+    v: AtomicU64,
+}
+
+const UNKNOWN: u64 = u64::MAX;
+const FAILED: u64 = u64::MAX - 1;
+
+impl PeerDone {
+    fn new() -> PeerDone {
+        PeerDone {
+            v: AtomicU64::new(UNKNOWN),
+        }
+    }
+
+    /// `Ok(Some(n))` once the peer said it sent `n` messages; an error if the control
+    /// connection failed.
+    pub fn get(&self) -> Result<Option<u64>, String> {
+        match self.v.load(Ordering::Acquire) {
+            UNKNOWN => Ok(None),
+            FAILED => Err("the control connection failed during the test".into()),
+            n => Ok(Some(n)),
+        }
+    }
+
+    fn set(&self, n: u64) {
+        self.v.store(n.min(FAILED - 1), Ordering::Release);
+    }
+}
+
+/// How long a test may make no progress before it is declared stuck.
+pub const STALL: Duration = Duration::from_secs(30);
+
+/// What one side does for one size.
+pub struct Plan {
+    /// Message size.
+    pub size: usize,
+    /// Messages to send (`None`: until `until`).
+    pub iters: Option<u64>,
+    /// Stop sending at this instant (duration mode).
+    pub until: Option<Instant>,
+    /// This side sends (bw) / drives the ping-pong (lat client).
+    pub sends: bool,
+    /// The peer sends SENDs / TCP data that this side must receive.
+    pub receives: bool,
+    /// Progress display on stderr.
+    pub progress: bool,
+}
+
+impl Plan {
+    /// True once this side has sent `posted` and should stop.
+    pub fn stop(&self, posted: u64) -> bool {
+        match (self.iters, self.until) {
+            (Some(n), _) => posted >= n,
+            (None, Some(t)) => Instant::now() >= t,
+            (None, None) => true,
+        }
+    }
+}
+
+/// Throttled progress line on stderr.
+pub struct Progress {
+    on: bool,
+    last: Instant,
+    size: usize,
+}
+
+impl Progress {
+    fn new(on: bool, size: usize) -> Progress {
+        Progress {
+            on,
+            last: Instant::now(),
+            size,
+        }
+    }
+
+    /// Shows `done` of `total` (when known) at most 4 times a second.
+    pub fn tick(&mut self, done: u64, total: Option<u64>) {
+        if !self.on || self.last.elapsed() < Duration::from_millis(250) {
+            return;
+        }
+        self.last = Instant::now();
+        match total {
+            Some(t) => eprint!("\r  {} B: {done}/{t}   ", self.size),
+            None => eprint!("\r  {} B: {done}   ", self.size),
+        }
+    }
+
+    fn clear(&self) {
+        if self.on {
+            eprint!("\r{:60}\r", "");
+        }
+    }
+}
+
+/// One transport's data movers.
+pub trait Bench {
+    /// Bandwidth for one size; sends `done sent=N` on `ctrl` once its own sends
+    /// completed, and returns when the peer's sends have arrived too.
+    fn bw(
+        &mut self,
+        plan: &Plan,
+        peer: &PeerDone,
+        ctrl: &mut TcpStream,
+        p: &mut Progress,
+    ) -> Result<Side, String>;
+    /// Latency for one size; the client returns its samples (ns).
+    fn lat(
+        &mut self,
+        plan: &Plan,
+        peer: &PeerDone,
+        ctrl: &mut TcpStream,
+        p: &mut Progress,
+    ) -> Result<(Side, Vec<u64>), String>;
+}
+
+fn hello(o: &Opts) -> Msg {
+    Msg::new("hello")
+        .with("v", 1)
+        .with("op", o.op.name())
+        .with("kind", o.kind.name())
+        .with("depth", o.depth)
+        .with("post_list", o.post_list)
+        .with("bidir", u8::from(o.bidir))
+        .with("all", u8::from(o.all))
+        .with("size", o.size)
+        .with("mtu", o.mtu)
+}
+
+/// The fields both sides must agree on.
+fn check_hello(mine: &Msg, theirs: &Msg) -> Result<(), String> {
+    for k in [
+        "v",
+        "op",
+        "kind",
+        "depth",
+        "post_list",
+        "bidir",
+        "all",
+        "size",
+        "mtu",
+    ] {
+        let (a, b) = (mine.str(k)?, theirs.str(k)?);
+        if a != b {
+            return Err(format!(
+                "the peer runs a different test: {k}={b} there, {k}={a} here"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Connects the control channel and checks the peer runs the same test.
+fn control(o: &Opts) -> Result<(Ctrl, Option<SocketAddr>, Option<TcpListener>), String> {
+    let (s, addr, listener) = match &o.server {
+        Some(server) => {
+            let addrs: Vec<SocketAddr> = (server.as_str(), o.port)
+                .to_socket_addrs()
+                .map_err(|e| format!("{server}: {e}"))?
+                .collect();
+            let mut found = None;
+            // The server may still be starting: retry for a few seconds.
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while found.is_none() {
+                for a in &addrs {
+                    if let Ok(s) = TcpStream::connect_timeout(a, Duration::from_secs(2)) {
+                        found = Some((s, *a));
+                        break;
+                    }
+                }
+                if found.is_none() {
+                    if Instant::now() > deadline {
+                        return Err(format!("couldn't connect to {server}:{}", o.port));
+                    }
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            }
+            let (s, a) = found.ok_or("no address")?;
+            (s, Some(a), None)
+        }
+        None => {
+            let l = TcpListener::bind(("::", o.port))
+                .or_else(|_| TcpListener::bind(("0.0.0.0", o.port)))
+                .map_err(|e| format!("couldn't listen on port {}: {e}", o.port))?;
+            let (s, peer) = l.accept().map_err(|e| e.to_string())?;
+            // The TCP baseline accepts its data connection on the same listener.
+            (s, Some(peer), Some(l))
+        }
+    };
+    let mut c = Ctrl::new(s)?;
+    let mine = hello(o);
+    c.send(&mine)?;
+    let theirs = c.recv()?.expect("hello")?;
+    if let Err(e) = check_hello(&mine, &theirs) {
+        let _ = c.send(&Msg::new("error").with("why", e.replace(' ', "_")));
+        return Err(e);
+    }
+    Ok((c, addr, listener))
+}
+
+/// Runs one side of a test, printing to `out`.
+pub fn run(o: &Opts, out: &mut impl Write) -> Result<Vec<Report>, String> {
+    if o.kind == Kind::Lat && o.bidir {
+        return Err("-b (bidirectional) applies to bandwidth tests".into());
+    }
+    if o.depth == 0 || o.post_list == 0 || o.post_list > o.depth {
+        return Err("need 1 <= post-list (-l) <= depth (-t)".into());
+    }
+    if o.perftest {
+        let server = match (&o.server, o.op, o.kind, o.all, o.duration) {
+            (Some(s), Op::Write, Kind::Bw, false, None) => s,
+            _ => {
+                return Err(
+                    "--perftest runs `write bw SERVER` with -n (the client of an \
+                            ib_write_bw server)"
+                        .into(),
+                )
+            }
+        };
+        let r = perftest::write_bw_client(o, server)?;
+        let w = |r: std::io::Result<()>| r.map_err(|e| e.to_string());
+        if o.json {
+            w(writeln!(out, "{}", r.json(o).render()))?;
+        } else {
+            w(writeln!(out, "{}\n{}", header(o), row(o, &r)))?;
+        }
+        return Ok(vec![r]);
+    }
+    let client = o.server.is_some();
+    let (mut c, peer_addr, listener) = control(o)?;
+    let sizes = sizes(o);
+    let max = *sizes.iter().max().unwrap_or(&1);
+    let mut bench: Box<dyn Bench> = match o.op {
+        Op::Tcp => Box::new(tcp::Tcp::connect(o, peer_addr, listener, max)?),
+        _ => Box::new(rdma::Rdma::connect(o, &mut c, peer_addr, max)?),
+    };
+    let progress = std::io::stderr().is_terminal() && !o.json;
+    let w = |r: std::io::Result<()>| r.map_err(|e| e.to_string());
+    if !o.json {
+        w(writeln!(out, "{}", header(o)))?;
+    }
+    let mut reports = Vec::new();
+    for &size in &sizes {
+        let dur_ms = o.duration.map_or(0, |d| (d * 1000.0) as u64);
+        if client {
+            c.send(
+                &Msg::new("run")
+                    .with("size", size)
+                    .with("iters", o.iters)
+                    .with("dur_ms", dur_ms),
+            )?;
+            c.recv()?.expect("ready")?;
+        } else {
+            let m = c.recv()?.expect("run")?;
+            if m.u64("size")? != size as u64 {
+                return Err("the peer's size sequence differs".into());
+            }
+            c.send(&Msg::new("ready"))?;
+        }
+        let plan = Plan {
+            size,
+            iters: o.duration.is_none().then_some(o.iters),
+            until: o
+                .duration
+                .map(|d| Instant::now() + Duration::from_secs_f64(d)),
+            sends: match o.kind {
+                Kind::Bw => client || o.bidir,
+                Kind::Lat => client,
+            },
+            receives: matches!(o.op, Op::Send | Op::Tcp) && (!client || o.bidir),
+            progress,
+        };
+        let peer = PeerDone::new();
+        let mut prog = Progress::new(progress, size);
+        let Ctrl { w: cw, r: cr } = &mut c;
+        let result = std::thread::scope(|sc| {
+            let reader = sc.spawn(|| {
+                let r = ctrl::read_msg(cr)
+                    .and_then(|m| m.expect("done"))
+                    .and_then(|m| m.u64("sent"));
+                match r {
+                    Ok(n) => peer.set(n),
+                    Err(_) => peer.v.store(FAILED, Ordering::Release),
+                }
+            });
+            let res = match o.kind {
+                Kind::Bw => bench
+                    .bw(&plan, &peer, cw, &mut prog)
+                    .map(|s| (s, Vec::new())),
+                Kind::Lat => bench.lat(&plan, &peer, cw, &mut prog),
+            };
+            if res.is_err() {
+                let _ = cw.shutdown(std::net::Shutdown::Both);
+            }
+            let _ = reader.join();
+            res
+        });
+        prog.clear();
+        let (me, mut samples) = result?;
+        c.send(&me.msg())?;
+        let them = Side::from_msg(&c.recv()?.expect("stats")?)?;
+        let r = Report::new(size, &me, &them, Lat::of(&mut samples));
+        if o.json {
+            w(writeln!(out, "{}", r.json(o).render()))?;
+        } else {
+            w(writeln!(out, "{}", row(o, &r)))?;
+        }
+        reports.push(r);
+    }
+    Ok(reports)
+}
+
+fn header(o: &Opts) -> String {
+    match o.kind {
+        Kind::Bw => format!(
+            "# {} bw{}: depth {}, post list {}\n {:>9} {:>12} {:>12} {:>12} {:>9} {:>10}",
+            o.op.name(),
+            if o.bidir { " (bidirectional)" } else { "" },
+            o.depth,
+            o.post_list,
+            "#bytes",
+            "#messages",
+            "BW[Gb/s]",
+            "MsgRate[Mpps]",
+            "CPU[%]",
+            "CPU[s/GB]"
+        ),
+        Kind::Lat => format!(
+            "# {} lat ({})\n {:>9} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7}",
+            o.op.name(),
+            match o.op {
+                Op::Read | Op::Atomic => "round trip, usec",
+                _ => "half round trip, usec",
+            },
+            "#bytes",
+            "#iters",
+            "t_min",
+            "t_p50",
+            "t_p99",
+            "t_p99.9",
+            "t_max",
+            "t_avg",
+            "CPU[%]"
+        ),
+    }
+}
+
+fn row(o: &Opts, r: &Report) -> String {
+    match (o.kind, &r.lat) {
+        (Kind::Lat, Some(l)) => format!(
+            " {:>9} {:>10} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>7.1}",
+            r.size,
+            r.msgs,
+            l.min,
+            l.p50,
+            l.p99,
+            l.p999,
+            l.max,
+            l.avg,
+            r.cpu_util * 100.0
+        ),
+        (Kind::Lat, None) => format!(
+            " {:>9} {:>10} (latencies are reported by the client) CPU {:.1}%",
+            r.size,
+            r.msgs,
+            r.cpu_util * 100.0
+        ),
+        (Kind::Bw, _) => format!(
+            " {:>9} {:>12} {:>12.3} {:>12.4} {:>9.1} {:>10.3}",
+            r.size,
+            r.msgs,
+            r.gbps(),
+            r.mpps(),
+            r.cpu_util * 100.0,
+            r.cpu_per_gb()
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_nearest_rank() {
+        let mut s: Vec<u64> = (1..=1000).map(|i| i * 1000).collect();
+        let l = Lat::of(&mut s).unwrap();
+        assert_eq!(
+            (l.min, l.p50, l.p99, l.p999, l.max),
+            (1.0, 500.0, 990.0, 999.0, 1000.0)
+        );
+        assert_eq!(l.avg, 500.5);
+        assert_eq!(Lat::of(&mut []), None);
+        let l = Lat::of(&mut [7000]).unwrap();
+        assert_eq!((l.p50, l.p999), (7.0, 7.0));
+    }
+
+    #[test]
+    fn report_arithmetic() {
+        let me = Side {
+            sent: 1000,
+            rx: 0,
+            secs: 0.5,
+            cpu: 0.25,
+            wall: 0.5,
+        };
+        let peer = Side {
+            sent: 0,
+            rx: 1000,
+            secs: 0.0,
+            cpu: 0.75,
+            wall: 0.5,
+        };
+        let r = Report::new(1_000_000, &me, &peer, None);
+        assert_eq!(r.bytes, 1_000_000_000);
+        assert_eq!(r.gbps(), 16.0);
+        assert_eq!(r.mpps(), 0.002);
+        assert_eq!(r.cpu_per_gb(), 1.0);
+        assert_eq!(r.cpu_util, 0.5);
+        assert_eq!(Side::from_msg(&me.msg()).unwrap(), me);
+    }
+
+    #[test]
+    fn mismatched_tests_are_refused() {
+        let o = Opts {
+            op: Op::Write,
+            kind: Kind::Bw,
+            server: None,
+            port: 0,
+            dev: None,
+            size: 65536,
+            all: false,
+            iters: 10,
+            duration: None,
+            depth: 128,
+            post_list: 1,
+            bidir: false,
+            mtu: 1024,
+            gid_idx: None,
+            spin: Duration::ZERO,
+            perftest: false,
+            json: false,
+        };
+        let a = hello(&o);
+        assert!(check_hello(&a, &a).is_ok());
+        let b = hello(&Opts {
+            op: Op::Read,
+            ..o.clone()
+        });
+        assert!(check_hello(&a, &b).unwrap_err().contains("op=read"));
+        assert!(check_hello(&a, &Msg::new("hello")).is_err());
+        assert_eq!(
+            sizes(&Opts {
+                all: true,
+                ..o.clone()
+            })
+            .len(),
+            23
+        );
+        assert_eq!(
+            sizes(&Opts {
+                op: Op::Atomic,
+                ..o
+            }),
+            vec![8]
+        );
+    }
+}

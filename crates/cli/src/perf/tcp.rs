@@ -1,0 +1,217 @@
+//! The TCP baseline of `rverbs perf tcp {bw|lat}`: the same sizes, iterations or
+//! duration, and process layout over one plain TCP connection (`TCP_NODELAY`), beside
+//! the control connection. A stream has no queue depth or post list: the kernel's
+//! socket buffers play that part.
+
+use super::ctrl::{self, Msg};
+use super::{Bench, Opts, PeerDone, Plan, Progress, Side, STALL};
+use std::io::{ErrorKind, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+/// The data connection.
+pub struct Tcp {
+    s: TcpStream,
+    buf: Vec<u8>,
+}
+
+impl Tcp {
+    /// The client connects a second connection to the server's port; the server
+    /// accepts it on its listener.
+    pub fn connect(
+        o: &Opts,
+        peer: Option<SocketAddr>,
+        listener: Option<TcpListener>,
+        max_size: usize,
+    ) -> Result<Tcp, String> {
+        let s = match (&o.server, listener) {
+            (Some(_), _) => {
+                let mut a = peer.ok_or("no server address")?;
+                a.set_port(o.port);
+                TcpStream::connect_timeout(&a, Duration::from_secs(10))
+                    .map_err(|e| format!("data connection: {e}"))?
+            }
+            (None, Some(l)) => l.accept().map(|(s, _)| s).map_err(|e| e.to_string())?,
+            (None, None) => return Err("no listener".into()),
+        };
+        s.set_nodelay(true).map_err(|e| e.to_string())?;
+        // Reads wake up now and then to see whether the peer said it is done.
+        s.set_read_timeout(Some(Duration::from_millis(20)))
+            .map_err(|e| e.to_string())?;
+        Ok(Tcp {
+            s,
+            buf: vec![0x5a; max_size.max(1)],
+        })
+    }
+}
+
+/// Reads exactly `buf.len()` bytes; `Ok(false)` if `stop()` said to give up first.
+fn read_full(
+    s: &mut TcpStream,
+    buf: &mut [u8],
+    stop: &mut dyn FnMut() -> Result<bool, String>,
+) -> Result<bool, String> {
+    let mut got = 0;
+    let mut last = Instant::now();
+    while got < buf.len() {
+        match s.read(&mut buf[got..]) {
+            Ok(0) => return Err("the peer closed the data connection".into()),
+            Ok(n) => {
+                got += n;
+                last = Instant::now();
+            }
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                if got == 0 && stop()? {
+                    return Ok(false);
+                }
+                if last.elapsed() > STALL {
+                    return Err(format!("no data for {}s", STALL.as_secs()));
+                }
+            }
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+    Ok(true)
+}
+
+impl Bench for Tcp {
+    fn bw(
+        &mut self,
+        plan: &Plan,
+        peer: &PeerDone,
+        ctrl_w: &mut TcpStream,
+        p: &mut Progress,
+    ) -> Result<Side, String> {
+        let size = plan.size;
+        let (start, cpu0) = (Instant::now(), super::cpu_seconds());
+        let mut rs = self.s.try_clone().map_err(|e| e.to_string())?;
+        let mut rbuf = vec![0u8; size.clamp(1, 1 << 20)];
+        let sbuf = &self.buf[..size];
+        let ws = &mut self.s;
+        let (sent, secs, rx) = std::thread::scope(|sc| -> Result<(u64, f64, u64), String> {
+            // The receiver counts bytes until the peer's announced total arrived.
+            let receiver = sc.spawn(move || -> Result<u64, String> {
+                if !plan.receives {
+                    return Ok(0);
+                }
+                let mut bytes = 0u64;
+                let mut last = Instant::now();
+                loop {
+                    if let Some(n) = peer.get()? {
+                        if bytes >= n * size as u64 {
+                            return Ok(bytes / size as u64);
+                        }
+                    }
+                    match rs.read(&mut rbuf) {
+                        Ok(0) => return Err("the peer closed the data connection".into()),
+                        Ok(n) => {
+                            bytes += n as u64;
+                            last = Instant::now();
+                        }
+                        Err(e)
+                            if matches!(
+                                e.kind(),
+                                ErrorKind::WouldBlock
+                                    | ErrorKind::TimedOut
+                                    | ErrorKind::Interrupted
+                            ) =>
+                        {
+                            if last.elapsed() > STALL {
+                                return Err(format!("no data for {}s", STALL.as_secs()));
+                            }
+                        }
+                        Err(e) => return Err(e.to_string()),
+                    }
+                }
+            });
+            let mut sent = 0u64;
+            let mut secs = 0.0;
+            if plan.sends {
+                while !plan.stop(sent) {
+                    ws.write_all(sbuf).map_err(|e| e.to_string())?;
+                    sent += 1;
+                    if plan.progress {
+                        p.tick(sent, plan.iters);
+                    }
+                }
+                // Bytes in the socket are not yet delivered: the time counts until the
+                // receiver has them all (it answers after the `done`).
+                secs = start.elapsed().as_secs_f64();
+            }
+            ctrl::send(ctrl_w, &Msg::new("done").with("sent", sent))?;
+            let rx = receiver.join().map_err(|_| "receiver thread panicked")??;
+            Ok((sent, secs, rx))
+        })?;
+        Ok(Side {
+            sent,
+            rx,
+            secs,
+            cpu: super::cpu_seconds() - cpu0,
+            wall: start.elapsed().as_secs_f64(),
+        })
+    }
+
+    fn lat(
+        &mut self,
+        plan: &Plan,
+        peer: &PeerDone,
+        ctrl_w: &mut TcpStream,
+        p: &mut Progress,
+    ) -> Result<(Side, Vec<u64>), String> {
+        let size = plan.size;
+        let (start, cpu0) = (Instant::now(), super::cpu_seconds());
+        let mut samples = Vec::with_capacity(plan.iters.unwrap_or(100_000) as usize);
+        let mut rbuf = vec![0u8; size.max(1)];
+        let mut iters = 0u64;
+        if plan.sends {
+            while !plan.stop(iters) {
+                let t0 = Instant::now();
+                self.s
+                    .write_all(&self.buf[..size])
+                    .map_err(|e| e.to_string())?;
+                read_full(&mut self.s, &mut rbuf[..size], &mut || Ok(false))?;
+                samples.push(t0.elapsed().as_nanos() as u64 / 2);
+                iters += 1;
+                if plan.progress {
+                    p.tick(iters, plan.iters);
+                }
+            }
+            let secs = start.elapsed().as_secs_f64();
+            ctrl::send(ctrl_w, &Msg::new("done").with("sent", iters))?;
+            while peer.get()?.is_none() {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            return Ok((
+                Side {
+                    sent: iters,
+                    rx: iters,
+                    secs,
+                    cpu: super::cpu_seconds() - cpu0,
+                    wall: start.elapsed().as_secs_f64(),
+                },
+                samples,
+            ));
+        }
+        ctrl::send(ctrl_w, &Msg::new("done").with("sent", 0))?;
+        let mut answered = 0u64;
+        loop {
+            let mut stop = || Ok(peer.get()?.is_some_and(|n| answered >= n));
+            if !read_full(&mut self.s, &mut rbuf[..size], &mut stop)? {
+                break;
+            }
+            self.s.write_all(&rbuf[..size]).map_err(|e| e.to_string())?;
+            answered += 1;
+        }
+        Ok((
+            Side {
+                sent: 0,
+                rx: answered,
+                secs: 0.0,
+                cpu: super::cpu_seconds() - cpu0,
+                wall: start.elapsed().as_secs_f64(),
+            },
+            Vec::new(),
+        ))
+    }
+}

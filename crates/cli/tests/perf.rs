@@ -1,0 +1,155 @@
+//! `rverbs perf` between two processes on the loopback soft device: every operation
+//! and kind, the sweep, bidirectional and post-list bandwidth, the TCP baseline, and a
+//! refused mismatch. The figures themselves are not judged here (no timed tests): the
+//! JSON must add up and the message counts must be exact.
+
+use std::process::{Command, Output, Stdio};
+
+fn run_pair(args: &[&str], port: u16) -> (Output, Output) {
+    let bin = env!("CARGO_BIN_EXE_rverbs");
+    let p = port.to_string();
+    let server = Command::new(bin)
+        .arg("perf")
+        .args(args)
+        .args(["-p", &p, "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The client retries its connection for 10 s while the server starts.
+    let client = Command::new(bin)
+        .arg("perf")
+        .args(args)
+        .args(["-p", &p, "--json", "localhost"])
+        .output()
+        .unwrap();
+    (server.wait_with_output().unwrap(), client)
+}
+
+fn ok_pair(args: &[&str], port: u16) -> (Vec<String>, Vec<String>) {
+    let (s, c) = run_pair(args, port);
+    let text = |o: &Output| {
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        )
+    };
+    assert!(
+        s.status.success(),
+        "server {args:?}:\n{}\nclient:\n{}",
+        text(&s),
+        text(&c)
+    );
+    assert!(
+        c.status.success(),
+        "client {args:?}:\n{}\nserver:\n{}",
+        text(&c),
+        text(&s)
+    );
+    let lines = |o: &Output| {
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    (lines(&s), lines(&c))
+}
+
+fn field<'a>(line: &'a str, key: &str) -> &'a str {
+    let k = format!("\"{key}\":");
+    let at = line.find(&k).unwrap_or_else(|| panic!("{key} in {line}")) + k.len();
+    let rest = &line[at..];
+    let end = rest.find([',', '}']).unwrap();
+    &rest[..end]
+}
+
+#[test]
+fn bandwidth_of_every_operation() {
+    for (i, op) in ["send", "write", "read", "atomic", "tcp"]
+        .iter()
+        .enumerate()
+    {
+        let (s, c) = ok_pair(
+            &[op, "bw", "-n", "300", "-s", "3000", "-t", "16"],
+            19200 + i as u16,
+        );
+        assert_eq!((s.len(), c.len()), (1, 1), "{op}: {s:?} {c:?}");
+        assert_eq!(field(&c[0], "msgs"), "300", "{op}");
+        assert_eq!(field(&s[0], "msgs"), "300", "{op}");
+        let size = if *op == "atomic" { 8 } else { 3000 };
+        assert_eq!(field(&c[0], "bytes"), (300 * size).to_string(), "{op}");
+        assert!(field(&c[0], "gbps").parse::<f64>().unwrap() > 0.0);
+        assert!(field(&c[0], "cpu_s_per_gb").parse::<f64>().unwrap() > 0.0);
+    }
+}
+
+#[test]
+fn bidirectional_post_list_and_sweep() {
+    let (_, c) = ok_pair(
+        &["send", "bw", "-b", "-n", "200", "-l", "4", "-t", "32"],
+        19210,
+    );
+    assert_eq!(field(&c[0], "msgs"), "400");
+    let (_, c) = ok_pair(
+        &[
+            "write", "bw", "-l", "8", "-t", "64", "-n", "1000", "-s", "64",
+        ],
+        19211,
+    );
+    assert_eq!(field(&c[0], "msgs"), "1000");
+    let (_, c) = ok_pair(&["tcp", "bw", "-b", "-n", "100"], 19212);
+    assert_eq!(field(&c[0], "msgs"), "200");
+    let (_, c) = ok_pair(&["write", "bw", "-a", "-n", "20"], 19213);
+    assert_eq!(c.len(), 23);
+    assert_eq!(field(&c[22], "size"), (8 << 20).to_string());
+    // Duration mode: some messages, whatever the speed.
+    let (_, c) = ok_pair(&["send", "bw", "-D", "0.2", "-s", "1000"], 19214);
+    assert!(field(&c[0], "msgs").parse::<u64>().unwrap() > 0);
+}
+
+#[test]
+fn latency_of_every_operation() {
+    for (i, op) in ["send", "write", "read", "atomic", "tcp"]
+        .iter()
+        .enumerate()
+    {
+        let (s, c) = ok_pair(&[op, "lat", "-n", "50", "-s", "100"], 19220 + i as u16);
+        assert_eq!(field(&c[0], "msgs"), "50", "{op}");
+        let lat = &c[0][c[0].find("\"lat_us\"").expect("lat_us")..];
+        let (min, p50, max) = (
+            field(lat, "min").parse::<f64>().unwrap(),
+            field(lat, "p50").parse::<f64>().unwrap(),
+            field(lat, "max").parse::<f64>().unwrap(),
+        );
+        assert!(0.0 < min && min <= p50 && p50 <= max, "{op}: {lat}");
+        assert!(!s[0].contains("lat_us"), "the server has no samples");
+    }
+    let (_, c) = ok_pair(&["send", "lat", "-D", "0.2", "-s", "8"], 19226);
+    assert!(field(&c[0], "msgs").parse::<u64>().unwrap() > 0);
+}
+
+#[test]
+fn mismatched_tests_fail_on_both_sides() {
+    let bin = env!("CARGO_BIN_EXE_rverbs");
+    let server = Command::new(bin)
+        .args(["perf", "write", "bw", "-p", "19230"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let c = Command::new(bin)
+        .args(["perf", "read", "bw", "-p", "19230", "localhost"])
+        .output()
+        .unwrap();
+    let s = server.wait_with_output().unwrap();
+    assert!(!c.status.success() && !s.status.success());
+    let err = String::from_utf8_lossy(&s.stderr);
+    assert!(err.contains("op=read there, op=write here"), "{err}");
+    // Bad options are refused before any connection.
+    let o = Command::new(bin)
+        .args(["perf", "send", "lat", "-b", "-p", "19231", "localhost"])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&o.stderr).contains("bandwidth tests"));
+}
