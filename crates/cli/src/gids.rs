@@ -85,11 +85,17 @@ pub fn print_table<W: Write>(rows: &[Row], out: &mut W) -> std::io::Result<()> {
     )?;
     for r in rows {
         let ndev = r.ndev.as_deref().unwrap_or("");
-        let ver = r.gid_type.short_name();
+        // show_gids prints what follows the first 'v' of the sysfs type text: "v1"
+        // for "IB/RoCE v1", which is the text of IB entries too.
+        let ver = match r.gid_type {
+            GidType::Ib => "v1",
+            t => t.short_name(),
+        };
         match r.gid.to_ipv4_mapped() {
+            // mlnx-tools sbin/show_gids: "$ipv4  \t", two spaces, no padding.
             Some(v4) => writeln!(
                 out,
-                "{}\t{}\t{}\t{}\t{v4:<13}\t{ver}\t{ndev}",
+                "{}\t{}\t{}\t{}\t{v4}  \t{ver}\t{ndev}",
                 r.dev,
                 r.port,
                 r.index,
@@ -175,7 +181,7 @@ mod tests {
         );
         assert_eq!(
             lines[3],
-            "rxe0\t1\t1\t0000:0000:0000:0000:0000:ffff:0a4d:0002\t10.77.0.2    \tv2\teth0"
+            "rxe0\t1\t1\t0000:0000:0000:0000:0000:ffff:0a4d:0002\t10.77.0.2  \tv2\teth0"
         );
         assert_eq!(
             lines[4],
@@ -183,6 +189,38 @@ mod tests {
         );
         assert_eq!(lines[5], "n_gids_found=3");
         assert_eq!(lines.len(), 6);
+    }
+
+    #[test]
+    fn show_gids_columns_for_long_addresses_and_ib_entries() {
+        // mlnx-tools sbin/show_gids: the address then two spaces whatever its length;
+        // VER is the text after the first 'v' of the type file ("IB/RoCE v1" on IB).
+        let row = |gid: Gid, gid_type| Row {
+            dev: "mlx5_0".into(),
+            port: 1,
+            index: 3,
+            gid,
+            gid_type,
+            ndev: Some("rdma0".into()),
+            ndev_ifindex: 4,
+        };
+        let v4 = Gid::from(std::net::Ipv4Addr::new(192, 168, 211, 242));
+        let ib: Gid = "fe80::ec0d:9a03:ca:2f4c"
+            .parse::<std::net::Ipv6Addr>()
+            .unwrap()
+            .into();
+        let mut out = Vec::new();
+        print_table(&[row(v4, GidType::RoceV2), row(ib, GidType::Ib)], &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines[2],
+            "mlx5_0\t1\t3\t0000:0000:0000:0000:0000:ffff:c0a8:d3f2\t192.168.211.242  \tv2\trdma0"
+        );
+        assert_eq!(
+            lines[3],
+            "mlx5_0\t1\t3\tfe80:0000:0000:0000:ec0d:9a03:00ca:2f4c\t\t\tv1\trdma0"
+        );
     }
 
     #[test]

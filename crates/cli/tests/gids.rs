@@ -149,7 +149,7 @@ fn gids_tool_matches_the_kernel_table_in_a_netns() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         text.contains(
-            "rv_eth0\t1\t2\t0000:0000:0000:0000:0000:ffff:0a58:0005\t10.88.0.5    \tv2\teth0"
+            "rv_eth0\t1\t2\t0000:0000:0000:0000:0000:ffff:0a58:0005\t10.88.0.5  \tv2\teth0"
         ),
         "{text}"
     );

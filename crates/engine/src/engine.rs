@@ -651,8 +651,10 @@ impl Engine {
 
     /// `ibv_attach_mcast`: `qpn` (a UD QP) receives the datagrams sent to the multicast
     /// GID `gid` (with QPN 0xFFFFFF). EINVAL for another QP type, a GID that is not
-    /// multicast, an unknown QP or a QP already attached to the group (the kernel's
-    /// `ib_attach_mcast` / rxe).
+    /// multicast or an unknown QP (the kernel's `ib_attach_mcast`). Attaching a QP that
+    /// is already a member succeeds and changes nothing, as in uverbs
+    /// (`ib_uverbs_attach_mcast` returns 0 for a group already on the QP's list) and
+    /// rxe (`rxe_attach_mcg`).
     pub fn attach_mcast(&mut self, qpn: u32, gid: Gid) -> VerbResult<()> {
         const V: &str = "attach_mcast";
         let qp = self
@@ -665,13 +667,8 @@ impl Engine {
         if !crate::mcast::is_multicast_gid(&gid) {
             return Err(err(V, Errno::Inval, "the GID is not a multicast address"));
         }
-        if !self.mcast.attach(gid, qpn) {
-            return Err(err(
-                V,
-                Errno::Inval,
-                "the QP is already attached to the group",
-            ));
-        }
+        // false = already a member: not an error (see above).
+        self.mcast.attach(gid, qpn);
         Ok(())
     }
 

@@ -26,6 +26,9 @@ pub enum Errno {
     NoData,
     /// No such entry (ENOENT).
     NoEnt,
+    /// No such device (ENODEV), e.g. a GID's network device name that `if_nametoindex`
+    /// cannot resolve.
+    NoDev,
     /// Protocol not supported (EPROTONOSUPPORT), e.g. a GRH whose next header is
     /// neither UDP nor BTH (`ibv_init_ah_from_wc`).
     ProtoNotSupported,
@@ -39,6 +42,7 @@ impl Errno {
             Errno::NoEnt => 2,
             Errno::NoMem => 12,
             Errno::Busy => 16,
+            Errno::NoDev => 19,
             Errno::Inval => 22,
             Errno::NoData => 61,
             Errno::ProtoNotSupported => 93,

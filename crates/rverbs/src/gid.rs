@@ -20,8 +20,10 @@
 //! `ENODATA`, new AHs and QP transitions may not use it), but if an AH or a QP still
 //! uses its index the slot stays *pending delete* — the engine keeps its GID so those
 //! objects keep their source address — and is freed for reuse only once nothing uses it
-//! (checked again on every update). This is the kernel's rule too: `ib_cache.c` marks an
-//! entry in use `GID_TABLE_ENTRY_PENDING_DEL` and frees the slot on its last put.
+//! (checked again on every update). If the address comes back meanwhile it takes a free
+//! slot like a new one. This is the kernel's rule too: `core/cache.c` marks an entry in
+//! use `GID_TABLE_ENTRY_PENDING_DEL`, frees a RoCE slot on its last put, and `find_gid`
+//! allocates only free slots.
 //!
 //! [`DeviceInfo::default_gid`]: crate::DeviceInfo::default_gid
 
@@ -46,7 +48,8 @@ pub enum GidType {
 }
 
 impl GidType {
-    /// The name `show_gids` prints in its `VER` column (`v1`, `v2`; IB prints `IB`).
+    /// A short name: `IB`, `v1`, `v2` (`show_gids` prints `v1` for IB entries, whose
+    /// sysfs type text is "IB/RoCE v1").
     pub fn short_name(self) -> &'static str {
         match self {
             GidType::Ib => "IB",
@@ -164,15 +167,10 @@ impl GidTable {
             if self.slots.contains(&Slot::Valid(g)) {
                 continue;
             }
-            // A returning address whose old slot is still pending takes it back.
-            if let Some(s) = self
-                .slots
-                .iter_mut()
-                .find(|s| **s == Slot::PendingDelete(g))
-            {
-                *s = Slot::Valid(g);
-                continue;
-            }
+            // A returning address whose old slot is still pending delete takes a
+            // free slot like any new one: the kernel's find_gid (core/cache.c) skips
+            // entries that are not valid and allocates only free (NULL) slots, and a
+            // RoCE entry pending delete keeps its slot until its last reference goes.
             if let Some(s) = self.slots.iter_mut().find(|s| **s == Slot::Empty) {
                 *s = Slot::Valid(g);
             }
@@ -478,13 +476,27 @@ mod tests {
             |_| false,
         );
         assert_eq!(idx(&t, "fd00::7"), Some(1));
-        // A returning address reclaims its pending slot.
+        // A returning address does not take back its pending slot: it gets the first
+        // free one, as in the kernel (core/cache.c find_gid allocates only free slots).
         t.update(&[ip("fd00::1"), ip("10.0.0.9"), ip("fd00::7")], |i| i == 2);
         t.update(
             &[ip("10.0.0.2"), ip("fd00::1"), ip("10.0.0.9"), ip("fd00::7")],
             |i| i == 2,
         );
-        assert_eq!(idx(&t, "10.0.0.2"), Some(2));
+        assert_eq!(idx(&t, "10.0.0.2"), Some(5));
+        assert!(
+            !t.is_valid(2),
+            "the old slot stays pending delete while in use"
+        );
+        let g2 = rverbs_engine::net::ip_to_gid(ip("10.0.0.2"));
+        assert_eq!((t.engine_gids()[2], t.engine_gids()[5]), (g2, g2));
+        // Released: the old slot is freed, the address keeps its new index.
+        t.update(
+            &[ip("10.0.0.2"), ip("fd00::1"), ip("10.0.0.9"), ip("fd00::7")],
+            |_| false,
+        );
+        assert_eq!(t.engine_gids()[2], Gid::ZERO);
+        assert_eq!(idx(&t, "10.0.0.2"), Some(5));
         // The default GID never goes; other types are never found.
         t.update(&[], |_| false);
         assert_eq!(t.entries().len(), 1);

@@ -73,8 +73,9 @@ pub(crate) fn prune_groups(shared: &Shared) {
 impl Qp {
     /// `ibv_attach_mcast`: this UD QP receives the datagrams sent to the multicast group
     /// `gid` (an IPv6 multicast or IPv4-mapped IPv4 multicast GID). `lid` is ignored
-    /// (RoCE). EINVAL for another QP type, a non-multicast GID or a second attach to
-    /// the same group; joining the IP group may fail with the socket's errno.
+    /// (RoCE). EINVAL for another QP type or a non-multicast GID; attaching again to a
+    /// group the QP is in succeeds and changes nothing (uverbs, rxe); joining the IP
+    /// group may fail with the socket's errno.
     pub fn attach_mcast(&self, gid: &Gid, _lid: u16) -> Result<()> {
         let shared = self.context().shared().clone();
         shared.lock().attach_mcast(self.qp_num(), *gid)?;

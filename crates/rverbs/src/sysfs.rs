@@ -10,11 +10,13 @@
 //!   kernel holds no attributes for: the entry is then "IB/RoCE v1";
 //! * when `gid_attrs` does not exist at all (kernels before 4.5), every entry is
 //!   "IB/RoCE v1"; when it exists but the type cannot be read for another reason → EINVAL;
-//! * "IB/RoCE v1" means IB on an InfiniBand port and RoCE v1 on an Ethernet port (the
-//!   port's `link_layer`); any other link layer → EINVAL;
+//! * "IB/RoCE v1" means RoCE v1 on an Ethernet port (the port's `link_layer`) and IB on
+//!   any other: an InfiniBand port, and also an unknown or unreadable link layer
+//!   (`query_sysfs_gid_entry`: "Unspecified link layer is IB by default");
 //! * an unreadable `gid_attrs/ndevs/<i>` means no network device (ifindex 0); a name
-//!   that does not resolve to an interface here is an error (ENOENT; rdma-core returns
-//!   the errno of its `if_nametoindex`).
+//!   that does not resolve to an interface here is an error: rdma-core returns the errno
+//!   of its `if_nametoindex`, which is ENODEV for an unknown name (glibc asks
+//!   `SIOCGIFINDEX`, which fails with ENODEV).
 //!
 //! **Fixtures.** Reading a sysfs attribute can fail with an errno no regular file can
 //! reproduce (EINVAL for an empty entry's type). A fixture tree stands for such a file
@@ -179,9 +181,10 @@ impl SysfsReader {
         let gid_type = match self.raw_type(dev, port, index)? {
             Some(t) => t,
             None => match self.link_layer(dev, port) {
-                LinkLayer::InfiniBand => GidType::Ib,
+                // rdma-core cmd_device.c query_sysfs_gid_entry: an unspecified link
+                // layer is IB by default.
+                LinkLayer::InfiniBand | LinkLayer::Unspecified => GidType::Ib,
                 LinkLayer::Ethernet => GidType::RoceV1,
-                LinkLayer::Unspecified => return Err(inval("unknown link layer")),
             },
         };
         let ndev_ifindex = match self.ndev(dev, port, index) {
@@ -189,7 +192,7 @@ impl SysfsReader {
             Some(name) => (self.ifindex)(&name).ok_or_else(|| {
                 Error::Verb(VerbError::new(
                     "query_gid_ex",
-                    Errno::NoEnt,
+                    Errno::NoDev,
                     "the GID's network device does not exist here",
                 ))
             })?,
@@ -313,7 +316,7 @@ mod tests {
         let other = SysfsReader::new(fixtures().join("rxe-vm1")).with_ifindex(|_| None);
         assert_eq!(
             other.query_gid_ex("rxe0", 1, 0).unwrap_err().errno(),
-            libc::ENOENT
+            libc::ENODEV
         );
     }
 
@@ -347,11 +350,14 @@ mod tests {
     fn bad_trees_are_errors() {
         let r = reader("bad");
         // Unknown type text, a type unreadable while gid_attrs exists, an unparsable
-        // GID, an unknown link layer for an IB/RoCE v1 entry.
-        for i in 0..4 {
+        // GID.
+        for i in 0..3 {
             let e = r.query_gid_ex("bad0", 1, i).unwrap_err();
             assert_eq!(e.errno(), libc::EINVAL, "index {i}: {e}");
         }
+        // An IB/RoCE v1 entry on a port of unknown link layer is IB, not an error
+        // (rdma-core cmd_device.c query_sysfs_gid_entry).
+        assert_eq!(r.query_gid_ex("bad0", 1, 3).unwrap().gid_type, GidType::Ib);
         assert!(r.port_table("bad0", 1).is_err());
         assert!(SysfsReader::new("/nonexistent/rverbs").devices().is_err());
     }

@@ -206,11 +206,15 @@ impl Pd {
 
     /// `ibv_create_ah` towards `dgid` from the source GID at `sgid_index`.
     pub fn create_ah(&self, attr: &AhAttrs) -> Result<Ah> {
+        let shared = self.shared();
+        let mut engine = shared.lock_verb("create_ah")?;
+        // Checked under the engine lock, which the address re-scan holds while it
+        // frees and reuses GID slots (context.rs `rescan`): checked before it, the
+        // slot could be freed and given to a new address in between, and the AH would
+        // silently send from that address. Lock order: engine, then the GID table.
         self.inner.ctx.check_sgid(attr.sgid_index, "create_ah")?;
-        let id = self
-            .shared()
-            .lock_verb("create_ah")?
-            .create_ah(self.inner.id, attr.av())?;
+        let id = engine.create_ah(self.inner.id, attr.av())?;
+        drop(engine);
         Ok(Ah {
             pd: self.inner.clone(),
             id,
@@ -978,11 +982,12 @@ impl Qp {
         if let Some(r) = &self.raw {
             return self.modify_raw_packet(r, attr, mask);
         }
+        let s = self.shared();
+        let mut e = s.lock_verb("modify_qp")?;
+        // Under the engine lock, as in `Pd::create_ah` (the re-scan may reuse a slot).
         if let (Some(h), true) = (&attr.ah_attr, mask.contains(QpAttrMask::AV)) {
             self.pd.ctx.check_sgid(h.av.sgid_index, "modify_qp")?;
         }
-        let s = self.shared();
-        let mut e = s.lock_verb("modify_qp")?;
         let now = s.now();
         e.modify_qp(self.qpn, attr, mask, now)?;
         s.flush(&mut e, now);

@@ -130,8 +130,17 @@ fn run(dev: DeviceInfo, group: Gid) {
     let got_b = drain(&b.cq, Duration::from_millis(300));
     assert_eq!(got_b.iter().map(|w| w.wr_id).collect::<Vec<_>>(), [1]);
     assert!(drain(&c.cq, Duration::from_millis(100)).is_empty());
-    // Errors: a second attach, a unicast GID, a non-UD QP.
-    assert_eq!(b.qp.attach_mcast(&group, 0).unwrap_err().errno(), 22);
+    // A second attach succeeds and changes nothing (kernel uverbs_cmd.c
+    // ib_uverbs_attach_mcast and rxe_attach_mcg return 0 for a member): b still gets
+    // one copy, and one detach leaves the group.
+    b.qp.attach_mcast(&group, 0).unwrap();
+    send(&a, &ah, b"three");
+    let got_b = drain(&b.cq, Duration::from_millis(300));
+    assert_eq!(got_b.len(), 1, "one copy per attached QP");
+    b.qp.detach_mcast(&group, 0).unwrap();
+    assert_eq!(b.qp.detach_mcast(&group, 0).unwrap_err().errno(), 22);
+    b.qp.attach_mcast(&group, 0).unwrap();
+    // Errors: a unicast GID, a non-UD QP.
     assert_eq!(
         b.qp.attach_mcast(&a.ctx.gid(sgid).unwrap(), 0)
             .unwrap_err()
