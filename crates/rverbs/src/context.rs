@@ -25,6 +25,7 @@ use crate::faults::{FaultState, FaultStats, Faults};
 use crate::gid::GidTable;
 use crate::sys::{self, IpMeta};
 use rverbs_engine::{Config, Datagram, Engine, Nanos, Transmit};
+use rverbs_wire::opcode::Opcode;
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -245,7 +246,17 @@ impl Shared {
                             && !socks.iter().any(|(a, _)| *a == t.src)))
             };
             let mut out: Vec<sys::Outgoing<'_>> = Vec::new();
-            for t in ts.iter().filter(mine) {
+            // With trains, plain ACKs go after the requests and responses of the
+            // batch: a ping-pong's deferred ACK then rides as the short last segment
+            // of its reply's buffer (one skb, one wake-up of the peer, not two). An
+            // ACK belongs to the responder's stream and a request to the requester's
+            // (IBTA 9.7.5.1: independent PSN spaces), so no stream is reordered, and
+            // ACKs are cumulative (IBTA 9.7.5.1.1): later ones still cover earlier.
+            let is_ack = |t: &&Transmit| t.payload.first() == Some(&Opcode::RC_ACKNOWLEDGE.0);
+            let second = |t: &&Transmit| self.gso && is_ack(t);
+            let ordered = (ts.iter().filter(mine).filter(|t| !second(t)))
+                .chain(ts.iter().filter(mine).filter(second));
+            for t in ordered {
                 let dst = SocketAddr::new(t.dst, ROCE_PORT);
                 let len = t.payload.len();
                 // Trains of same-size datagrams to one destination leave as one
@@ -902,8 +913,12 @@ fn driver(shared: Arc<Shared>) {
         if deferred != 0 && now >= deferred + crate::progress::DEFER_NS {
             shared.flush(&mut engine, now);
         }
-        // Drain what is queued (bounded, so timers still run under load).
-        if shared.receive(&mut engine, now, 256, false) == 0
+        // Drain what is queued (bounded, so timers still run under load) — unless an
+        // application thread sleeps on the sockets right now (`Cq::wait`): it wakes
+        // for the datagram and receives it, and taking it here would leave that
+        // thread asleep until its timeout.
+        let app_receives = shared.app_sleeping(now);
+        if (app_receives || shared.receive(&mut engine, now, 256, false) == 0)
             && shared.flush_pending.load(Ordering::Relaxed) != 0
             && engine.poll_timeout().is_none_or(|t| t > now)
         {

@@ -94,6 +94,12 @@ impl Shared {
         now.saturating_sub(self.app_poll_at.load(Ordering::Relaxed)) < STANDOFF_NS
     }
 
+    /// True while an application thread sleeps in [`crate::Cq::wait`] on the
+    /// device's sockets (it set `app_poll_at` to the end of its sleep).
+    pub(crate) fn app_sleeping(&self, now: Nanos) -> bool {
+        self.app_poll_at.load(Ordering::Relaxed) > now
+    }
+
     /// Wakes the driver thread if the engine now needs it earlier than it planned to
     /// wake up (call with the engine lock held, after the verb ran).
     pub(crate) fn wake_if_needed(&self, engine: &Engine) {
