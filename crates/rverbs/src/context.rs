@@ -361,7 +361,14 @@ impl Shared {
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
-        let mut rx = self.rx.lock().unwrap_or_else(|e| e.into_inner());
+        // A thread asleep in `sleep_receive` holds the buffers: it feeds what it gets
+        // to the engine as soon as it has the engine lock, and datagrams behind it
+        // must wait for that (socket order).
+        let mut rx = match self.rx.try_lock() {
+            Ok(rx) => rx,
+            Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return 0,
+        };
         let RxBatch {
             buf,
             got: list,
@@ -376,21 +383,7 @@ impl Shared {
                     break;
                 };
                 got += n;
-                for r in list.iter() {
-                    // A coalesced train (UDP_GRO) is cut back into its datagrams.
-                    let seg = if r.segment > 0 {
-                        r.segment
-                    } else {
-                        r.len.max(1)
-                    };
-                    let mut at = r.offset;
-                    let end = r.offset + r.len;
-                    while at < end {
-                        let next = (at + seg).min(end);
-                        self.ingest(engine, now, *local, *r, &mut buf[at..next], steer);
-                        at = next;
-                    }
-                }
+                self.ingest_batch(engine, now, *local, list, buf, steer);
                 if n < RX_BATCH {
                     if defer && n > 0 {
                         if self.flush_pending.load(Ordering::Relaxed) == 0 {
@@ -415,6 +408,79 @@ impl Shared {
             }
         }
         got
+    }
+
+    /// Feeds one `recv_batch` worth of buffers to the engine, cutting coalesced
+    /// (`UDP_GRO`) trains back into their datagrams.
+    fn ingest_batch(
+        &self,
+        engine: &mut Engine,
+        now: Nanos,
+        local: IpAddr,
+        list: &[sys::Received],
+        buf: &mut [u8],
+        steer: &mut (Vec<u8>, rverbs_flow::classify::Verdict),
+    ) {
+        for r in list {
+            let seg = if r.segment > 0 {
+                r.segment
+            } else {
+                r.len.max(1)
+            };
+            let mut at = r.offset;
+            let end = r.offset + r.len;
+            while at < end {
+                let next = (at + seg).min(end);
+                self.ingest(engine, now, local, *r, &mut buf[at..next], steer);
+                at = next;
+            }
+        }
+    }
+
+    /// Sleeps in `recvmmsg` on the device's socket until a datagram arrives or the
+    /// socket's receive timeout ([`crate::progress::SLEEP_RECV_NS`]) passes, then feeds
+    /// what came to the engine (answers deferred, as [`Shared::progress`] does): one
+    /// system call per wake-up instead of `poll` and `recvmmsg`. Called without the
+    /// engine lock. Returns `None`, having done nothing, when it does not apply (a
+    /// device with several sockets, or another thread already receiving): the caller
+    /// then sleeps in `poll(2)`.
+    pub(crate) fn sleep_receive(&self) -> Option<usize> {
+        let (local, sock) = {
+            let socks = self.sockets.read().unwrap_or_else(|e| e.into_inner());
+            match socks.as_slice() {
+                [(a, s)] if !a.is_multicast() => (*a, s.clone()),
+                _ => return None,
+            }
+        };
+        // Holding the buffers while asleep keeps other receivers (which only try the
+        // lock) off the socket, so what this thread gets reaches the engine first:
+        // lock order rx -> engine here, and never engine -> waiting for rx.
+        let mut rx = self.rx.try_lock().ok()?;
+        let RxBatch {
+            buf,
+            got: list,
+            steer,
+        } = &mut *rx;
+        list.clear();
+        let n = sys::recv_batch_wait(&*sock, buf, RX_SLOT, list).unwrap_or(0);
+        if n == 0 {
+            return Some(0);
+        }
+        let mut engine = self.engine.lock().unwrap_or_else(|e| e.into_inner());
+        let now = self.now();
+        self.app_poll_at.store(now, Ordering::Relaxed);
+        self.ingest_batch(&mut engine, now, local, list, &mut buf[..], steer);
+        if n < RX_BATCH && self.flush_pending.load(Ordering::Relaxed) == 0 {
+            // Deferred like `receive(.., defer)`: the driver is in its stand-off
+            // rhythm (this thread marked itself asleep on the sockets), so it bounds
+            // the deferral.
+            self.flush_pending.store(now.max(1), Ordering::Relaxed);
+        } else if n == RX_BATCH {
+            self.flush(&mut engine, now);
+        }
+        self.activity.fetch_add(1, Ordering::Release);
+        self.hub.dispatch(&mut engine);
+        Some(n)
     }
 
     /// One received datagram: capture, fault injection, the engine.
@@ -581,7 +647,12 @@ fn udp_socket(addr: IpAddr) -> std::io::Result<Socket> {
     let _ = sys::force_recv_buffer(&s, 256 << 20);
     let _ = s.set_send_buffer_size(4 << 20);
     s.bind(&SockAddr::from(SocketAddr::new(addr, ROCE_PORT)))?;
-    s.set_nonblocking(true)?;
+    // Blocking, with a receive timeout: every call passes MSG_DONTWAIT except the
+    // sleeping receive of `Shared::sleep_receive`, which the timeout bounds.
+    s.set_nonblocking(false)?;
+    s.set_read_timeout(Some(std::time::Duration::from_nanos(
+        crate::progress::SLEEP_RECV_NS,
+    )))?;
     // Bound to one address, so the destination is known without IP_PKTINFO.
     sys::enable_recv_meta(&s, addr.is_ipv6(), false)?;
     Ok(s)

@@ -39,6 +39,10 @@ pub(crate) const DEFER_NS: Nanos = 50_000;
 /// it (2 ms).
 pub(crate) const STANDOFF_NS: Nanos = 2_000_000;
 
+/// Longest one sleep in `recvmmsg` ([`Shared::sleep_receive`]) lasts: the device
+/// sockets' receive timeout (500 µs).
+pub(crate) const SLEEP_RECV_NS: Nanos = 500_000;
+
 /// Most datagrams one poll takes from the sockets before returning (bounded so a
 /// poller under a flood still returns to its caller).
 const POLL_BUDGET: usize = 64;
@@ -159,11 +163,14 @@ impl crate::Cq {
             // (both would wake for the same datagram), for at most one stand-off.
             let sleep = due.min(STANDOFF_NS / 2);
             shared.app_poll_at.store(now + sleep, Ordering::Relaxed);
-            let ms = sleep.div_ceil(1_000_000) as i32;
-            let mut ready = Vec::new();
-            // Returns at once when a datagram is already waiting: no receive attempt
-            // is spent before sleeping.
-            let _ = crate::sys::poll_readable(&shared.socket_fds(), ms, &mut ready);
+            // With no timer due sooner, sleep in recvmmsg itself (one system call
+            // per wake-up); otherwise, or when another thread is receiving, in
+            // poll(2), which returns at once when a datagram is already waiting.
+            if sleep < SLEEP_RECV_NS || shared.sleep_receive().is_none() {
+                let ms = sleep.div_ceil(1_000_000) as i32;
+                let mut ready = Vec::new();
+                let _ = crate::sys::poll_readable(&shared.socket_fds(), ms, &mut ready);
+            }
             return self.poll(out);
         }
     }

@@ -338,7 +338,7 @@ pub(crate) fn send_with_meta(
     // control message.
     let default_ttl = meta.hop_limit == 0 || (meta.hop_limit == 64 && !dst.ip().is_multicast());
     if default_ttl && meta.traffic_class == 0 {
-        return s.send_to(bytes, &addr);
+        return s.send_to_with_flags(bytes, &addr, libc::MSG_DONTWAIT);
     }
     let control = send_control(dst.is_ipv6(), meta);
     let bufs = [io::IoSlice::new(bytes)];
@@ -346,7 +346,7 @@ pub(crate) fn send_with_meta(
         .with_addr(&addr)
         .with_buffers(&bufs)
         .with_control(control.as_slice());
-    s.sendmsg(&msg, 0)
+    s.sendmsg(&msg, libc::MSG_DONTWAIT)
 }
 
 /// Converts a kernel socket address to a `SocketAddr` (IPv4 or IPv6 only).
@@ -448,6 +448,28 @@ pub(crate) fn recv_batch(
     slot: usize,
     out: &mut Vec<Received>,
 ) -> io::Result<usize> {
+    recv_batch_flags(fd, buf, slot, out, libc::MSG_DONTWAIT)
+}
+
+/// [`recv_batch`] that sleeps until the first datagram arrives (`MSG_WAITFORONE` on
+/// a blocking socket) or the socket's receive timeout (`SO_RCVTIMEO`) passes; an
+/// expired timeout is `WouldBlock`.
+pub(crate) fn recv_batch_wait(
+    fd: &impl AsRawFd,
+    buf: &mut [u8],
+    slot: usize,
+    out: &mut Vec<Received>,
+) -> io::Result<usize> {
+    recv_batch_flags(fd, buf, slot, out, libc::MSG_WAITFORONE)
+}
+
+fn recv_batch_flags(
+    fd: &impl AsRawFd,
+    buf: &mut [u8],
+    slot: usize,
+    out: &mut Vec<Received>,
+    flags: libc::c_int,
+) -> io::Result<usize> {
     let n = buf.len().checked_div(slot).unwrap_or(0).min(RECV_MAX);
     if n == 0 {
         return Ok(0);
@@ -476,13 +498,14 @@ pub(crate) fn recv_batch(
     // SAFETY: every header points at a live iovec covering its own `slot` bytes of
     // `buf` (disjoint, in bounds since i * slot + slot <= buf.len()), at a live
     // sockaddr_storage and at a live control buffer of the sizes given; all outlive
-    // the call. MSG_DONTWAIT: the call never blocks.
+    // the call. With MSG_DONTWAIT the call never blocks; with MSG_WAITFORONE it
+    // blocks until the first datagram or the socket's receive timeout.
     let rc = unsafe {
         libc::recvmmsg(
             fd.as_raw_fd(),
             hdrs.as_mut_ptr(),
             n as libc::c_uint,
-            libc::MSG_DONTWAIT,
+            flags,
             std::ptr::null_mut(),
         )
     };
