@@ -552,29 +552,6 @@ fn posted_receive_buffers_and_gathered_sends() {
     );
 }
 
-/// Fills in the IPv4 header and UDP checksums of an untagged IPv4/UDP frame.
-fn with_checksums(mut f: Vec<u8>) -> Vec<u8> {
-    fn sum(b: &[u8]) -> u16 {
-        let mut acc: u32 = b
-            .chunks(2)
-            .map(|c| (u32::from(c[0]) << 8) | u32::from(*c.get(1).unwrap_or(&0)))
-            .sum();
-        while acc > 0xffff {
-            acc = (acc & 0xffff) + (acc >> 16);
-        }
-        !(acc as u16)
-    }
-    let ip = sum(&f[14..34]);
-    f[24..26].copy_from_slice(&ip.to_be_bytes());
-    let mut pseudo = f[26..34].to_vec();
-    pseudo.extend_from_slice(&[0, 17]);
-    pseudo.extend_from_slice(&((f.len() - 34) as u16).to_be_bytes());
-    pseudo.extend_from_slice(&f[34..]);
-    let udp = sum(&pseudo);
-    f[40..42].copy_from_slice(&udp.to_be_bytes());
-    f
-}
-
 /// The last handle of a device dropped on its own receive thread (a notify hook that
 /// held it — rverbs' hook briefly holds its context) stops the device without joining
 /// that thread from itself (which panicked: "failed to join thread").

@@ -616,29 +616,6 @@ fn no_cap_net_raw_is_eperm() {
     }
 }
 
-/// Fills in the IPv4 header and UDP checksums of an untagged IPv4/UDP frame.
-fn with_checksums(mut f: Vec<u8>) -> Vec<u8> {
-    fn sum(b: &[u8]) -> u16 {
-        let mut acc: u32 = b
-            .chunks(2)
-            .map(|c| (u32::from(c[0]) << 8) | u32::from(*c.get(1).unwrap_or(&0)))
-            .sum();
-        while acc > 0xffff {
-            acc = (acc & 0xffff) + (acc >> 16);
-        }
-        !(acc as u16)
-    }
-    let ip = sum(&f[14..34]);
-    f[24..26].copy_from_slice(&ip.to_be_bytes());
-    let mut pseudo = f[26..34].to_vec();
-    pseudo.extend_from_slice(&[0, 17]);
-    pseudo.extend_from_slice(&((f.len() - 34) as u16).to_be_bytes());
-    pseudo.extend_from_slice(&f[34..]);
-    let udp = sum(&pseudo);
-    f[40..42].copy_from_slice(&udp.to_be_bytes());
-    f
-}
-
 /// A frame that landed in a posted receive before the QP moved to ERR completes with
 /// SUCCESS in *its* buffer, ahead of the flush of the receives still queued — even when
 /// the driver thread had not yet moved the device's completion into the CQ when the
