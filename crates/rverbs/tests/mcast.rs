@@ -1,38 +1,17 @@
 //! UD multicast: QPs attached to an IP multicast group each get one copy of every
 //! datagram sent to it; detached or destroyed QPs get none; the verbs' errors.
 
+mod common;
+use common::*;
 use rverbs::*;
 use std::time::Duration;
 
-struct Ud {
-    ctx: Context,
-    pd: Pd,
-    cq: Cq,
-    qp: Qp,
-    mr: Mr,
-}
-
-fn ud(ctx: Context) -> Ud {
-    let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(64).unwrap();
-    let qp = pd.create_qp(&QpInitAttr::new(QpType::Ud, &cq)).unwrap();
-    let mr = pd.reg_mr(40 + 256, AccessFlags::LOCAL_WRITE).unwrap();
-    let nobody = PeerInfo {
-        qpn: 0,
-        psn: 0,
-        gid: Gid::ZERO,
-    };
-    qp.connect(&nobody, &ConnectOpts::default()).unwrap();
+fn ud(ctx: Context) -> UdEnd {
+    let u = ud_end(ctx, 64);
     for _ in 0..8 {
-        qp.post_recv(1, &[mr.all()]).unwrap();
+        u.qp.post_recv(1, &[u.mr.all()]).unwrap();
     }
-    Ud {
-        ctx,
-        pd,
-        cq,
-        qp,
-        mr,
-    }
+    u
 }
 
 /// Completions of `cq` within `t`.
@@ -48,7 +27,7 @@ fn drain(cq: &Cq, t: Duration) -> Vec<Wc> {
     out
 }
 
-fn send(from: &Ud, ah: &Ah, tag: &[u8]) {
+fn send(from: &UdEnd, ah: &Ah, tag: &[u8]) {
     from.mr.write(40, tag);
     from.qp
         .post_send(
@@ -73,15 +52,7 @@ fn run(dev: DeviceInfo, group: Gid) {
     let c = ud(dev.open().unwrap());
     // Two QPs of one context and one of another context join.
     let b2 = b.pd.create_qp(&QpInitAttr::new(QpType::Ud, &b.cq)).unwrap();
-    b2.connect(
-        &PeerInfo {
-            qpn: 0,
-            psn: 0,
-            gid: Gid::ZERO,
-        },
-        &ConnectOpts::default(),
-    )
-    .unwrap();
+    connect_nobody(&b2);
     for _ in 0..8 {
         b2.post_recv(2, &[b.mr.all()]).unwrap();
     }
@@ -273,15 +244,7 @@ fn mcast_child() {
     if role == "rx" {
         let b = ud(device(Some("rv_veth1")).unwrap().open().unwrap());
         let b2 = b.pd.create_qp(&QpInitAttr::new(QpType::Ud, &b.cq)).unwrap();
-        b2.connect(
-            &PeerInfo {
-                qpn: 0,
-                psn: 0,
-                gid: Gid::ZERO,
-            },
-            &ConnectOpts::default(),
-        )
-        .unwrap();
+        connect_nobody(&b2);
         for _ in 0..8 {
             b2.post_recv(2, &[b.mr.all()]).unwrap();
         }

@@ -5,15 +5,17 @@
 //! loopback context in raw mode bound to its veth end; a bare `AF_PACKET` port in
 //! namespace A injects frames and receives what B sends.
 
+mod common;
 #[path = "../../flow/tests/common/mod.rs"]
 mod frames;
 
+use common::connect_nobody;
 use frames::*;
 use rverbs::flow::attr::*;
 use rverbs::flow::error::errno::{EINVAL, ENOMEM, EOPNOTSUPP, EPERM};
 use rverbs::{
-    AccessFlags, ConnectOpts, Context, Cq, Mr, OpenOptions, PeerInfo, Qp, QpCap, QpInitAttr,
-    QpState, QpType, SendRequest, Wc, WcFlags, WcOpcode, WcStatus,
+    AccessFlags, ConnectOpts, Context, Cq, Mr, OpenOptions, Qp, QpCap, QpInitAttr, QpState, QpType,
+    SendRequest, Wc, WcFlags, WcOpcode, WcStatus,
 };
 use rverbs_raw::netns::VethPair;
 use rverbs_raw::RawPort;
@@ -66,12 +68,7 @@ fn raw_qp(ctx: &Context, n: usize) -> RawQp {
         qp.post_recv(i as u64, &[mr.slice(i * SLOT..(i + 1) * SLOT)])
             .unwrap();
     }
-    let nobody = PeerInfo {
-        qpn: 0,
-        psn: 0,
-        gid: rverbs::Gid::ZERO,
-    };
-    qp.connect(&nobody, &ConnectOpts::default()).unwrap();
+    connect_nobody(&qp);
     assert_eq!(qp.state(), QpState::Rts);
     RawQp { qp, cq, mr }
 }
@@ -318,12 +315,7 @@ fn raw_qp_send_and_receive_queue_rules() {
     std::thread::sleep(Duration::from_millis(200));
     let mut wcs = [Wc::default(); 8];
     assert_eq!(cq.poll(&mut wcs).unwrap(), 0);
-    let nobody = PeerInfo {
-        qpn: 0,
-        psn: 0,
-        gid: rverbs::Gid::ZERO,
-    };
-    qp.connect(&nobody, &ConnectOpts::default()).unwrap();
+    connect_nobody(&qp);
     // RTS→RTS: RATE_LIMIT 0 (no limit) is accepted; a real rate is EINVAL (this device
     // has no packet pacing, as a NIC answers a rate outside its range); CUR_STATE is
     // EINVAL here too.
