@@ -5,9 +5,12 @@
 //! drops, TAG tags, COUNT counts, SNIFFER mirrors, ALL_DEFAULT takes the rest, and a
 //! destroyed flow steers nothing from the moment its destroy returns.
 
+#[path = "common/caps.rs"]
+mod caps;
 #[path = "../../flow/tests/common/mod.rs"]
 mod frames;
 
+use caps::rerun_without_cap_net_raw;
 use frames::*;
 use rverbs_flow::attr::*;
 use rverbs_raw::netns::VethPair;
@@ -401,17 +404,7 @@ fn no_cap_net_raw_is_eperm() {
         assert_eq!(e.raw_os_error(), Some(libc_eperm()));
         return;
     }
-    let exe = std::env::current_exe().unwrap();
-    let status = std::process::Command::new("setpriv")
-        .args(["--inh-caps=-net_raw", "--bounding-set=-net_raw", "--"])
-        .arg(exe)
-        .args(["--exact", "no_cap_net_raw_is_eperm", "--nocapture"])
-        .env("RVERBS_RAW_NO_CAP_CHILD", "1")
-        .status();
-    match status {
-        Ok(s) => assert!(s.success(), "child without CAP_NET_RAW failed"),
-        Err(e) => eprintln!("SKIP: setpriv not available ({e})"),
-    }
+    rerun_without_cap_net_raw("no_cap_net_raw_is_eperm", "RVERBS_RAW_NO_CAP_CHILD");
 }
 
 fn libc_eperm() -> i32 {

@@ -5,10 +5,13 @@
 //! loopback context in raw mode bound to its veth end; a bare `AF_PACKET` port in
 //! namespace A injects frames and receives what B sends.
 
+#[path = "../../raw/tests/common/caps.rs"]
+mod caps;
 mod common;
 #[path = "../../flow/tests/common/mod.rs"]
 mod frames;
 
+use caps::rerun_without_cap_net_raw;
 use common::connect_nobody;
 use frames::*;
 use rverbs::flow::attr::*;
@@ -595,17 +598,7 @@ fn no_cap_net_raw_is_eperm() {
         eprintln!("SKIP: already without CAP_NET_RAW; run as root for the full check");
         return;
     }
-    let exe = std::env::current_exe().unwrap();
-    let status = std::process::Command::new("setpriv")
-        .args(["--inh-caps=-net_raw", "--bounding-set=-net_raw", "--"])
-        .arg(exe)
-        .args(["--exact", "no_cap_net_raw_is_eperm", "--nocapture"])
-        .env("RVERBS_RAWQP_NO_CAP_CHILD", "1")
-        .status();
-    match status {
-        Ok(s) => assert!(s.success(), "child without CAP_NET_RAW failed"),
-        Err(e) => eprintln!("SKIP: setpriv not available ({e})"),
-    }
+    rerun_without_cap_net_raw("no_cap_net_raw_is_eperm", "RVERBS_RAWQP_NO_CAP_CHILD");
 }
 
 /// A frame that landed in a posted receive before the QP moved to ERR completes with
