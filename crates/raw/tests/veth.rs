@@ -180,38 +180,8 @@ fn steering(mode: RxMode) {
             ),
             Some((&q_udp, 1)),
         ),
-        (
-            eth(
-                MAC_B,
-                MAC_A,
-                None,
-                0x0800,
-                &ipv4(
-                    a4("10.0.0.1"),
-                    a4("10.0.0.2"),
-                    17,
-                    0,
-                    &udp(1007, 4789, &vxlan(42, &inner)),
-                ),
-            ),
-            Some((&q_vxlan, 4)),
-        ),
-        (
-            eth(
-                MAC_B,
-                MAC_A,
-                None,
-                0x0800,
-                &ipv4(
-                    a4("10.0.0.1"),
-                    a4("10.0.0.2"),
-                    17,
-                    0,
-                    &udp(1008, 4789, &vxlan(43, &inner)),
-                ),
-            ),
-            Some((&q_catch, 6)),
-        ),
+        (vxlan4(1007, 42, &inner), Some((&q_vxlan, 4))),
+        (vxlan4(1008, 43, &inner), Some((&q_catch, 6))),
         (
             eth(
                 MAC_B,

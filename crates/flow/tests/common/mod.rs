@@ -136,6 +136,23 @@ pub fn tcp4(src: &str, dst: &str, sport: u16, dport: u16) -> Vec<u8> {
     )
 }
 
+/// A VXLAN frame A→B (10.0.0.1 → 10.0.0.2, UDP `sport` → 4789) carrying `inner`.
+pub fn vxlan4(sport: u16, vni: u32, inner: &[u8]) -> Vec<u8> {
+    eth(
+        MAC_B,
+        MAC_A,
+        None,
+        0x0800,
+        &ipv4(
+            a4("10.0.0.1"),
+            a4("10.0.0.2"),
+            17,
+            0,
+            &udp(sport, 4789, &vxlan(vni, inner)),
+        ),
+    )
+}
+
 /// Fills in the IPv4 header and UDP checksums of an untagged IPv4/UDP frame.
 pub fn with_checksums(mut f: Vec<u8>) -> Vec<u8> {
     fn sum(b: &[u8]) -> u16 {
