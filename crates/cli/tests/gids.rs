@@ -50,12 +50,13 @@ fn vm1_netns(tag: &str) -> Netns {
     ns
 }
 
-/// The other addresses VM1 got, in the same order.
-fn add_more(ns: &Netns) {
-    ns.ip(&["addr", "add", "10.88.0.5/24", "dev", "eth0"]);
-    ns.ip(&["addr", "add", "192.168.7.9/24", "dev", "eth0"]);
-    ns.ip(&["-6", "addr", "add", "fd00:88::9/64", "dev", "eth0", "nodad"]);
-    ns.ip(&[
+/// The other addresses VM1 got, in the same order, each added by `ip` (given the
+/// arguments of one `ip` command).
+fn add_more(ip: impl Fn(&[&str])) {
+    ip(&["addr", "add", "10.88.0.5/24", "dev", "eth0"]);
+    ip(&["addr", "add", "192.168.7.9/24", "dev", "eth0"]);
+    ip(&["-6", "addr", "add", "fd00:88::9/64", "dev", "eth0", "nodad"]);
+    ip(&[
         "-6",
         "addr",
         "add",
@@ -92,7 +93,7 @@ fn gids_tool_matches_the_kernel_table_in_a_netns() {
         return;
     }
     let ns = vm1_netns("t");
-    add_more(&ns);
+    add_more(|a| ns.ip(a));
     let out = Command::new("ip")
         .args([
             "netns",
@@ -187,18 +188,7 @@ fn live_child() {
     // order they come, as on the kernel ("live").
     let ctx = dev.open().unwrap();
     assert_eq!(rows(&ctx.query_gid_table(8).unwrap()).len(), 3);
-    ip_here(&["addr", "add", "10.88.0.5/24", "dev", "eth0"]);
-    ip_here(&["addr", "add", "192.168.7.9/24", "dev", "eth0"]);
-    ip_here(&["-6", "addr", "add", "fd00:88::9/64", "dev", "eth0", "nodad"]);
-    ip_here(&[
-        "-6",
-        "addr",
-        "add",
-        "fd00:99::1:2/64",
-        "dev",
-        "eth0",
-        "nodad",
-    ]);
+    add_more(ip_here);
     let live = reference("live");
     wait_for(&ctx, "live", |t| rows(t) == live);
     let e = ctx.query_gid_ex(1, 3, 0).unwrap();
