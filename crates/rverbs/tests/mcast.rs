@@ -14,6 +14,19 @@ fn ud(ctx: Context) -> UdEnd {
     u
 }
 
+/// A second UD QP on `b`'s PD and CQ (receives posted with wr_id 2, into `b`'s region),
+/// and both `b.qp` and it attached to `group`; returns the second QP.
+fn join_two(b: &UdEnd, group: &Gid) -> Qp {
+    let b2 = b.pd.create_qp(&QpInitAttr::new(QpType::Ud, &b.cq)).unwrap();
+    connect_nobody(&b2);
+    for _ in 0..8 {
+        b2.post_recv(2, &[b.mr.all()]).unwrap();
+    }
+    b.qp.attach_mcast(group, 0).unwrap();
+    b2.attach_mcast(group, 0).unwrap();
+    b2
+}
+
 /// Completions of `cq` within `t`.
 fn drain(cq: &Cq, t: Duration) -> Vec<Wc> {
     let mut out = Vec::new();
@@ -51,13 +64,7 @@ fn run(dev: DeviceInfo, group: Gid) {
     let b = ud(dev.open().unwrap());
     let c = ud(dev.open().unwrap());
     // Two QPs of one context and one of another context join.
-    let b2 = b.pd.create_qp(&QpInitAttr::new(QpType::Ud, &b.cq)).unwrap();
-    connect_nobody(&b2);
-    for _ in 0..8 {
-        b2.post_recv(2, &[b.mr.all()]).unwrap();
-    }
-    b.qp.attach_mcast(&group, 0).unwrap();
-    b2.attach_mcast(&group, 0).unwrap();
+    let b2 = join_two(&b, &group);
     c.qp.attach_mcast(&group, 0).unwrap();
     let sgid = if group.to_ipv4_mapped().is_some() {
         a.ctx.gid_index_for(false).unwrap()
@@ -243,13 +250,7 @@ fn mcast_child() {
     let group: Gid = GROUP6.parse::<std::net::Ipv6Addr>().unwrap().into();
     if role == "rx" {
         let b = ud(device(Some("rv_veth1")).unwrap().open().unwrap());
-        let b2 = b.pd.create_qp(&QpInitAttr::new(QpType::Ud, &b.cq)).unwrap();
-        connect_nobody(&b2);
-        for _ in 0..8 {
-            b2.post_recv(2, &[b.mr.all()]).unwrap();
-        }
-        b.qp.attach_mcast(&group, 0).unwrap();
-        b2.attach_mcast(&group, 0).unwrap();
+        let _b2 = join_two(&b, &group);
         // The sender repeats its datagram for a few seconds (it cannot know when this
         // side has joined); the first copy for each QP is enough.
         let mut seen = std::collections::BTreeSet::new();
