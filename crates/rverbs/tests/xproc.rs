@@ -14,14 +14,17 @@
 //! A custom harness (`harness = false`): the parent runs the cases and prints
 //! `test result: ok. N passed; M failed`.
 
+#[path = "common/child.rs"]
+mod child;
 #[path = "common/ctl.rs"]
 mod ctl;
 
+use child::{wait_for, Reap};
 use ctl::*;
 use rverbs::*;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const MIB: usize = 1 << 20;
@@ -590,26 +593,6 @@ fn kill(a: Active) -> Res {
 }
 
 // ------------------------------------------------------------------------ parent
-
-struct Reap(Child);
-
-impl Drop for Reap {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn wait_for(c: &mut Child, limit: Duration) -> Option<std::process::ExitStatus> {
-    let start = Instant::now();
-    while start.elapsed() < limit {
-        if let Ok(Some(st)) = c.try_wait() {
-            return Some(st);
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    None
-}
 
 fn drain(r: Option<impl Read>) -> String {
     let mut s = String::new();
