@@ -245,22 +245,53 @@ impl Shared {
                             && t.dst.is_ipv6() == addr.is_ipv6()
                             && !socks.iter().any(|(a, _)| *a == t.src)))
             };
-            let mut out: Vec<sys::Outgoing<'_>> = Vec::new();
-            // With trains, plain ACKs go after the requests and responses of the
-            // batch: a ping-pong's deferred ACK then rides as the short last segment
-            // of its reply's buffer (one skb, one wake-up of the peer, not two). An
-            // ACK belongs to the responder's stream and a request to the requester's
-            // (IBTA 9.7.5.1: independent PSN spaces), so no stream is reordered, and
-            // ACKs are cumulative (IBTA 9.7.5.1.1): later ones still cover earlier.
-            let is_ack = |t: &&Transmit| t.payload.first() == Some(&Opcode::RC_ACKNOWLEDGE.0);
-            let second = |t: &&Transmit| self.gso && is_ack(t);
-            let ordered = (ts.iter().filter(mine).filter(|t| !second(t)))
-                .chain(ts.iter().filter(mine).filter(second));
-            for t in ordered {
+            let mine: Vec<&Transmit> = ts.iter().filter(mine).collect();
+            // With trains, an ACK followed by a request to the same peer that is at
+            // least as long (a ping-pong's deferred ACK and its reply) swaps places
+            // with it, so the ACK rides as the last segment of the request's buffer:
+            // one skb, one wake-up of the peer, not two. The receiver handles a
+            // train's ACK segments first (`ingest_batch`), restoring the order; should
+            // a swapped ACK not join its request's buffer, the batch goes unswapped.
+            let mut out = self.trains(&mine, self.gso);
+            if out.is_none() {
+                out = self.trains(&mine, false);
+            }
+            let out = out.unwrap_or_default();
+            if !out.is_empty() {
+                sys::send_batch(&**sock, &out);
+            }
+        }
+    }
+
+    /// Groups one socket's datagrams into `UDP_SEGMENT` trains (loopback device only,
+    /// see `gso`), swapping an ACK behind the request that follows it when `swap`
+    /// (see `send_all`). `None` when a swapped ACK did not join that request's train.
+    fn trains<'t>(&self, ts: &[&'t Transmit], swap: bool) -> Option<Vec<sys::Outgoing<'t>>> {
+        let is_ack = |t: &Transmit| t.payload.first() == Some(&Opcode::RC_ACKNOWLEDGE.0);
+        let mut out: Vec<sys::Outgoing<'t>> = Vec::new();
+        let mut i = 0;
+        while i < ts.len() {
+            let t = ts[i];
+            let pair = if swap && is_ack(t) {
+                ts.get(i + 1)
+                    .filter(|u| u.dst == t.dst && !is_ack(u) && u.payload.len() >= t.payload.len())
+                    .copied()
+            } else {
+                None
+            };
+            let group: &[&'t Transmit] = match pair {
+                Some(u) => {
+                    i += 2;
+                    &[u, t][..]
+                }
+                None => {
+                    i += 1;
+                    std::slice::from_ref(&ts[i - 1])
+                }
+            };
+            for (k, t) in group.iter().enumerate() {
                 let dst = SocketAddr::new(t.dst, ROCE_PORT);
                 let len = t.payload.len();
-                // Trains of same-size datagrams to one destination leave as one
-                // UDP_SEGMENT buffer (loopback device only, see `gso`).
                 if let Some(last) = out.last_mut() {
                     let seg = last.bufs[0].len();
                     let total: usize = last.bufs.iter().map(|b| b.len()).sum();
@@ -277,16 +308,18 @@ impl Shared {
                         continue;
                     }
                 }
+                if k == 1 {
+                    // The swapped ACK would travel alone, after its request.
+                    return None;
+                }
                 out.push(sys::Outgoing {
                     bufs: vec![&t.payload],
                     dst,
                     segment: 0,
                 });
             }
-            if !out.is_empty() {
-                sys::send_batch(&**sock, &out);
-            }
         }
+        Some(out)
     }
 
     fn record(&self, src: IpAddr, dst: IpAddr, src_port: u16, meta: IpMeta, bytes: &[u8]) {
@@ -429,10 +462,32 @@ impl Shared {
             };
             let mut at = r.offset;
             let end = r.offset + r.len;
+            // A train's ACKs first: one may have been swapped behind the request the
+            // peer queued after it (`trains`); ACKs and requests belong to
+            // independent streams (IBTA 9.7.5.1: separate PSN spaces), so handling
+            // every ACK of the train first is an order the peer could have sent, and
+            // it is the one in which it produced them.
+            // (Bit i of `done`: segment i, an ACK, was handled; segments past the
+            // 64th keep their order.)
+            let mut done = 0u64;
+            if r.segment > 0 {
+                let (mut k, mut i) = (at, 0);
+                while k < end && i < 64 {
+                    let next = (k + seg).min(end);
+                    if buf[k] == Opcode::RC_ACKNOWLEDGE.0 {
+                        self.ingest(engine, now, local, *r, &mut buf[k..next], steer);
+                        done |= 1 << i;
+                    }
+                    (k, i) = (next, i + 1);
+                }
+            }
+            let mut i = 0;
             while at < end {
                 let next = (at + seg).min(end);
-                self.ingest(engine, now, local, *r, &mut buf[at..next], steer);
-                at = next;
+                if i >= 64 || done & (1 << i) == 0 {
+                    self.ingest(engine, now, local, *r, &mut buf[at..next], steer);
+                }
+                (at, i) = (next, i + 1);
             }
         }
     }
