@@ -16,12 +16,18 @@
 //!
 //! **Deferred acknowledgements.** What the engine answers to datagrams received on
 //! an application thread (ACKs, mostly) leaves with the application's next verb — a
-//! ping-pong's reply then carries its ACK in the same `sendmmsg`, and the peer wakes
-//! once instead of twice — or, when the poll found no completion, at once. If the
+//! ping-pong's reply then carries its ACK in the same `sendmmsg` (on the loopback
+//! device in the same `UDP_SEGMENT` buffer, the ACK as its last segment, which the
+//! receiver handles first), and the peer wakes once instead of twice — or, when the poll found no completion, at once. If the
 //! application makes no further call, the driver thread sends it when it next looks
 //! (it sleeps at most [`DEFER_NS`] while it knows of one, and at most the stand-off
 //! otherwise). ACKs are cumulative (IBTA 9.7.5.1.1 allows coalescing them), so a
 //! late ACK only delays the requester's completions, never loses anything.
+//!
+//! **Sleeping in the receive.** [`crate::Cq::wait`] on a device with one socket
+//! sleeps in `recvmmsg` itself (a blocking socket with a receive timeout; every other
+//! call passes `MSG_DONTWAIT`): one system call per wake-up, as a TCP `read`. The
+//! driver thread leaves the socket to it meanwhile.
 //!
 //! **Wake-ups on demand.** A verb that creates work wakes the driver only when the
 //! engine's next deadline is earlier than the time the driver will wake up anyway
