@@ -141,6 +141,7 @@ pub fn run(data: &[u8]) -> Counters {
             traffic_class: 0,
             flow_label: 0,
             ipv4_id: Some(0),
+            roce_v1: false,
             payload: &payload,
         };
         e.handle_datagram(now, &d);

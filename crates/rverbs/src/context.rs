@@ -437,6 +437,7 @@ impl Shared {
                 traffic_class: ip.traffic_class,
                 flow_label: ip.flow_label,
                 ipv4_id: None,
+                roce_v1: false,
                 payload: bytes,
             };
             // Through the UD flow-steering classifier (`ud_steer.rs`), then the engine.
