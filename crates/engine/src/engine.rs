@@ -218,6 +218,11 @@ impl Engine {
         self.cfg.gids = gids;
     }
 
+    /// Replaces which GID entries are RoCE v1 ([`Config::gid_roce_v1`]).
+    pub fn set_gid_roce_v1(&mut self, roce_v1: Vec<bool>) {
+        self.cfg.gid_roce_v1 = roce_v1;
+    }
+
     /// True when an address handle or a QP's path uses source GID `index` (the GID
     /// table keeps such an entry until it is released).
     pub fn sgid_in_use(&self, index: usize) -> bool {
