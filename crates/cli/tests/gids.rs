@@ -7,6 +7,9 @@
 //! with a message otherwise. The live part runs in a child process of this test binary
 //! inside the namespace (`ip netns exec`), selected by `RVERBS_GIDS_CHILD`.
 
+mod common;
+
+use common::*;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -32,68 +35,36 @@ fn reference(title: &str) -> Vec<(u32, String)> {
     rows
 }
 
-fn is_root() -> bool {
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+/// A namespace with the rxe peer's VM1 interface: eth0 with its MAC and boot addresses.
+fn vm1_netns(tag: &str) -> Netns {
+    let ns = Netns::new(&format!("rvgid{tag}"));
+    // A veth pair (the peer end only gives eth0 a carrier), eth0 with VM1's MAC.
+    ns.ip(&[
+        "link", "add", "eth0", "address", MAC, "type", "veth", "peer", "name", "peer0",
+    ]);
+    ns.ip(&["link", "set", "peer0", "up"]);
+    ns.ip(&["link", "set", "eth0", "up"]);
+    // The rxe peer's boot addresses, as VM1 had them before the others.
+    ns.ip(&["addr", "add", "10.77.0.2/24", "dev", "eth0"]);
+    ns.ip(&["-6", "addr", "add", "fd00:77::2/64", "dev", "eth0", "nodad"]);
+    ns
 }
 
-fn sh(args: &[&str]) {
-    let st = Command::new(args[0]).args(&args[1..]).status().unwrap();
-    assert!(st.success(), "{args:?} failed");
-}
-
-struct Netns(String);
-
-impl Netns {
-    fn new(tag: &str) -> Netns {
-        let name = format!("rvgid{tag}{}", std::process::id());
-        let _ = Command::new("ip")
-            .args(["netns", "del", &name])
-            .stderr(std::process::Stdio::null())
-            .status();
-        sh(&["ip", "netns", "add", &name]);
-        let ns = Netns(name);
-        // A veth pair (the peer end only gives eth0 a carrier), eth0 with VM1's MAC.
-        ns.ip(&[
-            "link", "add", "eth0", "address", MAC, "type", "veth", "peer", "name", "peer0",
-        ]);
-        ns.ip(&["link", "set", "peer0", "up"]);
-        ns.ip(&["link", "set", "eth0", "up"]);
-        // The rxe peer's boot addresses, as VM1 had them before the others.
-        ns.ip(&["addr", "add", "10.77.0.2/24", "dev", "eth0"]);
-        ns.ip(&["-6", "addr", "add", "fd00:77::2/64", "dev", "eth0", "nodad"]);
-        ns
-    }
-
-    fn ip(&self, args: &[&str]) {
-        let mut a = vec!["ip", "-n", &self.0];
-        a.extend_from_slice(args);
-        sh(&a);
-    }
-
-    /// The other addresses VM1 got, in the same order.
-    fn add_more(&self) {
-        self.ip(&["addr", "add", "10.88.0.5/24", "dev", "eth0"]);
-        self.ip(&["addr", "add", "192.168.7.9/24", "dev", "eth0"]);
-        self.ip(&["-6", "addr", "add", "fd00:88::9/64", "dev", "eth0", "nodad"]);
-        self.ip(&[
-            "-6",
-            "addr",
-            "add",
-            "fd00:99::1:2/64",
-            "dev",
-            "eth0",
-            "nodad",
-        ]);
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
-    }
+/// The other addresses VM1 got, in the same order, each added by `ip` (given the
+/// arguments of one `ip` command).
+fn add_more(ip: impl Fn(&[&str])) {
+    ip(&["addr", "add", "10.88.0.5/24", "dev", "eth0"]);
+    ip(&["addr", "add", "192.168.7.9/24", "dev", "eth0"]);
+    ip(&["-6", "addr", "add", "fd00:88::9/64", "dev", "eth0", "nodad"]);
+    ip(&[
+        "-6",
+        "addr",
+        "add",
+        "fd00:99::1:2/64",
+        "dev",
+        "eth0",
+        "nodad",
+    ]);
 }
 
 /// (index, GID) rows of `rv_eth0` in `rverbs gids --json` output.
@@ -121,8 +92,8 @@ fn gids_tool_matches_the_kernel_table_in_a_netns() {
         );
         return;
     }
-    let ns = Netns::new("t");
-    ns.add_more();
+    let ns = vm1_netns("t");
+    add_more(|a| ns.ip(a));
     let out = Command::new("ip")
         .args([
             "netns",
@@ -162,7 +133,7 @@ fn open_device_follows_address_changes_like_the_kernel() {
         eprintln!("SKIPPED open_device_follows_address_changes_like_the_kernel: needs root");
         return;
     }
-    let ns = Netns::new("l");
+    let ns = vm1_netns("l");
     let exe = std::env::current_exe().unwrap();
     let out = Command::new("ip")
         .args(["netns", "exec", &ns.0])
@@ -217,18 +188,7 @@ fn live_child() {
     // order they come, as on the kernel ("live").
     let ctx = dev.open().unwrap();
     assert_eq!(rows(&ctx.query_gid_table(8).unwrap()).len(), 3);
-    ip_here(&["addr", "add", "10.88.0.5/24", "dev", "eth0"]);
-    ip_here(&["addr", "add", "192.168.7.9/24", "dev", "eth0"]);
-    ip_here(&["-6", "addr", "add", "fd00:88::9/64", "dev", "eth0", "nodad"]);
-    ip_here(&[
-        "-6",
-        "addr",
-        "add",
-        "fd00:99::1:2/64",
-        "dev",
-        "eth0",
-        "nodad",
-    ]);
+    add_more(ip_here);
     let live = reference("live");
     wait_for(&ctx, "live", |t| rows(t) == live);
     let e = ctx.query_gid_ex(1, 3, 0).unwrap();
@@ -260,23 +220,6 @@ fn live_child() {
     wait_for(&ctx, "after adding", |t| rows(t) == after_add);
     // An entry in use by an AH stays until the AH goes: its slot is not reused.
     let pd = ctx.alloc_pd().unwrap();
-    let ah = pd
-        .create_ah(&rverbs::AhAttrs {
-            dgid: "::ffff:192.168.7.1"
-                .parse::<std::net::Ipv6Addr>()
-                .unwrap()
-                .into(),
-            sgid_index: 3,
-            hop_limit: 64,
-            traffic_class: 0,
-            flow_label: 0,
-        })
-        .unwrap();
-    ip_here(&["addr", "del", "192.168.7.9/24", "dev", "eth0"]);
-    wait_for(&ctx, "192.168.7.9 gone", |t| {
-        t.iter().all(|e| e.gid_index != 3)
-    });
-    assert_eq!(ctx.query_gid_ex(1, 3, 0).unwrap_err().errno(), 61);
     let attrs = rverbs::AhAttrs {
         dgid: "::ffff:192.168.7.1"
             .parse::<std::net::Ipv6Addr>()
@@ -287,6 +230,12 @@ fn live_child() {
         traffic_class: 0,
         flow_label: 0,
     };
+    let ah = pd.create_ah(&attrs).unwrap();
+    ip_here(&["addr", "del", "192.168.7.9/24", "dev", "eth0"]);
+    wait_for(&ctx, "192.168.7.9 gone", |t| {
+        t.iter().all(|e| e.gid_index != 3)
+    });
+    assert_eq!(ctx.query_gid_ex(1, 3, 0).unwrap_err().errno(), 61);
     assert_eq!(
         pd.create_ah(&attrs).err().map(|e| e.errno()),
         Some(libc_einval())

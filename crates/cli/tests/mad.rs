@@ -183,29 +183,15 @@ fn wrong_b_key_makes_trap_259_at_the_trap_destination() {
         .unwrap()
         .to_string();
 
+    // `rverbs mad bm-set` at B with a B_Key and one option.
+    let bm_set = |bkey: &str, opt: &str, val: &str| {
+        run(&["mad", "bm-set", "--gid", &b_gid, "--bkey", bkey, opt, val])
+    };
     // The trap destination is set with the right key.
-    let (ok, text) = run(&[
-        "mad",
-        "bm-set",
-        "--gid",
-        &b_gid,
-        "--bkey",
-        "0x5ec2e7",
-        "--trap-dest",
-        &c_gid,
-    ]);
+    let (ok, text) = bm_set("0x5ec2e7", "--trap-dest", &c_gid);
     assert!(ok && text.contains("BM Set accepted"), "{text}");
     // A wrong key: dropped (no answer), and a trap at C naming A.
-    let (ok, text) = run(&[
-        "mad",
-        "bm-set",
-        "--gid",
-        &b_gid,
-        "--bkey",
-        "0xbad",
-        "--new-bkey",
-        "1",
-    ]);
+    let (ok, text) = bm_set("0xbad", "--new-bkey", "1");
     assert!(!ok && text.contains("no answer"), "{text}");
     let a_gid = text
         .lines()
@@ -226,28 +212,10 @@ fn wrong_b_key_makes_trap_259_at_the_trap_destination() {
     );
     assert!(trap.contains(&format!("issuer gid {b_gid}")), "{trap}");
     // The right key: the Set succeeds.
-    let (ok, text) = run(&[
-        "mad",
-        "bm-set",
-        "--gid",
-        &b_gid,
-        "--bkey",
-        "0x5ec2e7",
-        "--new-bkey",
-        "0x77",
-    ]);
+    let (ok, text) = bm_set("0x5ec2e7", "--new-bkey", "0x77");
     assert!(ok && text.contains("BM Set accepted"), "{text}");
     // ... and the new key is the one that works now.
-    let (ok, text) = run(&[
-        "mad",
-        "bm-set",
-        "--gid",
-        &b_gid,
-        "--bkey",
-        "0x77",
-        "--trap-dest",
-        &c_gid,
-    ]);
+    let (ok, text) = bm_set("0x77", "--trap-dest", &c_gid);
     assert!(ok, "{text}");
     drop(c);
     // B counted each (re)sent bad MAD: 1 + 3 retries.

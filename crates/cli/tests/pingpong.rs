@@ -2,8 +2,10 @@
 //! message sizes below, at and above the path MTU, with data validation (`-c`) and
 //! with completion events (`-e`).
 
-use std::process::{Command, Stdio};
-use std::time::Duration;
+mod common;
+
+use common::server_and_client;
+use std::process::Command;
 
 fn pair(args: &[&str], port: u16) -> (String, String) {
     pair_env(args, port, &[])
@@ -12,48 +14,17 @@ fn pair(args: &[&str], port: u16) -> (String, String) {
 fn pair_env(args: &[&str], port: u16, env: &[(&str, &str)]) -> (String, String) {
     let bin = env!("CARGO_BIN_EXE_rverbs");
     let port_s = port.to_string();
-    let server = Command::new(bin)
-        .envs(env.iter().copied())
-        .arg("pingpong")
-        .args(args)
-        .args(["-p", &port_s])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    // The client retries until the server listens.
-    let mut client_out = None;
-    for _ in 0..50 {
-        let out = Command::new(bin)
-            .envs(env.iter().copied())
+    let run = |extra: &[&str]| {
+        let mut c = Command::new(bin);
+        c.envs(env.iter().copied())
             .arg("pingpong")
             .args(args)
-            .args(["-p", &port_s, "localhost"])
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stderr).to_string();
-        if !out.status.success() && text.contains("Couldn't connect") {
-            std::thread::sleep(Duration::from_millis(100));
-            continue;
-        }
-        client_out = Some(out);
-        break;
-    }
-    let client = client_out.expect("server never listened");
-    let server = server.wait_with_output().unwrap();
-    let s = format!(
-        "{}{}",
-        String::from_utf8_lossy(&server.stdout),
-        String::from_utf8_lossy(&server.stderr)
-    );
-    let c = format!(
-        "{}{}",
-        String::from_utf8_lossy(&client.stdout),
-        String::from_utf8_lossy(&client.stderr)
-    );
-    assert!(server.status.success(), "server failed:\n{s}\nclient:\n{c}");
-    assert!(client.status.success(), "client failed:\n{c}\nserver:\n{s}");
-    (s, c)
+            .args(["-p", &port_s])
+            .args(extra);
+        c
+    };
+    // The client retries until the server listens.
+    server_and_client(run(&[]), || run(&["localhost"]), 50)
 }
 
 #[test]

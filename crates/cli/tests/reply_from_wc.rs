@@ -5,8 +5,10 @@
 //! with extra addresses, and over a veth pair with ULA addresses between two
 //! namespaces (root; skipped with a message otherwise).
 
-use std::process::{Command, Stdio};
-use std::time::Duration;
+mod common;
+
+use common::*;
+use std::process::Command;
 
 /// Runs the server (`pre` + rverbs args) and the client, retrying until it connects.
 fn pair(
@@ -27,35 +29,7 @@ fn pair(
         c.arg("pingpong").args(args);
         c
     };
-    let srv = run(server_pre, server)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut client_out = None;
-    for _ in 0..100 {
-        let out = run(client_pre, client).output().unwrap();
-        let text = String::from_utf8_lossy(&out.stderr).to_string();
-        if !out.status.success() && text.contains("Couldn't connect") {
-            std::thread::sleep(Duration::from_millis(100));
-            continue;
-        }
-        client_out = Some(out);
-        break;
-    }
-    let client = client_out.expect("server never listened");
-    let srv = srv.wait_with_output().unwrap();
-    let both = |o: &std::process::Output| {
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        )
-    };
-    let (s, c) = (both(&srv), both(&client));
-    assert!(srv.status.success(), "server failed:\n{s}\nclient:\n{c}");
-    assert!(client.status.success(), "client failed:\n{c}\nserver:\n{s}");
-    (s, c)
+    server_and_client(run(server_pre, server), || run(client_pre, client), 100)
 }
 
 /// The GID of a `local address:` line.
@@ -94,48 +68,6 @@ fn reply_ah(text: &str) -> ReplyAh {
 
 fn port(n: u16) -> String {
     (21000 + n + (std::process::id() % 500) as u16 * 4).to_string()
-}
-
-fn is_root() -> bool {
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
-}
-
-fn sh(args: &[&str]) {
-    let st = Command::new(args[0]).args(&args[1..]).status().unwrap();
-    assert!(st.success(), "{args:?} failed");
-}
-
-struct Netns(String);
-
-impl Netns {
-    fn new(tag: &str) -> Netns {
-        let name = format!("rvwc{tag}{}", std::process::id());
-        let _ = Command::new("ip")
-            .args(["netns", "del", &name])
-            .stderr(Stdio::null())
-            .status();
-        sh(&["ip", "netns", "add", &name]);
-        Netns(name)
-    }
-
-    fn ip(&self, args: &[&str]) {
-        let mut a = vec!["ip", "-n", &self.0];
-        a.extend_from_slice(args);
-        sh(&a);
-    }
-
-    fn exec(&self) -> Vec<&str> {
-        vec!["ip", "netns", "exec", &self.0]
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
-    }
 }
 
 #[test]
@@ -221,7 +153,7 @@ fn ipv6_loopback_in_a_netns_reply_from_wc() {
     }
     // A namespace whose lo has ::1 and two more IPv6 addresses, so both processes get
     // an IPv6 GID of their own.
-    let ns = Netns::new("l");
+    let ns = Netns::new("rvwcl");
     ns.ip(&["link", "set", "lo", "up"]);
     ns.ip(&["-6", "addr", "add", "fd00:1::1/128", "dev", "lo", "nodad"]);
     ns.ip(&["-6", "addr", "add", "fd00:1::2/128", "dev", "lo", "nodad"]);
@@ -272,8 +204,8 @@ fn veth_ula_between_namespaces_reply_from_wc() {
         eprintln!("SKIPPED veth_ula_between_namespaces_reply_from_wc: needs root (netns + veth)");
         return;
     }
-    let a = Netns::new("a");
-    let b = Netns::new("b");
+    let a = Netns::new("rvwca");
+    let b = Netns::new("rvwcb");
     a.ip(&[
         "link", "add", "veth0", "type", "veth", "peer", "name", "veth1", "netns", &b.0,
     ]);

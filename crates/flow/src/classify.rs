@@ -28,6 +28,7 @@
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
+use std::net::Ipv4Addr;
 
 use crate::attr::{Counters, FlowAttr, FlowAttrType, FlowFlags, FlowSpec, Layer, MplsFilter};
 use crate::error::FlowError;
@@ -198,34 +199,59 @@ impl std::fmt::Debug for Classifier {
     }
 }
 
-/// Writes `val`/`mask` bytes at `off`; a mask bit already set with a different value is a
-/// contradiction (mlx5 `set_proto` returns EINVAL for it).
-fn put(
-    m: &mut FieldVector,
-    v: &mut FieldVector,
-    off: usize,
-    val: &[u8],
-    mask: &[u8],
-    what: &str,
-) -> Result<(), FlowError> {
-    let (mb, vb) = (m.bytes_mut(), v.bytes_mut());
-    for i in 0..val.len() {
-        let (nm, nv) = (mask[i], val[i] & mask[i]);
-        let common = mb[off + i] & nm;
-        if vb[off + i] & common != nv & common {
-            return Err(FlowError::inval(format!(
-                "{what} contradicts another spec of the flow"
-            )));
-        }
-        mb[off + i] |= nm;
-        vb[off + i] |= nv;
-    }
-    Ok(())
+/// The mask and the value a flow compiles to, filled one field at a time.
+#[derive(Default)]
+struct Compiled {
+    m: FieldVector,
+    v: FieldVector,
 }
 
-fn require(m: &mut FieldVector, v: &mut FieldVector, off: usize, bit: u8) {
-    m.bytes_mut()[off] |= bit;
-    v.bytes_mut()[off] |= bit;
+impl Compiled {
+    /// Writes `val`/`mask` bytes at `off`; a mask bit already set with a different value
+    /// is a contradiction (mlx5 `set_proto` returns EINVAL for it).
+    fn put(&mut self, off: usize, val: &[u8], mask: &[u8], what: &str) -> Result<(), FlowError> {
+        let (mb, vb) = (self.m.bytes_mut(), self.v.bytes_mut());
+        for i in 0..val.len() {
+            let (nm, nv) = (mask[i], val[i] & mask[i]);
+            let common = mb[off + i] & nm;
+            if vb[off + i] & common != nv & common {
+                return Err(FlowError::inval(format!(
+                    "{what} contradicts another spec of the flow"
+                )));
+            }
+            mb[off + i] |= nm;
+            vb[off + i] |= nv;
+        }
+        Ok(())
+    }
+
+    /// [`Compiled::put`] of one field of a spec, read alike from its value and its mask.
+    fn field<F, const N: usize>(
+        &mut self,
+        off: usize,
+        l: &Layer<F>,
+        get: impl Fn(&F) -> [u8; N],
+        what: &str,
+    ) -> Result<(), FlowError> {
+        self.put(off, &get(&l.val), &get(&l.mask), what)
+    }
+
+    fn require(&mut self, off: usize, bit: u8) {
+        self.m.bytes_mut()[off] |= bit;
+        self.v.bytes_mut()[off] |= bit;
+    }
+
+    /// The source and destination address of an IPv4 or IPv4_EXT spec.
+    fn ipv4<F>(
+        &mut self,
+        block: usize,
+        l: &Layer<F>,
+        get: impl Fn(&F) -> (Ipv4Addr, Ipv4Addr),
+    ) -> Result<(), FlowError> {
+        self.require(block + PRESENT, P_IPV4);
+        self.field(block + SIP, l, |h| ip16(get(h).0.octets()), "src_ip")?;
+        self.field(block + DIP, l, |h| ip16(get(h).1.octets()), "dst_ip")
+    }
 }
 
 fn ip16(a: [u8; 4]) -> [u8; 16] {
@@ -236,8 +262,7 @@ fn ip16(a: [u8; 4]) -> [u8; 16] {
 
 /// Compiles a flow's header specs into one mask and one value over the field layout.
 pub fn compile(attr: &FlowAttr) -> Result<(FieldVector, FieldVector), FlowError> {
-    let mut m = FieldVector::default();
-    let mut v = FieldVector::default();
+    let mut c = Compiled::default();
     let mut prev = 0u32;
     for spec in &attr.specs {
         // Inner headers exist only behind a tunnel: the parser fills the inner block only
@@ -246,141 +271,40 @@ pub fn compile(attr: &FlowAttr) -> Result<(FieldVector, FieldVector), FlowError>
         match spec {
             FlowSpec::Eth(l) => {
                 if l.inner {
-                    require(&mut m, &mut v, INNER + PRESENT, P_L2);
+                    c.require(INNER + PRESENT, P_L2);
                 }
-                put(
-                    &mut m,
-                    &mut v,
-                    block + DMAC,
-                    &l.val.dst_mac,
-                    &l.mask.dst_mac,
-                    "dst_mac",
-                )?;
-                put(
-                    &mut m,
-                    &mut v,
-                    block + SMAC,
-                    &l.val.src_mac,
-                    &l.mask.src_mac,
-                    "src_mac",
-                )?;
-                put(
-                    &mut m,
-                    &mut v,
+                c.field(block + DMAC, l, |h| h.dst_mac, "dst_mac")?;
+                c.field(block + SMAC, l, |h| h.src_mac, "src_mac")?;
+                c.field(
                     block + ETHERTYPE,
-                    &l.val.ether_type.to_be_bytes(),
-                    &l.mask.ether_type.to_be_bytes(),
+                    l,
+                    |h| h.ether_type.to_be_bytes(),
                     "ether_type",
                 )?;
                 if l.mask.vlan_tag != 0 {
                     // mlx5 sets cvlan_tag: a VLAN match needs a tagged frame.
-                    require(&mut m, &mut v, block + PRESENT, P_VLAN);
-                    put(
-                        &mut m,
-                        &mut v,
-                        block + VLAN,
-                        &l.val.vlan_tag.to_be_bytes(),
-                        &l.mask.vlan_tag.to_be_bytes(),
-                        "vlan_tag",
-                    )?;
+                    c.require(block + PRESENT, P_VLAN);
+                    c.field(block + VLAN, l, |h| h.vlan_tag.to_be_bytes(), "vlan_tag")?;
                 }
             }
-            FlowSpec::Ipv4(l) => {
-                require(&mut m, &mut v, block + PRESENT, P_IPV4);
-                put(
-                    &mut m,
-                    &mut v,
-                    block + SIP,
-                    &ip16(l.val.src_ip.octets()),
-                    &ip16(l.mask.src_ip.octets()),
-                    "src_ip",
-                )?;
-                put(
-                    &mut m,
-                    &mut v,
-                    block + DIP,
-                    &ip16(l.val.dst_ip.octets()),
-                    &ip16(l.mask.dst_ip.octets()),
-                    "dst_ip",
-                )?;
-            }
+            FlowSpec::Ipv4(l) => c.ipv4(block, l, |h| (h.src_ip, h.dst_ip))?,
             FlowSpec::Ipv4Ext(l) => {
-                require(&mut m, &mut v, block + PRESENT, P_IPV4);
-                put(
-                    &mut m,
-                    &mut v,
-                    block + SIP,
-                    &ip16(l.val.src_ip.octets()),
-                    &ip16(l.mask.src_ip.octets()),
-                    "src_ip",
-                )?;
-                put(
-                    &mut m,
-                    &mut v,
-                    block + DIP,
-                    &ip16(l.val.dst_ip.octets()),
-                    &ip16(l.mask.dst_ip.octets()),
-                    "dst_ip",
-                )?;
-                put(
-                    &mut m,
-                    &mut v,
-                    block + PROTO,
-                    &[l.val.proto],
-                    &[l.mask.proto],
-                    "proto",
-                )?;
-                put(
-                    &mut m,
-                    &mut v,
-                    block + TOS,
-                    &[l.val.tos],
-                    &[l.mask.tos],
-                    "tos",
-                )?;
+                c.ipv4(block, l, |h| (h.src_ip, h.dst_ip))?;
+                c.field(block + PROTO, l, |h| [h.proto], "proto")?;
+                c.field(block + TOS, l, |h| [h.tos], "tos")?;
             }
             FlowSpec::Ipv6(l) => {
-                require(&mut m, &mut v, block + PRESENT, P_IPV6);
-                put(
-                    &mut m,
-                    &mut v,
-                    block + SIP,
-                    &l.val.src_ip.octets(),
-                    &l.mask.src_ip.octets(),
-                    "src_ip",
-                )?;
-                put(
-                    &mut m,
-                    &mut v,
-                    block + DIP,
-                    &l.val.dst_ip.octets(),
-                    &l.mask.dst_ip.octets(),
-                    "dst_ip",
-                )?;
-                put(
-                    &mut m,
-                    &mut v,
+                c.require(block + PRESENT, P_IPV6);
+                c.field(block + SIP, l, |h| h.src_ip.octets(), "src_ip")?;
+                c.field(block + DIP, l, |h| h.dst_ip.octets(), "dst_ip")?;
+                c.field(
                     block + FLOW_LABEL,
-                    &l.val.flow_label.to_be_bytes(),
-                    &l.mask.flow_label.to_be_bytes(),
+                    l,
+                    |h| h.flow_label.to_be_bytes(),
                     "flow_label",
                 )?;
-                put(
-                    &mut m,
-                    &mut v,
-                    block + PROTO,
-                    &[l.val.next_hdr],
-                    &[l.mask.next_hdr],
-                    "next_hdr",
-                )?;
-                put(
-                    &mut m,
-                    &mut v,
-                    block + TOS,
-                    &[l.val.traffic_class],
-                    &[l.mask.traffic_class],
-                    "traffic_class",
-                )?;
+                c.field(block + PROTO, l, |h| [h.next_hdr], "next_hdr")?;
+                c.field(block + TOS, l, |h| [h.traffic_class], "traffic_class")?;
             }
             FlowSpec::Tcp(l) | FlowSpec::Udp(l) => {
                 let proto = if matches!(spec, FlowSpec::Tcp(_)) {
@@ -388,97 +312,41 @@ pub fn compile(attr: &FlowAttr) -> Result<(FieldVector, FieldVector), FlowError>
                 } else {
                     17
                 };
-                put(
-                    &mut m,
-                    &mut v,
-                    block + PROTO,
-                    &[proto],
-                    &[0xff],
-                    spec.name(),
-                )?;
+                c.put(block + PROTO, &[proto], &[0xff], spec.name())?;
                 if l.mask.src_port != 0 || l.mask.dst_port != 0 {
-                    require(&mut m, &mut v, block + PRESENT, P_PORTS);
+                    c.require(block + PRESENT, P_PORTS);
                 }
-                put(
-                    &mut m,
-                    &mut v,
-                    block + SPORT,
-                    &l.val.src_port.to_be_bytes(),
-                    &l.mask.src_port.to_be_bytes(),
-                    "src_port",
-                )?;
-                put(
-                    &mut m,
-                    &mut v,
-                    block + DPORT,
-                    &l.val.dst_port.to_be_bytes(),
-                    &l.mask.dst_port.to_be_bytes(),
-                    "dst_port",
-                )?;
+                c.field(block + SPORT, l, |h| h.src_port.to_be_bytes(), "src_port")?;
+                c.field(block + DPORT, l, |h| h.dst_port.to_be_bytes(), "dst_port")?;
             }
             FlowSpec::VxlanTunnel(l) => {
-                require(&mut m, &mut v, MISC_PRESENT, M_VXLAN);
-                put(
-                    &mut m,
-                    &mut v,
-                    VNI,
-                    &l.val.tunnel_id.to_be_bytes(),
-                    &l.mask.tunnel_id.to_be_bytes(),
-                    "tunnel_id",
-                )?;
+                c.require(MISC_PRESENT, M_VXLAN);
+                c.field(VNI, l, |h| h.tunnel_id.to_be_bytes(), "tunnel_id")?;
             }
             FlowSpec::Gre(l) => {
-                put(&mut m, &mut v, OUTER + PROTO, &[47], &[0xff], "gre")?;
-                require(&mut m, &mut v, MISC_PRESENT, M_GRE);
-                put(
-                    &mut m,
-                    &mut v,
-                    GRE_PROTO,
-                    &l.val.protocol.to_be_bytes(),
-                    &l.mask.protocol.to_be_bytes(),
-                    "gre protocol",
-                )?;
+                c.put(OUTER + PROTO, &[47], &[0xff], "gre")?;
+                c.require(MISC_PRESENT, M_GRE);
+                c.field(GRE_PROTO, l, |h| h.protocol.to_be_bytes(), "gre protocol")?;
                 if l.mask.key != 0 {
-                    require(&mut m, &mut v, MISC_PRESENT, M_GRE_KEY);
-                    put(
-                        &mut m,
-                        &mut v,
-                        GRE_KEY,
-                        &l.val.key.to_be_bytes(),
-                        &l.mask.key.to_be_bytes(),
-                        "gre key",
-                    )?;
+                    c.require(MISC_PRESENT, M_GRE_KEY);
+                    c.field(GRE_KEY, l, |h| h.key.to_be_bytes(), "gre key")?;
                 }
             }
             FlowSpec::Mpls(l) => {
                 let (slot, bit) = mpls_slot(prev, l);
-                require(&mut m, &mut v, MISC_PRESENT, bit);
-                put(
-                    &mut m,
-                    &mut v,
-                    slot,
-                    &l.val.label.to_be_bytes(),
-                    &l.mask.label.to_be_bytes(),
-                    "mpls",
-                )?;
+                c.require(MISC_PRESENT, bit);
+                c.field(slot, l, |h| h.label.to_be_bytes(), "mpls")?;
             }
             FlowSpec::Esp(l) => {
-                put(&mut m, &mut v, block + PROTO, &[50], &[0xff], "esp")?;
-                require(&mut m, &mut v, MISC_PRESENT, M_ESP);
-                put(
-                    &mut m,
-                    &mut v,
-                    ESP_SPI,
-                    &l.val.spi.to_be_bytes(),
-                    &l.mask.spi.to_be_bytes(),
-                    "spi",
-                )?;
+                c.put(block + PROTO, &[50], &[0xff], "esp")?;
+                c.require(MISC_PRESENT, M_ESP);
+                c.field(ESP_SPI, l, |h| h.spi.to_be_bytes(), "spi")?;
             }
             FlowSpec::Tag(_) | FlowSpec::Drop | FlowSpec::Count(_) | FlowSpec::ActionHandle(_) => {}
         }
         prev = spec.type_code();
     }
-    Ok((m, v))
+    Ok((c.m, c.v))
 }
 
 /// Where an MPLS spec matches, from the spec before it (mlx5 `parse_flow_attr`: after UDP

@@ -353,6 +353,37 @@ fn put_addr(
     }
 }
 
+/// [`put_num`] of one field of a spec, read alike from its value and its mask.
+fn field<F, T: Into<u64>>(
+    out: &mut String,
+    key: &str,
+    l: &Layer<F>,
+    get: impl Fn(&F) -> T,
+    ones: u64,
+) {
+    put_num(out, key, get(&l.val).into(), get(&l.mask).into(), ones);
+}
+
+/// [`put_addr`] of one address field of a spec, read alike from its value and its mask.
+fn field_addr<F>(
+    out: &mut String,
+    key: &str,
+    l: &Layer<F>,
+    get: impl Fn(&F) -> u128,
+    bits: u32,
+    show: impl Fn(u128) -> String,
+) {
+    put_addr(out, key, get(&l.val), get(&l.mask), bits, show);
+}
+
+/// ` ipv4` and the source and destination address of an IPv4 or IPv4_EXT spec.
+fn put_ipv4<F>(out: &mut String, l: &Layer<F>, get: impl Fn(&F) -> (Ipv4Addr, Ipv4Addr)) {
+    out.push_str(" ipv4");
+    let v4s = |x: u128| Ipv4Addr::from(x as u32).to_string();
+    field_addr(out, "src", l, |h| u32::from(get(h).0).into(), 32, v4s);
+    field_addr(out, "dst", l, |h| u32::from(get(h).1).into(), 32, v4s);
+}
+
 /// The text form of `attr`; [`parse_rule`] reads it back to the same attribute (COUNT
 /// actions get fresh counters, ACTION_HANDLE has no text form and is written as
 /// `handle N`, which does not parse).
@@ -374,8 +405,6 @@ pub fn rule_to_string(attr: &FlowAttr) -> String {
     if attr.flags.contains(FlowFlags::EGRESS) {
         out.push_str(" egress");
     }
-    let v4s = |x: u128| Ipv4Addr::from(x as u32).to_string();
-    let v6s = |x: u128| Ipv6Addr::from(x).to_string();
     for s in &attr.specs {
         if s.is_inner() {
             out.push_str(" inner");
@@ -385,116 +414,27 @@ pub fn rule_to_string(attr: &FlowAttr) -> String {
                 out.push_str(" eth");
                 put_mac(&mut out, "dst", l.val.dst_mac, l.mask.dst_mac);
                 put_mac(&mut out, "src", l.val.src_mac, l.mask.src_mac);
-                put_num(
-                    &mut out,
-                    "type",
-                    l.val.ether_type.into(),
-                    l.mask.ether_type.into(),
-                    0xffff,
-                );
-                put_num(
-                    &mut out,
-                    "vlan",
-                    l.val.vlan_tag.into(),
-                    l.mask.vlan_tag.into(),
-                    0x0fff,
-                );
+                field(&mut out, "type", l, |h| h.ether_type, 0xffff);
+                field(&mut out, "vlan", l, |h| h.vlan_tag, 0x0fff);
             }
-            FlowSpec::Ipv4(l) => {
-                out.push_str(" ipv4");
-                put_addr(
-                    &mut out,
-                    "src",
-                    u32::from(l.val.src_ip).into(),
-                    u32::from(l.mask.src_ip).into(),
-                    32,
-                    v4s,
-                );
-                put_addr(
-                    &mut out,
-                    "dst",
-                    u32::from(l.val.dst_ip).into(),
-                    u32::from(l.mask.dst_ip).into(),
-                    32,
-                    v4s,
-                );
-            }
+            FlowSpec::Ipv4(l) => put_ipv4(&mut out, l, |h| (h.src_ip, h.dst_ip)),
             FlowSpec::Ipv4Ext(l) => {
-                out.push_str(" ipv4");
-                put_addr(
-                    &mut out,
-                    "src",
-                    u32::from(l.val.src_ip).into(),
-                    u32::from(l.mask.src_ip).into(),
-                    32,
-                    v4s,
-                );
-                put_addr(
-                    &mut out,
-                    "dst",
-                    u32::from(l.val.dst_ip).into(),
-                    u32::from(l.mask.dst_ip).into(),
-                    32,
-                    v4s,
-                );
+                put_ipv4(&mut out, l, |h| (h.src_ip, h.dst_ip));
                 // Written even when zero: that is what makes it IPV4_EXT.
                 let _ = write!(out, " proto {:#x}/{:#x}", l.val.proto, l.mask.proto);
-                put_num(&mut out, "tos", l.val.tos.into(), l.mask.tos.into(), 0xff);
-                put_num(&mut out, "ttl", l.val.ttl.into(), l.mask.ttl.into(), 0xff);
-                put_num(
-                    &mut out,
-                    "ipflags",
-                    l.val.flags.into(),
-                    l.mask.flags.into(),
-                    0xff,
-                );
+                field(&mut out, "tos", l, |h| h.tos, 0xff);
+                field(&mut out, "ttl", l, |h| h.ttl, 0xff);
+                field(&mut out, "ipflags", l, |h| h.flags, 0xff);
             }
             FlowSpec::Ipv6(l) => {
                 out.push_str(" ipv6");
-                put_addr(
-                    &mut out,
-                    "src",
-                    u128::from(l.val.src_ip),
-                    u128::from(l.mask.src_ip),
-                    128,
-                    v6s,
-                );
-                put_addr(
-                    &mut out,
-                    "dst",
-                    u128::from(l.val.dst_ip),
-                    u128::from(l.mask.dst_ip),
-                    128,
-                    v6s,
-                );
-                put_num(
-                    &mut out,
-                    "label",
-                    l.val.flow_label.into(),
-                    l.mask.flow_label.into(),
-                    0xf_ffff,
-                );
-                put_num(
-                    &mut out,
-                    "next",
-                    l.val.next_hdr.into(),
-                    l.mask.next_hdr.into(),
-                    0xff,
-                );
-                put_num(
-                    &mut out,
-                    "tclass",
-                    l.val.traffic_class.into(),
-                    l.mask.traffic_class.into(),
-                    0xff,
-                );
-                put_num(
-                    &mut out,
-                    "hop",
-                    l.val.hop_limit.into(),
-                    l.mask.hop_limit.into(),
-                    0xff,
-                );
+                let v6s = |x: u128| Ipv6Addr::from(x).to_string();
+                field_addr(&mut out, "src", l, |h| h.src_ip.into(), 128, v6s);
+                field_addr(&mut out, "dst", l, |h| h.dst_ip.into(), 128, v6s);
+                field(&mut out, "label", l, |h| h.flow_label, 0xf_ffff);
+                field(&mut out, "next", l, |h| h.next_hdr, 0xff);
+                field(&mut out, "tclass", l, |h| h.traffic_class, 0xff);
+                field(&mut out, "hop", l, |h| h.hop_limit, 0xff);
             }
             FlowSpec::Tcp(l) | FlowSpec::Udp(l) => {
                 out.push_str(if matches!(s, FlowSpec::Tcp(_)) {
@@ -502,49 +442,18 @@ pub fn rule_to_string(attr: &FlowAttr) -> String {
                 } else {
                     " udp"
                 });
-                put_num(
-                    &mut out,
-                    "sport",
-                    l.val.src_port.into(),
-                    l.mask.src_port.into(),
-                    0xffff,
-                );
-                put_num(
-                    &mut out,
-                    "dport",
-                    l.val.dst_port.into(),
-                    l.mask.dst_port.into(),
-                    0xffff,
-                );
+                field(&mut out, "sport", l, |h| h.src_port, 0xffff);
+                field(&mut out, "dport", l, |h| h.dst_port, 0xffff);
             }
             FlowSpec::VxlanTunnel(l) => {
                 out.push_str(" vxlan");
-                put_num(
-                    &mut out,
-                    "vni",
-                    l.val.tunnel_id.into(),
-                    l.mask.tunnel_id.into(),
-                    0xff_ffff,
-                );
+                field(&mut out, "vni", l, |h| h.tunnel_id, 0xff_ffff);
             }
             FlowSpec::Gre(l) => {
                 out.push_str(" gre");
-                let (c, cm) = (l.val.c_ks_res0_ver, l.mask.c_ks_res0_ver);
-                put_num(&mut out, "cks", c.into(), cm.into(), 0xffff);
-                put_num(
-                    &mut out,
-                    "proto",
-                    l.val.protocol.into(),
-                    l.mask.protocol.into(),
-                    0xffff,
-                );
-                put_num(
-                    &mut out,
-                    "key",
-                    l.val.key.into(),
-                    l.mask.key.into(),
-                    0xffff_ffff,
-                );
+                field(&mut out, "cks", l, |h| h.c_ks_res0_ver, 0xffff);
+                field(&mut out, "proto", l, |h| h.protocol, 0xffff);
+                field(&mut out, "key", l, |h| h.key, 0xffff_ffff);
             }
             FlowSpec::Mpls(l) => {
                 out.push_str(" mpls");
@@ -554,20 +463,8 @@ pub fn rule_to_string(attr: &FlowAttr) -> String {
             }
             FlowSpec::Esp(l) => {
                 out.push_str(" esp");
-                put_num(
-                    &mut out,
-                    "spi",
-                    l.val.spi.into(),
-                    l.mask.spi.into(),
-                    0xffff_ffff,
-                );
-                put_num(
-                    &mut out,
-                    "seq",
-                    l.val.seq.into(),
-                    l.mask.seq.into(),
-                    0xffff_ffff,
-                );
+                field(&mut out, "spi", l, |h| h.spi, 0xffff_ffff);
+                field(&mut out, "seq", l, |h| h.seq, 0xffff_ffff);
             }
             FlowSpec::Tag(t) => {
                 let _ = write!(out, " tag {t}");

@@ -237,21 +237,7 @@ fn vxlan_inner_headers() {
             &ipv4(a4("192.168.0.1"), a4(dst), 6, 0, &tcp(5, dport, b"in")),
         )
     };
-    let outer = |vni, inner: &[u8]| {
-        eth(
-            MAC_B,
-            MAC_A,
-            None,
-            0x0800,
-            &ipv4(
-                a4("10.0.0.1"),
-                a4("10.0.0.2"),
-                17,
-                0,
-                &udp(49152, 4789, &vxlan(vni, inner)),
-            ),
-        )
-    };
+    let outer = |vni, inner: &[u8]| vxlan4(49152, vni, inner);
     assert_eq!(qpns(&rx(&c, &outer(42, &inner("192.168.0.2", 22)))), [1]);
     assert_eq!(qpns(&rx(&c, &outer(42, &inner("192.168.0.2", 23)))), [2]);
     assert_eq!(qpns(&rx(&c, &outer(43, &inner("192.168.0.2", 22)))), [3]);

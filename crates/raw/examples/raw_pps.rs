@@ -10,74 +10,30 @@
 //!
 //! Usage: `raw_pps [seconds-per-round] [rounds]` (defaults 2 and 3).
 
-use rverbs_flow::attr::{FlowAttr, FlowSpec};
+#[path = "common/pps.rs"]
+mod pps;
+
+use pps::{bare_receiver, measure, median, rules};
 use rverbs_raw::netns::VethPair;
-use rverbs_raw::{RawDevice, RawPort, RxMode};
-use std::net::Ipv4Addr;
+use rverbs_raw::{RawDevice, RxMode};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
-
-fn frame(seq: u16) -> Vec<u8> {
-    let mut f = vec![2, 0, 0, 0, 0, 0xb, 2, 0, 0, 0, 0, 0xa, 0x08, 0x00];
-    let udp_len = 8 + 18u16;
-    f.extend_from_slice(&[0x45, 0]);
-    f.extend_from_slice(&(20 + udp_len).to_be_bytes());
-    f.extend_from_slice(&[0, 0, 0x40, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2]);
-    f.extend_from_slice(&seq.to_be_bytes());
-    f.extend_from_slice(&4791u16.to_be_bytes());
-    f.extend_from_slice(&udp_len.to_be_bytes());
-    f.extend_from_slice(&[0, 0]);
-    f.resize(64, 0xab);
-    f
-}
-
-/// Offers frames until `stop`; returns frames sent.
-fn sender(port: RawPort, stop: Arc<AtomicBool>) -> u64 {
-    let frames: Vec<Vec<u8>> = (0..256).map(frame).collect();
-    let mut n = 0u64;
-    while !stop.load(Ordering::Relaxed) {
-        for f in &frames {
-            if port.send(f).is_ok() {
-                n += 1;
-            }
-        }
-    }
-    n
-}
+use std::time::Duration;
 
 fn round(pair: &VethPair, secs: f64, steered: Option<RxMode>) -> (f64, f64) {
     let stop = Arc::new(AtomicBool::new(false));
     let got = Arc::new(AtomicU64::new(0));
-    let if_b = pair.if_b.clone();
     // Receiver first.
     let (rx_thread, dev) = if let Some(mode) = steered {
+        let if_b = pair.if_b.clone();
         let dev = VethPair::in_ns(&pair.ns_b, move || {
             RawDevice::open_with(&if_b, mode).expect("device")
         });
         let qp = dev.create_qp(1 << 16);
-        // 100 rules that do not match, the real one at the lowest priority.
-        let mut flows = Vec::new();
-        for i in 0..100u16 {
-            let a = FlowAttr::normal(
-                i % 15,
-                vec![
-                    FlowSpec::ipv4_dst(Ipv4Addr::new(10, 9, (i >> 8) as u8, i as u8)),
-                    FlowSpec::udp_dst(Some(i + 1)),
-                ],
-            );
-            flows.push(qp.create_flow(&a).expect("flow"));
-        }
-        flows.push(
-            qp.create_flow(&FlowAttr::normal(
-                15,
-                vec![
-                    FlowSpec::ipv4_dst(Ipv4Addr::new(10, 0, 0, 2)),
-                    FlowSpec::udp_dst(Some(4791)),
-                ],
-            ))
-            .expect("flow"),
-        );
+        let flows: Vec<_> = rules()
+            .iter()
+            .map(|a| qp.create_flow(a).expect("flow"))
+            .collect();
         let (stop2, got2) = (stop.clone(), got.clone());
         let t = std::thread::spawn(move || {
             let _flows = flows;
@@ -90,35 +46,12 @@ fn round(pair: &VethPair, secs: f64, steered: Option<RxMode>) -> (f64, f64) {
         });
         (t, Some(dev))
     } else {
-        let port = VethPair::in_ns(&pair.ns_b, move || RawPort::open(&if_b).expect("port"));
-        port.set_read_timeout(Some(Duration::from_millis(20)))
-            .unwrap();
-        let _ = port.set_recv_buffer_size(4 << 20);
-        let (stop2, got2) = (stop.clone(), got.clone());
-        let t = std::thread::spawn(move || {
-            let mut buf = vec![0u8; 9220];
-            while !stop2.load(Ordering::Relaxed) {
-                if port.recv(&mut buf).is_ok() {
-                    got2.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-        });
-        (t, None)
+        (bare_receiver(pair, stop.clone(), got.clone()), None)
     };
-    let if_a = pair.if_a.clone();
-    let tx_port = VethPair::in_ns(&pair.ns_a, move || RawPort::open(&if_a).expect("sender"));
-    let stop_tx = stop.clone();
-    let tx = std::thread::spawn(move || sender(tx_port, stop_tx));
-    // Warm up, then measure a window.
-    std::thread::sleep(Duration::from_millis(200));
-    let (g0, t0) = (got.load(Ordering::Relaxed), Instant::now());
-    std::thread::sleep(Duration::from_secs_f64(secs));
-    let (g1, dt) = (got.load(Ordering::Relaxed), t0.elapsed().as_secs_f64());
-    stop.store(true, Ordering::Relaxed);
-    let sent = tx.join().unwrap();
+    let (pps, sent, dt) = measure(pair, secs, &stop, &got);
     rx_thread.join().unwrap();
     drop(dev);
-    ((g1 - g0) as f64 / dt, sent as f64 / (dt + 0.2))
+    (pps, sent as f64 / (dt + 0.2))
 }
 
 fn main() {
@@ -144,11 +77,7 @@ fn main() {
         ring.push(g);
         plain.push(p);
     }
-    let med = |v: &mut Vec<f64>| {
-        v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-        v[v.len() / 2]
-    };
-    let (b, g, p) = (med(&mut bare), med(&mut ring), med(&mut plain));
+    let (b, g, p) = (median(&mut bare), median(&mut ring), median(&mut plain));
     println!(
         "median: bare {b:.0} pps; steered ring {g:.0} pps ({:.2}x bare); steered plain {p:.0} pps ({:.2}x bare)",
         g / b,

@@ -5,9 +5,12 @@
 //! drops, TAG tags, COUNT counts, SNIFFER mirrors, ALL_DEFAULT takes the rest, and a
 //! destroyed flow steers nothing from the moment its destroy returns.
 
+#[path = "common/caps.rs"]
+mod caps;
 #[path = "../../flow/tests/common/mod.rs"]
 mod frames;
 
+use caps::rerun_without_cap_net_raw;
 use frames::*;
 use rverbs_flow::attr::*;
 use rverbs_raw::netns::VethPair;
@@ -177,38 +180,8 @@ fn steering(mode: RxMode) {
             ),
             Some((&q_udp, 1)),
         ),
-        (
-            eth(
-                MAC_B,
-                MAC_A,
-                None,
-                0x0800,
-                &ipv4(
-                    a4("10.0.0.1"),
-                    a4("10.0.0.2"),
-                    17,
-                    0,
-                    &udp(1007, 4789, &vxlan(42, &inner)),
-                ),
-            ),
-            Some((&q_vxlan, 4)),
-        ),
-        (
-            eth(
-                MAC_B,
-                MAC_A,
-                None,
-                0x0800,
-                &ipv4(
-                    a4("10.0.0.1"),
-                    a4("10.0.0.2"),
-                    17,
-                    0,
-                    &udp(1008, 4789, &vxlan(43, &inner)),
-                ),
-            ),
-            Some((&q_catch, 6)),
-        ),
+        (vxlan4(1007, 42, &inner), Some((&q_vxlan, 4))),
+        (vxlan4(1008, 43, &inner), Some((&q_catch, 6))),
         (
             eth(
                 MAC_B,
@@ -401,17 +374,7 @@ fn no_cap_net_raw_is_eperm() {
         assert_eq!(e.raw_os_error(), Some(libc_eperm()));
         return;
     }
-    let exe = std::env::current_exe().unwrap();
-    let status = std::process::Command::new("setpriv")
-        .args(["--inh-caps=-net_raw", "--bounding-set=-net_raw", "--"])
-        .arg(exe)
-        .args(["--exact", "no_cap_net_raw_is_eperm", "--nocapture"])
-        .env("RVERBS_RAW_NO_CAP_CHILD", "1")
-        .status();
-    match status {
-        Ok(s) => assert!(s.success(), "child without CAP_NET_RAW failed"),
-        Err(e) => eprintln!("SKIP: setpriv not available ({e})"),
-    }
+    rerun_without_cap_net_raw("no_cap_net_raw_is_eperm", "RVERBS_RAW_NO_CAP_CHILD");
 }
 
 fn libc_eperm() -> i32 {
@@ -550,29 +513,6 @@ fn posted_receive_buffers_and_gathered_sends() {
             .collect::<Vec<_>>(),
         [(42, RawWcStatus::WrFlushErr)]
     );
-}
-
-/// Fills in the IPv4 header and UDP checksums of an untagged IPv4/UDP frame.
-fn with_checksums(mut f: Vec<u8>) -> Vec<u8> {
-    fn sum(b: &[u8]) -> u16 {
-        let mut acc: u32 = b
-            .chunks(2)
-            .map(|c| (u32::from(c[0]) << 8) | u32::from(*c.get(1).unwrap_or(&0)))
-            .sum();
-        while acc > 0xffff {
-            acc = (acc & 0xffff) + (acc >> 16);
-        }
-        !(acc as u16)
-    }
-    let ip = sum(&f[14..34]);
-    f[24..26].copy_from_slice(&ip.to_be_bytes());
-    let mut pseudo = f[26..34].to_vec();
-    pseudo.extend_from_slice(&[0, 17]);
-    pseudo.extend_from_slice(&((f.len() - 34) as u16).to_be_bytes());
-    pseudo.extend_from_slice(&f[34..]);
-    let udp = sum(&pseudo);
-    f[40..42].copy_from_slice(&udp.to_be_bytes());
-    f
 }
 
 /// The last handle of a device dropped on its own receive thread (a notify hook that

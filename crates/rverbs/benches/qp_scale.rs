@@ -11,13 +11,15 @@
 //! The benchmark runs itself a second time as the peer process (`QP_SCALE_ROLE=peer`),
 //! talks to it over TCP on loopback, and only ever kills that child.
 
+#[path = "../tests/common/ctl.rs"]
+mod ctl;
+
+use ctl::*;
 use rverbs::*;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-type Res<T = ()> = std::result::Result<T, Box<dyn std::error::Error>>;
 
 const MSG: usize = 64;
 
@@ -30,44 +32,6 @@ fn rss_kib() -> u64 {
                 .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
         })
         .unwrap_or(0)
-}
-
-struct Ctl {
-    r: BufReader<TcpStream>,
-    w: TcpStream,
-}
-
-impl Ctl {
-    fn new(s: TcpStream) -> Res<Ctl> {
-        s.set_nodelay(true)?;
-        Ok(Ctl {
-            r: BufReader::new(s.try_clone()?),
-            w: s,
-        })
-    }
-    fn send(&mut self, l: &str) -> Res {
-        self.w.write_all(format!("{l}\n").as_bytes())?;
-        Ok(())
-    }
-    fn recv(&mut self) -> Res<String> {
-        let mut l = String::new();
-        if self.r.read_line(&mut l)? == 0 {
-            return Err("connection closed".into());
-        }
-        Ok(l.trim_end().to_string())
-    }
-}
-
-fn gid_hex(g: &Gid) -> String {
-    g.octets().iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn parse_gid(s: &str) -> Res<Gid> {
-    let mut o = [0u8; 16];
-    for (i, b) in o.iter_mut().enumerate() {
-        *b = u8::from_str_radix(s.get(2 * i..2 * i + 2).ok_or("bad gid")?, 16)?;
-    }
-    Ok(Gid(o))
 }
 
 /// One side of a round: N QPs on one CQ, one region with a slot per QP.
@@ -112,55 +76,12 @@ fn create(ctx: &Context, n: usize) -> Res<(Side, Duration)> {
     ))
 }
 
-fn info(s: &Side) -> String {
-    let q: Vec<String> = s.qps.iter().map(|q| q.qp_num().to_string()).collect();
-    format!(
-        "{} {} {} {}",
-        gid_hex(&s.ctx.gid(1).unwrap()),
-        s.mr.addr(),
-        s.mr.rkey(),
-        q.join(",")
-    )
-}
-
-struct Peer {
-    gid: Gid,
-    addr: u64,
-    rkey: u32,
-    qpns: Vec<u32>,
-}
-
-fn parse(l: &str) -> Res<Peer> {
-    let f: Vec<&str> = l.split_whitespace().collect();
-    if f.len() != 4 {
-        return Err(format!("bad line {l:?}").into());
-    }
-    Ok(Peer {
-        gid: parse_gid(f[0])?,
-        addr: f[1].parse()?,
-        rkey: f[2].parse()?,
-        qpns: f[3]
-            .split(',')
-            .map(str::parse)
-            .collect::<std::result::Result<_, _>>()?,
-    })
-}
-
-fn connect(s: &Side, p: &Peer) -> Res<Duration> {
+fn connect(s: &Side, p: &PeerLine) -> Res<Duration> {
     let t = Instant::now();
     if p.qpns.len() != s.qps.len() {
         return Err("QP count mismatch".into());
     }
-    for (q, &qpn) in s.qps.iter().zip(&p.qpns) {
-        q.connect(
-            &PeerInfo {
-                qpn,
-                psn: 0,
-                gid: p.gid,
-            },
-            &ConnectOpts::default(),
-        )?;
-    }
+    connect_all(&s.qps, p, &ConnectOpts::default())?;
     Ok(t.elapsed())
 }
 
@@ -200,8 +121,8 @@ fn peer() -> Res {
         let n: usize = n.parse()?;
         let rss0 = rss_kib();
         let (side, _) = create(&ctx, n)?;
-        c.send(&info(&side))?;
-        let p = parse(&c.recv()?)?;
+        c.send(&info_line(&side.ctx, &side.mr, &side.qps))?;
+        let p = parse_info(&c.recv()?)?;
         connect(&side, &p)?;
         for (i, q) in side.qps.iter().enumerate() {
             q.post_recv(i as u64, &[side.mr.slice(i * MSG..(i + 1) * MSG)])?;
@@ -243,8 +164,8 @@ fn round(c: &mut Ctl, ctx: &Context, n: usize) -> Res<Round> {
     c.send(&format!("round {n}"))?;
     let rss0 = rss_kib();
     let (side, create_t) = create(ctx, n)?;
-    let p = parse(&c.recv()?)?;
-    c.send(&info(&side))?;
+    let p = parse_info(&c.recv()?)?;
+    c.send(&info_line(&side.ctx, &side.mr, &side.qps))?;
     let connect_t = connect(&side, &p)?;
     let rss_self = rss_kib().saturating_sub(rss0);
     if c.recv()? != "ready" {

@@ -9,7 +9,7 @@
 
 mod common;
 use common::*;
-use rverbs::{AccessFlags, ConnectOpts, PeerInfo, QpInitAttr, QpType, RemoteBuf, SendRequest};
+use rverbs::{AccessFlags, ConnectOpts, QpInitAttr, QpType, SendRequest};
 
 const START: u64 = 1000;
 const ADDS: u64 = 100;
@@ -26,22 +26,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let qp = pd.create_qp(&QpInitAttr::new(QpType::Rc, &cq))?;
     let opts = ConnectOpts::default();
-    let mine = Info {
-        peer: PeerInfo {
-            qpn: qp.qp_num(),
-            psn: opts.psn,
-            gid: ctx.gid(opts.sgid_index).ok_or("no GID")?,
-        },
-        buf: if server {
-            mr.remote(0..8)
-        } else {
-            RemoteBuf {
-                addr: 0,
-                rkey: 0,
-                len: 0,
-            }
-        },
-    };
+    let mine = Info::rc(&qp, &opts, server.then(|| mr.remote(0..8)))?;
     let (mut oob, theirs) = Oob::exchange(role, &mine)?;
     qp.connect(&theirs.peer, &opts)?;
     oob.send("ready")?;

@@ -9,9 +9,7 @@
 
 mod common;
 use common::*;
-use rverbs::{
-    AccessFlags, ConnectOpts, PeerInfo, QpInitAttr, QpType, RemoteBuf, SendRequest, WcFlags,
-};
+use rverbs::{AccessFlags, ConnectOpts, QpInitAttr, QpType, SendRequest, WcFlags};
 
 const SIZES: [usize; 5] = [0, 1, 4096, 100_000, 1 << 20];
 const MAX: usize = 1 << 20;
@@ -28,18 +26,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Receives must be posted before the peer can send: post one, then connect.
     qp.init(&opts)?;
     qp.post_recv(0, &[recv_buf.all()])?;
-    let mine = Info {
-        peer: PeerInfo {
-            qpn: qp.qp_num(),
-            psn: opts.psn,
-            gid: ctx.gid(opts.sgid_index).ok_or("no GID")?,
-        },
-        buf: RemoteBuf {
-            addr: 0,
-            rkey: 0,
-            len: 0,
-        },
-    };
+    let mine = Info::rc(&qp, &opts, None)?;
     let (mut oob, theirs) = Oob::exchange(role, &mine)?;
     qp.connect(&theirs.peer, &opts)?;
     oob.send("ready")?;

@@ -10,9 +10,7 @@
 
 mod common;
 use common::*;
-use rverbs::{
-    AccessFlags, ConnectOpts, PeerInfo, QpInitAttr, QpType, RemoteBuf, SendRequest, WcOpcode,
-};
+use rverbs::{AccessFlags, ConnectOpts, QpInitAttr, QpType, RemoteBuf, SendRequest, WcOpcode};
 
 const LEN: usize = 4 << 20;
 
@@ -35,22 +33,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         // A WRITE with immediate consumes a receive (with no buffer needed).
         qp.post_recv(1, &[])?;
     }
-    let mine = Info {
-        peer: PeerInfo {
-            qpn: qp.qp_num(),
-            psn: opts.psn,
-            gid: ctx.gid(opts.sgid_index).ok_or("no GID")?,
-        },
-        buf: if server {
-            mr.remote(0..LEN)
-        } else {
-            RemoteBuf {
-                addr: 0,
-                rkey: 0,
-                len: 0,
-            }
-        },
-    };
+    let mine = Info::rc(&qp, &opts, server.then(|| mr.remote(0..LEN)))?;
     let (mut oob, theirs) = Oob::exchange(role, &mine)?;
     qp.connect(&theirs.peer, &opts)?;
     oob.send("ready")?;

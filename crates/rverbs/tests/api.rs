@@ -40,11 +40,7 @@ fn handles_are_send_and_sync() {
 #[test]
 fn handles_work_from_other_threads_and_outlive_their_parents() {
     let dev = device(None).unwrap();
-    let (ea, eb) = (
-        end(dev.open().unwrap(), 4096),
-        end(dev.open().unwrap(), 4096),
-    );
-    connect(&ea, &eb, &ConnectOpts::default());
+    let (ea, eb) = connected_pair(&dev, 4096, 4096);
     // The QP, CQ and MR keep the context and PD alive after their handles go.
     let End {
         qp,
@@ -82,25 +78,7 @@ fn completion_channel_fd_and_events() {
         .create_qp(&QpInitAttr::new(QpType::Rc, &scq).recv_cq(&rcq))
         .unwrap();
     let o = ConnectOpts::default();
-    ea.qp
-        .connect(
-            &PeerInfo {
-                qpn: qb.qp_num(),
-                psn: 0,
-                gid: b.gid(1).unwrap(),
-            },
-            &o,
-        )
-        .unwrap();
-    qb.connect(
-        &PeerInfo {
-            qpn: ea.qp.qp_num(),
-            psn: 0,
-            gid: ea.ctx.gid(1).unwrap(),
-        },
-        &o,
-    )
-    .unwrap();
+    connect_qps(&ea.qp, &qb, &o);
 
     assert!(!readable(ch.as_fd()));
     assert!(ch.try_get_cq_event().is_none());
@@ -159,24 +137,7 @@ fn srq_shared_by_two_qps_with_limit_event() {
         let qb = pdb
             .create_qp(&QpInitAttr::new(QpType::Rc, &cqb).srq(&srq))
             .unwrap();
-        qa.connect(
-            &PeerInfo {
-                qpn: qb.qp_num(),
-                psn: 0,
-                gid: b.gid(1).unwrap(),
-            },
-            &o,
-        )
-        .unwrap();
-        qb.connect(
-            &PeerInfo {
-                qpn: qa.qp_num(),
-                psn: 0,
-                gid: a.gid(1).unwrap(),
-            },
-            &o,
-        )
-        .unwrap();
+        connect_qps(&qa, &qb, &o);
         // A QP on an SRQ has no receive queue of its own.
         assert!(qb.post_recv(0, &[bufs.slice(0..8)]).is_err());
         pairs.push((qa, qb));
@@ -333,11 +294,7 @@ fn query_device_and_port() {
 #[test]
 fn verbs_inside_mr_with_fail_instead_of_deadlocking() {
     let dev = device(None).unwrap();
-    let (ea, eb) = (
-        end(dev.open().unwrap(), 4096),
-        end(dev.open().unwrap(), 4096),
-    );
-    connect(&ea, &eb, &ConnectOpts::default());
+    let (ea, eb) = connected_pair(&dev, 4096, 4096);
     let r = ea.mr.with(|b| {
         b[..4].copy_from_slice(b"abcd");
         ea.qp.post_send(&SendRequest::write(
@@ -369,11 +326,7 @@ fn verbs_inside_mr_with_fail_instead_of_deadlocking() {
 #[test]
 fn dropping_an_mr_with_a_posted_receive_fails_that_receive_cleanly() {
     let dev = device(None).unwrap();
-    let (ea, eb) = (
-        end(dev.open().unwrap(), 4096),
-        end(dev.open().unwrap(), 4096),
-    );
-    connect(&ea, &eb, &ConnectOpts::default());
+    let (ea, eb) = connected_pair(&dev, 4096, 4096);
     let extra = eb.pd.reg_mr(4096, AccessFlags::LOCAL_WRITE).unwrap();
     eb.qp.post_recv(5, &[extra.slice(0..4096)]).unwrap();
     drop(extra); // deregistered with the receive still posted
@@ -389,11 +342,7 @@ fn dropping_an_mr_with_a_posted_receive_fails_that_receive_cleanly() {
 #[test]
 fn dropping_an_mr_with_a_started_write_keeps_its_bytes_alive() {
     let dev = device(None).unwrap();
-    let (ea, eb) = (
-        end(dev.open().unwrap(), 4096),
-        end(dev.open().unwrap(), 1 << 20),
-    );
-    connect(&ea, &eb, &ConnectOpts::default());
+    let (ea, eb) = connected_pair(&dev, 4096, 1 << 20);
     let data: Vec<u8> = (0..1 << 20).map(|i: u32| (i % 251) as u8).collect();
     let src = ea.pd.reg_mr_from(data.clone(), AccessFlags::NONE).unwrap();
     // 1 MiB = 1024 packets: far from sent when post_send returns.
@@ -413,11 +362,7 @@ fn dropping_an_mr_with_a_started_write_keeps_its_bytes_alive() {
 #[test]
 fn dropping_an_mr_of_a_queued_send_fails_that_send_cleanly() {
     let dev = device(None).unwrap();
-    let (ea, eb) = (
-        end(dev.open().unwrap(), 1 << 20),
-        end(dev.open().unwrap(), 2 << 20),
-    );
-    connect(&ea, &eb, &ConnectOpts::default());
+    let (ea, eb) = connected_pair(&dev, 1 << 20, 2 << 20);
     let second = ea.pd.reg_mr_from(vec![7; 4096], AccessFlags::NONE).unwrap();
     // 1 MiB = 1024 packets, more than the 128 a QP may have unacknowledged: the
     // second WRITE waits behind the first and has not started when its region goes.
@@ -500,25 +445,7 @@ fn completion_event_awaited_on_tokio() {
     let mr = pdb.reg_mr(4096, AccessFlags::ALL).unwrap();
     let qb = pdb.create_qp(&QpInitAttr::new(QpType::Rc, &cq)).unwrap();
     let o = ConnectOpts::default();
-    ea.qp
-        .connect(
-            &PeerInfo {
-                qpn: qb.qp_num(),
-                psn: 0,
-                gid: b.gid(1).unwrap(),
-            },
-            &o,
-        )
-        .unwrap();
-    qb.connect(
-        &PeerInfo {
-            qpn: ea.qp.qp_num(),
-            psn: 0,
-            gid: ea.ctx.gid(1).unwrap(),
-        },
-        &o,
-    )
-    .unwrap();
+    connect_qps(&ea.qp, &qb, &o);
     rt.block_on(async {
         let mut got = 0;
         for i in 0..3u64 {

@@ -10,11 +10,7 @@ use std::time::{Duration, Instant};
 #[test]
 fn objects_dropped_inside_mr_with_are_destroyed_without_deadlock() {
     let dev = device(None).unwrap();
-    let (ea, eb) = (
-        end(dev.open().unwrap(), 4096),
-        end(dev.open().unwrap(), 4096),
-    );
-    connect(&ea, &eb, &ConnectOpts::default());
+    let (ea, eb) = connected_pair(&dev, 4096, 4096);
     let (fds0, threads0) = (count("/proc/self/fd"), count("/proc/self/task"));
     let keep = eb.pd.reg_mr(64, AccessFlags::ALL).unwrap();
     let third = end(dev.open().unwrap(), 64);

@@ -2,10 +2,14 @@
 //! over the loopback soft device) and checks its own data; this test runs each pair
 //! and requires both to succeed.
 
+#[path = "common/child.rs"]
+mod child;
+
+use child::{wait_for, Reap};
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 const EXAMPLES: [&str; 4] = ["rc_send_recv", "rdma_write_read", "atomics", "ud"];
 
@@ -36,28 +40,6 @@ fn build_examples() {
         .status()
         .expect("running cargo build --examples");
     assert!(st.success(), "building the examples failed");
-}
-
-/// Kills and reaps a child on every exit path (only processes this test started).
-struct Reap(Child);
-
-impl Drop for Reap {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Waits for a child with a deadline; `None` on timeout.
-fn wait_for(c: &mut Child, limit: Duration) -> Option<std::process::ExitStatus> {
-    let start = Instant::now();
-    while start.elapsed() < limit {
-        if let Some(st) = c.try_wait().unwrap() {
-            return Some(st);
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    None
 }
 
 pub fn run_pair(bin: &std::path::Path, extra: &[&str]) -> (String, String) {

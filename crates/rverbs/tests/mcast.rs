@@ -1,38 +1,30 @@
 //! UD multicast: QPs attached to an IP multicast group each get one copy of every
 //! datagram sent to it; detached or destroyed QPs get none; the verbs' errors.
 
+mod common;
+use common::*;
 use rverbs::*;
 use std::time::Duration;
 
-struct Ud {
-    ctx: Context,
-    pd: Pd,
-    cq: Cq,
-    qp: Qp,
-    mr: Mr,
+fn ud(ctx: Context) -> UdEnd {
+    let u = ud_end(ctx, 64);
+    for _ in 0..8 {
+        u.qp.post_recv(1, &[u.mr.all()]).unwrap();
+    }
+    u
 }
 
-fn ud(ctx: Context) -> Ud {
-    let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(64).unwrap();
-    let qp = pd.create_qp(&QpInitAttr::new(QpType::Ud, &cq)).unwrap();
-    let mr = pd.reg_mr(40 + 256, AccessFlags::LOCAL_WRITE).unwrap();
-    let nobody = PeerInfo {
-        qpn: 0,
-        psn: 0,
-        gid: Gid::ZERO,
-    };
-    qp.connect(&nobody, &ConnectOpts::default()).unwrap();
+/// A second UD QP on `b`'s PD and CQ (receives posted with wr_id 2, into `b`'s region),
+/// and both `b.qp` and it attached to `group`; returns the second QP.
+fn join_two(b: &UdEnd, group: &Gid) -> Qp {
+    let b2 = b.pd.create_qp(&QpInitAttr::new(QpType::Ud, &b.cq)).unwrap();
+    connect_nobody(&b2);
     for _ in 0..8 {
-        qp.post_recv(1, &[mr.all()]).unwrap();
+        b2.post_recv(2, &[b.mr.all()]).unwrap();
     }
-    Ud {
-        ctx,
-        pd,
-        cq,
-        qp,
-        mr,
-    }
+    b.qp.attach_mcast(group, 0).unwrap();
+    b2.attach_mcast(group, 0).unwrap();
+    b2
 }
 
 /// Completions of `cq` within `t`.
@@ -48,7 +40,7 @@ fn drain(cq: &Cq, t: Duration) -> Vec<Wc> {
     out
 }
 
-fn send(from: &Ud, ah: &Ah, tag: &[u8]) {
+fn send(from: &UdEnd, ah: &Ah, tag: &[u8]) {
     from.mr.write(40, tag);
     from.qp
         .post_send(
@@ -72,21 +64,7 @@ fn run(dev: DeviceInfo, group: Gid) {
     let b = ud(dev.open().unwrap());
     let c = ud(dev.open().unwrap());
     // Two QPs of one context and one of another context join.
-    let b2 = b.pd.create_qp(&QpInitAttr::new(QpType::Ud, &b.cq)).unwrap();
-    b2.connect(
-        &PeerInfo {
-            qpn: 0,
-            psn: 0,
-            gid: Gid::ZERO,
-        },
-        &ConnectOpts::default(),
-    )
-    .unwrap();
-    for _ in 0..8 {
-        b2.post_recv(2, &[b.mr.all()]).unwrap();
-    }
-    b.qp.attach_mcast(&group, 0).unwrap();
-    b2.attach_mcast(&group, 0).unwrap();
+    let b2 = join_two(&b, &group);
     c.qp.attach_mcast(&group, 0).unwrap();
     let sgid = if group.to_ipv4_mapped().is_some() {
         a.ctx.gid_index_for(false).unwrap()
@@ -272,21 +250,7 @@ fn mcast_child() {
     let group: Gid = GROUP6.parse::<std::net::Ipv6Addr>().unwrap().into();
     if role == "rx" {
         let b = ud(device(Some("rv_veth1")).unwrap().open().unwrap());
-        let b2 = b.pd.create_qp(&QpInitAttr::new(QpType::Ud, &b.cq)).unwrap();
-        b2.connect(
-            &PeerInfo {
-                qpn: 0,
-                psn: 0,
-                gid: Gid::ZERO,
-            },
-            &ConnectOpts::default(),
-        )
-        .unwrap();
-        for _ in 0..8 {
-            b2.post_recv(2, &[b.mr.all()]).unwrap();
-        }
-        b.qp.attach_mcast(&group, 0).unwrap();
-        b2.attach_mcast(&group, 0).unwrap();
+        let _b2 = join_two(&b, &group);
         // The sender repeats its datagram for a few seconds (it cannot know when this
         // side has joined); the first copy for each QP is enough.
         let mut seen = std::collections::BTreeSet::new();

@@ -5,15 +5,20 @@
 //! loopback context in raw mode bound to its veth end; a bare `AF_PACKET` port in
 //! namespace A injects frames and receives what B sends.
 
+#[path = "../../raw/tests/common/caps.rs"]
+mod caps;
+mod common;
 #[path = "../../flow/tests/common/mod.rs"]
 mod frames;
 
+use caps::rerun_without_cap_net_raw;
+use common::connect_nobody;
 use frames::*;
 use rverbs::flow::attr::*;
 use rverbs::flow::error::errno::{EINVAL, ENOMEM, EOPNOTSUPP, EPERM};
 use rverbs::{
-    AccessFlags, ConnectOpts, Context, Cq, Mr, OpenOptions, PeerInfo, Qp, QpCap, QpInitAttr,
-    QpState, QpType, SendRequest, Wc, WcFlags, WcOpcode, WcStatus,
+    AccessFlags, ConnectOpts, Context, Cq, Mr, OpenOptions, Qp, QpCap, QpInitAttr, QpState, QpType,
+    SendRequest, Wc, WcFlags, WcOpcode, WcStatus,
 };
 use rverbs_raw::netns::VethPair;
 use rverbs_raw::RawPort;
@@ -66,12 +71,7 @@ fn raw_qp(ctx: &Context, n: usize) -> RawQp {
         qp.post_recv(i as u64, &[mr.slice(i * SLOT..(i + 1) * SLOT)])
             .unwrap();
     }
-    let nobody = PeerInfo {
-        qpn: 0,
-        psn: 0,
-        gid: rverbs::Gid::ZERO,
-    };
-    qp.connect(&nobody, &ConnectOpts::default()).unwrap();
+    connect_nobody(&qp);
     assert_eq!(qp.state(), QpState::Rts);
     RawQp { qp, cq, mr }
 }
@@ -318,12 +318,7 @@ fn raw_qp_send_and_receive_queue_rules() {
     std::thread::sleep(Duration::from_millis(200));
     let mut wcs = [Wc::default(); 8];
     assert_eq!(cq.poll(&mut wcs).unwrap(), 0);
-    let nobody = PeerInfo {
-        qpn: 0,
-        psn: 0,
-        gid: rverbs::Gid::ZERO,
-    };
-    qp.connect(&nobody, &ConnectOpts::default()).unwrap();
+    connect_nobody(&qp);
     // RTS→RTS: RATE_LIMIT 0 (no limit) is accepted; a real rate is EINVAL (this device
     // has no packet pacing, as a NIC answers a rate outside its range); CUR_STATE is
     // EINVAL here too.
@@ -603,40 +598,7 @@ fn no_cap_net_raw_is_eperm() {
         eprintln!("SKIP: already without CAP_NET_RAW; run as root for the full check");
         return;
     }
-    let exe = std::env::current_exe().unwrap();
-    let status = std::process::Command::new("setpriv")
-        .args(["--inh-caps=-net_raw", "--bounding-set=-net_raw", "--"])
-        .arg(exe)
-        .args(["--exact", "no_cap_net_raw_is_eperm", "--nocapture"])
-        .env("RVERBS_RAWQP_NO_CAP_CHILD", "1")
-        .status();
-    match status {
-        Ok(s) => assert!(s.success(), "child without CAP_NET_RAW failed"),
-        Err(e) => eprintln!("SKIP: setpriv not available ({e})"),
-    }
-}
-
-/// Fills in the IPv4 header and UDP checksums of an untagged IPv4/UDP frame.
-fn with_checksums(mut f: Vec<u8>) -> Vec<u8> {
-    fn sum(b: &[u8]) -> u16 {
-        let mut acc: u32 = b
-            .chunks(2)
-            .map(|c| (u32::from(c[0]) << 8) | u32::from(*c.get(1).unwrap_or(&0)))
-            .sum();
-        while acc > 0xffff {
-            acc = (acc & 0xffff) + (acc >> 16);
-        }
-        !(acc as u16)
-    }
-    let ip = sum(&f[14..34]);
-    f[24..26].copy_from_slice(&ip.to_be_bytes());
-    let mut pseudo = f[26..34].to_vec();
-    pseudo.extend_from_slice(&[0, 17]);
-    pseudo.extend_from_slice(&((f.len() - 34) as u16).to_be_bytes());
-    pseudo.extend_from_slice(&f[34..]);
-    let udp = sum(&pseudo);
-    f[40..42].copy_from_slice(&udp.to_be_bytes());
-    f
+    rerun_without_cap_net_raw("no_cap_net_raw_is_eperm", "RVERBS_RAWQP_NO_CAP_CHILD");
 }
 
 /// A frame that landed in a posted receive before the QP moved to ERR completes with

@@ -5,6 +5,8 @@
 //! DROP + COUNT, SNIFFER, DONT_TRAP — and back to A once the flows are destroyed.
 //! Creating flows needs CAP_NET_RAW (root): skipped loudly otherwise.
 
+mod common;
+use common::*;
 use rverbs::flow::attr::{Counters, FlowAttr, FlowAttrType, FlowFlags, FlowSpec};
 use rverbs::flow::text::parse_rule;
 use rverbs::*;
@@ -20,12 +22,7 @@ fn ud(ctx: &Context, pd: &Pd) -> Ud {
     let cq = ctx.create_cq(64).unwrap();
     let qp = pd.create_qp(&QpInitAttr::new(QpType::Ud, &cq)).unwrap();
     let mr = pd.reg_mr(16 * 512, AccessFlags::LOCAL_WRITE).unwrap();
-    let nobody = PeerInfo {
-        qpn: 0,
-        psn: 0,
-        gid: Gid::ZERO,
-    };
-    qp.connect(&nobody, &ConnectOpts::default()).unwrap();
+    connect_nobody(&qp);
     for i in 0..16 {
         qp.post_recv(i, &[mr.slice(i as usize * 512..(i as usize + 1) * 512)])
             .unwrap();

@@ -3,36 +3,10 @@
 //! reports them (recvmsg control messages), `create_ah_from_wc` answers through them,
 //! and the pcap capture shows the TTL/TOS that were on the wire.
 
+mod common;
+use common::*;
 use rverbs::*;
 use std::time::Duration;
-
-struct Ud {
-    ctx: Context,
-    pd: Pd,
-    cq: Cq,
-    qp: Qp,
-    mr: Mr,
-}
-
-fn ud(ctx: Context) -> Ud {
-    let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(16).unwrap();
-    let qp = pd.create_qp(&QpInitAttr::new(QpType::Ud, &cq)).unwrap();
-    let mr = pd.reg_mr(40 + 256, AccessFlags::LOCAL_WRITE).unwrap();
-    let nobody = PeerInfo {
-        qpn: 0,
-        psn: 0,
-        gid: Gid::ZERO,
-    };
-    qp.connect(&nobody, &ConnectOpts::default()).unwrap();
-    Ud {
-        ctx,
-        pd,
-        cq,
-        qp,
-        mr,
-    }
-}
 
 fn wait(cq: &Cq) -> Wc {
     let mut out = [Wc::default()];
@@ -47,15 +21,12 @@ fn ttl_and_tos_travel_and_come_back_through_create_ah_from_wc() {
     std::fs::create_dir_all(&dir).unwrap();
     let pcap = dir.join("b.pcap");
     let dev = device(None).unwrap();
-    let a = ud(dev.open().unwrap());
-    let b = ud(Context::open_with(
-        dev.clone(),
-        &OpenOptions {
-            pcap: Some(pcap.clone()),
-            ..OpenOptions::default()
-        },
-    )
-    .unwrap());
+    let a = ud_end(dev.open().unwrap(), 16);
+    let opts = OpenOptions {
+        pcap: Some(pcap.clone()),
+        ..OpenOptions::default()
+    };
+    let b = ud_end(Context::open_with(dev.clone(), &opts).unwrap(), 16);
     let (ga, gb) = (a.ctx.gid(1).unwrap(), b.ctx.gid(1).unwrap());
     b.qp.post_recv(1, &[b.mr.all()]).unwrap();
     a.qp.post_recv(1, &[a.mr.all()]).unwrap();

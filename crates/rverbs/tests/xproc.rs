@@ -14,13 +14,18 @@
 //! A custom harness (`harness = false`): the parent runs the cases and prints
 //! `test result: ok. N passed; M failed`.
 
+#[path = "common/child.rs"]
+mod child;
+#[path = "common/ctl.rs"]
+mod ctl;
+
+use child::{wait_for, Reap};
+use ctl::*;
 use rverbs::*;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-type Res<T = ()> = std::result::Result<T, Box<dyn std::error::Error>>;
 
 const MIB: usize = 1 << 20;
 /// Each side's region: two halves of 16 MiB (+ a page of atomics and scratch).
@@ -39,58 +44,6 @@ fn pattern(seed: u32, len: usize) -> Vec<u8> {
 
 fn env(name: &str) -> Option<String> {
     std::env::var(name).ok()
-}
-
-fn gid_hex(g: &Gid) -> String {
-    g.octets().iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn parse_gid(s: &str) -> Res<Gid> {
-    let mut o = [0u8; 16];
-    if s.len() != 32 {
-        return Err(format!("bad gid {s}").into());
-    }
-    for (i, b) in o.iter_mut().enumerate() {
-        *b = u8::from_str_radix(&s[2 * i..2 * i + 2], 16)?;
-    }
-    Ok(Gid(o))
-}
-
-/// Line-oriented control connection.
-struct Ctl {
-    r: BufReader<TcpStream>,
-    w: TcpStream,
-}
-
-impl Ctl {
-    fn new(s: TcpStream) -> Res<Ctl> {
-        // Request/response lines: no Nagle delay.
-        s.set_nodelay(true)?;
-        Ok(Ctl {
-            r: BufReader::new(s.try_clone()?),
-            w: s,
-        })
-    }
-    fn send(&mut self, l: &str) -> Res {
-        self.w.write_all(format!("{l}\n").as_bytes())?;
-        Ok(self.w.flush()?)
-    }
-    fn recv(&mut self) -> Res<String> {
-        let mut l = String::new();
-        if self.r.read_line(&mut l)? == 0 {
-            return Err("control connection closed".into());
-        }
-        Ok(l.trim_end().to_string())
-    }
-    /// Sends a command and returns the reply line (an error reply is an error).
-    fn cmd(&mut self, l: &str) -> Res<String> {
-        self.send(l)?;
-        let r = self.recv()?;
-        if let Some(e) = r.strip_prefix("ERR ") {
-            return Err(format!("passive side, `{l}`: {e}").into());
-        }
-        Ok(r)
-    }
 }
 
 /// One side's objects.
@@ -132,54 +85,6 @@ fn open_side(nqps: usize, with_srq: bool) -> Res<Side> {
     })
 }
 
-fn info_line(s: &Side) -> String {
-    let qpns: Vec<String> = s.qps.iter().map(|q| q.qp_num().to_string()).collect();
-    format!(
-        "{} {} {} {}",
-        gid_hex(&s.ctx.gid(1).unwrap()),
-        s.mr.addr(),
-        s.mr.rkey(),
-        qpns.join(",")
-    )
-}
-
-struct PeerLine {
-    gid: Gid,
-    addr: u64,
-    rkey: u32,
-    qpns: Vec<u32>,
-}
-
-fn parse_info(l: &str) -> Res<PeerLine> {
-    let f: Vec<&str> = l.split_whitespace().collect();
-    if f.len() != 4 {
-        return Err(format!("bad info line {l:?}").into());
-    }
-    Ok(PeerLine {
-        gid: parse_gid(f[0])?,
-        addr: f[1].parse()?,
-        rkey: f[2].parse()?,
-        qpns: f[3]
-            .split(',')
-            .map(|q| q.parse())
-            .collect::<std::result::Result<_, _>>()?,
-    })
-}
-
-fn connect_all(s: &Side, p: &PeerLine, o: &ConnectOpts) -> Res {
-    for (q, &qpn) in s.qps.iter().zip(&p.qpns) {
-        q.connect(
-            &PeerInfo {
-                qpn,
-                psn: 0,
-                gid: p.gid,
-            },
-            o,
-        )?;
-    }
-    Ok(())
-}
-
 /// Waits for `n` completions of `cq` (each within `limit`).
 fn wait_n(cq: &Cq, n: usize, limit: Duration) -> Res<Vec<Wc>> {
     let mut out = Vec::with_capacity(n);
@@ -206,9 +111,9 @@ fn passive() -> Res {
     std::io::stdout().flush()?;
     let (s, _) = l.accept()?;
     let mut ctl = Ctl::new(s)?;
-    ctl.send(&info_line(&side))?;
+    ctl.send(&info_line(&side.ctx, &side.mr, &side.qps))?;
     let peer = parse_info(&ctl.recv()?)?;
-    connect_all(&side, &peer, &ConnectOpts::default())?;
+    connect_all(&side.qps, &peer, &ConnectOpts::default())?;
     loop {
         let line = ctl.recv()?;
         let f: Vec<&str> = line.split_whitespace().collect();
@@ -366,7 +271,7 @@ fn active() -> Res {
         .parse()?;
     let mut ctl = Ctl::new(TcpStream::connect((host.as_str(), port))?)?;
     let peer = parse_info(&ctl.recv()?)?;
-    ctl.send(&info_line(&side))?;
+    ctl.send(&info_line(&side.ctx, &side.mr, &side.qps))?;
     let mut o = ConnectOpts::default();
     match scenario.as_str() {
         "rnr_exhausted" => o.rnr_retry = 0,
@@ -381,7 +286,7 @@ fn active() -> Res {
         _ if env("RVERBS_FAULTS").is_some() => o.timeout = 14,
         _ => {}
     }
-    connect_all(&side, &peer, &o)?;
+    connect_all(&side.qps, &peer, &o)?;
     let mut a = Active { side, peer, ctl };
     match scenario.as_str() {
         "opcodes" => {
@@ -688,26 +593,6 @@ fn kill(a: Active) -> Res {
 }
 
 // ------------------------------------------------------------------------ parent
-
-struct Reap(Child);
-
-impl Drop for Reap {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn wait_for(c: &mut Child, limit: Duration) -> Option<std::process::ExitStatus> {
-    let start = Instant::now();
-    while start.elapsed() < limit {
-        if let Ok(Some(st)) = c.try_wait() {
-            return Some(st);
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    None
-}
 
 fn drain(r: Option<impl Read>) -> String {
     let mut s = String::new();

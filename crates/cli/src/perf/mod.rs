@@ -321,6 +321,38 @@ impl Report {
     }
 }
 
+/// Wall time and process CPU time since a side started its test: what its [`Side`]
+/// reports at the end.
+struct Meter {
+    start: Instant,
+    cpu0: f64,
+}
+
+impl Meter {
+    fn start() -> Meter {
+        Meter {
+            start: Instant::now(),
+            cpu0: cpu_seconds(),
+        }
+    }
+
+    /// Wall seconds since the start.
+    fn secs(&self) -> f64 {
+        self.start.elapsed().as_secs_f64()
+    }
+
+    /// The side's counts, with the CPU and wall time spent until now.
+    fn side(&self, sent: u64, rx: u64, secs: f64) -> Side {
+        Side {
+            sent,
+            rx,
+            secs,
+            cpu: cpu_seconds() - self.cpu0,
+            wall: self.secs(),
+        }
+    }
+}
+
 /// Process CPU time (user + system, all threads) in seconds.
 #[allow(unsafe_code)]
 pub fn cpu_seconds() -> f64 {

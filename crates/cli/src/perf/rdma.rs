@@ -199,7 +199,7 @@ impl Bench for Rdma {
         // post list, so duration mode can stop at a signaled one).
         let cq_mod = l * (self.depth / (4 * l)).clamp(1, 16);
         let inline = matches!(self.op, Op::Send | Op::Write) && plan.size <= 256;
-        let (start, cpu0) = (Instant::now(), super::cpu_seconds());
+        let meter = super::Meter::start();
         let (mut posted, mut completed, mut rx) = (0u64, 0u64, 0u64);
         let mut send_secs = 0.0;
         let mut done_sent = !plan.sends;
@@ -267,7 +267,7 @@ impl Bench for Rdma {
                 }
             }
             if stopped && !done_sent && completed == posted {
-                send_secs = start.elapsed().as_secs_f64();
+                send_secs = meter.secs();
                 ctrl::send(ctrl_w, &Msg::new("done").with("sent", posted))?;
                 done_sent = true;
             }
@@ -288,13 +288,7 @@ impl Bench for Rdma {
                 p.tick(posted.max(rx), plan.iters);
             }
         }
-        Ok(Side {
-            sent: posted,
-            rx,
-            secs: send_secs,
-            cpu: super::cpu_seconds() - cpu0,
-            wall: start.elapsed().as_secs_f64(),
-        })
+        Ok(meter.side(posted, rx, send_secs))
     }
 
     fn lat(
@@ -305,7 +299,7 @@ impl Bench for Rdma {
         p: &mut Progress,
     ) -> Result<(Side, Vec<u64>), String> {
         let size = plan.size;
-        let (start, cpu0) = (Instant::now(), super::cpu_seconds());
+        let meter = super::Meter::start();
         let mut wcs = vec![Wc::default(); 16];
         let mut samples = Vec::with_capacity(plan.iters.unwrap_or(100_000) as usize);
         let inline = matches!(self.op, Op::Send | Op::Write) && size <= 256;
@@ -394,23 +388,14 @@ impl Bench for Rdma {
                     p.tick(iters, plan.iters);
                 }
             }
-            let secs = start.elapsed().as_secs_f64();
+            let secs = meter.secs();
             ctrl::send(ctrl_w, &Msg::new("done").with("sent", iters))?;
             while peer.get()?.is_none() {
                 std::thread::yield_now();
             }
             // Let the last unsignaled work drain before the next size.
             let _ = reap(self, &mut wcs, &mut rx, WcOpcode::Send);
-            return Ok((
-                Side {
-                    sent: iters,
-                    rx,
-                    secs,
-                    cpu: super::cpu_seconds() - cpu0,
-                    wall: start.elapsed().as_secs_f64(),
-                },
-                samples,
-            ));
+            return Ok((meter.side(iters, rx, secs), samples));
         }
         // The server answers SENDs and WRITEs; READs and atomics need no CPU of it.
         ctrl::send(ctrl_w, &Msg::new("done").with("sent", 0))?;
@@ -454,15 +439,6 @@ impl Bench for Rdma {
             }
         }
         let _ = reap(self, &mut wcs, &mut rx, WcOpcode::Send);
-        Ok((
-            Side {
-                sent: 0,
-                rx,
-                secs: 0.0,
-                cpu: super::cpu_seconds() - cpu0,
-                wall: start.elapsed().as_secs_f64(),
-            },
-            Vec::new(),
-        ))
+        Ok((meter.side(0, rx, 0.0), Vec::new()))
     }
 }

@@ -84,7 +84,7 @@ impl Bench for Tcp {
         p: &mut Progress,
     ) -> Result<Side, String> {
         let size = plan.size;
-        let (start, cpu0) = (Instant::now(), super::cpu_seconds());
+        let meter = super::Meter::start();
         let mut rs = self.s.try_clone().map_err(|e| e.to_string())?;
         let mut rbuf = vec![0u8; size.clamp(1, 1 << 20)];
         let sbuf = &self.buf[..size];
@@ -137,19 +137,13 @@ impl Bench for Tcp {
                 }
                 // Bytes in the socket are not yet delivered: the time counts until the
                 // receiver has them all (it answers after the `done`).
-                secs = start.elapsed().as_secs_f64();
+                secs = meter.secs();
             }
             ctrl::send(ctrl_w, &Msg::new("done").with("sent", sent))?;
             let rx = receiver.join().map_err(|_| "receiver thread panicked")??;
             Ok((sent, secs, rx))
         })?;
-        Ok(Side {
-            sent,
-            rx,
-            secs,
-            cpu: super::cpu_seconds() - cpu0,
-            wall: start.elapsed().as_secs_f64(),
-        })
+        Ok(meter.side(sent, rx, secs))
     }
 
     fn lat(
@@ -160,7 +154,7 @@ impl Bench for Tcp {
         p: &mut Progress,
     ) -> Result<(Side, Vec<u64>), String> {
         let size = plan.size;
-        let (start, cpu0) = (Instant::now(), super::cpu_seconds());
+        let meter = super::Meter::start();
         let mut samples = Vec::with_capacity(plan.iters.unwrap_or(100_000) as usize);
         let mut rbuf = vec![0u8; size.max(1)];
         let mut iters = 0u64;
@@ -177,21 +171,12 @@ impl Bench for Tcp {
                     p.tick(iters, plan.iters);
                 }
             }
-            let secs = start.elapsed().as_secs_f64();
+            let secs = meter.secs();
             ctrl::send(ctrl_w, &Msg::new("done").with("sent", iters))?;
             while peer.get()?.is_none() {
                 std::thread::sleep(Duration::from_millis(1));
             }
-            return Ok((
-                Side {
-                    sent: iters,
-                    rx: iters,
-                    secs,
-                    cpu: super::cpu_seconds() - cpu0,
-                    wall: start.elapsed().as_secs_f64(),
-                },
-                samples,
-            ));
+            return Ok((meter.side(iters, iters, secs), samples));
         }
         ctrl::send(ctrl_w, &Msg::new("done").with("sent", 0))?;
         let mut answered = 0u64;
@@ -203,15 +188,6 @@ impl Bench for Tcp {
             self.s.write_all(&rbuf[..size]).map_err(|e| e.to_string())?;
             answered += 1;
         }
-        Ok((
-            Side {
-                sent: 0,
-                rx: answered,
-                secs: 0.0,
-                cpu: super::cpu_seconds() - cpu0,
-                wall: start.elapsed().as_secs_f64(),
-            },
-            Vec::new(),
-        ))
+        Ok((meter.side(0, answered, 0.0), Vec::new()))
     }
 }

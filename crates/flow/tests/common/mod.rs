@@ -1,4 +1,5 @@
-//! Frame builders for the flow tests (checksums are not needed by the parser and left 0).
+//! Frame builders for the flow tests (checksums are not needed by the parser and left 0;
+//! [`with_checksums`] fills them in for frames sent through a kernel).
 #![allow(dead_code)]
 
 use std::net::{Ipv4Addr, Ipv6Addr};
@@ -133,4 +134,44 @@ pub fn tcp4(src: &str, dst: &str, sport: u16, dport: u16) -> Vec<u8> {
         0x0800,
         &ipv4(a4(src), a4(dst), 6, 0, &tcp(sport, dport, b"payload")),
     )
+}
+
+/// A VXLAN frame A→B (10.0.0.1 → 10.0.0.2, UDP `sport` → 4789) carrying `inner`.
+pub fn vxlan4(sport: u16, vni: u32, inner: &[u8]) -> Vec<u8> {
+    eth(
+        MAC_B,
+        MAC_A,
+        None,
+        0x0800,
+        &ipv4(
+            a4("10.0.0.1"),
+            a4("10.0.0.2"),
+            17,
+            0,
+            &udp(sport, 4789, &vxlan(vni, inner)),
+        ),
+    )
+}
+
+/// Fills in the IPv4 header and UDP checksums of an untagged IPv4/UDP frame.
+pub fn with_checksums(mut f: Vec<u8>) -> Vec<u8> {
+    fn sum(b: &[u8]) -> u16 {
+        let mut acc: u32 = b
+            .chunks(2)
+            .map(|c| (u32::from(c[0]) << 8) | u32::from(*c.get(1).unwrap_or(&0)))
+            .sum();
+        while acc > 0xffff {
+            acc = (acc & 0xffff) + (acc >> 16);
+        }
+        !(acc as u16)
+    }
+    let ip = sum(&f[14..34]);
+    f[24..26].copy_from_slice(&ip.to_be_bytes());
+    let mut pseudo = f[26..34].to_vec();
+    pseudo.extend_from_slice(&[0, 17]);
+    pseudo.extend_from_slice(&((f.len() - 34) as u16).to_be_bytes());
+    pseudo.extend_from_slice(&f[34..]);
+    let udp = sum(&pseudo);
+    f[40..42].copy_from_slice(&udp.to_be_bytes());
+    f
 }

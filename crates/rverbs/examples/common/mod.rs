@@ -3,7 +3,7 @@
 //! GID, and for one-sided operations a region's address, key and length).
 #![allow(dead_code)]
 
-use rverbs::{Context, Gid, PeerInfo, RemoteBuf};
+use rverbs::{ConnectOpts, Context, Gid, PeerInfo, Qp, RemoteBuf};
 use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
 
@@ -57,6 +57,32 @@ pub struct Info {
     pub peer: PeerInfo,
     /// A region the peer may use (address 0 / key 0 / length 0 when none).
     pub buf: RemoteBuf,
+}
+
+/// No region to offer (address 0, key 0, length 0).
+pub const NO_BUF: RemoteBuf = RemoteBuf {
+    addr: 0,
+    rkey: 0,
+    len: 0,
+};
+
+impl Info {
+    /// What an RC QP tells its peer: its number, the first PSN of `opts` and the GID at
+    /// `opts`' GID index, and `buf` if it offers a region.
+    pub fn rc(
+        qp: &Qp,
+        opts: &ConnectOpts,
+        buf: Option<RemoteBuf>,
+    ) -> Result<Info, Box<dyn std::error::Error>> {
+        Ok(Info {
+            peer: PeerInfo {
+                qpn: qp.qp_num(),
+                psn: opts.psn,
+                gid: qp.context().gid(opts.sgid_index).ok_or("no GID")?,
+            },
+            buf: buf.unwrap_or(NO_BUF),
+        })
+    }
 }
 
 fn gid_hex(g: &Gid) -> String {

@@ -1,0 +1,94 @@
+//! Shared set-up for the CLI tests: a server and a client process run against each
+//! other, and network namespaces (root only).
+#![allow(dead_code)]
+
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+/// Whether the tests run as root (network namespaces need it).
+pub fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+}
+
+/// Runs a command; its failure fails the test.
+pub fn sh(args: &[&str]) {
+    let st = Command::new(args[0]).args(&args[1..]).status().unwrap();
+    assert!(st.success(), "{args:?} failed");
+}
+
+/// A network namespace this test created (named after `prefix` and the process id);
+/// deleted on drop.
+pub struct Netns(pub String);
+
+impl Netns {
+    /// Creates the namespace, first deleting a stale one of the same name.
+    pub fn new(prefix: &str) -> Netns {
+        let name = format!("{prefix}{}", std::process::id());
+        let _ = Command::new("ip")
+            .args(["netns", "del", &name])
+            .stderr(Stdio::null())
+            .status();
+        sh(&["ip", "netns", "add", &name]);
+        Netns(name)
+    }
+
+    /// `ip -n <ns> args…`.
+    pub fn ip(&self, args: &[&str]) {
+        let mut a = vec!["ip", "-n", &self.0];
+        a.extend_from_slice(args);
+        sh(&a);
+    }
+
+    /// The command prefix that runs a program inside the namespace.
+    pub fn exec(&self) -> Vec<&str> {
+        vec!["ip", "netns", "exec", &self.0]
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
+    }
+}
+
+/// Starts `server`, then runs `client()` until it stops failing with "Couldn't connect"
+/// (at most `tries` runs, 100 ms apart); both must succeed. Returns the server's and
+/// the client's stdout followed by stderr.
+pub fn server_and_client(
+    mut server: Command,
+    mut client: impl FnMut() -> Command,
+    tries: usize,
+) -> (String, String) {
+    let srv = server
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut client_out = None;
+    for _ in 0..tries {
+        let out = client().output().unwrap();
+        let text = String::from_utf8_lossy(&out.stderr).to_string();
+        if !out.status.success() && text.contains("Couldn't connect") {
+            std::thread::sleep(Duration::from_millis(100));
+            continue;
+        }
+        client_out = Some(out);
+        break;
+    }
+    let client = client_out.expect("server never listened");
+    let srv = srv.wait_with_output().unwrap();
+    let both = |o: &Output| {
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        )
+    };
+    let (s, c) = (both(&srv), both(&client));
+    assert!(srv.status.success(), "server failed:\n{s}\nclient:\n{c}");
+    assert!(client.status.success(), "client failed:\n{c}\nserver:\n{s}");
+    (s, c)
+}
