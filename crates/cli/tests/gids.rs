@@ -269,7 +269,7 @@ fn gids_tool_shows_v1_and_v2_entries_in_raw_mode() {
         eprintln!("SKIPPED gids_tool_shows_v1_and_v2_entries_in_raw_mode: needs root");
         return;
     }
-    let ns = Netns::new("r");
+    let ns = vm1_netns("r");
     let out = Command::new("ip")
         .args(["netns", "exec", &ns.0, env!("CARGO_BIN_EXE_rverbs"), "gids"])
         .env("RVERBS_RAW_IF", "eth0")
