@@ -6,7 +6,7 @@
 // engine stays usable (a fresh QP can still be created afterwards).
 
 use rverbs_engine::modify::{required, AhAttr, QpAttr, QpAttrMask, QpCap};
-use rverbs_engine::net::{fill_icrc, ip_to_gid};
+use rverbs_engine::net::{fill_icrc_for, ip_to_gid};
 use rverbs_engine::*;
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
@@ -98,6 +98,8 @@ pub fn run(data: &[u8]) -> Counters {
     while rest.len() >= 3 {
         let ctl = rest[0];
         let len = usize::from(rest[1]) * 8 + usize::from(rest[2] & 7);
+        // Bit 3 of the length byte: the datagram arrived as RoCE v1 (0x8915 frame).
+        let roce_v1 = rest[2] & 0x08 != 0;
         rest = &rest[3..];
         let take = len.min(rest.len());
         let mut payload = rest[..take].to_vec();
@@ -131,7 +133,7 @@ pub fn run(data: &[u8]) -> Counters {
             payload[3] = 0xff; // default P_Key
         }
         if payload.len() >= 16 && ctl & 0x20 == 0 {
-            fill_icrc(PEER, LOCAL, 0xc000, &mut payload);
+            fill_icrc_for(roce_v1, PEER, LOCAL, 0xc000, &mut payload);
         }
         let d = Datagram {
             src: PEER,
@@ -141,6 +143,7 @@ pub fn run(data: &[u8]) -> Counters {
             traffic_class: 0,
             flow_label: 0,
             ipv4_id: Some(0),
+            roce_v1,
             payload: &payload,
         };
         e.handle_datagram(now, &d);

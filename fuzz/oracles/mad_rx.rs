@@ -52,6 +52,7 @@ fn check_transmit(t: &rverbs_engine::Transmit) {
         traffic_class: t.traffic_class,
         flow_label: t.flow_label,
         ipv4_id: Some(0),
+        roce_v1: t.roce_v1,
         payload: &t.payload,
     };
     assert!(icrc_ok(&d));

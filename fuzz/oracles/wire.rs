@@ -5,6 +5,7 @@
 
 use rverbs_wire::frame::{self, Decoded};
 use rverbs_wire::icrc;
+use rverbs_wire::rocev1;
 use rverbs_wire::mad::bm::{BKeyInfo, BKeyInfoRepr, BmMad, BmMadRepr};
 use rverbs_wire::mad::cm::{
     CmDrep, CmDrepRepr, CmDreq, CmDreqRepr, CmMad, CmMadRepr, CmMessage, CmMra, CmMraRepr,
@@ -99,6 +100,48 @@ pub fn frame(data: &[u8]) {
             assert_eq!(icrc::verify(rest), Ok(f.icrc_ok));
         }
         packet(f.packet.clone().into_inner());
+    }
+    // The same bytes as RoCE v1: an Ethernet frame, or bytes from the GRH on.
+    let v1 = if ethernet {
+        rocev1::parse_ethernet(rest)
+    } else {
+        rocev1::parse(rest).map(Some)
+    };
+    if let Ok(Some(p)) = v1 {
+        assert_eq!(p.ethernet.is_some(), ethernet);
+        let line = p.to_string();
+        assert!(line.ends_with(if p.icrc_ok { "icrc=ok" } else { "icrc=bad" }), "{line}");
+        packet(p.packet.clone().into_inner());
+        // Re-emitting the parsed GRH fields and packet gives the same bytes, with the
+        // ICRC fixed when it was bad.
+        let repr = rocev1::RoceV1Repr {
+            traffic_class: p.grh.traffic_class,
+            flow_label: p.grh.flow_label,
+            hop_limit: p.grh.hop_limit,
+            sgid: p.grh.sgid,
+            dgid: p.grh.dgid,
+        };
+        let ib = p.packet.clone().into_inner();
+        let mut out = vec![0u8; 64 + ib.len()];
+        let (n, start) = match &p.ethernet {
+            Some(eth) => {
+                let n = repr.emit_frame(eth, ib, &mut out).expect("re-emit frame");
+                (n, eth.buffer_len())
+            }
+            None => (repr.emit(ib, &mut out).expect("re-emit"), 0),
+        };
+        let again = if p.ethernet.is_some() {
+            rocev1::parse_ethernet(&out[..n]).expect("re-parse").expect("is v1")
+        } else {
+            rocev1::parse(&out[..n]).expect("re-parse")
+        };
+        assert!(again.icrc_ok);
+        assert_eq!(again.grh, p.grh);
+        let body = n - start - 4;
+        assert_eq!(&out[start..start + body], &rest[start..start + body]);
+        if p.icrc_ok {
+            assert_eq!(&out[..n], &rest[..n]);
+        }
     }
     // The ICRC functions on the bytes as an IP datagram.
     let computed = icrc::compute(rest);

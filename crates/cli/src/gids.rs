@@ -1,7 +1,9 @@
 //! `rverbs gids [--sysfs [ROOT]] [--json]`: every device's GID table in the layout of
 //! Mellanox/NVIDIA's `show_gids` script (`DEV PORT INDEX GID IPv4 VER DEV`, then
 //! `n_gids_found=N`). Without `--sysfs` the tables are those of the soft devices (what
-//! the kernel would build for rxe on the same interfaces); with it, a kernel's sysfs
+//! the kernel would build for rxe on the same interfaces, or in raw mode — `RVERBS_RAW_IF`
+//! set, with CAP_NET_RAW — a RoCE v1 and a RoCE v2 entry per GID, as for mlx5); with it,
+//! a kernel's sysfs
 //! (`/sys/class/infiniband` or ROOT) is read with rdma-core's rules.
 
 use rverbs::sysfs::SysfsReader;
@@ -30,8 +32,16 @@ pub struct Row {
 /// The soft devices' tables.
 pub fn soft_rows() -> Result<Vec<Row>, String> {
     let mut rows = Vec::new();
+    // In raw mode (RVERBS_RAW_IF, with CAP_NET_RAW) a context's table has RoCE v1
+    // entries beside the v2 ones.
+    let raw = rverbs::DeviceInfo::raw_mode_from_env();
     for d in rverbs::devices().map_err(|e| e.to_string())? {
-        for e in d.gid_table().entries() {
+        let table = if raw {
+            d.raw_mode_gid_table()
+        } else {
+            d.gid_table()
+        };
+        for e in table.entries() {
             rows.push(Row {
                 dev: d.name.clone(),
                 port: e.port_num,

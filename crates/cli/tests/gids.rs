@@ -260,3 +260,64 @@ fn live_child() {
 fn libc_einval() -> i32 {
     22
 }
+
+/// In raw mode (`RVERBS_RAW_IF`, as root: CAP_NET_RAW) every GID is listed twice, a
+/// RoCE v1 entry then a RoCE v2 one, default GIDs first, as mlx5's table is laid out.
+#[test]
+fn gids_tool_shows_v1_and_v2_entries_in_raw_mode() {
+    if !is_root() {
+        eprintln!("SKIPPED gids_tool_shows_v1_and_v2_entries_in_raw_mode: needs root");
+        return;
+    }
+    let ns = vm1_netns("r");
+    let out = Command::new("ip")
+        .args(["netns", "exec", &ns.0, env!("CARGO_BIN_EXE_rverbs"), "gids"])
+        .env("RVERBS_RAW_IF", "eth0")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let rows: Vec<(String, String, String)> = text
+        .lines()
+        .filter(|l| l.starts_with("rv_eth0\t"))
+        .map(|l| {
+            let f: Vec<&str> = l.split('\t').collect();
+            (
+                f[2].to_string(),
+                f[3].to_string(),
+                f[f.len() - 2].to_string(),
+            )
+        })
+        .collect();
+    let dflt = "fe80:0000:0000:0000:5054:00ff:fe77:0002";
+    let v4 = "0000:0000:0000:0000:0000:ffff:0a4d:0002";
+    let v6 = "fd00:0077:0000:0000:0000:0000:0000:0002";
+    let want: Vec<(String, String, String)> = [
+        ("0", dflt, "v1"),
+        ("1", dflt, "v2"),
+        ("2", v4, "v1"),
+        ("3", v4, "v2"),
+        ("4", v6, "v1"),
+        ("5", v6, "v2"),
+    ]
+    .iter()
+    .map(|(i, g, t)| (i.to_string(), g.to_string(), t.to_string()))
+    .collect();
+    assert_eq!(rows, want, "{text}");
+    // Without raw mode the same device has v2 entries only.
+    let out = Command::new("ip")
+        .args(["netns", "exec", &ns.0, env!("CARGO_BIN_EXE_rverbs"), "gids"])
+        .env_remove("RVERBS_RAW_IF")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let v1_rows = text
+        .lines()
+        .filter(|l| l.starts_with("rv_eth0\t") && l.contains("\tv1\t"))
+        .count();
+    assert_eq!(v1_rows, 0, "{text}");
+}

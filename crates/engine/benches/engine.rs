@@ -178,6 +178,7 @@ fn datagram(t: &Transmit) -> Datagram<'_> {
         traffic_class: t.traffic_class,
         flow_label: t.flow_label,
         ipv4_id: Some(0),
+        roce_v1: false,
         payload: &t.payload,
     }
 }
@@ -335,6 +336,7 @@ fn icrc(c: &mut Criterion) {
                 traffic_class: 0,
                 flow_label: 0,
                 ipv4_id: id,
+                roce_v1: false,
                 payload: &p,
             };
             assert!(net::icrc_ok(&d));

@@ -47,6 +47,11 @@ pub struct Config {
     /// The port's GID table (index = sgid_index). Usually built from the interface's
     /// addresses by the device layer.
     pub gids: Vec<Gid>,
+    /// Which entries of `gids` are RoCE v1 (by index; a missing entry is RoCE v2). A
+    /// QP or AH whose `sgid_index` names a v1 entry sends [`crate::Transmit`]s marked
+    /// `roce_v1`, and a connected QP accepts only packets received the same way
+    /// (kernel `ib_init_ah_attr_from_wc`/mlx5: the GID type fixes the wire format).
+    pub gid_roce_v1: Vec<bool>,
     /// Limits checked by `create_qp` / `modify_qp`, including the port's active MTU.
     pub limits: ModifyLimits,
     /// Most completions a CQ may hold.
@@ -69,6 +74,7 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             gids: Vec::new(),
+            gid_roce_v1: Vec::new(),
             limits: ModifyLimits::default(),
             max_cqe: 1 << 20,
             max_qp: 1 << 17,
@@ -154,6 +160,7 @@ macro_rules! ctx {
             comp_events: &mut $s.comp_events,
             counters: &mut $s.counters,
             gids: &$s.cfg.gids,
+            gid_roce_v1: &$s.cfg.gid_roce_v1,
             src_port: $s.cfg.src_port,
             now: $now,
             spare: &$s.spare,
@@ -209,6 +216,11 @@ impl Engine {
     /// Replaces the GID table (addresses came or went).
     pub fn set_gids(&mut self, gids: Vec<Gid>) {
         self.cfg.gids = gids;
+    }
+
+    /// Replaces which GID entries are RoCE v1 ([`Config::gid_roce_v1`]).
+    pub fn set_gid_roce_v1(&mut self, roce_v1: Vec<bool>) {
+        self.cfg.gid_roce_v1 = roce_v1;
     }
 
     /// True when an address handle or a QP's path uses source GID `index` (the GID
@@ -1012,8 +1024,10 @@ impl Engine {
             // Connected QPs accept packets only from their peer, to their own address.
             let av = qp.attr.ah_attr.map(|a| a.av);
             let peer_ok = av.is_some_and(|av| {
+                let i = usize::from(av.sgid_index);
                 net::ip_to_gid(d.src) == av.dgid
-                    && self.cfg.gids.get(usize::from(av.sgid_index)) == Some(&net::ip_to_gid(d.dst))
+                    && self.cfg.gids.get(i) == Some(&net::ip_to_gid(d.dst))
+                    && self.cfg.gid_roce_v1.get(i).copied().unwrap_or(false) == d.roce_v1
             });
             if !peer_ok {
                 self.counters.rx_wrong_source += 1;

@@ -28,6 +28,11 @@ pub struct Transmit {
     pub traffic_class: u8,
     /// IPv6 flow label.
     pub flow_label: u32,
+    /// Send as RoCE v1 (IBTA Annex A16: Ethernet type 0x8915, a GRH with `src` and
+    /// `dst` as GIDs, no IP or UDP header) because the QP's or AH's `sgid_index` names a
+    /// RoCE v1 GID entry; the ICRC in `payload` is then the v1 one
+    /// ([`rverbs_wire::icrc::compute_grh_parts`]) and `src_port` is unused.
+    pub roce_v1: bool,
     /// BTH through ICRC.
     pub payload: Vec<u8>,
 }
@@ -50,6 +55,10 @@ pub struct Datagram<'a> {
     /// The IPv4 Identification when the driver could read it (raw sockets); `None` when
     /// the socket hides it, in which case the engine recovers it from the ICRC.
     pub ipv4_id: Option<u16>,
+    /// Received as RoCE v1 (EtherType 0x8915): `src` and `dst` are the GRH's GIDs
+    /// ([`gid_to_ip`]), the ICRC is the v1 one, `src_port` and `ipv4_id` mean nothing,
+    /// and a UD receive's network header area is the GRH itself (NxtHdr 0x1B).
+    pub roce_v1: bool,
     /// BTH through ICRC.
     pub payload: &'a [u8],
 }
@@ -118,6 +127,48 @@ fn headers(src: IpAddr, dst: IpAddr, src_port: u16, ib_len: usize) -> ([u8; 48],
     (h, ip_len)
 }
 
+/// The GRH of a RoCE v1 packet of `ib_len` bytes (BTH through ICRC) between two GIDs
+/// given as addresses (IBTA 8.3.1: IPVer 6, NxtHdr 0x1B, PayLen = `ib_len`).
+pub fn v1_grh(
+    src: IpAddr,
+    dst: IpAddr,
+    traffic_class: u8,
+    flow_label: u32,
+    hop_limit: u8,
+    ib_len: usize,
+) -> rverbs_wire::grh::GrhRepr {
+    rverbs_wire::grh::GrhRepr {
+        traffic_class,
+        flow_label: flow_label & 0xf_ffff,
+        payload_len: u16::try_from(ib_len).unwrap_or(u16::MAX),
+        next_header: rverbs_wire::grh::NEXT_HEADER_BTH,
+        hop_limit,
+        sgid: ip_to_gid(src),
+        dgid: ip_to_gid(dst),
+    }
+}
+
+/// The RoCE v1 ICRC of `payload` (BTH through ICRC) sent from `src` to `dst`; the
+/// masked GRH fields (TClass, FlowLabel, HopLmt) do not matter.
+fn v1_icrc(src: IpAddr, dst: IpAddr, payload: &[u8]) -> Option<u32> {
+    let n = payload.len().checked_sub(icrc::ICRC_LEN)?;
+    let mut grh = [0u8; rverbs_wire::grh::GRH_LEN];
+    v1_grh(src, dst, 0, 0, 0, payload.len()).emit(&mut grh);
+    icrc::compute_grh_parts(&grh, &payload[..n]).ok()
+}
+
+/// [`fill_icrc`], or its RoCE v1 form when `roce_v1` (the ICRC then covers a GRH
+/// instead of the IP and UDP headers; `src_port` is unused).
+pub fn fill_icrc_for(roce_v1: bool, src: IpAddr, dst: IpAddr, src_port: u16, payload: &mut [u8]) {
+    if !roce_v1 {
+        return fill_icrc(src, dst, src_port, payload);
+    }
+    let n = payload.len().saturating_sub(icrc::ICRC_LEN);
+    // Our own layouts are well formed; a failure leaves a zero ICRC (a dropped packet).
+    let crc = v1_icrc(src, dst, payload).unwrap_or(0);
+    payload[n..].copy_from_slice(&crc.to_le_bytes());
+}
+
 /// Computes and stores the ICRC of an outgoing packet (the last four bytes of
 /// `payload` are overwritten), for IPv4 ID 0 with DF (see [`Transmit`]).
 pub fn fill_icrc(src: IpAddr, dst: IpAddr, src_port: u16, payload: &mut [u8]) {
@@ -134,6 +185,12 @@ pub fn fill_icrc(src: IpAddr, dst: IpAddr, src_port: u16, payload: &mut [u8]) {
 pub fn icrc_ok(d: &Datagram<'_>) -> bool {
     if d.payload.len() < icrc::ICRC_LEN + 12 {
         return false;
+    }
+    if d.roce_v1 {
+        let n = d.payload.len() - icrc::ICRC_LEN;
+        let mut carried = [0u8; 4];
+        carried.copy_from_slice(&d.payload[n..]);
+        return v1_icrc(d.src, d.dst, d.payload) == Some(u32::from_le_bytes(carried));
     }
     let (mut h, ip_len) = headers(d.src, d.dst, d.src_port, d.payload.len());
     if ip_len == 20 && d.ipv4_id.is_none() {
@@ -211,6 +268,7 @@ mod tests {
                 traffic_class: 7,
                 flow_label: 0,
                 ipv4_id: None,
+                roce_v1: false,
                 payload: &p,
             };
             assert!(icrc_ok(&dg));
@@ -224,6 +282,49 @@ mod tests {
                 src_port: 0xc001,
                 ..dg
             }));
+            // The same bytes are not a valid RoCE v1 packet.
+            assert!(!icrc_ok(&Datagram {
+                roce_v1: true,
+                ..dg
+            }));
         }
+    }
+
+    /// A RoCE v1 ICRC matches the wire crate's frame parser for the same GRH, ignores
+    /// the masked fields and the UDP port, and catches a wrong GID.
+    #[test]
+    fn icrc_round_trip_v1() {
+        let (s, d): (IpAddr, IpAddr) = ("10.0.0.1".parse().unwrap(), "fe80::2".parse().unwrap());
+        let mut p = vec![0u8; 12 + 8 + 4];
+        p[0] = 0x04;
+        fill_icrc_for(true, s, d, 0, &mut p);
+        let dg = Datagram {
+            src: s,
+            dst: d,
+            src_port: 0,
+            hop_limit: 9,
+            traffic_class: 0x28,
+            flow_label: 0x12345,
+            ipv4_id: None,
+            roce_v1: true,
+            payload: &p,
+        };
+        assert!(icrc_ok(&dg));
+        assert!(icrc_ok(&Datagram {
+            src_port: 0xc123,
+            ..dg
+        }));
+        assert!(!icrc_ok(&Datagram {
+            roce_v1: false,
+            ..dg
+        }));
+        assert!(!icrc_ok(&Datagram {
+            dst: "fe80::3".parse().unwrap(),
+            ..dg
+        }));
+        let mut frame = vec![0u8; 40];
+        v1_grh(s, d, 1, 2, 3, p.len()).emit(&mut frame);
+        frame.extend_from_slice(&p);
+        assert!(rverbs_wire::rocev1::parse(&frame).unwrap().icrc_ok);
     }
 }

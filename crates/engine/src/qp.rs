@@ -98,6 +98,8 @@ pub(crate) struct Ctx<'a> {
     pub(crate) comp_events: &'a mut VecDeque<CqId>,
     pub(crate) counters: &'a mut Counters,
     pub(crate) gids: &'a [Gid],
+    /// Which `gids` entries are RoCE v1 ([`crate::Config::gid_roce_v1`]).
+    pub(crate) gid_roce_v1: &'a [bool],
     pub(crate) src_port: Option<u16>,
     pub(crate) now: Nanos,
     /// Datagram buffers handed back by the driver ([`crate::Engine::recycle`]).
@@ -870,7 +872,12 @@ impl Qp {
         );
         let dst = net::gid_to_ip(av.dgid);
         let src_port = ctx.src_port.unwrap_or(self.src_port);
-        net::fill_icrc(src, dst, src_port, &mut payload);
+        let roce_v1 = ctx
+            .gid_roce_v1
+            .get(usize::from(av.sgid_index))
+            .copied()
+            .unwrap_or(false);
+        net::fill_icrc_for(roce_v1, src, dst, src_port, &mut payload);
         Transmit {
             src,
             dst,
@@ -878,6 +885,7 @@ impl Qp {
             hop_limit: av.hop_limit,
             traffic_class: av.traffic_class,
             flow_label: av.flow_label,
+            roce_v1,
             payload,
         }
     }
@@ -1304,6 +1312,7 @@ mod tests {
             comp_events: &mut comp_events,
             counters: &mut counters,
             gids: &gids,
+            gid_roce_v1: &[],
             src_port: None,
             now: 0,
             spare: &std::cell::RefCell::new(Vec::new()),

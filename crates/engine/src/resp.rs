@@ -1,7 +1,7 @@
 //! The responder half of a QP: requests in, data into memory, ACKs / NAKs / READ
 //! responses / ATOMIC ACKs out (IBTA 9.7.5.1, 9.9; rxe `rxe_resp.c`).
 
-use crate::net::{Datagram, Transmit};
+use crate::net::{self, Datagram, Transmit};
 use crate::objects::{check_rkey, resolve_sges};
 use crate::qp::{Ctx, InMsg, Qp, Resource, ResourceKind, RespOut, Wake, DEFAULT_PKEY};
 use crate::types::*;
@@ -712,6 +712,20 @@ pub const GRH_AREA: usize = 40;
 /// IPv6 header; IPv4 → 20 zero bytes, then the IPv4 header with a valid checksum.
 pub fn grh_area(d: &Datagram<'_>, ib_len: usize) -> [u8; GRH_AREA] {
     let mut area = [0u8; GRH_AREA];
+    if d.roce_v1 {
+        // RoCE v1: the GRH as received (IBTA 8.3; NxtHdr 0x1B, which rdma-core's
+        // `ibv_init_ah_from_wc` maps to a RoCE v1 source GID).
+        net::v1_grh(
+            d.src,
+            d.dst,
+            d.traffic_class,
+            d.flow_label,
+            d.hop_limit,
+            ib_len,
+        )
+        .emit(&mut area);
+        return area;
+    }
     let udp_len = 8 + ib_len;
     match (d.src, d.dst) {
         (IpAddr::V4(src), IpAddr::V4(dst)) => {

@@ -244,6 +244,7 @@ impl Sim {
                 traffic_class: f.t.traffic_class,
                 flow_label: f.t.flow_label,
                 ipv4_id: if self.hide_ipv4_id { None } else { Some(0) },
+                roce_v1: f.t.roce_v1,
                 payload: &f.t.payload,
             };
             self.engines[f.to].handle_datagram(self.now, &d);

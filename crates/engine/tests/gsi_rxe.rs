@@ -77,6 +77,7 @@ fn rxe_cm_mads_on_the_gsi() {
                     IpRepr::V4(r) => Some(r.ident),
                     IpRepr::V6(_) => None,
                 },
+                roce_v1: false,
                 payload: f.packet.clone().into_inner(),
             };
             e.handle_datagram(0, &d);

@@ -166,6 +166,7 @@ fn retransmitted_packets_counts_only_resent() {
             traffic_class: t.traffic_class,
             flow_label: t.flow_label,
             ipv4_id: Some(0),
+            roce_v1: false,
             payload: &t.payload,
         };
         sim.engines[to].handle_datagram(0, &d);

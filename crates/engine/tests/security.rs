@@ -473,6 +473,7 @@ fn raw(sim: &mut Sim, to: usize, p: &Pkt, src: std::net::IpAddr, dst: std::net::
         traffic_class: 0,
         flow_label: 0,
         ipv4_id: Some(0),
+        roce_v1: false,
         payload: &payload,
     };
     let now = sim.now;

@@ -185,6 +185,14 @@ impl Shared {
     }
 
     fn send(&self, t: &Transmit) {
+        if t.roce_v1 {
+            // RoCE v1 leaves through the raw device (faults and pcap are UDP-path
+            // features; the raw device's sniffer flows see these frames).
+            if let Some(v1) = self.raw.as_ref().and_then(|r| r.v1.as_ref()) {
+                v1.send(t);
+            }
+            return;
+        }
         let meta = IpMeta {
             hop_limit: t.hop_limit,
             traffic_class: t.traffic_class,
@@ -223,6 +231,7 @@ impl Shared {
                     flow_label: 0,
                 },
             ) && !t.dst.is_multicast()
+                && !t.roce_v1
         };
         for t in ts.iter().filter(|t| !plain(t)) {
             self.send(t);
@@ -569,6 +578,7 @@ impl Shared {
                 traffic_class: ip.traffic_class,
                 flow_label: ip.flow_label,
                 ipv4_id: None,
+                roce_v1: false,
                 payload: bytes,
             };
             // Through the UD flow-steering classifier (`ud_steer.rs`), then the engine.
@@ -595,6 +605,23 @@ impl Shared {
     pub(crate) fn wake(&self) {
         sys::eventfd_signal(&self.wake);
     }
+}
+
+/// Counts of a raw-mode context's RoCE v1 path ([`Context::roce_v1_stats`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RoceV1Stats {
+    /// EtherType 0x8915 frames received.
+    pub rx_frames: u64,
+    /// Of those, dropped as malformed (GRH, BTH or lengths).
+    pub rx_malformed: u64,
+    /// Of those, dropped for a wrong ICRC.
+    pub rx_icrc_errors: u64,
+    /// RoCE v1 frames sent.
+    pub tx_frames: u64,
+    /// Packets not sent because the destination GID had no known MAC (no complete ARP
+    /// entry for an IPv4-mapped GID, or a non-EUI-64 IPv6 GID); the transport's
+    /// retransmission retries them.
+    pub tx_no_neighbour: u64,
 }
 
 /// Options for [`Context::open_with`].
@@ -798,10 +825,13 @@ impl Context {
             None => None,
         };
         let bound: Vec<IpAddr> = sockets.iter().map(|(a, _)| *a).collect();
-        let gid_table = GidTable::new(1, info.ifindex, info.default_gid(), &bound);
+        // A raw-mode device that can send frames has RoCE v1 entries beside the v2 ones.
+        let roce_v1 = raw.as_ref().is_some_and(|r| r.v1.is_some());
+        let gid_table = GidTable::with_types(1, info.ifindex, info.default_gid(), &bound, roce_v1);
         let seed = seed();
         let mut cfg = Config {
             gids: gid_table.engine_gids(),
+            gid_roce_v1: gid_table.engine_gid_roce_v1(),
             seed,
             // QPNs start at a random point so a restarted process does not reuse the
             // numbers its peers may still be retransmitting to.
@@ -855,6 +885,16 @@ impl Context {
                 })
                 .map(|f| Mutex::new(FaultState::new(f))),
         });
+        // Received RoCE v1 frames wake the driver, which feeds them to the engine.
+        if let Some(v1) = shared.raw.as_ref().and_then(|r| r.v1.as_ref()) {
+            let weak = Arc::downgrade(&shared);
+            v1.set_notify(Arc::new(move || {
+                if let Some(s) = weak.upgrade() {
+                    s.activity.fetch_add(1, Ordering::Release);
+                    s.wake();
+                }
+            }));
+        }
         let s2 = shared.clone();
         let thread = std::thread::Builder::new()
             .name(format!("rverbs-{}", shared.info.name))
@@ -881,6 +921,20 @@ impl Context {
     /// ([`OpenOptions::raw_interface`]), if any.
     pub fn raw_interface(&self) -> Option<&str> {
         self.shared().raw.as_ref().map(|r| r.ifname.as_str())
+    }
+
+    /// Counts of the RoCE v1 path of a raw-mode context (`None` without raw mode or
+    /// without CAP_NET_RAW, when the device has no RoCE v1 GID entries).
+    pub fn roce_v1_stats(&self) -> Option<RoceV1Stats> {
+        let v1 = self.shared().raw.as_ref()?.v1.as_ref()?;
+        let l = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+        Some(RoceV1Stats {
+            rx_frames: l(&v1.stats.rx_frames),
+            rx_malformed: l(&v1.stats.rx_malformed),
+            rx_icrc_errors: l(&v1.stats.rx_icrc_errors),
+            tx_frames: l(&v1.stats.tx_frames),
+            tx_no_neighbour: l(&v1.stats.tx_no_neighbour),
+        })
     }
 
     /// The raw device's counts (frames received, delivered, dropped by a rule, not
@@ -955,6 +1009,7 @@ fn rescan(shared: &Shared) {
         socks
             .retain(|(a, _)| a.is_multicast() || gids.contains(&rverbs_engine::net::ip_to_gid(*a)));
         engine.set_gids(gids);
+        engine.set_gid_roce_v1(table.engine_gid_roce_v1());
     }
 }
 

@@ -72,6 +72,21 @@ impl DeviceInfo {
         crate::GidTable::new(1, self.ifindex, self.default_gid(), &self.addrs)
     }
 
+    /// [`DeviceInfo::gid_table`] as a context opened on this device in raw mode
+    /// ([`crate::OpenOptions::raw_interface`], `RVERBS_RAW_IF`) with CAP_NET_RAW has
+    /// it: each GID as a RoCE v1 entry, then a RoCE v2 one ([`GidTable::with_types`]).
+    ///
+    /// [`GidTable::with_types`]: crate::GidTable::with_types
+    pub fn raw_mode_gid_table(&self) -> crate::GidTable {
+        crate::GidTable::with_types(1, self.ifindex, self.default_gid(), &self.addrs, true)
+    }
+
+    /// True when a context opened with [`crate::Context::open`] would be in raw mode
+    /// with RoCE v1 entries: `RVERBS_RAW_IF` is set and the process has CAP_NET_RAW.
+    pub fn raw_mode_from_env() -> bool {
+        std::env::var("RVERBS_RAW_IF").is_ok_and(|s| !s.is_empty()) && rverbs_raw::has_cap_net_raw()
+    }
+
     /// Opens the device.
     pub fn open(&self) -> Result<crate::Context> {
         crate::Context::open(self.clone())

@@ -7,8 +7,10 @@
 //! one entry per IPv4 address (`::ffff:a.b.c.d`) in the order the interface lists them,
 //! then one per IPv6 address, each in the first free slot — the order in which
 //! roce_gid_mgmt's `enum_netdev_ipv4_ips` / `enum_netdev_ipv6_ips` add them when the
-//! device is registered. Every entry is RoCE v2: the soft device sends UDP only, so it
-//! has no RoCE v1 entries (rxe has none either, `rxe-peer/reference/gid-table.txt`). An
+//! device is registered. Every entry is RoCE v2 on a UDP-only context (rxe has no RoCE
+//! v1 entries either, `rxe-peer/reference/gid-table.txt`). A raw-mode context with
+//! CAP_NET_RAW also sends EtherType 0x8915 frames, and its table holds each GID twice,
+//! a RoCE v1 entry then a RoCE v2 one, as mlx4/mlx5 tables do ([`GidTable::with_types`]). An
 //! address equal to a GID already in the table (the EUI-64 link-local address is the
 //! default GID) is not added twice. IPv6 link-local addresses other than that are left
 //! out: a RoCE v2 source needs a socket bound to it, which a link-local address only
@@ -87,9 +89,9 @@ pub struct GidEntry {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Slot {
     Empty,
-    Valid(Gid),
+    Valid(Gid, GidType),
     /// The address went away while an AH or QP used the index.
-    PendingDelete(Gid),
+    PendingDelete(Gid, GidType),
 }
 
 /// One port's GID table (see the module documentation for the rules).
@@ -98,6 +100,9 @@ pub struct GidTable {
     slots: Vec<Slot>,
     port_num: u32,
     ifindex: u32,
+    /// The entry types each address gets, in index order: `[RoceV2]`, or
+    /// `[RoceV1, RoceV2]` on a raw-mode device.
+    types: &'static [GidType],
 }
 
 fn err(verb: &'static str, errno: Errno, reason: &'static str) -> crate::Error {
@@ -113,12 +118,36 @@ impl GidTable {
     /// A table for port `port_num` of the interface `ifindex`: the default GID, then
     /// `addrs` (IPv4 first, then IPv6, each family in the given order).
     pub fn new(port_num: u32, ifindex: u32, default_gid: Gid, addrs: &[IpAddr]) -> GidTable {
+        Self::with_types(port_num, ifindex, default_gid, addrs, false)
+    }
+
+    /// [`GidTable::new`], with a RoCE v1 entry before the RoCE v2 one of every GID when
+    /// `roce_v1` (a raw-mode device, which can send EtherType 0x8915 frames). This is
+    /// the kernel's layout for a device supporting both types (mlx4/mlx5):
+    /// `core/cache.c` reserves one default-GID index per supported type (v1 at 0, v2
+    /// at 1) and `roce_gid_mgmt.c` `update_gid` adds each address once per type in
+    /// `enum ib_gid_type` order, RoCE v1 (`IB_GID_TYPE_ROCE`) first.
+    pub fn with_types(
+        port_num: u32,
+        ifindex: u32,
+        default_gid: Gid,
+        addrs: &[IpAddr],
+        roce_v1: bool,
+    ) -> GidTable {
+        let types: &'static [GidType] = if roce_v1 {
+            &[GidType::RoceV1, GidType::RoceV2]
+        } else {
+            &[GidType::RoceV2]
+        };
         let mut t = GidTable {
             slots: vec![Slot::Empty; GID_TABLE_LEN],
             port_num,
             ifindex,
+            types,
         };
-        t.slots[0] = Slot::Valid(default_gid);
+        for (i, ty) in types.iter().enumerate() {
+            t.slots[i] = Slot::Valid(default_gid, *ty);
+        }
         t.apply(addrs, |_| false, false);
         t
     }
@@ -142,29 +171,33 @@ impl GidTable {
             .iter()
             .filter(|a| a.is_ipv6() && !is_link_local_v6(a))
             .collect();
-        let mut wanted: Vec<Gid> = v4.map(gid).collect();
+        let mut addr_gids: Vec<Gid> = v4.map(gid).collect();
         if live {
-            wanted.extend(v6.iter().rev().map(|a| gid(a)));
+            addr_gids.extend(v6.iter().rev().map(|a| gid(a)));
         } else {
-            wanted.extend(v6.iter().map(|a| gid(a)));
+            addr_gids.extend(v6.iter().map(|a| gid(a)));
         }
+        let wanted: Vec<(Gid, GidType)> = addr_gids
+            .iter()
+            .flat_map(|g| self.types.iter().map(move |ty| (*g, *ty)))
+            .collect();
         let before = self.slots.clone();
-        // Index 0 (the default GID) stays for the life of the device.
-        for i in 1..self.slots.len() {
+        // The default GIDs (one per type) stay for the life of the device.
+        for i in self.types.len()..self.slots.len() {
             match self.slots[i] {
-                Slot::Valid(g) if !wanted.contains(&g) => {
+                Slot::Valid(g, ty) if !wanted.contains(&(g, ty)) => {
                     self.slots[i] = if in_use(i) {
-                        Slot::PendingDelete(g)
+                        Slot::PendingDelete(g, ty)
                     } else {
                         Slot::Empty
                     };
                 }
-                Slot::PendingDelete(_) if !in_use(i) => self.slots[i] = Slot::Empty,
+                Slot::PendingDelete(..) if !in_use(i) => self.slots[i] = Slot::Empty,
                 _ => {}
             }
         }
-        for g in wanted {
-            if self.slots.contains(&Slot::Valid(g)) {
+        for (g, ty) in wanted {
+            if self.slots.contains(&Slot::Valid(g, ty)) {
                 continue;
             }
             // A returning address whose old slot is still pending delete takes a
@@ -172,7 +205,7 @@ impl GidTable {
             // entries that are not valid and allocates only free (NULL) slots, and a
             // RoCE entry pending delete keeps its slot until its last reference goes.
             if let Some(s) = self.slots.iter_mut().find(|s| **s == Slot::Empty) {
-                *s = Slot::Valid(g);
+                *s = Slot::Valid(g, ty);
             }
             // A full table drops the address, as the kernel's add_gid fails with ENOSPC.
         }
@@ -190,8 +223,23 @@ impl GidTable {
         self.slots[..last]
             .iter()
             .map(|s| match s {
-                Slot::Valid(g) | Slot::PendingDelete(g) => *g,
+                Slot::Valid(g, _) | Slot::PendingDelete(g, _) => *g,
                 Slot::Empty => Gid::ZERO,
+            })
+            .collect()
+    }
+
+    /// Which of [`GidTable::engine_gids`] are RoCE v1 entries (same indices; the
+    /// engine's `Config::gid_roce_v1`).
+    pub fn engine_gid_roce_v1(&self) -> Vec<bool> {
+        let n = self.engine_gids().len();
+        self.slots[..n]
+            .iter()
+            .map(|s| {
+                matches!(
+                    s,
+                    Slot::Valid(_, GidType::RoceV1) | Slot::PendingDelete(_, GidType::RoceV1)
+                )
             })
             .collect()
     }
@@ -218,7 +266,7 @@ impl GidTable {
         }
         match self.slots.get(index as usize) {
             None => Err(err(V, Errno::Inval, "index beyond the GID table")),
-            Some(Slot::Valid(g)) => Ok(self.entry(index, *g)),
+            Some(Slot::Valid(g, ty)) => Ok(self.entry(index, *g, *ty)),
             Some(_) => Err(err(V, Errno::NoData, "empty GID table entry")),
         }
     }
@@ -231,7 +279,7 @@ impl GidTable {
         }
         match self.slots.get(index as usize) {
             None => Err(err("query_gid", Errno::Inval, "index beyond the GID table")),
-            Some(Slot::Valid(g)) => Ok(*g),
+            Some(Slot::Valid(g, _)) => Ok(*g),
             Some(_) => Ok(Gid::ZERO),
         }
     }
@@ -242,7 +290,7 @@ impl GidTable {
             .iter()
             .enumerate()
             .filter_map(|(i, s)| match s {
-                Slot::Valid(g) => Some(self.entry(i as u32, *g)),
+                Slot::Valid(g, ty) => Some(self.entry(i as u32, *g, *ty)),
                 _ => None,
             })
             .collect()
@@ -250,26 +298,31 @@ impl GidTable {
 
     /// True when `index` holds a valid entry (new AHs and QPs may use it).
     pub fn is_valid(&self, index: usize) -> bool {
-        matches!(self.slots.get(index), Some(Slot::Valid(_)))
+        matches!(self.slots.get(index), Some(Slot::Valid(..)))
     }
 
     /// The index of the valid entry equal to `gid` of type `ty` (`ibv_find_gid_index`).
     pub fn find(&self, gid: &Gid, ty: GidType) -> Option<u32> {
-        if ty != GidType::RoceV2 {
-            return None;
-        }
         self.slots
             .iter()
-            .position(|s| *s == Slot::Valid(*gid))
+            .position(|s| *s == Slot::Valid(*gid, ty))
             .map(|i| i as u32)
     }
 
-    fn entry(&self, index: u32, gid: Gid) -> GidEntry {
+    /// The type of the entry at `index` (valid or pending delete).
+    pub fn gid_type(&self, index: usize) -> Option<GidType> {
+        match self.slots.get(index) {
+            Some(Slot::Valid(_, ty) | Slot::PendingDelete(_, ty)) => Some(*ty),
+            _ => None,
+        }
+    }
+
+    fn entry(&self, index: u32, gid: Gid, gid_type: GidType) -> GidEntry {
         GidEntry {
             gid,
             gid_index: index,
             port_num: self.port_num,
-            gid_type: GidType::RoceV2,
+            gid_type,
             ndev_ifindex: self.ifindex,
         }
     }
@@ -347,13 +400,15 @@ impl crate::Context {
             .map(|e| e.gid)
     }
 
-    /// The index of the first address GID (not the default GID) of the given IP family
-    /// (`true` = IPv6).
+    /// The index of the first RoCE v2 address GID (not the default GID) of the given IP
+    /// family (`true` = IPv6).
     pub fn gid_index_for(&self, ipv6: bool) -> Option<u8> {
+        // RoCE v2 entries only (a raw-mode table has v1 ones too), past the default GID.
         self.gid_table()
             .entries()
             .iter()
-            .skip_while(|e| e.gid_index == 0)
+            .filter(|e| e.gid_type == GidType::RoceV2)
+            .skip(1)
             .find(|e| e.gid.to_ipv4_mapped().is_none() == ipv6)
             .and_then(|e| u8::try_from(e.gid_index).ok())
     }
@@ -511,5 +566,59 @@ mod tests {
         let t = GidTable::new(1, 2, dflt(), &addrs);
         assert_eq!(t.entries().len(), 1024);
         assert_eq!(t.engine_gids().len(), 1024);
+    }
+
+    /// Raw mode: v1 then v2 per GID, default GIDs at 0 and 1 (mlx5's layout); the
+    /// engine learns which indices are v1; a removed address frees both entries (or
+    /// leaves the used one pending delete, with its type).
+    #[test]
+    fn raw_mode_has_v1_then_v2_per_gid() {
+        let mut t = GidTable::with_types(1, 2, dflt(), &[ip("10.0.0.1"), ip("fd00::1")], true);
+        let types: Vec<(u32, GidType)> = t
+            .entries()
+            .iter()
+            .map(|e| (e.gid_index, e.gid_type))
+            .collect();
+        use GidType::{RoceV1 as V1, RoceV2 as V2};
+        assert_eq!(
+            types,
+            vec![(0, V1), (1, V2), (2, V1), (3, V2), (4, V1), (5, V2)]
+        );
+        assert_eq!(
+            t.find(&Gid::from(std::net::Ipv4Addr::new(10, 0, 0, 1)), V1),
+            Some(2)
+        );
+        assert_eq!(
+            t.find(&Gid::from(std::net::Ipv4Addr::new(10, 0, 0, 1)), V2),
+            Some(3)
+        );
+        assert_eq!(t.find(&dflt(), V1), Some(0));
+        assert_eq!(t.find(&dflt(), GidType::Ib), None);
+        assert_eq!(
+            t.engine_gid_roce_v1(),
+            vec![true, false, true, false, true, false]
+        );
+        assert_eq!(t.gid_type(4), Some(V1));
+        assert_eq!(t.gid_type(6), None);
+        // 10.0.0.1 goes away while its v1 entry (index 2) is in use.
+        assert!(t.update(&[ip("fd00::1")], |i| i == 2));
+        assert!(!t.is_valid(2) && !t.is_valid(3));
+        assert_eq!(t.gid_type(2), Some(V1), "pending delete keeps its type");
+        assert_eq!(t.gid_type(3), None);
+        assert!(t.engine_gid_roce_v1()[2]);
+        // Back again: it takes free slots, v1 first (3, then 6).
+        assert!(t.update(&[ip("10.0.0.1"), ip("fd00::1")], |i| i == 2));
+        assert_eq!(
+            t.find(&Gid::from(std::net::Ipv4Addr::new(10, 0, 0, 1)), V1),
+            Some(3)
+        );
+        assert_eq!(
+            t.find(&Gid::from(std::net::Ipv4Addr::new(10, 0, 0, 1)), V2),
+            Some(6)
+        );
+        // A v2-only table has no v1 entries at all.
+        let t2 = GidTable::new(1, 2, dflt(), &[ip("10.0.0.1")]);
+        assert!(t2.engine_gid_roce_v1().iter().all(|v| !v));
+        assert_eq!(t2.find(&dflt(), V1), None);
     }
 }

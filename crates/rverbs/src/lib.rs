@@ -111,7 +111,7 @@ pub use attrs::{
     DEVICE_CAP_NAMES, DEVICE_RC_RNR_NAK_GEN, DEVICE_SYS_IMAGE_GUID,
 };
 pub use channel::{AsyncEvent, CompChannel};
-pub use context::{Context, OpenOptions, ROCE_PORT};
+pub use context::{Context, OpenOptions, RoceV1Stats, ROCE_PORT};
 pub use device::{device, devices, DeviceInfo};
 pub use error::{Error, Result};
 pub use faults::{FaultStats, Faults};

@@ -14,8 +14,11 @@ use crate::context::Shared;
 use crate::error::Result;
 use rverbs_engine::{CqId, Engine, QpState, VecMemory, Wc, WcFlags, WcOpcode, WcStatus};
 use rverbs_raw::{RawDevice, RawQp, RawRecvWr, RawWc, RawWcOpcode, RawWcStatus};
+use rverbs_wire::ethernet::{ethertype, EthernetRepr, MacAddr};
+use rverbs_wire::grh::{Gid, GRH_LEN};
+use rverbs_wire::rocev1::{self, RoceV1Repr};
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 /// The raw side of a context.
@@ -27,6 +30,214 @@ pub(crate) struct RawMode {
     pub(crate) dev: Option<RawDevice>,
     /// Live raw QPs, whose completions the driver moves into their CQs.
     pub(crate) qps: Mutex<Vec<Weak<RawQpInner>>>,
+    /// RoCE v1 on the device (with `dev`): the GID table then has v1 entries.
+    pub(crate) v1: Option<V1Port>,
+}
+
+/// RoCE v1 (IBTA Annex A16) on the raw device: an internal raw queue that a flow rule
+/// steers every EtherType 0x8915 frame to, and the interface's MAC to send from.
+pub(crate) struct V1Port {
+    qp: RawQp,
+    _flow: rverbs_raw::Flow,
+    mac: MacAddr,
+    /// The ARP table of the interface's namespace, opened when the context was (sends
+    /// run on whichever thread flushes, maybe in another namespace; a seq_file re-read
+    /// from offset 0 shows the current table of the namespace it was opened in).
+    arp: Option<Mutex<std::fs::File>>,
+    /// Frames dropped: malformed or bad ICRC on receive, no neighbour on send.
+    pub(crate) stats: V1Stats,
+}
+
+/// Counts of the RoCE v1 path.
+#[derive(Default)]
+pub(crate) struct V1Stats {
+    pub(crate) rx_frames: AtomicU64,
+    pub(crate) rx_malformed: AtomicU64,
+    pub(crate) rx_icrc_errors: AtomicU64,
+    pub(crate) tx_frames: AtomicU64,
+    pub(crate) tx_no_neighbour: AtomicU64,
+}
+
+/// Frames waiting in the v1 queue at most (more are counted by the raw device as
+/// `queue_full` and lost, as on a real NIC's full ring).
+const V1_QUEUE_DEPTH: usize = 4096;
+
+impl V1Port {
+    fn open(dev: &RawDevice, ifname: &str) -> Result<V1Port> {
+        let mac = crate::sys::interface_mac(ifname)
+            .map(MacAddr)
+            .map_err(|e| crate::Error::io("reading the raw interface's MAC address", e))?;
+        let qp = dev.create_qp(V1_QUEUE_DEPTH);
+        let eth = rverbs_flow::attr::EthFilter {
+            ether_type: ethertype::ROCE_V1,
+            ..Default::default()
+        };
+        let mask = rverbs_flow::attr::EthFilter {
+            ether_type: 0xffff,
+            ..Default::default()
+        };
+        let attr = rverbs_flow::attr::FlowAttr::normal(
+            0,
+            vec![rverbs_flow::attr::FlowSpec::Eth(
+                rverbs_flow::attr::Layer::outer(eth, mask),
+            )],
+        );
+        let flow = qp.create_flow(&attr).map_err(|e| {
+            crate::Error::io(
+                "steering RoCE v1 frames (EtherType 0x8915)",
+                std::io::Error::other(e.to_string()),
+            )
+        })?;
+        Ok(V1Port {
+            qp,
+            _flow: flow,
+            mac,
+            arp: std::fs::File::open("/proc/thread-self/net/arp")
+                .ok()
+                .map(Mutex::new),
+            stats: V1Stats::default(),
+        })
+    }
+
+    /// Runs `f` whenever a v1 frame is queued (the context wakes its driver with it).
+    pub(crate) fn set_notify(&self, f: rverbs_raw::Notify) {
+        self.qp.set_notify(Some(f));
+    }
+
+    /// Sends one engine datagram marked `roce_v1` as an Ethernet frame: GRH from the
+    /// datagram's addresses (as GIDs) and path fields, the ICRC recomputed over it.
+    pub(crate) fn send(&self, t: &rverbs_engine::Transmit) {
+        let sgid = rverbs_engine::net::ip_to_gid(t.src);
+        let dgid = rverbs_engine::net::ip_to_gid(t.dst);
+        let Some(dst) = self.resolve_mac(&dgid) else {
+            self.stats.tx_no_neighbour.fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        let repr = RoceV1Repr {
+            traffic_class: t.traffic_class,
+            flow_label: t.flow_label & 0xf_ffff,
+            // 0 means the default, as on the UDP path.
+            hop_limit: if t.hop_limit == 0 { 64 } else { t.hop_limit },
+            sgid,
+            dgid,
+        };
+        let eth = EthernetRepr {
+            src: self.mac,
+            dst,
+            vlan_tci: None,
+            ethertype: ethertype::ROCE_V1,
+        };
+        let mut frame = vec![0u8; eth.buffer_len() + GRH_LEN + t.payload.len()];
+        match repr.emit_frame(&eth, &t.payload, &mut frame) {
+            Ok(n) => {
+                frame.truncate(n);
+                // A send error is a lost packet: the transport's retransmission covers it.
+                if let Ok(true) = self.qp.post_send(&frame) {
+                    self.stats.tx_frames.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            Err(_) => {
+                self.stats.tx_no_neighbour.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Feeds every queued v1 frame to the engine: frames that do not parse or whose ICRC
+    /// is wrong are counted and dropped here (the engine checks the ICRC again). True
+    /// if any frame reached the engine.
+    pub(crate) fn receive(&self, engine: &mut Engine, now: rverbs_engine::Nanos) -> bool {
+        let mut any = false;
+        for c in self.qp.drain() {
+            self.stats.rx_frames.fetch_add(1, Ordering::Relaxed);
+            let p = match rocev1::parse_ethernet(&c.frame) {
+                Ok(Some(p)) => p,
+                _ => {
+                    self.stats.rx_malformed.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
+            };
+            if !p.icrc_ok {
+                self.stats.rx_icrc_errors.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+            let d = rverbs_engine::Datagram {
+                src: rverbs_engine::net::gid_to_ip(p.grh.sgid),
+                dst: rverbs_engine::net::gid_to_ip(p.grh.dgid),
+                src_port: 0,
+                hop_limit: p.grh.hop_limit,
+                traffic_class: p.grh.traffic_class,
+                flow_label: p.grh.flow_label,
+                ipv4_id: None,
+                roce_v1: true,
+                payload: p.packet.into_inner(),
+            };
+            engine.handle_datagram(now, &d);
+            any = true;
+        }
+        any
+    }
+}
+
+impl V1Port {
+    /// [`resolve_mac`] with this port's ARP table.
+    fn resolve_mac(&self, gid: &Gid) -> Option<MacAddr> {
+        resolve_mac(gid, || {
+            use std::io::{Read, Seek};
+            let mut f = self.arp.as_ref()?.lock().unwrap_or_else(|e| e.into_inner());
+            f.rewind().ok()?;
+            let mut s = String::new();
+            f.read_to_string(&mut s).ok()?;
+            Some(s)
+        })
+    }
+}
+
+/// The destination MAC for a RoCE v1 GID, as the kernel's `rdma_addr_find_l2_eth_by_grh`
+/// (`core/addr.c`) finds it: a link-local GID (fe80::/64) whose interface ID is an
+/// EUI-64 (`ff:fe` in its middle) gives the MAC directly (`rdma_link_local_addr` /
+/// `rdma_get_ll_mac`); a multicast GID maps to 33:33 + its low 32 bits
+/// (`rdma_is_multicast_addr` → `ipv6_eth_mc_map`); an IPv4-mapped GID is looked up in the
+/// ARP table `arp_table` reads. `None` when there is no complete neighbour entry: unlike
+/// the kernel this does not start ARP itself (the AH or QP path must name a neighbour
+/// the host already knows, e.g. after any IP traffic with it).
+pub(crate) fn resolve_mac(
+    gid: &Gid,
+    arp_table: impl FnOnce() -> Option<String>,
+) -> Option<MacAddr> {
+    let g = gid.octets();
+    if g[0] == 0xff {
+        return Some(MacAddr([0x33, 0x33, g[12], g[13], g[14], g[15]]));
+    }
+    if g[..8] == [0xfe, 0x80, 0, 0, 0, 0, 0, 0] && g[11] == 0xff && g[12] == 0xfe {
+        return Some(MacAddr([g[8] ^ 0x02, g[9], g[10], g[13], g[14], g[15]]));
+    }
+    let v4 = gid.to_ipv4_mapped()?;
+    arp_lookup(&arp_table()?, v4)
+}
+
+/// The MAC of `ip` in `/proc/net/arp` text: a complete entry (flags with ATF_COM, 0x2).
+fn arp_lookup(table: &str, ip: std::net::Ipv4Addr) -> Option<MacAddr> {
+    let want = ip.to_string();
+    for line in table.lines().skip(1) {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.len() < 4 || f[0] != want {
+            continue;
+        }
+        let flags = u32::from_str_radix(f[2].trim_start_matches("0x"), 16).ok()?;
+        if flags & 0x2 == 0 {
+            continue;
+        }
+        let mut mac = [0u8; 6];
+        let parts: Vec<&str> = f[3].split(':').collect();
+        if parts.len() != 6 {
+            continue;
+        }
+        for (m, p) in mac.iter_mut().zip(parts) {
+            *m = u8::from_str_radix(p, 16).ok()?;
+        }
+        return Some(MacAddr(mac));
+    }
+    None
 }
 
 impl RawMode {
@@ -40,10 +251,15 @@ impl RawMode {
         } else {
             None
         };
+        let v1 = match &dev {
+            Some(d) => Some(V1Port::open(d, ifname)?),
+            None => None,
+        };
         Ok(RawMode {
             ifname: ifname.to_string(),
             dev,
             qps: Mutex::new(Vec::new()),
+            v1,
         })
     }
 }
@@ -267,6 +483,60 @@ impl Shared {
         for q in qps {
             any |= q.drain(engine);
         }
+        if let Some(v1) = &raw.v1 {
+            any |= v1.receive(engine, self.now());
+        }
         any
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn v1_destination_macs() {
+        let ll: Gid = "fe80::5054:ff:fe77:2"
+            .parse::<std::net::Ipv6Addr>()
+            .unwrap()
+            .into();
+        assert_eq!(
+            resolve_mac(&ll, || None),
+            Some(MacAddr([0x52, 0x54, 0, 0x77, 0, 2]))
+        );
+        let mc: Gid = "ff0e::1:2:3".parse::<std::net::Ipv6Addr>().unwrap().into();
+        assert_eq!(
+            resolve_mac(&mc, || None),
+            Some(MacAddr([0x33, 0x33, 0, 2, 0, 3]))
+        );
+        // Link-local but not EUI-64, and a global IPv6 GID: no neighbour source.
+        let other: Gid = "fe80::1".parse::<std::net::Ipv6Addr>().unwrap().into();
+        assert_eq!(resolve_mac(&other, || None), None);
+        let global: Gid = "fd00::1".parse::<std::net::Ipv6Addr>().unwrap().into();
+        assert_eq!(resolve_mac(&global, || None), None);
+        let v4 = Gid::from(std::net::Ipv4Addr::new(10, 9, 0, 2));
+        let t = "IP address HW type Flags HW address Mask Device\n10.9.0.2 0x1 0x2 02:00:00:00:00:09 * v0\n";
+        assert_eq!(
+            resolve_mac(&v4, || Some(t.to_string())),
+            Some(MacAddr([2, 0, 0, 0, 0, 9]))
+        );
+        assert_eq!(resolve_mac(&v4, || None), None);
+    }
+
+    #[test]
+    fn arp_table_lookup() {
+        let t = "IP address       HW type     Flags       HW address            Mask     Device\n\
+                 10.9.0.2         0x1         0x2         52:54:00:12:34:56     *        v0\n\
+                 10.9.0.3         0x1         0x0         00:00:00:00:00:00     *        v0\n\
+                 10.9.0.4         0x1         0x2         bad                   *        v0\n";
+        let ip = |s: &str| s.parse().unwrap();
+        assert_eq!(
+            arp_lookup(t, ip("10.9.0.2")),
+            Some(MacAddr([0x52, 0x54, 0, 0x12, 0x34, 0x56]))
+        );
+        assert_eq!(arp_lookup(t, ip("10.9.0.3")), None, "incomplete entry");
+        assert_eq!(arp_lookup(t, ip("10.9.0.4")), None, "malformed entry");
+        assert_eq!(arp_lookup(t, ip("10.9.0.5")), None);
+        assert_eq!(arp_lookup("", ip("10.9.0.2")), None);
     }
 }

@@ -633,6 +633,41 @@ pub(crate) fn default_meta(dst: std::net::IpAddr, meta: IpMeta) -> bool {
     default_ttl && meta.traffic_class == 0
 }
 
+/// The MAC address of `ifname` in the calling thread's network namespace
+/// (`SIOCGIFHWADDR`; sysfs shows the namespace it was mounted in, not the thread's).
+pub(crate) fn interface_mac(ifname: &str) -> std::io::Result<[u8; 6]> {
+    let name = ifname.as_bytes();
+    if name.len() >= libc::IFNAMSIZ {
+        return Err(std::io::Error::from_raw_os_error(libc::ENODEV));
+    }
+    // SAFETY: a plain datagram socket, closed below.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: ifreq is plain data; all-zero is a valid value.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (d, s) in req.ifr_name.iter_mut().zip(name) {
+        *d = *s as libc::c_char;
+    }
+    // SAFETY: `req` is a valid ifreq with a NUL-terminated name; the kernel fills
+    // `ifru_hwaddr`.
+    let rc = unsafe { libc::ioctl(fd, libc::SIOCGIFHWADDR, &mut req) };
+    let err = std::io::Error::last_os_error();
+    // SAFETY: `fd` is ours.
+    unsafe { libc::close(fd) };
+    if rc < 0 {
+        return Err(err);
+    }
+    // SAFETY: SIOCGIFHWADDR filled the hwaddr member of the union.
+    let data = unsafe { req.ifr_ifru.ifru_hwaddr.sa_data };
+    let mut mac = [0u8; 6];
+    for (m, d) in mac.iter_mut().zip(data.iter()) {
+        *m = *d as u8;
+    }
+    Ok(mac)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

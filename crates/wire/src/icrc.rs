@@ -78,6 +78,39 @@ pub fn compute_parts(ip_header: &[u8], udp_header: &[u8], ib_packet: &[u8]) -> R
     Ok(h.finalize())
 }
 
+/// The RoCE v1 ICRC of a packet given as its GRH (40 bytes) and the IB transport packet
+/// from the BTH up to (not including) the ICRC. Returns the value whose little-endian
+/// bytes are the trailer.
+///
+/// IBTA vol1 7.8.1 covers the LRH and GRH with their variant fields set to ones (LRH VL;
+/// GRH TClass, FlowLabel and HopLmt) and the BTH with resv8a set to ones; RoCE (Annex
+/// A16) has no LRH on the wire, so its 8 bytes enter as all ones, the same stand-in the
+/// RoCE v2 ICRC uses (Annex A17.3.3 defines the v2 ICRC as the v1 one with the IP and
+/// UDP headers in place of the GRH). That is [`compute_parts`]' IPv6 masking without a
+/// UDP header.
+pub fn compute_grh_parts(grh: &[u8], ib_packet: &[u8]) -> Result<u32> {
+    if grh.len() != crate::grh::GRH_LEN {
+        return Err(Error::Truncated("GRH"));
+    }
+    if ib_packet.len() < BTH_LEN {
+        return Err(Error::Truncated("BTH"));
+    }
+    let mut masked = [0u8; crate::grh::GRH_LEN + BTH_LEN];
+    masked[..40].copy_from_slice(grh);
+    masked[0] |= 0x0f; // TClass (high nibble) ...
+    masked[1] = 0xff; // ... TClass (low nibble) and FlowLabel
+    masked[2] = 0xff;
+    masked[3] = 0xff;
+    masked[7] = 0xff; // HopLmt
+    masked[40..].copy_from_slice(&ib_packet[..BTH_LEN]);
+    masked[40 + 4] = 0xff; // BTH byte 4: FECN, BECN, resv6
+    let mut h = Hasher::new();
+    h.update(&[0xff; 8]);
+    h.update(&masked);
+    h.update(&ib_packet[BTH_LEN..]);
+    Ok(h.finalize())
+}
+
 /// Splits an IP datagram (IPv4 or IPv6, starting at the IP header, possibly followed by
 /// link-layer padding) into IP header, UDP header and UDP payload.
 fn split(datagram: &[u8]) -> Result<(&[u8], &[u8], &[u8])> {

@@ -13,7 +13,8 @@
 //! The layers: [`ethernet`], [`ipv4`], [`ipv6`] and [`udp`] carry RoCE v2; [`packet`] is
 //! the InfiniBand transport packet inside (BTH from [`bth`], extension headers from
 //! [`ext`], chosen by the [`opcode`] table); [`icrc`] is its CRC; [`frame`] parses a
-//! whole captured frame; [`psn`] does sequence-number arithmetic; [`grh`] is the IB
+//! whole captured frame and [`rocev1`] a RoCE v1 (EtherType 0x8915) one; [`psn`] does
+//! sequence-number arithmetic; [`grh`] is the IB
 //! Global Route Header and GIDs.
 //!
 //! ```
@@ -53,6 +54,7 @@ pub mod mad;
 pub mod opcode;
 pub mod packet;
 pub mod psn;
+pub mod rocev1;
 pub mod udp;
 
 pub use error::{Error, Result};

@@ -184,6 +184,7 @@ impl Gsi {
             hop_limit: 64,
             traffic_class: 0,
             flow_label: 0,
+            roce_v1: false,
             payload,
         });
     }

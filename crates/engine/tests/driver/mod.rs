@@ -80,6 +80,7 @@ pub fn rx(sim: &mut Sim, p: &Pkt) {
         traffic_class: p.t.traffic_class,
         flow_label: p.t.flow_label,
         ipv4_id: Some(0),
+        roce_v1: false,
         payload: &p.t.payload,
     };
     let now = sim.now;
@@ -117,6 +118,7 @@ pub fn craft(sim: &Sim, from: usize, to: usize, repr: &PacketRepr<'_>) -> Pkt {
             hop_limit: 64,
             traffic_class: 0,
             flow_label: 0,
+            roce_v1: false,
             payload,
         },
     }

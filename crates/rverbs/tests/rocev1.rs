@@ -1,0 +1,311 @@
+//! RoCE v1 (EtherType 0x8915) between two raw-mode contexts in two network namespaces
+//! joined by a veth pair the test creates (root only; skipped loudly otherwise by
+//! `VethPair::new`). Each context is opened on its veth end, with an IPv4 address, in
+//! raw mode on the same interface: its GID table then holds a RoCE v1 and a RoCE v2
+//! entry per GID, and QPs / AHs whose `sgid_index` names a v1 entry talk v1 through the
+//! raw device. Static neighbour entries give each side the other's MAC (the v1 path reads
+//! the ARP table; it does not ARP itself).
+
+use rverbs::*;
+use rverbs_raw::netns::VethPair;
+use std::net::Ipv4Addr;
+use std::process::Command;
+use std::time::Duration;
+
+fn ip(args: &[&str]) {
+    let out = Command::new("ip").args(args).output().expect("ip");
+    assert!(
+        out.status.success(),
+        "ip {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn mac_of(ns: &str, ifname: &str) -> String {
+    let out = Command::new("ip")
+        .args(["-n", ns, "-o", "link", "show", ifname])
+        .output()
+        .expect("ip link");
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let at = text.find("link/ether ").expect("an Ethernet interface") + 11;
+    text[at..at + 17].to_string()
+}
+
+struct Net {
+    pair: VethPair,
+    addr: [Ipv4Addr; 2],
+}
+
+/// The veth pair with 10.231.x.1 / .2 and static neighbour entries both ways.
+fn net() -> Option<Net> {
+    let pair = VethPair::new()?;
+    let x = (std::process::id() % 200) as u8 + 1;
+    let addr = [Ipv4Addr::new(10, 231, x, 1), Ipv4Addr::new(10, 231, x, 2)];
+    let ends = [
+        (pair.ns_a.clone(), pair.if_a.clone()),
+        (pair.ns_b.clone(), pair.if_b.clone()),
+    ];
+    for (i, (ns, ifn)) in ends.iter().enumerate() {
+        ip(&[
+            "-n",
+            ns,
+            "addr",
+            "add",
+            &format!("{}/24", addr[i]),
+            "dev",
+            ifn,
+        ]);
+    }
+    for (i, (ns, ifn)) in ends.iter().enumerate() {
+        let (pns, pif) = &ends[1 - i];
+        let mac = mac_of(pns, pif);
+        let peer = addr[1 - i].to_string();
+        ip(&[
+            "-n",
+            ns,
+            "neigh",
+            "replace",
+            &peer,
+            "lladdr",
+            &mac,
+            "dev",
+            ifn,
+            "nud",
+            "permanent",
+        ]);
+    }
+    Some(Net { pair, addr })
+}
+
+/// A context on `ifname` (inside `ns`) in raw mode on the same interface.
+fn raw_ctx(ns: &str, ifname: &str) -> Context {
+    let ifname = ifname.to_string();
+    VethPair::in_ns(ns, move || {
+        let dev = devices()
+            .expect("devices")
+            .into_iter()
+            .find(|d| d.ifname == ifname)
+            .expect("a soft device on the veth end");
+        Context::open_with(
+            dev,
+            &OpenOptions {
+                raw_interface: Some(ifname),
+                ..Default::default()
+            },
+        )
+        .expect("open in raw mode")
+    })
+}
+
+fn v1_index(ctx: &Context, a: Ipv4Addr) -> u8 {
+    let i = ctx
+        .find_gid_index(&Gid::from(a), GidType::RoceV1)
+        .expect("a RoCE v1 entry for the address");
+    u8::try_from(i).unwrap()
+}
+
+fn wait(cq: &Cq) -> Wc {
+    let mut out = [Wc::default()];
+    assert_eq!(
+        cq.poll_wait(&mut out, Duration::from_secs(10)).unwrap(),
+        1,
+        "no completion"
+    );
+    assert_eq!(out[0].status, WcStatus::Success, "{:?}", out[0]);
+    out[0]
+}
+
+#[test]
+fn gid_table_has_v1_then_v2_per_gid() {
+    let Some(n) = net() else { return };
+    let ctx = raw_ctx(&n.pair.ns_a, &n.pair.if_a);
+    let entries = ctx.query_gid_table(GID_TABLE_LEN).unwrap();
+    let types: Vec<(u32, GidType)> = entries.iter().map(|e| (e.gid_index, e.gid_type)).collect();
+    // Default GID as v1 (0) and v2 (1), then the address as v1 (2) and v2 (3).
+    assert_eq!(
+        types,
+        vec![
+            (0, GidType::RoceV1),
+            (1, GidType::RoceV2),
+            (2, GidType::RoceV1),
+            (3, GidType::RoceV2)
+        ]
+    );
+    assert_eq!(entries[0].gid, entries[1].gid);
+    assert_eq!(entries[2].gid, Gid::from(n.addr[0]));
+    assert_eq!(entries[3].gid, Gid::from(n.addr[0]));
+    // The v2 lookup helpers skip the v1 entries.
+    assert_eq!(ctx.gid_index_for(false), Some(3));
+}
+
+#[test]
+fn rc_send_and_read_over_v1() {
+    let Some(n) = net() else { return };
+    let a = raw_ctx(&n.pair.ns_a, &n.pair.if_a);
+    let b = raw_ctx(&n.pair.ns_b, &n.pair.if_b);
+    let side = |ctx: &Context| {
+        let pd = ctx.alloc_pd().unwrap();
+        let cq = ctx.create_cq(64).unwrap();
+        let qp = pd.create_qp(&QpInitAttr::new(QpType::Rc, &cq)).unwrap();
+        let mr = pd
+            .reg_mr(
+                16384,
+                AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE,
+            )
+            .unwrap();
+        (pd, cq, qp, mr)
+    };
+    let (_pa, cqa, qpa, mra) = side(&a);
+    let (_pb, cqb, qpb, mrb) = side(&b);
+    let opts = |ctx: &Context, me: Ipv4Addr| ConnectOpts {
+        sgid_index: v1_index(ctx, me),
+        ..ConnectOpts::default()
+    };
+    let (oa, ob) = (opts(&a, n.addr[0]), opts(&b, n.addr[1]));
+    qpa.connect(
+        &PeerInfo {
+            qpn: qpb.qp_num(),
+            psn: ob.psn,
+            gid: Gid::from(n.addr[1]),
+        },
+        &oa,
+    )
+    .unwrap();
+    qpb.connect(
+        &PeerInfo {
+            qpn: qpa.qp_num(),
+            psn: oa.psn,
+            gid: Gid::from(n.addr[0]),
+        },
+        &ob,
+    )
+    .unwrap();
+    // A 5000-byte SEND (5 packets at MTU 1024) and a READ of it back.
+    let msg: Vec<u8> = (0..5000u32).map(|i| (i * 7 + 3) as u8).collect();
+    mra.write(0, &msg);
+    qpb.post_recv(1, &[mrb.slice(0..8192)]).unwrap();
+    qpa.post_send(&SendRequest::send(2, &[mra.slice(0..5000)]))
+        .unwrap();
+    assert_eq!(wait(&cqa).wr_id, 2);
+    let wc = wait(&cqb);
+    assert_eq!((wc.wr_id, wc.byte_len), (1, 5000));
+    assert_eq!(&mrb.to_vec()[..5000], &msg[..]);
+    qpa.post_send(&SendRequest::read(
+        3,
+        &[mra.slice(8192..13192)],
+        mrb.remote(0..5000),
+    ))
+    .unwrap();
+    assert_eq!(wait(&cqa).wr_id, 3);
+    assert_eq!(&mra.to_vec()[8192..13192], &msg[..]);
+    // It all went as RoCE v1 frames, none through the UDP sockets' v2 path.
+    let (sa, sb) = (a.roce_v1_stats().unwrap(), b.roce_v1_stats().unwrap());
+    assert!(sa.tx_frames >= 6 && sb.tx_frames >= 6, "{sa:?} {sb:?}");
+    assert_eq!(sa.rx_frames, sb.tx_frames, "{sa:?} {sb:?}");
+    assert_eq!(sa.rx_icrc_errors + sb.rx_icrc_errors, 0);
+    assert_eq!(sa.rx_malformed + sb.rx_malformed, 0);
+    assert_eq!(a.counters().rx_icrc_errors + b.counters().rx_icrc_errors, 0);
+}
+
+#[test]
+fn ud_ping_pong_over_v1_with_init_ah_from_wc() {
+    let Some(n) = net() else { return };
+    let a = raw_ctx(&n.pair.ns_a, &n.pair.if_a);
+    let b = raw_ctx(&n.pair.ns_b, &n.pair.if_b);
+    let side = |ctx: &Context| {
+        let pd = ctx.alloc_pd().unwrap();
+        let cq = ctx.create_cq(16).unwrap();
+        let qp = pd.create_qp(&QpInitAttr::new(QpType::Ud, &cq)).unwrap();
+        let mr = pd.reg_mr(40 + 256, AccessFlags::LOCAL_WRITE).unwrap();
+        let nobody = PeerInfo {
+            qpn: 0,
+            psn: 0,
+            gid: Gid::ZERO,
+        };
+        qp.connect(&nobody, &ConnectOpts::default()).unwrap();
+        (pd, cq, qp, mr)
+    };
+    let (pa, cqa, qpa, mra) = side(&a);
+    let (pb, cqb, qpb, mrb) = side(&b);
+    let (va, vb) = (v1_index(&a, n.addr[0]), v1_index(&b, n.addr[1]));
+    qpb.post_recv(1, &[mrb.all()]).unwrap();
+    qpa.post_recv(1, &[mra.all()]).unwrap();
+    let ah = pa
+        .create_ah(&AhAttrs {
+            dgid: Gid::from(n.addr[1]),
+            sgid_index: va,
+            hop_limit: 5,
+            traffic_class: 0x20,
+            flow_label: 0x1_2345,
+        })
+        .unwrap();
+    mra.write(40, b"ping over RoCE v1");
+    qpa.post_send(&SendRequest::send(2, &[mra.slice(40..57)]).to(&ah, qpb.qp_num(), 0x1111_1111))
+        .unwrap();
+    assert_eq!(wait(&cqa).wr_id, 2);
+    let wc = wait(&cqb);
+    assert!(wc.wc_flags.contains(WcFlags::GRH));
+    assert_eq!((wc.byte_len, wc.src_qp), (40 + 17, qpa.qp_num()));
+    assert_eq!(&mrb.to_vec()[40..57], b"ping over RoCE v1");
+    // The network header area is the GRH itself: IPVer 6, NxtHdr 0x1B.
+    let grh = mrb.with(|m| m[..40].to_vec());
+    assert_eq!((grh[0] >> 4, grh[6], grh[7]), (6, 0x1b, 5));
+    assert_eq!(&grh[8..24], &Gid::from(n.addr[0]).octets());
+    assert_eq!(&grh[24..40], &Gid::from(n.addr[1]).octets());
+    let attr = b.init_ah_from_wc(1, &wc, &grh).unwrap();
+    assert_eq!(attr.sgid_index, vb, "the v1 entry of b's address");
+    assert_eq!(attr.dgid, Gid::from(n.addr[0]));
+    assert_eq!(
+        (attr.hop_limit, attr.traffic_class, attr.flow_label),
+        (5, 0x20, 0x1_2345)
+    );
+    // b answers through an AH built from the completion: v1 again.
+    let reply = pb.create_ah_from_wc(&wc, &grh, 1).unwrap();
+    mrb.write(40, b"pong");
+    qpb.post_send(&SendRequest::send(3, &[mrb.slice(40..44)]).to(&reply, wc.src_qp, 0x1111_1111))
+        .unwrap();
+    assert_eq!(wait(&cqb).wr_id, 3);
+    let wc_a = wait(&cqa);
+    assert_eq!(wc_a.src_qp, qpb.qp_num());
+    assert_eq!(&mra.to_vec()[40..44], b"pong");
+    let grh_a = mra.with(|m| m[..40].to_vec());
+    assert_eq!(grh_a[6], 0x1b);
+    assert_eq!(a.init_ah_from_wc(1, &wc_a, &grh_a).unwrap().sgid_index, va);
+    let (sa, sb) = (a.roce_v1_stats().unwrap(), b.roce_v1_stats().unwrap());
+    assert_eq!((sa.tx_frames, sa.rx_frames), (1, 1), "{sa:?}");
+    assert_eq!((sb.tx_frames, sb.rx_frames), (1, 1), "{sb:?}");
+}
+
+#[test]
+fn no_neighbour_is_counted_not_sent() {
+    let Some(n) = net() else { return };
+    let a = raw_ctx(&n.pair.ns_a, &n.pair.if_a);
+    let pd = a.alloc_pd().unwrap();
+    let cq = a.create_cq(16).unwrap();
+    let qp = pd.create_qp(&QpInitAttr::new(QpType::Ud, &cq)).unwrap();
+    let mr = pd.reg_mr(64, AccessFlags::LOCAL_WRITE).unwrap();
+    let nobody = PeerInfo {
+        qpn: 0,
+        psn: 0,
+        gid: Gid::ZERO,
+    };
+    qp.connect(&nobody, &ConnectOpts::default()).unwrap();
+    // 10.231.x.77 has no neighbour entry.
+    let o = n.addr[1].octets();
+    let ah = pd
+        .create_ah(&AhAttrs {
+            dgid: Gid::from(Ipv4Addr::new(o[0], o[1], o[2], 77)),
+            sgid_index: v1_index(&a, n.addr[0]),
+            hop_limit: 64,
+            traffic_class: 0,
+            flow_label: 0,
+        })
+        .unwrap();
+    qp.post_send(&SendRequest::send(1, &[mr.slice(0..4)]).to(&ah, 0x99, 0x1111_1111))
+        .unwrap();
+    // A UD send completes once handed to the device, as on a NIC.
+    assert_eq!(wait(&cq).wr_id, 1);
+    let s = a.roce_v1_stats().unwrap();
+    assert_eq!((s.tx_frames, s.tx_no_neighbour), (0, 1), "{s:?}");
+}
