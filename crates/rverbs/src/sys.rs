@@ -11,23 +11,12 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 /// Sets `IP_MTU_DISCOVER = IP_PMTUDISC_DO` (DF on every datagram; Linux then sends IPv4
 /// ID 0 from an unconnected socket, which the ICRC computation assumes — DESIGN §3).
 pub(crate) fn set_pmtudisc_do(fd: &impl AsRawFd) -> io::Result<()> {
-    let v: libc::c_int = libc::IP_PMTUDISC_DO;
-    // SAFETY: `fd` is an open socket owned by the caller for the duration of the call;
-    // the option value points at a live c_int of the size passed.
-    let rc = unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            libc::IPPROTO_IP,
-            libc::IP_MTU_DISCOVER,
-            (&v as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    set_int_opt(
+        fd,
+        libc::IPPROTO_IP,
+        libc::IP_MTU_DISCOVER,
+        libc::IP_PMTUDISC_DO,
+    )
 }
 
 /// Sets an integer socket option.
@@ -59,22 +48,7 @@ fn set_int_opt(
 /// forbids them, but RoCE v2 senders such as the kernel's rxe send checksum 0 on IPv6
 /// too (the ICRC protects the packet), and Linux drops them without this option.
 pub(crate) fn set_udp_no_check6_rx(fd: &impl AsRawFd) -> io::Result<()> {
-    let v: libc::c_int = 1;
-    // SAFETY: as in `set_pmtudisc_do`: an open socket and a live c_int of the size passed.
-    let rc = unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            libc::IPPROTO_UDP,
-            libc::UDP_NO_CHECK6_RX,
-            (&v as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    set_int_opt(fd, libc::IPPROTO_UDP, libc::UDP_NO_CHECK6_RX, 1)
 }
 
 /// A non-blocking eventfd used to wake the driver thread.
@@ -385,42 +359,13 @@ fn from_storage(ss: &libc::sockaddr_storage) -> Option<std::net::SocketAddr> {
 /// Asks for a receive buffer of `bytes` past `net.core.rmem_max` (`SO_RCVBUFFORCE`,
 /// which needs CAP_NET_ADMIN; without it the call fails and the capped size stays).
 pub(crate) fn force_recv_buffer(fd: &impl AsRawFd, bytes: libc::c_int) -> io::Result<()> {
-    // SAFETY: an open socket and a live c_int of the size passed.
-    let rc = unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_RCVBUFFORCE,
-            (&bytes as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    set_int_opt(fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, bytes)
 }
 
 /// Sets `UDP_GRO`: the kernel may hand over a train of same-size datagrams sent with
 /// `UDP_SEGMENT` as one buffer, with their size in a control message.
 pub(crate) fn set_udp_gro(fd: &impl AsRawFd) -> io::Result<()> {
-    let v: libc::c_int = 1;
-    // SAFETY: an open socket and a live c_int of the size passed.
-    let rc = unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            libc::SOL_UDP,
-            libc::UDP_GRO,
-            (&v as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    set_int_opt(fd, libc::SOL_UDP, libc::UDP_GRO, 1)
 }
 
 /// One received buffer: where it is in the batch buffer, who sent it, and the size
