@@ -12,7 +12,7 @@
 // the GSI sends is a valid UD packet from QP1 with a good ICRC, at most a few per MAD.
 
 use rverbs_engine::mad::{flags, gsi, GrhArea, Mad, MadPort, MadResult, NodeIdentity};
-use rverbs_engine::net::{icrc_ok, ip_to_gid, Datagram};
+use rverbs_engine::net::{icrc_ok, ip_to_gid};
 use rverbs_engine::{Config, Counters, Engine, Wc, WcFlags, WcOpcode};
 use rverbs_wire::packet::Packet;
 use std::net::{IpAddr, Ipv4Addr};
@@ -44,18 +44,7 @@ fn check_transmit(t: &rverbs_engine::Transmit) {
     let p = Packet::new_checked(&t.payload[..]).expect("the GSI sends valid packets");
     assert_eq!(p.deth().map(|d| d.src_qp()), Some(gsi::GSI_QPN));
     assert_eq!(p.payload().len(), 256);
-    let d = Datagram {
-        src: t.src,
-        dst: t.dst,
-        src_port: t.src_port,
-        hop_limit: t.hop_limit,
-        traffic_class: t.traffic_class,
-        flow_label: t.flow_label,
-        ipv4_id: Some(0),
-        roce_v1: t.roce_v1,
-        payload: &t.payload,
-    };
-    assert!(icrc_ok(&d));
+    assert!(icrc_ok(&t.as_received()));
 }
 
 /// What one input did, so the seed replay can show the seeds reach the agents.

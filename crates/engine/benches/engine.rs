@@ -169,25 +169,11 @@ fn connect(s: &mut Side, me: usize, peer_qpn: u32, mtu: Mtu) {
     e.modify_qp(s.qpn, &rts, mask, NOW).expect("RTS");
 }
 
-fn datagram(t: &Transmit) -> Datagram<'_> {
-    Datagram {
-        src: t.src,
-        dst: t.dst,
-        src_port: t.src_port,
-        hop_limit: t.hop_limit,
-        traffic_class: t.traffic_class,
-        flow_label: t.flow_label,
-        ipv4_id: Some(0),
-        roce_v1: false,
-        payload: &t.payload,
-    }
-}
-
 /// Moves every transmit of `from` into `to`; returns how many.
 fn deliver(from: &mut Engine, to: &mut Engine, now: Nanos) -> u64 {
     let mut n = 0;
     while let Some(t) = from.poll_transmit(now) {
-        to.handle_datagram(now, &datagram(&t));
+        to.handle_datagram(now, &t.as_received());
         n += 1;
     }
     n

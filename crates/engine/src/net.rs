@@ -63,6 +63,26 @@ pub struct Datagram<'a> {
     pub payload: &'a [u8],
 }
 
+impl Transmit {
+    /// The datagram a receiver sees when this one arrives unchanged: the same
+    /// addresses, port, IP header fields and network type, with the IPv4
+    /// Identification 0 that a Linux unconnected socket with DF set sends (DESIGN §3).
+    /// Simulators, benchmarks and tests deliver transmits with it.
+    pub fn as_received(&self) -> Datagram<'_> {
+        Datagram {
+            src: self.src,
+            dst: self.dst,
+            src_port: self.src_port,
+            hop_limit: self.hop_limit,
+            traffic_class: self.traffic_class,
+            flow_label: self.flow_label,
+            ipv4_id: Some(0),
+            roce_v1: self.roce_v1,
+            payload: &self.payload,
+        }
+    }
+}
+
 /// The IP address a GID stands for.
 pub fn gid_to_ip(g: Gid) -> IpAddr {
     match g.to_ipv4_mapped() {

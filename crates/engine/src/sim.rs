@@ -237,15 +237,8 @@ impl Sim {
             let Some(f) = self.wire.pop() else { break };
             self.stats.delivered += 1;
             let d = Datagram {
-                src: f.t.src,
-                dst: f.t.dst,
-                src_port: f.t.src_port,
-                hop_limit: f.t.hop_limit,
-                traffic_class: f.t.traffic_class,
-                flow_label: f.t.flow_label,
                 ipv4_id: if self.hide_ipv4_id { None } else { Some(0) },
-                roce_v1: f.t.roce_v1,
-                payload: &f.t.payload,
+                ..f.t.as_received()
             };
             self.engines[f.to].handle_datagram(self.now, &d);
         }

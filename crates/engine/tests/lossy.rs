@@ -158,18 +158,7 @@ fn retransmitted_packets_counts_only_resent() {
     w.rkey = b.keys.rkey;
     sim.engines[0].post_send(a.qpn, w, 0).unwrap();
     let deliver = |sim: &mut Sim, to: usize, t: &Transmit| {
-        let d = Datagram {
-            src: t.src,
-            dst: t.dst,
-            src_port: t.src_port,
-            hop_limit: t.hop_limit,
-            traffic_class: t.traffic_class,
-            flow_label: t.flow_label,
-            ipv4_id: Some(0),
-            roce_v1: false,
-            payload: &t.payload,
-        };
-        sim.engines[to].handle_datagram(0, &d);
+        sim.engines[to].handle_datagram(0, &t.as_received());
     };
     // The window goes out; the first packet is lost.
     let mut window = Vec::new();
