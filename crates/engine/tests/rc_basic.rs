@@ -12,16 +12,7 @@ fn rc_send_recv_segmented() {
     let (a, b) = pair(&mut sim, &o);
     let msg = pattern(2500, 7);
     fill(&a, 0, &msg);
-    sim.engines[1]
-        .post_recv(
-            b.qpn,
-            RecvWr {
-                wr_id: 77,
-                sg_list: vec![sge(&b, 0, 4096)],
-            },
-            0,
-        )
-        .unwrap();
+    post_recv1(&mut sim, &b, 77, 0, 4096, 0);
     sim.engines[0]
         .post_send(a.qpn, wr(5, WrOpcode::Send, vec![sge(&a, 0, 2500)]), 0)
         .unwrap();
@@ -103,16 +94,7 @@ fn uc_and_ud_send() {
         };
         let (a, b) = pair(&mut sim, &o);
         fill(&a, 0, b"hello, datagram");
-        sim.engines[1]
-            .post_recv(
-                b.qpn,
-                RecvWr {
-                    wr_id: 9,
-                    sg_list: vec![sge(&b, 0, 1024)],
-                },
-                0,
-            )
-            .unwrap();
+        post_recv1(&mut sim, &b, 9, 0, 1024, 0);
         let mut w = wr(1, WrOpcode::SendWithImm, vec![sge(&a, 0, 15)]);
         w.imm_data = 0x1234_5678;
         if qp_type == QpType::Ud {
@@ -159,16 +141,7 @@ fn ud_grh_length_includes_pad() {
                 ..Default::default()
             };
             let (a, b) = pair(&mut sim, &o);
-            sim.engines[1]
-                .post_recv(
-                    b.qpn,
-                    RecvWr {
-                        wr_id: 1,
-                        sg_list: vec![sge(&b, 0, 256)],
-                    },
-                    0,
-                )
-                .unwrap();
+            post_recv1(&mut sim, &b, 1, 0, 256, 0);
             let av = av_to(&sim, 1);
             let ah = sim.engines[0].create_ah(a.pd, av).unwrap();
             let mut w = wr(1, WrOpcode::Send, vec![sge(&a, 0, len as u32)]);

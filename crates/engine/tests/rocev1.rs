@@ -34,16 +34,7 @@ fn rc_send_write_read_over_v1() {
         let (a, b) = pair(&mut sim, &o); // sgid_index 0: RoCE v1
         let msg = pattern(3000, 5);
         fill(&a, 0, &msg);
-        sim.engines[1]
-            .post_recv(
-                b.qpn,
-                RecvWr {
-                    wr_id: 9,
-                    sg_list: vec![sge(&b, 0, 4096)],
-                },
-                0,
-            )
-            .unwrap();
+        post_recv1(&mut sim, &b, 9, 0, 4096, 0);
         sim.engines[0]
             .post_send(a.qpn, wr(1, WrOpcode::Send, vec![sge(&a, 0, 3000)]), 0)
             .unwrap();
@@ -87,16 +78,7 @@ fn connected_qp_refuses_the_other_network_type() {
     let mut sim = v1_sim(false, 12);
     let o = PairOpts::default();
     let (a, b) = pair(&mut sim, &o);
-    sim.engines[1]
-        .post_recv(
-            b.qpn,
-            RecvWr {
-                wr_id: 1,
-                sg_list: vec![sge(&b, 0, 64)],
-            },
-            0,
-        )
-        .unwrap();
+    post_recv1(&mut sim, &b, 1, 0, 64, 0);
     sim.engines[0]
         .post_send(a.qpn, wr(1, WrOpcode::Send, vec![sge(&a, 0, 16)]), 0)
         .unwrap();
@@ -146,16 +128,7 @@ fn ud_over_v1_gets_the_grh_as_its_network_header() {
             ..Default::default()
         };
         let (a, b) = pair(&mut sim, &o);
-        sim.engines[1]
-            .post_recv(
-                b.qpn,
-                RecvWr {
-                    wr_id: 1,
-                    sg_list: vec![sge(&b, 0, 256)],
-                },
-                0,
-            )
-            .unwrap();
+        post_recv1(&mut sim, &b, 1, 0, 256, 0);
         let mut av = av_to(&sim, 1);
         av.hop_limit = 7;
         av.traffic_class = 0x20;

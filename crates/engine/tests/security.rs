@@ -429,16 +429,7 @@ fn bad_local_sges_are_local_protection_errors() {
 fn receive_buffer_too_small() {
     let (mut sim, a, b) = setup();
     let now = sim.now;
-    sim.engines[1]
-        .post_recv(
-            b.qpn,
-            RecvWr {
-                wr_id: 7,
-                sg_list: vec![sge(&b, 0, 16)],
-            },
-            now,
-        )
-        .unwrap();
+    post_recv1(&mut sim, &b, 7, 0, 16, now);
     let mut w = wr(1, WrOpcode::Send, vec![sge(&a, 0, 17)]);
     w.flags = SendFlags::SIGNALED;
     let bm = b.mem.snapshot();
@@ -484,16 +475,7 @@ fn raw(sim: &mut Sim, to: usize, p: &Pkt, src: std::net::IpAddr, dst: std::net::
 fn transport_drops_are_counted() {
     let (mut sim, a, b) = setup();
     let now = sim.now;
-    sim.engines[1]
-        .post_recv(
-            b.qpn,
-            RecvWr {
-                wr_id: 1,
-                sg_list: vec![sge(&b, 0, 64)],
-            },
-            now,
-        )
-        .unwrap();
+    post_recv1(&mut sim, &b, 1, 0, 64, now);
     let bm = b.mem.snapshot();
     let send = |psn: u32, pkey: u16, qpn: u32| {
         let mut h = bth(Opcode::RC_SEND_ONLY, qpn, psn);
@@ -605,16 +587,7 @@ fn bad_local_sge_behind_an_outstanding_send_completes_in_order() {
     let (mut sim, a, b) = setup();
     for i in 0..2 {
         let now = sim.now;
-        sim.engines[1]
-            .post_recv(
-                b.qpn,
-                RecvWr {
-                    wr_id: i,
-                    sg_list: vec![sge(&b, 0, 64)],
-                },
-                now,
-            )
-            .unwrap();
+        post_recv1(&mut sim, &b, i, 0, 64, now);
     }
     let now = sim.now;
     let mut ok = wr(1, WrOpcode::Send, vec![sge(&a, 0, 8)]);

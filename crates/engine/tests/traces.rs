@@ -22,16 +22,7 @@ fn opts() -> PairOpts {
 
 fn recv(sim: &mut Sim, e: &End, wr_id: u64, off: u64, len: u32) {
     let now = sim.now;
-    sim.engines[e.engine]
-        .post_recv(
-            e.qpn,
-            RecvWr {
-                wr_id,
-                sg_list: vec![sge(e, off, len)],
-            },
-            now,
-        )
-        .unwrap();
+    post_recv1(sim, e, wr_id, off, len, now);
 }
 
 fn send(sim: &mut Sim, e: &End, w: SendWr) {

@@ -159,6 +159,21 @@ pub fn pair(sim: &mut Sim, o: &PairOpts) -> (End, End) {
     (a, b)
 }
 
+/// Posts a receive of one scatter entry (`len` bytes at `off` of `e`'s region) to
+/// `e`'s QP, at time `now`.
+pub fn post_recv1(sim: &mut Sim, e: &End, wr_id: u64, off: u64, len: u32, now: Nanos) {
+    sim.engines[e.engine]
+        .post_recv(
+            e.qpn,
+            RecvWr {
+                wr_id,
+                sg_list: vec![sge(e, off, len)],
+            },
+            now,
+        )
+        .unwrap();
+}
+
 pub fn sge(e: &End, off: u64, len: u32) -> Sge {
     Sge {
         addr: e.base + off,
