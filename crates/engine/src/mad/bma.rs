@@ -85,9 +85,6 @@ pub(crate) fn process(
 ) -> MadResult {
     let h = MadHeader::new_unchecked(&out[..]);
     let (m, attr_id, attr_mod) = (h.method(), h.attribute_id(), h.attribute_modifier());
-    if h.class_version() != 1 {
-        return reply_status(out, status::BAD_VERSION);
-    }
     if matches!(
         m,
         method::GET_RESP | method::TRAP | method::REPORT | method::REPORT_RESP

@@ -210,7 +210,19 @@ impl MadPort {
         if h.base_version() != rverbs_wire::mad::BASE_VERSION {
             return (MadResult::FAILURE, out);
         }
-        let result = match h.mgmt_class() {
+        use rverbs_wire::mad::class;
+        let class = h.mgmt_class();
+        let ours = matches!(
+            class,
+            class::SUBN_LID_ROUTED | class::SUBN_DIRECTED_ROUTE | class::PERF_MGMT | class::BM
+        );
+        // Every class this port answers is at class version 1; another version is answered
+        // with status 0x0004 (kernel include/rdma/ib_mad.h IB_MGMT_MAD_STATUS_BAD_VERSION).
+        if ours && h.class_version() != 1 {
+            let r = reply_status(&mut out, status::BAD_VERSION);
+            return (r, out);
+        }
+        let result = match class {
             rverbs_wire::mad::class::SUBN_LID_ROUTED
             | rverbs_wire::mad::class::SUBN_DIRECTED_ROUTE => {
                 sma::process(self, now, counters, mad_flags, port, in_wc, &mut out)

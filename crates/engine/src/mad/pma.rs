@@ -146,9 +146,6 @@ fn data_mut(mad: &mut Mad) -> &mut [u8] {
 pub(crate) fn process(p: &mut MadPort, counters: &Counters, port: u8, out: &mut Mad) -> MadResult {
     let h = MadHeader::new_unchecked(&out[..]);
     let (m, attr_id, attr_mod) = (h.method(), h.attribute_id(), h.attribute_modifier());
-    if h.class_version() != 1 {
-        return reply_status(out, status::BAD_VERSION);
-    }
     match m {
         method::GET => match attr_id {
             attr::CLASS_PORT_INFO => get_class_port_info(attr_mod, out),

@@ -235,9 +235,6 @@ pub(crate) fn process(
 ) -> MadResult {
     let h = MadHeader::new_unchecked(&out[..]);
     let (m, attr_id, attr_mod) = (h.method(), h.attribute_id(), h.attribute_modifier());
-    if h.class_version() != 1 {
-        return reply_status(out, status::BAD_VERSION);
-    }
     if check_mkey(p, now, mad_flags, wc, out) {
         // qib and hfi1 `process_subn` answer an M_Key violation with
         // IB_MAD_RESULT_FAILURE (not CONSUMED): the GSI then neither replies nor
