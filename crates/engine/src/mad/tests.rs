@@ -96,6 +96,21 @@ fn status_codes() {
         (r, status_of(&o), o[3]),
         (REPLIED, 0x0004, method::GET_RESP)
     );
+    // The same for the SMA (NodeInfo) and the BMA (ClassPortInfo); a class the port does
+    // not answer is left alone whatever its version.
+    for (cl, attr) in [(class::SUBN_LID_ROUTED, 0x0011), (class::BM, 0x0001)] {
+        let mut m = mad(cl, method::GET, attr, 0);
+        m[2] = 2;
+        let (r, o) = run(&mut p, &c, 0, &m);
+        assert_eq!(
+            (r, status_of(&o), o[3]),
+            (REPLIED, 0x0004, method::GET_RESP),
+            "class {cl:#x}"
+        );
+    }
+    let mut other = mad(0x30, method::GET, 0x0001, 0);
+    other[2] = 2;
+    assert_eq!(run(&mut p, &c, 0, &other).0, MadResult::SUCCESS);
     let (_, o) = run(&mut p, &c, 0, &mad(class::PERF_MGMT, 0x04, 0x12, 0));
     assert_eq!(status_of(&o), 0x0008);
     let (_, o) = run(
