@@ -194,7 +194,8 @@ enum Command {
         #[arg(short = 'x', long = "gid-index")]
         gid_idx: Option<u8>,
         /// Microseconds a waiting thread busy-polls before it sleeps until the next
-        /// datagram (0: sleep at once, best when busy threads outnumber cores).
+        /// datagram (0: sleep at once, best when busy threads outnumber cores). `tcp`
+        /// applies the same policy to its socket reads.
         #[arg(long = "spin-us", default_value_t = 0)]
         spin_us: u64,
         /// Speak perftest's own exchange: be the client of an unmodified

@@ -2,17 +2,66 @@
 //! duration, and process layout over one plain TCP connection (`TCP_NODELAY`), beside
 //! the control connection. A stream has no queue depth or post list: the kernel's
 //! socket buffers play that part.
+//!
+//! **Wait policy.** `--spin-us` applies here as on the RDMA side (`rverbs::Cq::wait`):
+//! a reader that finds no data busy-polls the socket (`recv` with `MSG_DONTWAIT`, one
+//! system call per try, as the RDMA side's `recvmmsg`) for that long before it sleeps
+//! in a blocking `read`; 0 sleeps at once. So each RDMA wait policy has its TCP
+//! counterpart (`bench/compare.sh` reports both).
 
 use super::ctrl::{self, Msg};
 use super::{Bench, Opts, PeerDone, Plan, Progress, Side, STALL};
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 /// The data connection.
 pub struct Tcp {
     s: TcpStream,
     buf: Vec<u8>,
+    spin: Duration,
+}
+
+/// One `recv(2)` with `MSG_DONTWAIT` on a blocking socket.
+#[allow(unsafe_code)]
+fn recv_nowait(s: &TcpStream, buf: &mut [u8]) -> std::io::Result<usize> {
+    // SAFETY: recv writes at most `buf.len()` bytes into `buf`, which we own mutably
+    // for the call; the descriptor is open for the lifetime of `s`.
+    let n = unsafe {
+        libc::recv(
+            s.as_raw_fd(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            libc::MSG_DONTWAIT,
+        )
+    };
+    if n < 0 {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
+}
+
+/// Reads what is there: busy-polls for up to `spin`, then sleeps in a blocking
+/// `read` (bounded by the socket's read timeout). A read that sleeps starts its spin
+/// anew on the next call, as `rverbs::Cq::wait` does.
+fn read_some(s: &mut TcpStream, buf: &mut [u8], spin: Duration) -> std::io::Result<usize> {
+    if !spin.is_zero() && !buf.is_empty() {
+        let start = Instant::now();
+        loop {
+            match recv_nowait(s, buf) {
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                r => return r,
+            }
+            if start.elapsed() >= spin {
+                break;
+            }
+            std::hint::spin_loop();
+        }
+    }
+    s.read(buf)
 }
 
 impl Tcp {
@@ -41,6 +90,7 @@ impl Tcp {
         Ok(Tcp {
             s,
             buf: vec![0x5a; max_size.max(1)],
+            spin: o.spin,
         })
     }
 }
@@ -49,12 +99,13 @@ impl Tcp {
 fn read_full(
     s: &mut TcpStream,
     buf: &mut [u8],
+    spin: Duration,
     stop: &mut dyn FnMut() -> Result<bool, String>,
 ) -> Result<bool, String> {
     let mut got = 0;
     let mut last = Instant::now();
     while got < buf.len() {
-        match s.read(&mut buf[got..]) {
+        match read_some(s, &mut buf[got..], spin) {
             Ok(0) => return Err("the peer closed the data connection".into()),
             Ok(n) => {
                 got += n;
@@ -88,6 +139,7 @@ impl Bench for Tcp {
         let mut rs = self.s.try_clone().map_err(|e| e.to_string())?;
         let mut rbuf = vec![0u8; size.clamp(1, 1 << 20)];
         let sbuf = &self.buf[..size];
+        let spin = self.spin;
         let ws = &mut self.s;
         let (sent, secs, rx) = std::thread::scope(|sc| -> Result<(u64, f64, u64), String> {
             // The receiver counts bytes until the peer's announced total arrived.
@@ -103,7 +155,7 @@ impl Bench for Tcp {
                             return Ok(bytes / size as u64);
                         }
                     }
-                    match rs.read(&mut rbuf) {
+                    match read_some(&mut rs, &mut rbuf, spin) {
                         Ok(0) => return Err("the peer closed the data connection".into()),
                         Ok(n) => {
                             bytes += n as u64;
@@ -164,7 +216,7 @@ impl Bench for Tcp {
                 self.s
                     .write_all(&self.buf[..size])
                     .map_err(|e| e.to_string())?;
-                read_full(&mut self.s, &mut rbuf[..size], &mut || Ok(false))?;
+                read_full(&mut self.s, &mut rbuf[..size], self.spin, &mut || Ok(false))?;
                 samples.push(t0.elapsed().as_nanos() as u64 / 2);
                 iters += 1;
                 if plan.progress {
@@ -182,7 +234,7 @@ impl Bench for Tcp {
         let mut answered = 0u64;
         loop {
             let mut stop = || Ok(peer.get()?.is_some_and(|n| answered >= n));
-            if !read_full(&mut self.s, &mut rbuf[..size], &mut stop)? {
+            if !read_full(&mut self.s, &mut rbuf[..size], self.spin, &mut stop)? {
                 break;
             }
             self.s.write_all(&rbuf[..size]).map_err(|e| e.to_string())?;
