@@ -51,8 +51,32 @@ const GSO_MAX_BYTES: usize = 65_000;
 struct RxBatch {
     buf: Vec<u8>,
     got: Vec<sys::Received>,
+    /// The `recvmmsg` headers, reused.
+    hdrs: sys::RecvScratch,
     /// Scratch of the UD flow-steering classifier (`ud_steer.rs`).
     steer: (Vec<u8>, rverbs_flow::classify::Verdict),
+}
+
+/// A device's sockets: its addresses' and its multicast groups'.
+pub(crate) type SocketList = Vec<(IpAddr, Arc<Socket>)>;
+
+/// What `flush` sends, and the scratch of `send_all`, kept from call to call so a
+/// flush allocates nothing.
+#[derive(Default)]
+struct TxBatch {
+    queue: Vec<Transmit>,
+    plan: TxPlan,
+}
+
+#[derive(Default)]
+struct TxPlan {
+    /// Indices (into the queue) of one socket's datagrams.
+    mine: Vec<usize>,
+    /// Their order in the trains (an ACK may swap places with the request after it).
+    order: Vec<usize>,
+    /// The messages: runs of `order`.
+    msgs: Vec<sys::Outgoing>,
+    scratch: sys::SendScratch,
 }
 
 pub(crate) struct Shared {
@@ -62,7 +86,9 @@ pub(crate) struct Shared {
     /// One socket per local address, bound to `address:4791`, and one per joined
     /// multicast group. The driver's address re-scan and the multicast verbs change
     /// the list (write lock); senders take the read lock.
-    sockets: RwLock<Vec<(IpAddr, Arc<Socket>)>>,
+    /// (Shared as one `Arc`, so a receiver takes a snapshot with one reference
+    /// count instead of copying the list on every poll.)
+    sockets: RwLock<Arc<SocketList>>,
     /// Set when a verb changed `sockets` (a multicast group joined): the driver
     /// re-reads the list.
     pub(crate) sockets_changed: AtomicBool,
@@ -77,8 +103,9 @@ pub(crate) struct Shared {
     /// over loopback it even receives the train whole (`UDP_GRO`) — but a peer that
     /// checks the ICRC against the real header (rxe) would drop all but the first.
     gso: bool,
-    /// Datagrams collected by `flush` for one `sendmmsg` (under the engine lock).
-    tx: Mutex<Vec<Transmit>>,
+    /// Datagrams collected by `flush` for one `sendmmsg`, and the sender's reused
+    /// scratch (under the engine lock).
+    tx: Mutex<TxBatch>,
     /// When an application thread last made progress itself (`progress.rs`).
     pub(crate) app_poll_at: std::sync::atomic::AtomicU64,
     /// Received datagrams were handled but what the engine answers was not sent yet
@@ -170,12 +197,13 @@ impl Shared {
             // The fast path: everything the engine has goes out in one sendmmsg per
             // socket.
             let mut tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
+            let TxBatch { queue, plan } = &mut *tx;
             while let Some(t) = engine.poll_transmit(now) {
-                tx.push(t);
+                queue.push(t);
             }
-            if !tx.is_empty() {
-                self.send_all(&tx);
-                for t in tx.drain(..) {
+            if !queue.is_empty() {
+                self.send_all(queue, plan);
+                for t in queue.drain(..) {
                     engine.recycle(t.payload);
                 }
             }
@@ -221,7 +249,7 @@ impl Shared {
     /// Sends a batch: datagrams that need TTL/TOS control messages one by one
     /// (`send`), the rest with one `sendmmsg` per socket, trains of same-size ones to
     /// one peer as `UDP_SEGMENT` buffers on the loopback device.
-    fn send_all(&self, ts: &[Transmit]) {
+    fn send_all(&self, ts: &[Transmit], plan: &mut TxPlan) {
         let plain = |t: &Transmit| {
             sys::default_meta(
                 t.dst,
@@ -247,88 +275,114 @@ impl Shared {
                 .iter()
                 .position(|(a, _)| a.is_ipv6() == addr.is_ipv6() && !a.is_multicast())
                 == Some(i);
-            let mine = |t: &&Transmit| {
+            let mine = |t: &Transmit| {
                 plain(t)
                     && (t.src == *addr
                         || (first_of_family
                             && t.dst.is_ipv6() == addr.is_ipv6()
                             && !socks.iter().any(|(a, _)| *a == t.src)))
             };
-            let mine: Vec<&Transmit> = ts.iter().filter(mine).collect();
+            plan.mine.clear();
+            plan.mine.extend(
+                ts.iter()
+                    .enumerate()
+                    .filter(|(_, t)| mine(t))
+                    .map(|(k, _)| k),
+            );
             // With trains, an ACK followed by a request to the same peer that is at
             // least as long (a ping-pong's deferred ACK and its reply) swaps places
             // with it, so the ACK rides as the last segment of the request's buffer:
             // one skb, one wake-up of the peer, not two. The receiver handles a
             // train's ACK segments first (`ingest_batch`), restoring the order; should
             // a swapped ACK not join its request's buffer, the batch goes unswapped.
-            let mut out = self.trains(&mine, self.gso);
-            if out.is_none() {
-                out = self.trains(&mine, false);
+            if !self.trains(ts, plan, self.gso) {
+                self.trains(ts, plan, false);
             }
-            let out = out.unwrap_or_default();
-            if !out.is_empty() {
-                sys::send_batch(&**sock, &out);
+            if !plan.msgs.is_empty() {
+                let order = &plan.order;
+                sys::send_batch(
+                    &**sock,
+                    &plan.msgs,
+                    &|k| &ts[order[k]].payload[..],
+                    &mut plan.scratch,
+                );
             }
         }
     }
 
-    /// Groups one socket's datagrams into `UDP_SEGMENT` trains (loopback device only,
-    /// see `gso`), swapping an ACK behind the request that follows it when `swap`
-    /// (see `send_all`). `None` when a swapped ACK did not join that request's train.
-    fn trains<'t>(&self, ts: &[&'t Transmit], swap: bool) -> Option<Vec<sys::Outgoing<'t>>> {
+    /// Groups one socket's datagrams (`plan.mine`) into `UDP_SEGMENT` trains
+    /// (loopback device only, see `gso`) in `plan.msgs` / `plan.order`, swapping an
+    /// ACK behind the request that follows it when `swap` (see `send_all`). False
+    /// when a swapped ACK did not join that request's train.
+    fn trains(&self, ts: &[Transmit], plan: &mut TxPlan, swap: bool) -> bool {
         let is_ack = |t: &Transmit| t.payload.first() == Some(&Opcode::RC_ACKNOWLEDGE.0);
-        let mut out: Vec<sys::Outgoing<'t>> = Vec::new();
+        let TxPlan {
+            mine, order, msgs, ..
+        } = plan;
+        order.clear();
+        msgs.clear();
         let mut i = 0;
-        while i < ts.len() {
-            let t = ts[i];
+        while i < mine.len() {
+            let t = &ts[mine[i]];
             let pair = if swap && is_ack(t) {
-                ts.get(i + 1)
-                    .filter(|u| u.dst == t.dst && !is_ack(u) && u.payload.len() >= t.payload.len())
-                    .copied()
+                mine.get(i + 1).copied().filter(|&u| {
+                    let u = &ts[u];
+                    u.dst == t.dst && !is_ack(u) && u.payload.len() >= t.payload.len()
+                })
             } else {
                 None
             };
-            let group: &[&'t Transmit] = match pair {
+            let group = match pair {
                 Some(u) => {
                     i += 2;
-                    &[u, t][..]
+                    [u, mine[i - 2]]
                 }
                 None => {
                     i += 1;
-                    std::slice::from_ref(&ts[i - 1])
+                    [mine[i - 1], usize::MAX]
                 }
             };
-            for (k, t) in group.iter().enumerate() {
+            for (k, &at) in group.iter().enumerate() {
+                if at == usize::MAX {
+                    break;
+                }
+                let t = &ts[at];
                 let dst = SocketAddr::new(t.dst, ROCE_PORT);
                 let len = t.payload.len();
-                if let Some(last) = out.last_mut() {
-                    let seg = last.bufs[0].len();
-                    let total: usize = last.bufs.iter().map(|b| b.len()).sum();
+                order.push(at);
+                if let Some(last) = msgs.last_mut() {
+                    let seg = last.first_len;
                     if self.gso
                         && last.dst == dst
-                        && last.bufs.last().is_some_and(|b| b.len() == seg)
+                        && last.last_len == seg
                         && len <= seg
-                        && last.bufs.len() < GSO_MAX_SEGMENTS
-                        && total + len <= GSO_MAX_BYTES
+                        && last.count < GSO_MAX_SEGMENTS
+                        && last.bytes + len <= GSO_MAX_BYTES
                         && seg <= usize::from(u16::MAX)
                     {
-                        last.bufs.push(&t.payload);
+                        last.count += 1;
+                        last.last_len = len;
+                        last.bytes += len;
                         last.segment = seg as u16;
                         continue;
                     }
                 }
                 if k == 1 {
                     // The swapped ACK would travel alone, after its request.
-                    return None;
+                    return false;
                 }
-                out.push(sys::Outgoing {
-                    bufs: vec![&t.payload],
+                msgs.push(sys::Outgoing {
                     dst,
+                    first: order.len() - 1,
+                    count: 1,
                     segment: 0,
+                    first_len: len,
+                    last_len: len,
+                    bytes: len,
                 });
             }
         }
-        Some(out)
+        true
     }
 
     fn record(&self, src: IpAddr, dst: IpAddr, src_port: u16, meta: IpMeta, bytes: &[u8]) {
@@ -398,11 +452,7 @@ impl Shared {
         budget: usize,
         defer: bool,
     ) -> usize {
-        let socks = self
-            .sockets
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
+        let socks = Arc::clone(&self.sockets.read().unwrap_or_else(|e| e.into_inner()));
         // A thread asleep in `sleep_receive` holds the buffers: it feeds what it gets
         // to the engine as soon as it has the engine lock, and datagrams behind it
         // must wait for that (socket order).
@@ -414,14 +464,15 @@ impl Shared {
         let RxBatch {
             buf,
             got: list,
+            hdrs,
             steer,
         } = &mut *rx;
         let buf = &mut buf[..];
         let mut got = 0;
-        for (local, sock) in &socks {
+        for (local, sock) in socks.iter() {
             while got < budget {
                 list.clear();
-                let Ok(n) = sys::recv_batch(&**sock, buf, RX_SLOT, list) else {
+                let Ok(n) = sys::recv_batch(&**sock, buf, RX_SLOT, list, hdrs) else {
                     break;
                 };
                 got += n;
@@ -523,10 +574,11 @@ impl Shared {
         let RxBatch {
             buf,
             got: list,
+            hdrs,
             steer,
         } = &mut *rx;
         list.clear();
-        let n = sys::recv_batch_wait(&*sock, buf, RX_SLOT, list).unwrap_or(0);
+        let n = sys::recv_batch_wait(&*sock, buf, RX_SLOT, list, hdrs).unwrap_or(0);
         if n == 0 {
             return Some(0);
         }
@@ -597,13 +649,30 @@ impl Shared {
     }
 
     /// The device's sockets, for changing them (write lock).
-    pub(crate) fn sockets(&self) -> std::sync::RwLockWriteGuard<'_, Vec<(IpAddr, Arc<Socket>)>> {
-        self.sockets.write().unwrap_or_else(|e| e.into_inner())
+    pub(crate) fn sockets(&self) -> SocketsMut<'_> {
+        SocketsMut(self.sockets.write().unwrap_or_else(|e| e.into_inner()))
     }
 
     /// Tells the driver thread to re-read the engine's deadline.
     pub(crate) fn wake(&self) {
         sys::eventfd_signal(&self.wake);
+    }
+}
+
+/// The device's socket list under its write lock ([`Shared::sockets`]): changing it
+/// copies it first if a receiver still holds a snapshot.
+pub(crate) struct SocketsMut<'a>(std::sync::RwLockWriteGuard<'a, Arc<SocketList>>);
+
+impl std::ops::Deref for SocketsMut<'_> {
+    type Target = SocketList;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for SocketsMut<'_> {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        Arc::make_mut(&mut self.0)
     }
 }
 
@@ -846,16 +915,19 @@ impl Context {
         let shared = Arc::new(Shared {
             engine: Mutex::new(engine),
             hub: crate::channel::EventHub::new()?,
-            sockets: RwLock::new(sockets.into_iter().map(|(a, s)| (a, Arc::new(s))).collect()),
+            sockets: RwLock::new(Arc::new(
+                sockets.into_iter().map(|(a, s)| (a, Arc::new(s))).collect(),
+            )),
             sockets_changed: AtomicBool::new(false),
             gid_table: Mutex::new(gid_table),
             rx: Mutex::new(RxBatch {
                 buf: vec![0u8; RX_SLOT * RX_BATCH],
                 got: Vec::with_capacity(RX_BATCH),
+                hdrs: sys::RecvScratch::new(RX_BATCH),
                 steer: (Vec::new(), rverbs_flow::classify::Verdict::default()),
             }),
             gso,
-            tx: Mutex::new(Vec::new()),
+            tx: Mutex::new(TxBatch::default()),
             app_poll_at: std::sync::atomic::AtomicU64::new(0),
             flush_pending: std::sync::atomic::AtomicU64::new(0),
             driver_wake_at: std::sync::atomic::AtomicU64::new(0),
@@ -1015,7 +1087,7 @@ fn rescan(shared: &Shared) {
 
 fn driver(shared: Arc<Shared>) {
     let mut fds: Vec<i32> = Vec::new();
-    let mut socks: Vec<(IpAddr, Arc<Socket>)>;
+    let mut socks: Arc<SocketList>;
     let mut ready = Vec::new();
     let mut next_rescan: Nanos = RESCAN_NS;
     let mut reload = true;

@@ -383,7 +383,46 @@ pub(crate) struct Received {
 pub(crate) const RECV_MAX: usize = 64;
 const CONTROL_LEN: usize = RECV_CONTROL_LEN + 32;
 
-/// Receives up to `buf.len() / slot` buffers (at most [`RECV_MAX`]) with one
+/// The `recvmmsg` headers, addresses and control buffers of a receiver, allocated
+/// once and reused: a call only rewrites the fields the kernel reads, instead of
+/// zeroing some 6 KB of headers every time (which showed in profiles of the
+/// ping-pong and of the sender's ACK receives).
+pub(crate) struct RecvScratch {
+    iov: Vec<libc::iovec>,
+    names: Vec<libc::sockaddr_storage>,
+    /// Control buffers, u64-aligned as cmsghdr needs.
+    control: Vec<[u64; CONTROL_LEN.div_ceil(8)]>,
+    hdrs: Vec<libc::mmsghdr>,
+}
+
+// SAFETY: the raw pointers inside the headers are rewritten before every call and
+// dereferenced only by the kernel during it; between calls they are never used, so
+// the scratch may move to (and be used from) another thread.
+unsafe impl Send for RecvScratch {}
+
+impl RecvScratch {
+    /// Room for up to `n` buffers per call (at most [`RECV_MAX`]).
+    pub(crate) fn new(n: usize) -> RecvScratch {
+        let n = n.clamp(1, RECV_MAX);
+        RecvScratch {
+            iov: vec![
+                libc::iovec {
+                    iov_base: std::ptr::null_mut(),
+                    iov_len: 0,
+                };
+                n
+            ],
+            // SAFETY: sockaddr_storage and mmsghdr are plain data; all-zero is a valid
+            // value (null pointers, 0 lengths).
+            names: vec![unsafe { std::mem::zeroed() }; n],
+            control: vec![[0u64; CONTROL_LEN.div_ceil(8)]; n],
+            // SAFETY: as above.
+            hdrs: vec![unsafe { std::mem::zeroed() }; n],
+        }
+    }
+}
+
+/// Receives up to `buf.len() / slot` buffers (at most the scratch's size) with one
 /// `recvmmsg(2)` (non-blocking) into `slot`-byte slots of `buf`, appending one
 /// [`Received`] per buffer to `out`. A buffer longer than a slot arrives cut to it
 /// (its ICRC then fails and it is counted as a drop). Returns how many arrived.
@@ -392,8 +431,9 @@ pub(crate) fn recv_batch(
     buf: &mut [u8],
     slot: usize,
     out: &mut Vec<Received>,
+    scratch: &mut RecvScratch,
 ) -> io::Result<usize> {
-    recv_batch_flags(fd, buf, slot, out, libc::MSG_DONTWAIT)
+    recv_batch_flags(fd, buf, slot, out, scratch, libc::MSG_DONTWAIT)
 }
 
 /// [`recv_batch`] that sleeps until the first datagram arrives (`MSG_WAITFORONE` on
@@ -404,8 +444,9 @@ pub(crate) fn recv_batch_wait(
     buf: &mut [u8],
     slot: usize,
     out: &mut Vec<Received>,
+    scratch: &mut RecvScratch,
 ) -> io::Result<usize> {
-    recv_batch_flags(fd, buf, slot, out, libc::MSG_WAITFORONE)
+    recv_batch_flags(fd, buf, slot, out, scratch, libc::MSG_WAITFORONE)
 }
 
 fn recv_batch_flags(
@@ -413,40 +454,24 @@ fn recv_batch_flags(
     buf: &mut [u8],
     slot: usize,
     out: &mut Vec<Received>,
+    scratch: &mut RecvScratch,
     flags: libc::c_int,
 ) -> io::Result<usize> {
-    let n = buf.len().checked_div(slot).unwrap_or(0).min(RECV_MAX);
-    // The headers are zeroed on every call (about 300 bytes a buffer): size them to
-    // the batch, not to the largest one.
-    if n <= 16 {
-        recv_batch_in::<16>(fd, buf, slot, n, out, flags)
-    } else {
-        recv_batch_in::<RECV_MAX>(fd, buf, slot, n, out, flags)
-    }
-}
-
-fn recv_batch_in<const M: usize>(
-    fd: &impl AsRawFd,
-    buf: &mut [u8],
-    slot: usize,
-    n: usize,
-    out: &mut Vec<Received>,
-    flags: libc::c_int,
-) -> io::Result<usize> {
-    let n = n.min(M);
+    let RecvScratch {
+        iov,
+        names,
+        control,
+        hdrs,
+    } = scratch;
+    let n = buf
+        .len()
+        .checked_div(slot)
+        .unwrap_or(0)
+        .min(RECV_MAX)
+        .min(hdrs.len());
     if n == 0 {
         return Ok(0);
     }
-    let mut iov: [libc::iovec; M] = [libc::iovec {
-        iov_base: std::ptr::null_mut(),
-        iov_len: 0,
-    }; M];
-    // SAFETY: sockaddr_storage is plain data; all-zero is a valid value.
-    let mut names: [libc::sockaddr_storage; M] = unsafe { std::mem::zeroed() };
-    // Control buffers, u64-aligned as cmsghdr needs.
-    let mut control = [[0u64; CONTROL_LEN.div_ceil(8)]; M];
-    // SAFETY: mmsghdr is plain data; all-zero is a valid value (null pointers, 0 lens).
-    let mut hdrs: [libc::mmsghdr; M] = unsafe { std::mem::zeroed() };
     for i in 0..n {
         iov[i].iov_base = buf[i * slot..].as_mut_ptr().cast();
         iov[i].iov_len = slot;
@@ -457,6 +482,7 @@ fn recv_batch_in<const M: usize>(
         h.msg_iovlen = 1;
         h.msg_control = control[i].as_mut_ptr().cast();
         h.msg_controllen = (CONTROL_LEN.div_ceil(8) * 8) as _;
+        h.msg_flags = 0;
     }
     // SAFETY: every header points at a live iovec covering its own `slot` bytes of
     // `buf` (disjoint, in bounds since i * slot + slot <= buf.len()), at a live
@@ -478,6 +504,7 @@ fn recv_batch_in<const M: usize>(
     let got = rc as usize;
     for i in 0..got {
         let len = (hdrs[i].msg_len as usize).min(slot);
+        #[allow(clippy::unnecessary_cast)] // socklen_t or size_t, by C library
         let clen = (hdrs[i].msg_hdr.msg_controllen as usize).min(CONTROL_LEN);
         // SAFETY: `control[i]` is a live array of CONTROL_LEN initialized bytes (u64s
         // viewed as bytes, no padding); the kernel wrote `clen` of them.
@@ -499,65 +526,102 @@ fn recv_batch_in<const M: usize>(
 }
 
 /// One datagram to send, or (with `segment` > 0) a train of datagrams of `segment`
-/// bytes each (the last may be shorter) sent as one buffer with `UDP_SEGMENT`.
-pub(crate) struct Outgoing<'a> {
-    pub(crate) bufs: Vec<&'a [u8]>,
+/// bytes each (the last may be shorter) sent as one buffer with `UDP_SEGMENT`: the
+/// buffers `first .. first + count` of the batch ([`send_batch`]'s `buf`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Outgoing {
     pub(crate) dst: std::net::SocketAddr,
+    pub(crate) first: usize,
+    pub(crate) count: usize,
     pub(crate) segment: u16,
+    /// Bytes of the first buffer, of the last one, and of all.
+    pub(crate) first_len: usize,
+    pub(crate) last_len: usize,
+    pub(crate) bytes: usize,
 }
 
-/// Sends with `sendmmsg(2)` (as many calls as the kernel needs). A message the kernel
-/// refuses (no route, buffer full) is skipped: lost packets, which the transport's
-/// retransmission covers.
-pub(crate) fn send_batch(fd: &impl AsRawFd, msgs: &[Outgoing<'_>]) {
+/// The `sendmmsg` headers, iovecs, addresses and control buffers of a sender,
+/// reused from call to call (no allocation per batch).
+#[derive(Default)]
+pub(crate) struct SendScratch {
+    addrs: Vec<socket2::SockAddr>,
+    iovs: Vec<libc::iovec>,
+    control: Vec<[u64; 4]>,
+    hdrs: Vec<libc::mmsghdr>,
+}
+
+// SAFETY: the raw pointers in `iovs` and `hdrs` are written by `send_batch` and used
+// only by the kernel during its `sendmmsg`; `send_batch` clears both before it
+// returns, so no pointer outlives the buffers it points at, and the scratch may move
+// to (and be used from) another thread.
+unsafe impl Send for SendScratch {}
+
+/// Sends with `sendmmsg(2)` (as many calls as the kernel needs); `buf(i)` is the i-th
+/// buffer of the batch. A message the kernel refuses (no route, buffer full) is
+/// skipped: lost packets, which the transport's retransmission covers.
+pub(crate) fn send_batch<'b>(
+    fd: &impl AsRawFd,
+    msgs: &[Outgoing],
+    buf: &dyn Fn(usize) -> &'b [u8],
+    scratch: &mut SendScratch,
+) {
     const MAX: usize = 64;
     // SAFETY (for CMSG_SPACE/CMSG_LEN): pure arithmetic on the length given.
     let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<u16>() as u32) } as usize;
+    let SendScratch {
+        addrs,
+        iovs,
+        control,
+        hdrs,
+    } = scratch;
     let mut start = 0;
     while start < msgs.len() {
         let chunk = &msgs[start..(start + MAX).min(msgs.len())];
-        let addrs: Vec<socket2::SockAddr> = chunk
-            .iter()
-            .map(|m| socket2::SockAddr::from(m.dst))
-            .collect();
-        let mut iovs: Vec<Vec<libc::iovec>> = chunk
-            .iter()
-            .map(|m| {
-                m.bufs
-                    .iter()
-                    .map(|b| libc::iovec {
-                        iov_base: b.as_ptr() as *mut libc::c_void,
-                        iov_len: b.len(),
-                    })
-                    .collect()
-            })
-            .collect();
-        let mut control = vec![[0u64; 4]; chunk.len()];
-        // SAFETY: mmsghdr is plain data; all-zero is a valid value.
-        let mut hdrs: Vec<libc::mmsghdr> = vec![unsafe { std::mem::zeroed() }; chunk.len()];
-        for (i, h) in hdrs.iter_mut().enumerate() {
-            let m = &mut h.msg_hdr;
-            m.msg_name = addrs[i].as_ptr() as *mut libc::c_void;
-            m.msg_namelen = addrs[i].len();
-            m.msg_iov = iovs[i].as_mut_ptr();
-            m.msg_iovlen = iovs[i].len() as _;
-            if chunk[i].segment > 0 {
-                m.msg_control = control[i].as_mut_ptr().cast();
-                m.msg_controllen = space as _;
+        addrs.clear();
+        addrs.extend(chunk.iter().map(|m| socket2::SockAddr::from(m.dst)));
+        iovs.clear();
+        for m in chunk {
+            iovs.extend((m.first..m.first + m.count).map(|i| {
+                let b = buf(i);
+                libc::iovec {
+                    iov_base: b.as_ptr() as *mut libc::c_void,
+                    iov_len: b.len(),
+                }
+            }));
+        }
+        if control.len() < chunk.len() {
+            control.resize(chunk.len(), [0u64; 4]);
+        }
+        hdrs.clear();
+        let mut at = 0;
+        for (i, m) in chunk.iter().enumerate() {
+            // SAFETY: mmsghdr is plain data; all-zero is a valid value.
+            let mut h: libc::mmsghdr = unsafe { std::mem::zeroed() };
+            let mh = &mut h.msg_hdr;
+            mh.msg_name = addrs[i].as_ptr() as *mut libc::c_void;
+            mh.msg_namelen = addrs[i].len();
+            mh.msg_iov = iovs[at..].as_mut_ptr();
+            mh.msg_iovlen = m.count as _;
+            at += m.count;
+            if m.segment > 0 {
+                mh.msg_control = control[i].as_mut_ptr().cast();
+                mh.msg_controllen = space as _;
                 // SAFETY: the control buffer (32 bytes, u64-aligned) holds one cmsghdr
                 // with a u16 (CMSG_SPACE(2) <= 32); CMSG_FIRSTHDR points at its start.
                 unsafe {
-                    let c = libc::CMSG_FIRSTHDR(m);
+                    let c = libc::CMSG_FIRSTHDR(mh);
                     (*c).cmsg_level = libc::SOL_UDP;
                     (*c).cmsg_type = libc::UDP_SEGMENT;
                     (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<u16>() as u32) as _;
-                    std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u16>(), chunk[i].segment);
+                    std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u16>(), m.segment);
                 }
             }
+            hdrs.push(h);
         }
-        // SAFETY: each header points at a live address of the length given, at iovecs
-        // over live byte slices (read only by the kernel) and at a live control buffer;
-        // all outlive the call.
+        // SAFETY: each header points at a live address of the length given, at its
+        // own `count` iovecs (in bounds of `iovs`, which is not resized until the call
+        // returns) over live byte slices (read only by the kernel) and at a live
+        // control buffer; all outlive the call.
         let rc = unsafe {
             libc::sendmmsg(
                 fd.as_raw_fd(),
@@ -569,6 +633,9 @@ pub(crate) fn send_batch(fd: &impl AsRawFd, msgs: &[Outgoing<'_>]) {
         // rc < 0: the first message failed; skip it. Otherwise rc were sent.
         start += if rc <= 0 { 1 } else { rc as usize };
     }
+    // No pointer into the caller's buffers stays behind.
+    iovs.clear();
+    hdrs.clear();
 }
 
 /// True when `meta` is what the socket does anyway (TTL 64 to a unicast address, TOS 0):
@@ -721,7 +788,11 @@ mod tests {
             // The batched receive parses each datagram's control messages.
             let mut buf = vec![0u8; 4 * 64];
             let mut got = Vec::new();
-            assert_eq!(recv_batch(&rx, &mut buf, 64, &mut got).unwrap(), 1);
+            let mut scratch = RecvScratch::new(4);
+            assert_eq!(
+                recv_batch(&rx, &mut buf, 64, &mut got, &mut scratch).unwrap(),
+                1
+            );
             let r = got[0];
             assert_eq!(&buf[r.offset..r.offset + r.len], b"hi");
             assert_eq!(r.from, tx.local_addr().unwrap().as_socket().unwrap());
