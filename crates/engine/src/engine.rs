@@ -837,11 +837,14 @@ impl Engine {
         };
         // INLINE: copy now, so the caller may reuse its buffer at once.
         let inline_data = if inline {
-            let mut buf = vec![0u8; len as usize];
             let (data, _) = resolve_sges(&self.mrs, qp.pd, &wr.sg_list, Access::NONE)
                 .map_err(|_| err(VERB, Errno::Inval, "inline SGE outside a registered region"))?;
-            data.read(0, &mut buf);
-            Some(Arc::from(buf))
+            // One allocation (the iterator's length is known), filled in place.
+            let mut buf: Arc<[u8]> = std::iter::repeat_n(0u8, len as usize).collect();
+            if let Some(b) = Arc::get_mut(&mut buf) {
+                data.read(0, b);
+            }
+            Some(buf)
         } else {
             None
         };
