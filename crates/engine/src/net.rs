@@ -104,17 +104,19 @@ fn headers(src: IpAddr, dst: IpAddr, src_port: u16, ib_len: usize) -> ([u8; 48],
     let udp_len = udp::HEADER_LEN + ib_len;
     let ip_len = match (src, dst) {
         (IpAddr::V4(s), IpAddr::V4(d)) => {
-            let repr = ipv4::Ipv4Repr {
-                src: s,
-                dst: d,
-                tos: 0,
-                ident: 0,
-                dont_frag: true,
-                ttl: 64,
-                protocol: ipv4::PROTO_UDP,
-                payload_len: udp_len,
-            };
-            repr.emit(&mut ipv4::Ipv4Packet::new_unchecked(&mut h[..20]));
+            // `Ipv4Repr::emit` without its header checksum: the ICRC masks that field
+            // to ones (IBTA A17.3.3, `icrc::compute_parts`), so it would be computed
+            // for nothing on every packet sent and received.
+            let mut p = ipv4::Ipv4Packet::new_unchecked(&mut h[..20]);
+            p.set_version_and_header_len(ipv4::HEADER_LEN);
+            p.set_tos(0);
+            p.set_total_len((ipv4::HEADER_LEN + udp_len) as u16);
+            p.set_ident(0);
+            p.set_dont_frag(true);
+            p.set_ttl(64);
+            p.set_protocol(ipv4::PROTO_UDP);
+            p.set_src_addr(s);
+            p.set_dst_addr(d);
             20
         }
         _ => {

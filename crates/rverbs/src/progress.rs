@@ -137,27 +137,32 @@ impl crate::Cq {
         spin: std::time::Duration,
         timeout: std::time::Duration,
     ) -> crate::Result<usize> {
-        let start = std::time::Instant::now();
+        let shared = self.shared();
+        let as_ns = |d: std::time::Duration| d.as_nanos().min(u128::from(u64::MAX)) as Nanos;
+        let (spin, timeout) = (as_ns(spin), as_ns(timeout));
+        // One clock read per pass (the first pass reuses the start's): a ping-pong
+        // waits once per message, and clock reads showed in its profile.
+        let start = shared.now();
+        let mut now = start;
         loop {
             let n = self.poll_ready(out)?;
             if n > 0 {
                 return Ok(n);
             }
-            let waited = start.elapsed();
+            let waited = now - start;
             if waited < spin {
                 let n = self.poll_progress(out)?;
                 if n > 0 {
                     return Ok(n);
                 }
                 std::hint::spin_loop();
+                now = shared.now();
                 continue;
             }
             if waited >= timeout {
                 return Ok(0);
             }
-            let shared = self.shared();
-            let now = shared.now();
-            let left = (timeout - waited).as_nanos() as Nanos;
+            let left = timeout - waited;
             let due = {
                 let mut e = shared.lock();
                 // Answers deferred for this thread must not wait for its sleep.

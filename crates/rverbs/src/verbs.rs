@@ -1208,10 +1208,15 @@ impl Qp {
         if wr.opcode != WrOpcode::Send || wr.remote.is_some() || wr.ud.is_some() {
             return Err(inval("a RAW_PACKET QP sends frames with SEND only"));
         }
-        if wr.bufs.len() > r.cap.max_send_sge as usize {
+        if wr.bufs.as_slice().len() > r.cap.max_send_sge as usize {
             return Err(inval("more SGEs than cap.max_send_sge"));
         }
-        let frame: Vec<u8> = wr.bufs.iter().flat_map(LocalBuf::bytes).collect();
+        let frame: Vec<u8> = wr
+            .bufs
+            .as_slice()
+            .iter()
+            .flat_map(LocalBuf::bytes)
+            .collect();
         if wr.flags.contains(SendFlags::INLINE) && frame.len() > r.cap.max_inline_data as usize {
             return Err(inval("inline data beyond cap.max_inline_data"));
         }
@@ -1467,7 +1472,7 @@ impl Drop for Flow {
 pub struct SendRequest<'a> {
     wr_id: u64,
     opcode: WrOpcode,
-    bufs: Vec<LocalBuf<'a>>,
+    bufs: Bufs<'a>,
     flags: SendFlags,
     imm: u32,
     remote: Option<RemoteBuf>,
@@ -1476,12 +1481,32 @@ pub struct SendRequest<'a> {
     ud: Option<UdDest>,
 }
 
+/// A request's local buffers: the usual single one in place (no allocation per
+/// request), others on the heap.
+#[derive(Clone)]
+enum Bufs<'a> {
+    One(LocalBuf<'a>),
+    Many(Vec<LocalBuf<'a>>),
+}
+
+impl<'a> Bufs<'a> {
+    fn as_slice(&self) -> &[LocalBuf<'a>] {
+        match self {
+            Bufs::One(b) => std::slice::from_ref(b),
+            Bufs::Many(v) => v,
+        }
+    }
+}
+
 impl<'a> SendRequest<'a> {
     fn new(wr_id: u64, opcode: WrOpcode, bufs: &[LocalBuf<'a>]) -> Self {
         SendRequest {
             wr_id,
             opcode,
-            bufs: bufs.to_vec(),
+            bufs: match bufs {
+                [one] => Bufs::One(*one),
+                _ => Bufs::Many(bufs.to_vec()),
+            },
             flags: SendFlags::SIGNALED,
             imm: 0,
             remote: None,
@@ -1597,7 +1622,7 @@ impl<'a> SendRequest<'a> {
         SendWr {
             wr_id: self.wr_id,
             opcode: self.opcode,
-            sg_list: self.bufs.iter().map(LocalBuf::sge).collect(),
+            sg_list: self.bufs.as_slice().iter().map(LocalBuf::sge).collect(),
             flags: self.flags,
             imm_data: self.imm,
             remote_addr: r.addr,
