@@ -203,17 +203,26 @@ impl NdRepr {
 }
 
 /// A Neighbor Solicitation for `target` from `src_ip` / `src_mac`, as a whole Ethernet
-/// frame to the target's solicited-node group (RFC 4861 7.2.2); returns its length.
+/// frame: to the target's solicited-node group, or, to re-confirm a known neighbour
+/// (`unicast`), to the target itself at that MAC (RFC 4861 7.2.2, 7.3.3 PROBE); returns
+/// its length.
 pub fn emit_solicit_frame(
     src_mac: MacAddr,
     src_ip: Ipv6Addr,
     target: Ipv6Addr,
+    unicast: Option<MacAddr>,
     buf: &mut [u8],
 ) -> Result<usize> {
-    let group = solicited_node(target);
+    let (group, dst_mac) = match unicast {
+        Some(m) => (target, m),
+        None => {
+            let g = solicited_node(target);
+            (g, multicast_mac(g))
+        }
+    };
     let eth = EthernetRepr {
         src: src_mac,
-        dst: multicast_mac(group),
+        dst: dst_mac,
         vlan_tci: None,
         ethertype: ethertype::IPV6,
     };
@@ -283,7 +292,7 @@ mod tests {
     fn solicit_frame_round_trip() {
         let mac = MacAddr([2, 0, 0, 0, 0, 7]);
         let mut buf = [0u8; 128];
-        let n = emit_solicit_frame(mac, a("fd00::1"), a("fd00::2"), &mut buf).unwrap();
+        let n = emit_solicit_frame(mac, a("fd00::1"), a("fd00::2"), None, &mut buf).unwrap();
         assert_eq!(n, 14 + 40 + 32);
         assert_eq!(&buf[..6], &[0x33, 0x33, 0xff, 0, 0, 2]);
         let (ip, nd) = parse_frame(&buf[..n]).unwrap().unwrap();
@@ -299,6 +308,13 @@ mod tests {
         let mut bad = buf;
         bad[n - 1] ^= 1;
         assert!(parse_frame(&bad[..n]).is_err());
+        // The unicast form goes to the target itself.
+        let peer = MacAddr([2, 0, 0, 0, 0, 8]);
+        let mut u = [0u8; 128];
+        let m = emit_solicit_frame(mac, a("fd00::1"), a("fd00::2"), Some(peer), &mut u).unwrap();
+        assert_eq!(&u[..6], &peer.0);
+        assert_eq!(parse_frame(&u[..m]).unwrap().unwrap().0.dst, a("fd00::2"));
+        assert!(emit_solicit_frame(mac, a("fd00::1"), a("fd00::2"), None, &mut u[..50]).is_err());
         let mut bad = buf;
         bad[14 + 7] = 254;
         assert_eq!(
