@@ -249,13 +249,28 @@ pub(crate) fn arp_lookup(table: &str, ip: std::net::Ipv4Addr) -> Option<MacAddr>
     None
 }
 
+/// How the raw device receives: `RVERBS_RAW_RX=ring` (the TPACKET_V3 ring: fewest
+/// wake-ups and the best packet rate, but a partly filled block waits up to 2 ms) or
+/// `plain` (one `recvmsg` per frame, handed over at once). Default: plain when RoCE v2
+/// runs through the raw device — the transport is clocked by ACKs and READ responses,
+/// so the ring's block delay costs it most of its throughput (`bench/raw_v2_bw.sh`) —
+/// and the ring otherwise.
+fn rx_mode(v2: bool) -> rverbs_raw::RxMode {
+    match std::env::var("RVERBS_RAW_RX").as_deref() {
+        Ok("plain") => rverbs_raw::RxMode::Plain,
+        Ok("ring") => rverbs_raw::RxMode::Ring,
+        _ if v2 => rverbs_raw::RxMode::Plain,
+        _ => rverbs_raw::RxMode::Ring,
+    }
+}
+
 impl RawMode {
     /// Opens raw mode on `ifname`: the device when the process holds CAP_NET_RAW, and
     /// with `v2` RoCE v2 on it too (`rawnet.rs`).
     pub(crate) fn open(ifname: &str, v2: bool) -> Result<RawMode> {
         let dev = if rverbs_raw::has_cap_net_raw() {
             Some(
-                RawDevice::open(ifname)
+                RawDevice::open_with(ifname, rx_mode(v2))
                     .map_err(|e| crate::Error::io("opening the raw device (AF_PACKET)", e))?,
             )
         } else {
