@@ -700,9 +700,12 @@ pub struct OpenOptions {
     pub pcap: Option<std::path::PathBuf>,
     /// Raw mode: bind the context to this Ethernet interface (in the calling thread's
     /// network namespace) for RAW_PACKET QPs and flow steering ([`crate::Qp::create_flow`]),
-    /// as on a NIC. The RoCE v2 side of the context is unchanged. With CAP_NET_RAW the
-    /// context opens an `AF_PACKET` socket on the interface at once (an unknown
-    /// interface fails the open); without it the context opens, and creating a
+    /// as on a NIC. With CAP_NET_RAW the context opens an `AF_PACKET` socket on the
+    /// interface at once (an unknown interface fails the open), speaks RoCE v1 through
+    /// it, and — when it is the device's own interface — RoCE v2 too, with its own
+    /// Ethernet/IP/UDP headers, exact ICRC checks and ARP / Neighbor Discovery
+    /// ([`Context::raw_net_stats`]; the README's "RoCE v2 on the raw device"). Without
+    /// the capability the context opens with RoCE v2 on its UDP sockets, and creating a
     /// RAW_PACKET QP or a flow fails with EPERM, as in the kernel. Default: none (or
     /// `RVERBS_RAW_IF` with [`Context::open`]).
     pub raw_interface: Option<String>,
