@@ -724,7 +724,7 @@ mod tests {
         let manifest = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
         let dir = [
             manifest.join("../../testdata/rxe"),
-            std::path::PathBuf::from("/work/shared/rxe-peer/reference/pcap"),
+            manifest.join("../../../shared/rxe-peer/reference/pcap"),
         ]
         .into_iter()
         .find(|d| d.is_dir());

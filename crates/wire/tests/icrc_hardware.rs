@@ -31,13 +31,14 @@ const ERF_TYPE_INFINIBAND: u8 = 21;
 /// ERF header length without extension headers.
 const ERF_HEADER_LEN: usize = 16;
 
-/// The directory holding the reference files, if any: a copy in `testdata/icrc/` first,
-/// then the shared directory outside the repository.
+/// The reference file `name`, if present: a copy in `testdata/icrc/` first, then the
+/// `shared/icrc-reference/` directory beside the repository (where the project's shared
+/// material lives; third-party data is kept there, not committed).
 fn reference_file(name: &str) -> Option<PathBuf> {
     let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     [
         manifest.join("../../testdata/icrc"),
-        PathBuf::from("/work/shared/icrc-reference"),
+        manifest.join("../../../shared/icrc-reference"),
     ]
     .into_iter()
     .map(|d| d.join(name))
@@ -45,8 +46,13 @@ fn reference_file(name: &str) -> Option<PathBuf> {
 }
 
 fn skipped(name: &str) {
+    // CI sets this when the shared directory is there, so a lost file fails loudly.
+    assert!(
+        std::env::var_os("RVERBS_REQUIRE_ICRC_REFERENCE").is_none(),
+        "{name} is missing but RVERBS_REQUIRE_ICRC_REFERENCE is set"
+    );
     eprintln!(
-        "SKIPPED: {name} not found in testdata/icrc/ or /work/shared/icrc-reference/ \
+        "SKIPPED: {name} not found in testdata/icrc/ or ../shared/icrc-reference/ \
          (see testdata/icrc/README.md); nothing was checked"
     );
 }
