@@ -445,9 +445,15 @@ impl Shared {
             }
             NextHop::Resolve(ip) => ip,
         };
-        let l = net
-            .lock_neigh()
-            .lookup(ip, now, || net.kernel_neighbour(ip));
+        // One lock for the lookup and the queueing, so a timer cannot drop the entry
+        // between them.
+        let mut neigh = net.lock_neigh();
+        let l = neigh.lookup(ip, now, || net.kernel_neighbour(ip));
+        let dropped = match l {
+            Lookup::Pending { .. } => Some(neigh.enqueue(ip, std::mem::take(&mut frame))),
+            Lookup::Mac { .. } => None,
+        };
+        drop(neigh);
         match l {
             Lookup::Mac { mac, probe } => {
                 frame[..6].copy_from_slice(&mac.0);
@@ -464,8 +470,7 @@ impl Shared {
             }
             Lookup::Pending { probe } => {
                 bump(&net.counts.neigh_queued);
-                let dropped = net.lock_neigh().enqueue(ip, frame);
-                self.count_neigh_drops(net, &dropped);
+                self.count_neigh_drops(net, &dropped.unwrap_or_default());
                 if probe {
                     self.net_probe(net, Probe { ip, unicast: None });
                     // The driver runs the retransmission timer.
