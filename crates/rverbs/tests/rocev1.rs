@@ -336,3 +336,43 @@ fn no_neighbour_is_counted_not_sent() {
         "{ns:?}"
     );
 }
+
+/// GSI over RoCE v1: a MAD sent from QP1 with a v1 source GID index goes as a 0x8915
+/// frame, the peer's PMA answers over v1 too (its receive shows the v1 GRH), and a MAD
+/// sent with a v2 index still goes as RoCE v2.
+#[test]
+fn gsi_mads_over_v1() {
+    use rverbs::mad::{self, attr, class, MadDest, GSI_QKEY, GSI_QPN};
+    let Some(n) = net_with(false) else { return };
+    let a = raw_ctx(&n.pair.ns_a, &n.pair.if_a);
+    let b = raw_ctx(&n.pair.ns_b, &n.pair.if_b);
+    let agent = a.register_mad_agent(None).unwrap();
+    let mut get = mad::request(class::PERF_MGMT, attr::PMA_PORT_COUNTERS_EXT, 0);
+    get[65] = 1;
+    let dest = |sgid_index| MadDest {
+        dgid: Gid::from(n.addr[1]),
+        qpn: GSI_QPN,
+        qkey: GSI_QKEY,
+        sgid_index: Some(sgid_index),
+    };
+    let t = Duration::from_millis(500);
+    let r = agent
+        .request(dest(v1_index(&a, n.addr[0])), &get, t, 3)
+        .unwrap();
+    assert_eq!(r.mad[3], 0x81, "a GetResp");
+    // The answer came as RoCE v1: the GRH itself in the area, NxtHdr 0x1B.
+    assert_eq!((r.grh[0] >> 4, r.grh[6]), (6, 0x1b));
+    assert_eq!(&r.grh[8..24], &Gid::from(n.addr[1]).octets());
+    let (sa, sb) = (a.roce_v1_stats().unwrap(), b.roce_v1_stats().unwrap());
+    assert!(sa.tx_frames >= 1 && sb.tx_frames >= 1, "{sa:?} {sb:?}");
+    assert_eq!((sa.rx_icrc_errors, sb.rx_icrc_errors), (0, 0));
+    // The same request with the v2 entry of the address: answered over RoCE v2.
+    let v2 = a
+        .find_gid_index(&Gid::from(n.addr[0]), GidType::RoceV2)
+        .unwrap();
+    let r = agent
+        .request(dest(u8::try_from(v2).unwrap()), &get, t, 3)
+        .unwrap();
+    assert_ne!(r.grh[6], 0x1b, "an IPv4 header area, not a v1 GRH");
+    assert_eq!(a.roce_v1_stats().unwrap().tx_frames, sa.tx_frames);
+}
