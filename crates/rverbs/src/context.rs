@@ -978,6 +978,9 @@ impl Context {
                 if let Some(s) = weak.upgrade() {
                     s.activity.fetch_add(1, Ordering::Release);
                     s.wake();
+                    if let Some(r) = s.raw.as_ref().and_then(|r| r.ready.as_ref()) {
+                        sys::eventfd_signal(r);
+                    }
                 }
             })
         };

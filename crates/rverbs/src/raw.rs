@@ -35,6 +35,9 @@ pub(crate) struct RawMode {
     pub(crate) v1: Option<V1Port>,
     /// RoCE v2, ARP and ND on the device (with `dev`; `rawnet.rs`).
     pub(crate) net: Option<crate::rawnet::NetPort>,
+    /// Signalled whenever the device queues a frame for the engine (with `dev`): a
+    /// thread asleep in [`crate::Cq::wait`] wakes on it, as it would on a socket.
+    pub(crate) ready: Option<std::os::fd::OwnedFd>,
 }
 
 /// RoCE v1 (IBTA Annex A16) on the raw device: an internal raw queue that a flow rule
@@ -283,12 +286,20 @@ impl RawMode {
             ),
             None => (None, None),
         };
+        let ready = match &dev {
+            Some(_) => Some(
+                crate::sys::eventfd()
+                    .map_err(|e| crate::Error::io("creating the raw device's eventfd", e))?,
+            ),
+            None => None,
+        };
         Ok(RawMode {
             ifname: ifname.to_string(),
             dev,
             qps: Mutex::new(Vec::new()),
             v1,
             net,
+            ready,
         })
     }
 }
