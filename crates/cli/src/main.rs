@@ -200,12 +200,12 @@ enum Command {
         /// Speak perftest's own exchange (TCP, RoCE GIDs), so an unmodified perftest
         /// tool is the peer, in either role: write/send/read/atomic bw = ib_write_bw,
         /// ib_send_bw, ib_read_bw, ib_atomic_bw; lat = ib_write_lat, ib_send_lat,
-        /// ib_read_lat, ib_atomic_lat (perftest 5.70 and newer; we announce 6.06, so
-        /// >= 6.28 skips its parameter negotiation). Spoken: RC, one QP, the default
-        /// options plus -s, -n (default: perftest's), -a, -t, -m, -x, -p; atomics are
-        /// fetch-and-add. Not spoken: -D, -b, -l, -q, -c UC/UD, -A CMP_AND_SWAP, -R
-        /// (rdma_cm). Start both sides with the
-        /// same -s/-n/-a, as perftest needs.
+        /// ib_read_lat, ib_atomic_lat. Any perftest from 5.70 on: we announce 6.06, so
+        /// perftest 6.28+ skips its parameter negotiation. Spoken: RC, one QP, the
+        /// default options plus -s, -n (default: perftest's), -a, -t, -m, -x, -p;
+        /// atomics are fetch-and-add. Not spoken: -D, -b, -l, -q, -c UC/UD,
+        /// -A CMP_AND_SWAP, -R (rdma_cm). Start both sides with the same -s/-n/-a, as
+        /// perftest needs.
         #[arg(long)]
         perftest: bool,
         /// One JSON object per size instead of the table.
