@@ -371,7 +371,7 @@ struct Conn {
     cq: Cq,
     spin: Duration,
     _pd: Pd,
-    _ctx: Context,
+    ctx: Context,
 }
 
 fn is_ipv6(a: IpAddr) -> bool {
@@ -523,7 +523,7 @@ fn setup(o: &Opts, tool: Tool, max_size: usize) -> Result<Conn, String> {
         cq,
         spin: o.spin,
         _pd: pd,
-        _ctx: ctx,
+        ctx,
     })
 }
 
@@ -928,17 +928,24 @@ pub fn run(o: &Opts, out: &mut impl Write) -> Result<Vec<Report>, String> {
                     show(out, &r)?;
                     reports.push(r);
                 }
-            } else {
-                // The server only answers: its close waits out the client's traffic.
-                c.oob.close(&c.me)?;
+            }
+            // The server only answers: its close waits out the client's traffic.
+            c.oob.close(&c.me)?;
+            if !client {
                 let r = Report::new(sizes[0], &Side::default(), &Side::default(), None);
                 show(out, &r)?;
                 reports.push(r);
-                return Ok(reports);
             }
-            c.oob.close(&c.me)?;
         }
     }
+    // For interop diagnostics: our port counters (ICRC errors, drops, retransmissions).
+    let line: Vec<String> = c
+        .ctx
+        .counters()
+        .iter()
+        .map(|(n, v)| format!("{n}={v}"))
+        .collect();
+    eprintln!("rverbs counters: {}", line.join(" "));
     Ok(reports)
 }
 
