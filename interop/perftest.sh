@@ -12,9 +12,26 @@
 #
 # Needs: the rxe-peer guest running (rxe-peer/start.sh 1) and an rverbs binary.
 # Usage: interop/perftest.sh [RVERBS_BIN] [FILTER]    (FILTER: substring of case names)
+#   PERFTEST_SRC=DIR  also run against the perftest built in DIR on this host (e.g. 6.29
+#                     from github.com/linux-rdma/perftest: ./autogen.sh && ./configure &&
+#                     make): its tools and the libraries the guest lacks are staged in
+#                     the guest's /mnt/host/perftest-src.
 set -u
 . "$(dirname "$0")/lib.sh"
 port=18700
+pt_prefix="" pt_tag=""
+stage_perftest() { # DIR
+  local d=/var/tmp/rxe-peer/share/perftest-src t lib
+  rm -rf "$d"; mkdir -p "$d/lib"
+  for t in write send read atomic; do
+    cp -f "$1/ib_${t}_bw" "$1/ib_${t}_lat" "$d/" || return 1
+  done
+  for lib in $(ldd "$d"/ib_* | awk '/=>/ { print $3 }' | sort -u); do
+    [ -e "/var/tmp/rxe-peer/rootfs/usr/lib/x86_64-linux-gnu/$(basename "$lib")" ] || cp -fL "$lib" "$d/lib/"
+  done
+  pt_prefix="LD_LIBRARY_PATH=/mnt/host/perftest-src/lib /mnt/host/perftest-src/"
+  pt_tag="-v$("$1/ib_write_bw" --version 2>/dev/null | awk '/Version/ { print $2 }')"
+}
 
 # The figure a side must report as non-zero: rverbs' JSON (gbps, or the p50 of a
 # latency test), perftest's result row (BW average, or t_min).
@@ -34,7 +51,7 @@ positive() { awk -v v="${1:-0}" 'BEGIN { exit !(v + 0 > 0) }'; }
 run_case() {
   local tool=$1 role=$2 size=$3 iters=$4 extra=${5:-}
   local op=${tool%_*} kind=${tool#*_}
-  local name="ib_${tool}-${role}-s${size:-def}-n${iters:-def}${extra:+-${extra// /}}"
+  local name="ib_${tool}${pt_tag}-${role}-s${size:-def}-n${iters:-def}${extra:+-${extra// /}}"
   [ -n "$filter" ] && [[ $name != *"$filter"* ]] && return
   case_name=$name
   [ "$extra" = "-a" ] && case_name="" # no capture of the 8 MiB sweep
@@ -55,10 +72,10 @@ run_case() {
     rv_cmd "$rv_log" 240 perf "$op" "$kind" --perftest --json -d rv_rxebr0 $opts &
     local bg=$!
     sleep 0.5
-    pt=$(guest -t 240 "ib_$tool -d rxe0 -x 1 -F $opts $host4; echo exit=\$?" 2>&1)
+    pt=$(guest -t 240 "${pt_prefix}ib_$tool -d rxe0 -x 1 -F $opts $host4; echo exit=\$?" 2>&1)
     wait $bg
   else
-    guest -b "pt$port" "ib_$tool -d rxe0 -x 1 -F $opts" >/dev/null 2>&1
+    guest -b "pt$port" "${pt_prefix}ib_$tool -d rxe0 -x 1 -F $opts" >/dev/null 2>&1
     wait_listen "$port"
     rv_cmd "$rv_log" 240 perf "$op" "$kind" --perftest --json -d rv_rxebr0 $opts "$vm4"
     pt=$(guest "p=\$(cat /tmp/bg-pt$port.pid); for i in \$(seq 1 100); do kill -0 \$p 2>/dev/null || break; sleep 0.1; done; cat /tmp/bg-pt$port.log; kill \$p 2>/dev/null; true" 2>&1)
@@ -117,6 +134,18 @@ run_case send_lat rv-client 1500 100
 # moving with the size.
 run_case send_bw rv-server "" 5 -a
 run_case write_lat rv-client "" 5 -a
+# A newer perftest (>= 6.28 negotiates parameters only with a peer announcing >= 6.28;
+# we announce 6.06): every tool in both roles at its defaults.
+if [ -n "${PERFTEST_SRC:-}" ]; then
+  if stage_perftest "$PERFTEST_SRC"; then
+    for role in rv-client rv-server; do
+      for tool in write_bw send_bw read_bw atomic_bw; do run_case "$tool" "$role" "" 200; done
+      for tool in write_lat send_lat read_lat atomic_lat; do run_case "$tool" "$role" "" ""; done
+    done
+  else
+    record "perftest from $PERFTEST_SRC" 0 "could not stage its tools"
+  fi
+fi
 # As the other suites: errors and exhausted retries fail; retransmissions (a late ACK
 # under TCG) are reported.
 check_counters "$before" "out_of_seq_request send_err retry_exceeded_err retry_rnr_exceeded_err" \
