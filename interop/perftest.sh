@@ -51,7 +51,7 @@ positive() { awk -v v="${1:-0}" 'BEGIN { exit !(v + 0 > 0) }'; }
 run_case() {
   local tool=$1 role=$2 size=$3 iters=$4 extra=${5:-}
   local op=${tool%_*} kind=${tool#*_}
-  local name="ib_${tool}${pt_tag}-${role}-s${size:-def}-n${iters:-def}${extra:+-${extra// /}}"
+  local name="ib_${tool}${pt_tag}-${role}-s${size:-def}-n${iters:-def}${extra:+-${extra// /}}${GIDX:+-gid$GIDX}"
   [ -n "$filter" ] && [[ $name != *"$filter"* ]] && return
   case_name=$name
   [ "$extra" = "-a" ] && case_name="" # no capture of the 8 MiB sweep
@@ -66,18 +66,20 @@ run_case() {
   [ "$tool" = write_bw ] && riters=${iters:-5000}
   [ "$op" = atomic ] && rsize=8
   [ "$extra" = "-a" ] && rsize=8388608
-  local rv_log=/tmp/perftest-rv.$$ pt c0
+  local rv_log=/tmp/perftest-rv.$$ pt c0 gx=${GIDX:-1} rvx=""
+  # GIDX: both sides' GID index (2: the IPv6 GIDs; the TCP exchange stays on IPv4).
+  [ -n "${GIDX:-}" ] && rvx="-x $GIDX"
   c0=$(counters)
   if [ "$role" = rv-server ]; then
-    rv_cmd "$rv_log" 240 perf "$op" "$kind" --perftest --json -d rv_rxebr0 $opts &
+    rv_cmd "$rv_log" 240 perf "$op" "$kind" --perftest --json -d rv_rxebr0 $rvx $opts &
     local bg=$!
     sleep 0.5
-    pt=$(guest -t 240 "${pt_prefix}ib_$tool -d rxe0 -x 1 -F $opts $host4; echo exit=\$?" 2>&1)
+    pt=$(guest -t 240 "${pt_prefix}ib_$tool -d rxe0 -x $gx -F $opts $host4; echo exit=\$?" 2>&1)
     wait $bg
   else
-    guest -b "pt$port" "${pt_prefix}ib_$tool -d rxe0 -x 1 -F $opts" >/dev/null 2>&1
+    guest -b "pt$port" "${pt_prefix}ib_$tool -d rxe0 -x $gx -F $opts" >/dev/null 2>&1
     wait_listen "$port"
-    rv_cmd "$rv_log" 240 perf "$op" "$kind" --perftest --json -d rv_rxebr0 $opts "$vm4"
+    rv_cmd "$rv_log" 240 perf "$op" "$kind" --perftest --json -d rv_rxebr0 $rvx $opts "$vm4"
     pt=$(guest "p=\$(cat /tmp/bg-pt$port.pid); for i in \$(seq 1 100); do kill -0 \$p 2>/dev/null || break; sleep 0.1; done; cat /tmp/bg-pt$port.log; kill \$p 2>/dev/null; true" 2>&1)
   fi
   local ok=1 why=() noted
@@ -130,6 +132,9 @@ run_case send_bw rv-server 3000 200
 run_case read_bw rv-server 5000 100
 run_case write_lat rv-server 4000 100
 run_case send_lat rv-client 1500 100
+# RoCE v2 over IPv6 GIDs.
+GIDX=2 run_case send_bw rv-server 3000 100
+GIDX=2 run_case write_lat rv-client 100 100
 # A sweep (2 B .. 8 MiB): per-size handshakes of ib_send_bw, and ib_write_lat's markers
 # moving with the size.
 run_case send_bw rv-server "" 5 -a
