@@ -12,10 +12,10 @@
 #
 # Needs: the rxe-peer guest running (rxe-peer/start.sh 1) and an rverbs binary.
 # Usage: interop/perftest.sh [RVERBS_BIN] [FILTER]    (FILTER: substring of case names)
-#   PERFTEST_SRC=DIR  also run against the perftest built in DIR on this host (e.g. 6.29
-#                     from github.com/linux-rdma/perftest: ./autogen.sh && ./configure &&
-#                     make): its tools and the libraries the guest lacks are staged in
-#                     the guest's /mnt/host/perftest-src.
+#   PERFTEST_SRC=DIR  also run against another perftest whose ib_* tools are in DIR on
+#                     this host (e.g. a newer release than the guest's package): its
+#                     tools and the libraries the guest lacks are staged in the guest's
+#                     /mnt/host/perftest-src.
 set -u
 . "$(dirname "$0")/lib.sh"
 port=18700
