@@ -1,42 +1,159 @@
 #!/usr/bin/env bash
-# Interop: `rverbs perf write bw --perftest` as the client of an unmodified perftest
-# `ib_write_bw` server on the kernel's rxe in a QEMU guest (../shared/rxe-peer).
-# Passes when both sides exit 0, the server reports the bandwidth of every size, and
-# rxe counted no out-of-sequence request, send error or exhausted retry.
+# Interop: `rverbs perf OP KIND --perftest` against unmodified perftest tools (Debian's
+# perftest 4.5+0.17 = 6.06) on the kernel's rxe in a QEMU guest (../shared/rxe-peer):
+# ib_{write,send,read,atomic}_{bw,lat}, rverbs as the client and as the server, at
+# perftest's default message size (and default -n for the latency tools), other
+# sizes, and an -a sweep. A case passes when both sides exit 0, rverbs reports its own
+# non-zero figures, perftest prints its result row with non-zero figures (the tools
+# that print one on that side), and rverbs dropped no packet of rxe's (ICRC, headers);
+# the suite fails if rxe counted an out-of-sequence request, a send error or an
+# exhausted retry (retransmissions are reported per case). tshark decodes every packet
+# rverbs captured (IOP_PCAP).
 #
-# Needs: the rxe-peer guests running (rxe-peer/start.sh 1) and an rverbs binary.
-# Usage: interop/perftest.sh [RVERBS_BIN]
+# Needs: the rxe-peer guest running (rxe-peer/start.sh 1) and an rverbs binary.
+# Usage: interop/perftest.sh [RVERBS_BIN] [FILTER]    (FILTER: substring of case names)
+#   PERFTEST_SRC=DIR  also run against another perftest whose ib_* tools are in DIR on
+#                     this host (e.g. a newer release than the guest's package): its
+#                     tools and the libraries the guest lacks are staged in the guest's
+#                     /mnt/host/perftest-src.
 set -u
-here=$(cd "$(dirname "$0")" && pwd)
-peer=${RXE_PEER:-$here/../../shared/rxe-peer}
-[ -d "$peer" ] || peer=$here/../shared/rxe-peer
-bin=${1:-$here/../target/release/rverbs}
-pass=0 fail=0
-counters() { "$peer/run.sh" -v 1 'cd /sys/class/infiniband/rxe0/ports/1/hw_counters && for f in out_of_seq_request send_err retry_exceeded_err; do echo "$f $(cat $f)"; done' 2>/dev/null; }
-before=$(counters)
+. "$(dirname "$0")/lib.sh"
 port=18700
-for size in 65536 4096 100; do
+pt_prefix="" pt_tag=""
+stage_perftest() { # DIR
+  local d=/var/tmp/rxe-peer/share/perftest-src t lib
+  rm -rf "$d"; mkdir -p "$d/lib"
+  for t in write send read atomic; do
+    cp -f "$1/ib_${t}_bw" "$1/ib_${t}_lat" "$d/" || return 1
+  done
+  for lib in $(ldd "$d"/ib_* | awk '/=>/ { print $3 }' | sort -u); do
+    [ -e "/var/tmp/rxe-peer/rootfs/usr/lib/x86_64-linux-gnu/$(basename "$lib")" ] || cp -fL "$lib" "$d/lib/"
+  done
+  pt_prefix="LD_LIBRARY_PATH=/mnt/host/perftest-src/lib /mnt/host/perftest-src/"
+  pt_tag="-v$("$1/ib_write_bw" --version 2>/dev/null | awk '/Version/ { print $2 }')"
+}
+
+# The figure a side must report as non-zero: rverbs' JSON (gbps, or the p50 of a
+# latency test), perftest's result row (BW average, or t_min).
+rv_figure() { # LOG KIND
+  local key=gbps
+  [ "$2" = lat ] && key=p50
+  grep -o "\"$key\":[0-9.e+-]*" "$1" | head -1 | cut -d: -f2
+}
+pt_row() { # OUTPUT SIZE ITERS KIND -> the row's figure (BW average / t_min)
+  local col=4
+  [ "$4" = lat ] && col=3
+  awk -v s="$2" -v n="$3" -v c="$col" '$1 == s && $2 == n { print $c; exit }' <<<"$1"
+}
+positive() { awk -v v="${1:-0}" 'BEGIN { exit !(v + 0 > 0) }'; }
+
+# run_case TOOL(write_bw|...) ROLE(rv-client|rv-server) SIZE(or "" = default) ITERS(or "") [EXTRA]
+run_case() {
+  local tool=$1 role=$2 size=$3 iters=$4 extra=${5:-}
+  local op=${tool%_*} kind=${tool#*_}
+  local name="ib_${tool}${pt_tag}-${role}-s${size:-def}-n${iters:-def}${extra:+-${extra// /}}${GIDX:+-gid$GIDX}"
+  [ -n "$filter" ] && [[ $name != *"$filter"* ]] && return
+  case_name=$name
+  [ "$extra" = "-a" ] && case_name="" # no capture of the 8 MiB sweep
   port=$((port + 1))
-  name="write-bw-$size"
-  "$peer/run.sh" -v 1 -b "pt$port" "ib_write_bw -d rxe0 -x 1 -F -p $port -n 200 -s $size; echo exit=\$?"
-  sleep 2
-  out=$(timeout 120 "$peer/hostns.sh" "$bin" perf write bw 10.77.0.2 --perftest -d rv_rxebr0 -p "$port" -n 200 -s "$size" 2>&1)
-  rc=$?
-  sleep 1
-  srv=$("$peer/run.sh" -v 1 "cat /tmp/bg-pt$port.log")
-  # The server's result row: size, iterations, peak and average MB/s, Mpps.
-  if [ $rc = 0 ] && echo "$srv" | grep -q "exit=0" && echo "$srv" | grep -Eq "^ *$size +200 "; then
-    echo "PASS $name"; echo "$out" | tail -1; echo "$srv" | grep -E "^ *$size +200 "
-    pass=$((pass + 1))
+  local opts="-p $port"
+  [ -n "$size" ] && opts="$opts -s $size"
+  [ -n "$iters" ] && opts="$opts -n $iters"
+  [ -n "$extra" ] && opts="$opts $extra"
+  # What each side reports: size and iterations of its row.
+  local rsize=${size:-65536} riters=${iters:-1000}
+  [ "$kind" = lat ] && rsize=${size:-2}
+  [ "$tool" = write_bw ] && riters=${iters:-5000}
+  [ "$op" = atomic ] && rsize=8
+  [ "$extra" = "-a" ] && rsize=8388608
+  local rv_log=/tmp/perftest-rv.$$ pt c0 gx=${GIDX:-1} rvx=""
+  # GIDX: both sides' GID index (2: the IPv6 GIDs; the TCP exchange stays on IPv4).
+  [ -n "${GIDX:-}" ] && rvx="-x $GIDX"
+  c0=$(counters)
+  if [ "$role" = rv-server ]; then
+    rv_cmd "$rv_log" 240 perf "$op" "$kind" --perftest --json -d rv_rxebr0 $rvx $opts &
+    local bg=$!
+    sleep 0.5
+    pt=$(guest -t 240 "${pt_prefix}ib_$tool -d rxe0 -x $gx -F $opts $host4; echo exit=\$?" 2>&1)
+    wait $bg
   else
-    echo "FAIL $name (rverbs exit $rc)"; echo "$out"; echo "--- ib_write_bw:"; echo "$srv"
-    fail=$((fail + 1))
+    guest -b "pt$port" "${pt_prefix}ib_$tool -d rxe0 -x $gx -F $opts" >/dev/null 2>&1
+    wait_listen "$port"
+    rv_cmd "$rv_log" 240 perf "$op" "$kind" --perftest --json -d rv_rxebr0 $rvx $opts "$vm4"
+    pt=$(guest "p=\$(cat /tmp/bg-pt$port.pid); for i in \$(seq 1 100); do kill -0 \$p 2>/dev/null || break; sleep 0.1; done; cat /tmp/bg-pt$port.log; kill \$p 2>/dev/null; true" 2>&1)
   fi
+  local ok=1 why=() noted
+  grep -q "exit=0" "$rv_log" || { ok=0; why+=("rverbs did not exit 0"); }
+  # Every packet rxe sent passed rverbs' checks (ICRC, headers, P_Key, state, source).
+  rv_clean "$rv_log" || { ok=0; why+=("rverbs dropped packets from rxe (see its counters)"); }
+  # perftest's background log has no exit line: its result row or closing line stands for it.
+  if [ "$role" = rv-server ]; then
+    grep -q "exit=0" <<<"$pt" || { ok=0; why+=("$tool did not exit 0"); }
+  fi
+  # rverbs' figure: the read/atomic latency server only answers (no figure).
+  if ! { [ "$role" = rv-server ] && [ "$kind" = lat ] && { [ "$op" = read ] || [ "$op" = atomic ]; }; }; then
+    positive "$(rv_figure "$rv_log" "$kind")" || { ok=0; why+=("rverbs reported no figure"); }
+  fi
+  # perftest's row: every tool prints one, but for ib_read_lat/ib_atomic_lat only the client.
+  if ! { [ "$role" = rv-client ] && [ "$kind" = lat ] && { [ "$op" = read ] || [ "$op" = atomic ]; }; }; then
+    positive "$(pt_row "$pt" "$rsize" "$riters" "$kind")" || { ok=0; why+=("no $tool result row for $rsize B x $riters with a non-zero figure"); }
+  elif ! grep -q -- "---------" <<<"$pt"; then
+    ok=0; why+=("$tool printed nothing")
+  fi
+  record "$name" $ok "${why[@]}" "--- rverbs:" "$(cat "$rv_log")" "--- $tool:" "$pt"
+  if [ $ok = 1 ]; then
+    echo "  rverbs: $(grep '^{' "$rv_log" | tail -1 | grep -o '"size":[0-9]*,"msgs":[0-9]*\|"gbps":[0-9.e+-]*\|"p50":[0-9.e+-]*' | tr '\n' ' ')"
+    pt_line=$(awk -v s="$rsize" -v n="$riters" '$1 == s && $2 == n' <<<"$pt" | head -1)
+    [ -n "$pt_line" ] && echo "  $tool: $(echo $pt_line)"
+  fi
+  # Retransmissions are noted per case (TCG timing can make an ACK late).
+  noted=$(counter_deltas "$c0" "$(counters)" | awk '($1 == "completer_retry_err" || $1 == "duplicate_request" || $1 == "rcvd_seq_err") && $2 != 0 { printf "%s=%d ", $1, $2 }')
+  [ -n "$noted" ] && echo "  NOTE rxe: $noted; rverbs: $(grep -o 'retransmitted_packets=[0-9]*\|rx_duplicate_requests=[0-9]*\|tx_nak_seq=[0-9]*' "$rv_log" | tr '\n' ' ')"
+  add_rv_counters "$rv_log"
+  rm -f "$rv_log"
+  guest 'for p in $(ps | grep -E "ib_[a-z]+_(bw|lat)" | grep -v grep | awk "{print \$1}"); do kill -9 $p; done; true' >/dev/null 2>&1
+}
+
+before=$(counters)
+for role in rv-client rv-server; do
+  # The bandwidth tools at perftest's default size (65536; -n small: TCG is slow).
+  for tool in write_bw send_bw read_bw atomic_bw; do
+    run_case "$tool" "$role" "" 200
+  done
+  # The latency tools with perftest's defaults (2 bytes, 1000 iterations).
+  for tool in write_lat send_lat read_lat atomic_lat; do
+    run_case "$tool" "$role" "" ""
+  done
 done
-after=$(counters)
-while read -r c v; do
-  b=$(echo "$before" | awk -v c="$c" '$1 == c { print $2 }')
-  if [ -n "$b" ] && [ "$v" != "$b" ]; then echo "FAIL rxe counter $c grew by $((v - b))"; fail=$((fail + 1)); fi
-done <<<"$after"
-echo "$pass passed, $fail failed"
-[ "$fail" = 0 ]
+# Sizes below and above the path MTU, multi-packet latency messages.
+run_case write_bw rv-client 100 200
+run_case write_bw rv-client 4096 200
+run_case send_bw rv-server 3000 200
+run_case read_bw rv-server 5000 100
+run_case write_lat rv-server 4000 100
+run_case send_lat rv-client 1500 100
+# RoCE v2 over IPv6 GIDs.
+GIDX=2 run_case send_bw rv-server 3000 100
+GIDX=2 run_case write_lat rv-client 100 100
+# A sweep (2 B .. 8 MiB): per-size handshakes of ib_send_bw, and ib_write_lat's markers
+# moving with the size.
+run_case send_bw rv-server "" 5 -a
+run_case write_lat rv-client "" 5 -a
+# A newer perftest (>= 6.28 negotiates parameters only with a peer announcing >= 6.28;
+# we announce 6.06): every tool in both roles at its defaults.
+if [ -n "${PERFTEST_SRC:-}" ]; then
+  if stage_perftest "$PERFTEST_SRC"; then
+    for role in rv-client rv-server; do
+      for tool in write_bw send_bw read_bw atomic_bw; do run_case "$tool" "$role" "" 200; done
+      for tool in write_lat send_lat read_lat atomic_lat; do run_case "$tool" "$role" "" ""; done
+    done
+  else
+    record "perftest from $PERFTEST_SRC" 0 "could not stage its tools"
+  fi
+fi
+# As the other suites: errors and exhausted retries fail; retransmissions (a late ACK
+# under TCG) are reported.
+check_counters "$before" "out_of_seq_request send_err retry_exceeded_err retry_rnr_exceeded_err" \
+  "completer_retry_err duplicate_request rcvd_seq_err rcvd_rnr_err send_rnr_err"
+print_rv_totals
+finish

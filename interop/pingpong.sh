@@ -37,6 +37,8 @@ run_case() {
     # the TCP exchange goes over IPv4 and the IPv6 GID is chosen explicitly.
     local rvgid=""
     [ "$v6" = 1 ] && rvgid="-g 2"
+    # In raw mode (RAW_IF) every GID is listed twice, v1 then v2: fd00:77::1 is v2 at 5.
+    [ "$v6" = 1 ] && [ -n "${RAW_IF:-}" ] && rvgid="-g 5"
     rv_cmd "$rv_log" 90 pingpong "$t" -d rv_rxebr0 --stats $rvgid $opts "$vm4"
     # The tool's output is buffered until it exits: give it 3 s to finish (a lingering
     # QP, see linger.c), then stop it.

@@ -50,8 +50,10 @@ pub fn pcap_file(data: &[u8]) {
 
 /// The bytes as what a `rverbs perf` peer sends on the control connection: every line
 /// parses to a message or an error, and a parsed message renders back to a line that
-/// parses to the same message.
+/// parses to the same message. Then the same bytes as what a perftest peer sends to
+/// `--perftest` (see [`perftest_bytes`]).
 pub fn perf_ctrl(data: &[u8]) {
+    perftest_bytes(data);
     use rverbs_cli::perf::ctrl::{read_msg, Msg};
     let mut r = data;
     for _ in 0..64 {
@@ -82,5 +84,41 @@ pub fn interop_exchange(data: &[u8]) {
         let line = rverbs_cli::interop::encode(&p);
         assert_eq!(rverbs_cli::interop::decode(&line), Ok(p), "{line}");
         assert!(p.qpn <= 0xff_ffff && p.psn <= 0xff_ffff);
+    }
+}
+
+/// The bytes as each field a perftest peer sends to `rverbs perf --perftest`: its
+/// version, page size and cache line, MTU, 108-byte key message and bandwidth report.
+/// Each parses to a value in range or an error, and what parses encodes back to the
+/// same value.
+pub fn perftest_bytes(data: &[u8]) {
+    use rverbs_cli::perf::perftest::{
+        decode, encode, parse_mtu, parse_sys, parse_version, BwReport, KEY_MSG_SIZE_GID,
+    };
+    let key = &data[..data.len().min(KEY_MSG_SIZE_GID)];
+    if let Ok(d) = decode(key) {
+        assert_eq!(decode(&encode(&d)), Ok(d));
+        assert!(d.qpn <= 0xff_ffff && d.psn <= 0xff_ffff);
+    }
+    if let Ok(v) = parse_version(&data[..data.len().min(16)]) {
+        assert!(v < 100_000_000);
+    }
+    if let Some(m) = parse_mtu(&data[..data.len().min(2)]) {
+        assert!((256..=4096).contains(&m.bytes()));
+    }
+    if data.len() >= 8 {
+        if let Ok((c, l)) = parse_sys(&data[..4], &data[4..8]) {
+            assert!((4096..=1 << 26).contains(&c) && (64..=4096).contains(&l));
+        }
+    }
+    if data.len() >= 40 {
+        let mut f = [[0u8; 8]; 5];
+        for (i, x) in f.iter_mut().enumerate() {
+            x.copy_from_slice(&data[8 * i..8 * i + 8]);
+        }
+        if let Ok(r) = BwReport::from_fields(&f) {
+            assert_eq!(r.fields(), f);
+            assert!(r.bw_avg.is_finite() && r.bw_avg >= 0.0 && r.msg_rate >= 0.0);
+        }
     }
 }

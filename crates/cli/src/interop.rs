@@ -381,6 +381,9 @@ pub fn run<W: Write>(o: &Opts, out: &mut W) -> Result<(), String> {
             .collect();
         eprintln!("rverbs counters: {}", line.join(" "));
         eprintln!("rverbs faults: {:?}", ctx.fault_stats());
+        if let Some(s) = ctx.raw_net_stats() {
+            eprintln!("rverbs raw path: {s:?}");
+        }
     }
     r
 }

@@ -198,8 +198,15 @@ enum Command {
         /// applies the same policy to its socket reads.
         #[arg(long = "spin-us", default_value_t = 0)]
         spin_us: u64,
-        /// Speak perftest's own exchange: be the client of an unmodified
-        /// `ib_write_bw` server (perftest 5.70 .. 6.27; `write bw SERVER -n N` only).
+        /// Speak perftest's own exchange (TCP, RoCE GIDs), so an unmodified perftest
+        /// tool is the peer, in either role: write/send/read/atomic bw = ib_write_bw,
+        /// ib_send_bw, ib_read_bw, ib_atomic_bw; lat = ib_write_lat, ib_send_lat,
+        /// ib_read_lat, ib_atomic_lat. Any perftest from 5.70 on: we announce 6.06, so
+        /// perftest 6.28+ skips its parameter negotiation. Spoken: RC, one QP, the
+        /// default options plus -s, -n (default: perftest's), -a, -t, -m, -x, -p;
+        /// atomics are fetch-and-add. Not spoken: -D, -b, -l, -q, -c UC/UD,
+        /// -A CMP_AND_SWAP, -R (rdma_cm). Start both sides with the same -s/-n/-a, as
+        /// perftest needs.
         #[arg(long)]
         perftest: bool,
         /// One JSON object per size instead of the table.
@@ -460,8 +467,9 @@ fn main() -> ExitCode {
         } => {
             use rverbs_cli::perf::{Kind, Op};
             let kind = if kind == "lat" { Kind::Lat } else { Kind::Bw };
+            let op_v = Op::from_name(&op).unwrap_or(Op::Send);
             let o = rverbs_cli::perf::Opts {
-                op: Op::from_name(&op).unwrap_or(Op::Send),
+                op: op_v,
                 kind,
                 server,
                 port,
@@ -469,7 +477,14 @@ fn main() -> ExitCode {
                 size: size.unwrap_or(if kind == Kind::Bw { 65536 } else { 2 }),
                 all,
                 iters: iters
-                    .unwrap_or(if kind == Kind::Bw { 5000 } else { 1000 })
+                    .unwrap_or(
+                        match (perftest, rverbs_cli::perf::perftest::Tool::of(op_v, kind)) {
+                            // perftest's own default -n for that tool.
+                            (true, Some(t)) => t.default_iters(),
+                            _ if kind == Kind::Bw => 5000,
+                            _ => 1000,
+                        },
+                    )
                     .max(1),
                 duration: duration.filter(|d| *d > 0.0),
                 depth,

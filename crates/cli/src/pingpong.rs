@@ -460,6 +460,9 @@ pub fn run<W: Write>(o: &Opts, out: &mut W) -> Result<(), String> {
         let line: Vec<String> = c.iter().map(|(n, v)| format!("{n}={v}")).collect();
         eprintln!("rverbs counters: {}", line.join(" "));
         eprintln!("rverbs faults: {:?}", ctx.fault_stats());
+        if let Some(s) = ctx.raw_net_stats() {
+            eprintln!("rverbs raw path: {s:?}");
+        }
     }
     if !o.linger.is_zero() {
         w(out.flush())?;

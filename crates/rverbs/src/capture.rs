@@ -2,6 +2,11 @@
 //! file (link type raw IP) with the IP and UDP headers as they were on the wire — for
 //! Wireshark and `rverbs pcap decode`.
 //!
+//! A raw-mode context with a raw device writes LINKTYPE_ETHERNET instead: the frames of
+//! the raw path (RoCE v1, RoCE v2, ARP, ND) exactly as sent and received, and the
+//! datagrams that still use a UDP socket (to the context's own addresses) behind an
+//! Ethernet header with zero MACs.
+//!
 //! Sent packets carry the header Linux builds for them (IPv4 ID 0 with DF, UDP checksum
 //! computed). For received IPv4 packets the Identification is recovered from the ICRC
 //! (the socket does not show it) so the ICRC in the capture verifies. TTL / hop limit,
@@ -19,22 +24,57 @@ use std::time::SystemTime;
 
 /// LINKTYPE_RAW: packets begin with an IPv4 or IPv6 header.
 const LINKTYPE_RAW: u32 = 101;
+/// LINKTYPE_ETHERNET: packets begin with an Ethernet II header.
+const LINKTYPE_ETHERNET: u32 = 1;
 
 pub(crate) struct PcapWriter {
     out: BufWriter<File>,
+    ethernet: bool,
 }
 
 impl PcapWriter {
-    pub(crate) fn create(path: &Path) -> std::io::Result<PcapWriter> {
+    /// A new capture file: LINKTYPE_ETHERNET when `ethernet`, else LINKTYPE_RAW.
+    pub(crate) fn create(path: &Path, ethernet: bool) -> std::io::Result<PcapWriter> {
         let mut out = BufWriter::new(File::create(path)?);
         out.write_all(&0xa1b2_c3d4u32.to_le_bytes())?;
         out.write_all(&2u16.to_le_bytes())?;
         out.write_all(&4u16.to_le_bytes())?;
         out.write_all(&[0; 8])?;
         out.write_all(&65535u32.to_le_bytes())?;
-        out.write_all(&LINKTYPE_RAW.to_le_bytes())?;
+        let linktype = if ethernet {
+            LINKTYPE_ETHERNET
+        } else {
+            LINKTYPE_RAW
+        };
+        out.write_all(&linktype.to_le_bytes())?;
         out.flush()?;
-        Ok(PcapWriter { out })
+        Ok(PcapWriter { out, ethernet })
+    }
+
+    /// Writes one whole Ethernet frame (raw mode only; ignored in a LINKTYPE_RAW file).
+    pub(crate) fn write_frame(&mut self, frame: &[u8]) {
+        if self.ethernet {
+            self.record(&[], frame);
+        }
+    }
+
+    /// One record: `head` then `body`.
+    fn record(&mut self, head: &[u8], body: &[u8]) {
+        let t = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap_or_default();
+        let n = (head.len() + body.len()) as u32;
+        let mut rec = [0u8; 16];
+        rec[0..4].copy_from_slice(&(t.as_secs() as u32).to_le_bytes());
+        rec[4..8].copy_from_slice(&t.subsec_micros().to_le_bytes());
+        rec[8..12].copy_from_slice(&n.to_le_bytes());
+        rec[12..16].copy_from_slice(&n.to_le_bytes());
+        // A capture that cannot be written (disk full) must not disturb the traffic.
+        let _ = self
+            .out
+            .write_all(&rec)
+            .and_then(|_| self.out.write_all(head))
+            .and_then(|_| self.out.write_all(body));
     }
 
     /// Writes one RoCE v2 datagram (`payload` = BTH .. ICRC) between `src` and `dst`,
@@ -99,20 +139,17 @@ impl PcapWriter {
         };
         let mut u = udp::UdpPacket::new_unchecked(&mut pkt[ip_len..]);
         u.fill_checksum(src, dst);
-        let t = SystemTime::now()
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .unwrap_or_default();
-        let n = pkt.len() as u32;
-        let mut rec = [0u8; 16];
-        rec[0..4].copy_from_slice(&(t.as_secs() as u32).to_le_bytes());
-        rec[4..8].copy_from_slice(&t.subsec_micros().to_le_bytes());
-        rec[8..12].copy_from_slice(&n.to_le_bytes());
-        rec[12..16].copy_from_slice(&n.to_le_bytes());
-        // A capture that cannot be written (disk full) must not disturb the traffic.
-        let _ = self
-            .out
-            .write_all(&rec)
-            .and_then(|_| self.out.write_all(&pkt));
+        if self.ethernet {
+            let mut eth = [0u8; 14];
+            eth[12..14].copy_from_slice(if ip_len == ipv4::HEADER_LEN {
+                &[0x08, 0x00]
+            } else {
+                &[0x86, 0xdd]
+            });
+            self.record(&eth, &pkt);
+        } else {
+            self.record(&[], &pkt);
+        }
     }
 
     fn udp(&self, buf: &mut [u8], (src_port, dst_port): (u16, u16), payload: &[u8]) {

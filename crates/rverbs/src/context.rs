@@ -118,8 +118,8 @@ pub(crate) struct Shared {
     epoch: Instant,
     shutdown: AtomicBool,
     pub(crate) info: DeviceInfo,
-    faults: Option<Mutex<FaultState>>,
-    pcap: Option<Mutex<PcapWriter>>,
+    pub(crate) faults: Option<Mutex<FaultState>>,
+    pub(crate) pcap: Option<Mutex<PcapWriter>>,
     /// Bumped (under the engine lock) after every engine activity that can complete
     /// work: a poller that found its CQ empty need not take the lock again until it
     /// changes, so busy-polling applications do not starve the driver thread.
@@ -188,7 +188,8 @@ impl Shared {
     /// Sends everything the engine has to send, and wakes event waiters.
     pub(crate) fn flush(&self, engine: &mut Engine, now: Nanos) {
         self.flush_pending.store(0, Ordering::Relaxed);
-        if self.faults.is_some() || self.pcap.is_some() {
+        // Raw-mode RoCE v2 leaves frame by frame through the raw device (`rawnet.rs`).
+        if self.faults.is_some() || self.pcap.is_some() || self.net().is_some() {
             while let Some(t) = engine.poll_transmit(now) {
                 self.send(&t);
                 engine.recycle(t.payload);
@@ -214,13 +215,29 @@ impl Shared {
 
     fn send(&self, t: &Transmit) {
         if t.roce_v1 {
-            // RoCE v1 leaves through the raw device (faults and pcap are UDP-path
-            // features; the raw device's sniffer flows see these frames).
-            if let Some(v1) = self.raw.as_ref().and_then(|r| r.v1.as_ref()) {
-                v1.send(t);
-            }
+            // RoCE v1 leaves through the raw device (`raw.rs`, `rawnet.rs`).
+            self.v1_send(t);
             return;
         }
+        if self.raw_v2() {
+            // Raw-mode RoCE v2 (`rawnet.rs`), unless it is for the UDP socket.
+            if self.net_send_v2(t) {
+                return;
+            }
+            // The socket sends from port 4791, which the ICRC must then cover (the
+            // engine computed it for the QP's entropy port).
+            let mut t2 = Transmit {
+                payload: t.payload.clone(),
+                src_port: ROCE_PORT,
+                ..*t
+            };
+            rverbs_engine::net::fill_icrc(t2.src, t2.dst, ROCE_PORT, &mut t2.payload);
+            return self.send_udp(&t2);
+        }
+        self.send_udp(t)
+    }
+
+    fn send_udp(&self, t: &Transmit) {
         let meta = IpMeta {
             hop_limit: t.hop_limit,
             traffic_class: t.traffic_class,
@@ -397,6 +414,15 @@ impl Shared {
         }
     }
 
+    /// Writes one raw-path frame to the `RVERBS_PCAP` capture.
+    pub(crate) fn record_frame(&self, frame: &[u8]) {
+        if let Some(p) = &self.pcap {
+            p.lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .write_frame(frame);
+        }
+    }
+
     fn send_raw(&self, src: IpAddr, dst: IpAddr, meta: IpMeta, bytes: &[u8]) {
         let socks = self.sockets.read().unwrap_or_else(|e| e.into_inner());
         let Some((_, sock)) = socks.iter().find(|(a, _)| *a == src).or_else(|| {
@@ -430,9 +456,20 @@ impl Shared {
         loop {
             let mut f = faults.lock().unwrap_or_else(|e| e.into_inner());
             match f.due(now) {
-                Some((src, dst, meta, bytes)) => {
+                Some(crate::faults::Held::Datagram(src, dst, m, bytes)) => {
                     drop(f);
+                    let meta = IpMeta {
+                        hop_limit: m.0,
+                        traffic_class: m.1,
+                        flow_label: m.2,
+                    };
                     self.send_raw(src, dst, meta, &bytes);
+                }
+                Some(crate::faults::Held::Frame(frame)) => {
+                    drop(f);
+                    if let Some(net) = self.net() {
+                        self.net_wire(net, &frame);
+                    }
                 }
                 None => return f.next_due(),
             }
@@ -640,6 +677,34 @@ impl Shared {
         }
     }
 
+    /// Whether the context has a socket for address or group `a`.
+    pub(crate) fn has_socket(&self, a: IpAddr) -> bool {
+        self.sockets
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .any(|(b, _)| *b == a)
+    }
+
+    /// The addresses and groups the context has sockets for.
+    pub(crate) fn socket_addrs(&self) -> Vec<IpAddr> {
+        self.sockets
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|(a, _)| *a)
+            .collect()
+    }
+
+    /// Silences a new UDP socket of a raw-mode context for what the raw device
+    /// receives (`rawnet.rs`).
+    pub(crate) fn quiet_socket(&self, s: &Socket) -> std::io::Result<()> {
+        if self.raw_v2() {
+            sys::drop_from_interface(s, self.info.ifindex)?;
+        }
+        Ok(())
+    }
+
     /// The sockets' descriptors.
     pub(crate) fn socket_fds(&self) -> Vec<i32> {
         self.sockets
@@ -689,9 +754,9 @@ pub struct RoceV1Stats {
     pub rx_icrc_errors: u64,
     /// RoCE v1 frames sent.
     pub tx_frames: u64,
-    /// Packets not sent because the destination GID had no known MAC (no complete ARP
-    /// entry for an IPv4-mapped GID, or a non-EUI-64 IPv6 GID); the transport's
-    /// retransmission retries them.
+    /// Frames not sent because the destination GID's neighbour was not found: ARP /
+    /// Neighbor Discovery went unanswered (or the frame could not be built, or its
+    /// neighbour's queue overflowed); the transport's retransmission retries them.
     pub tx_no_neighbour: u64,
 }
 
@@ -706,9 +771,12 @@ pub struct OpenOptions {
     pub pcap: Option<std::path::PathBuf>,
     /// Raw mode: bind the context to this Ethernet interface (in the calling thread's
     /// network namespace) for RAW_PACKET QPs and flow steering ([`crate::Qp::create_flow`]),
-    /// as on a NIC. The RoCE v2 side of the context is unchanged. With CAP_NET_RAW the
-    /// context opens an `AF_PACKET` socket on the interface at once (an unknown
-    /// interface fails the open); without it the context opens, and creating a
+    /// as on a NIC. With CAP_NET_RAW the context opens an `AF_PACKET` socket on the
+    /// interface at once (an unknown interface fails the open), speaks RoCE v1 through
+    /// it, and — when it is the device's own interface — RoCE v2 too, with its own
+    /// Ethernet/IP/UDP headers, exact ICRC checks and ARP / Neighbor Discovery
+    /// ([`Context::raw_net_stats`]; the README's "RoCE v2 on the raw device"). Without
+    /// the capability the context opens with RoCE v2 on its UDP sockets, and creating a
     /// RAW_PACKET QP or a flow fails with EPERM, as in the kernel. Default: none (or
     /// `RVERBS_RAW_IF` with [`Context::open`]).
     pub raw_interface: Option<String>,
@@ -892,9 +960,25 @@ impl Context {
             }
         }
         let raw = match &opts.raw_interface {
-            Some(ifname) => Some(crate::raw::RawMode::open(ifname)?),
+            // RoCE v2 moves onto the raw device only when it is the device's own
+            // interface (its addresses are the device's GIDs).
+            Some(ifname) => Some(crate::raw::RawMode::open(
+                ifname,
+                !info.is_loopback() && *ifname == info.ifname,
+            )?),
             None => None,
         };
+        let raw_v2 = raw
+            .as_ref()
+            .and_then(|r| r.net.as_ref())
+            .is_some_and(|n| n.v2);
+        let raw_frames = raw.as_ref().is_some_and(|r| r.dev.is_some());
+        if raw_v2 {
+            for (_, s) in &sockets {
+                sys::drop_from_interface(s, info.ifindex)
+                    .map_err(|e| Error::io("filtering the UDP sockets of raw mode", e))?;
+            }
+        }
         let bound: Vec<IpAddr> = sockets.iter().map(|(a, _)| *a).collect();
         // A raw-mode device that can send frames has RoCE v1 entries beside the v2 ones.
         let roce_v1 = raw.as_ref().is_some_and(|r| r.v1.is_some());
@@ -907,7 +991,9 @@ impl Context {
             // QPNs start at a random point so a restarted process does not reuse the
             // numbers its peers may still be retransmitting to.
             first_qpn: 0x11 + (seed >> 40) as u32 % 0xf0_0000,
-            src_port: Some(ROCE_PORT),
+            // Sockets send from port 4791; raw-mode frames from the QP's entropy port,
+            // as rxe does.
+            src_port: if raw_v2 { None } else { Some(ROCE_PORT) },
             ..Config::default()
         };
         cfg.limits.active_mtu = info.active_mtu();
@@ -942,11 +1028,10 @@ impl Context {
             ud_steering: Default::default(),
             deferred: Mutex::new(Vec::new()),
             pcap: match &opts.pcap {
-                Some(p) => {
-                    Some(Mutex::new(PcapWriter::create(p).map_err(|e| {
-                        Error::io("creating the RVERBS_PCAP capture file", e)
-                    })?))
-                }
+                Some(p) => Some(Mutex::new(
+                    PcapWriter::create(p, raw_frames)
+                        .map_err(|e| Error::io("creating the RVERBS_PCAP capture file", e))?,
+                )),
                 None => None,
             },
             faults: opts
@@ -959,15 +1044,25 @@ impl Context {
                 })
                 .map(|f| Mutex::new(FaultState::new(f))),
         });
-        // Received RoCE v1 frames wake the driver, which feeds them to the engine.
-        if let Some(v1) = shared.raw.as_ref().and_then(|r| r.v1.as_ref()) {
+        // Received RoCE v1 and raw-mode v2 frames wake the driver, which feeds them to
+        // the engine.
+        let notify = || -> rverbs_raw::Notify {
             let weak = Arc::downgrade(&shared);
-            v1.set_notify(Arc::new(move || {
+            Arc::new(move || {
                 if let Some(s) = weak.upgrade() {
                     s.activity.fetch_add(1, Ordering::Release);
                     s.wake();
+                    if let Some(r) = s.raw.as_ref().and_then(|r| r.ready.as_ref()) {
+                        sys::eventfd_signal(r);
+                    }
                 }
-            }));
+            })
+        };
+        if let Some(v1) = shared.raw.as_ref().and_then(|r| r.v1.as_ref()) {
+            v1.set_notify(notify());
+        }
+        if let Some(net) = shared.net() {
+            net.set_notify(notify());
         }
         let s2 = shared.clone();
         let thread = std::thread::Builder::new()
@@ -1009,6 +1104,12 @@ impl Context {
             tx_frames: l(&v1.stats.tx_frames),
             tx_no_neighbour: l(&v1.stats.tx_no_neighbour),
         })
+    }
+
+    /// Counts of the raw-mode RoCE v2 path and of neighbour resolution (`None` without
+    /// raw mode on the device's own interface, or without CAP_NET_RAW).
+    pub fn raw_net_stats(&self) -> Option<crate::rawnet::RawNetStats> {
+        self.shared().net().map(|n| n.stats())
     }
 
     /// The raw device's counts (frames received, delivered, dropped by a rule, not
@@ -1055,6 +1156,9 @@ const RESCAN_NS: Nanos = 1_000_000_000;
 /// and closes the sockets of addresses whose entry is gone.
 fn rescan(shared: &Shared) {
     crate::mcast::prune_groups(shared);
+    if let Some(net) = shared.net() {
+        net.refresh_prefixes();
+    }
     if shared.info.is_loopback() {
         return;
     }
@@ -1068,7 +1172,9 @@ fn rescan(shared: &Shared) {
     for a in &now_addrs {
         if !socks.iter().any(|(b, _)| b == a) {
             if let Ok(s) = udp_socket(*a) {
-                socks.push((*a, Arc::new(s)));
+                if shared.quiet_socket(&s).is_ok() {
+                    socks.push((*a, Arc::new(s)));
+                }
             }
         }
     }
@@ -1115,7 +1221,10 @@ fn driver(shared: Arc<Shared>) {
         if let Some(p) = &shared.pcap {
             p.lock().unwrap_or_else(|e| e.into_inner()).flush();
         }
-        let next_due = shared.send_due(shared.now());
+        let next_due = match (shared.send_due(shared.now()), shared.net_due(shared.now())) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         let (timeout_ms, standoff) = {
             let e = shared.lock();
             let now = shared.now();

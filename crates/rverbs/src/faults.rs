@@ -99,8 +99,16 @@ pub struct FaultStats {
     pub delayed: u64,
 }
 
-/// A datagram waiting for its delay to pass: (due time, sequence, source, destination, bytes).
-type Delayed = Reverse<(u64, u64, IpAddr, IpAddr, (u8, u8, u32), Vec<u8>)>;
+/// Something sent late: a datagram of the UDP path (source, destination, IP metadata,
+/// bytes) or a whole frame of the raw path.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Held {
+    Datagram(IpAddr, IpAddr, (u8, u8, u32), Vec<u8>),
+    Frame(Vec<u8>),
+}
+
+/// Something waiting for its delay to pass: (due time, sequence, what).
+type Delayed = Reverse<(u64, u64, Held)>;
 
 pub(crate) struct FaultState {
     pub(crate) f: Faults,
@@ -185,26 +193,24 @@ impl FaultState {
         meta: crate::sys::IpMeta,
         bytes: Vec<u8>,
     ) {
-        self.seq += 1;
         let m = (meta.hop_limit, meta.traffic_class, meta.flow_label);
-        self.delayed
-            .push(Reverse((due, self.seq, src, dst, m, bytes)));
+        self.push(due, Held::Datagram(src, dst, m, bytes));
     }
 
-    /// The next held datagram due at or before `now`.
-    pub(crate) fn due(
-        &mut self,
-        now: u64,
-    ) -> Option<(IpAddr, IpAddr, crate::sys::IpMeta, Vec<u8>)> {
+    /// Holds a raw-path frame until `due`.
+    pub(crate) fn hold_frame(&mut self, due: u64, frame: Vec<u8>) {
+        self.push(due, Held::Frame(frame));
+    }
+
+    fn push(&mut self, due: u64, what: Held) {
+        self.seq += 1;
+        self.delayed.push(Reverse((due, self.seq, what)));
+    }
+
+    /// The next held datagram or frame due at or before `now`.
+    pub(crate) fn due(&mut self, now: u64) -> Option<Held> {
         if self.delayed.peek().is_some_and(|Reverse(d)| d.0 <= now) {
-            self.delayed.pop().map(|Reverse((_, _, s, d, m, b))| {
-                let meta = crate::sys::IpMeta {
-                    hop_limit: m.0,
-                    traffic_class: m.1,
-                    flow_label: m.2,
-                };
-                (s, d, meta, b)
-            })
+            self.delayed.pop().map(|Reverse((_, _, what))| what)
         } else {
             None
         }

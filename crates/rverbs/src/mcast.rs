@@ -52,6 +52,7 @@ fn group_socket(group: IpAddr, shared: &Shared, local: &[IpAddr]) -> std::io::Re
     }
     s.set_nonblocking(true)?;
     sys::enable_recv_meta(&s, v6, false)?;
+    shared.quiet_socket(&s)?;
     Ok(s)
 }
 

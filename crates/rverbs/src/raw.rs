@@ -12,6 +12,7 @@
 
 use crate::context::Shared;
 use crate::error::Result;
+use crate::rawnet::NextHop;
 use rverbs_engine::{CqId, Engine, QpState, VecMemory, Wc, WcFlags, WcOpcode, WcStatus};
 use rverbs_raw::{RawDevice, RawQp, RawRecvWr, RawWc, RawWcOpcode, RawWcStatus};
 use rverbs_wire::ethernet::{ethertype, EthernetRepr, MacAddr};
@@ -32,6 +33,11 @@ pub(crate) struct RawMode {
     pub(crate) qps: Mutex<Vec<Weak<RawQpInner>>>,
     /// RoCE v1 on the device (with `dev`): the GID table then has v1 entries.
     pub(crate) v1: Option<V1Port>,
+    /// RoCE v2, ARP and ND on the device (with `dev`; `rawnet.rs`).
+    pub(crate) net: Option<crate::rawnet::NetPort>,
+    /// Signalled whenever the device queues a frame for the engine (with `dev`): a
+    /// thread asleep in [`crate::Cq::wait`] wakes on it, as it would on a socket.
+    pub(crate) ready: Option<std::os::fd::OwnedFd>,
 }
 
 /// RoCE v1 (IBTA Annex A16) on the raw device: an internal raw queue that a flow rule
@@ -40,10 +46,6 @@ pub(crate) struct V1Port {
     qp: RawQp,
     _flow: rverbs_raw::Flow,
     mac: MacAddr,
-    /// The ARP table of the interface's namespace, opened when the context was (sends
-    /// run on whichever thread flushes, maybe in another namespace; a seq_file re-read
-    /// from offset 0 shows the current table of the namespace it was opened in).
-    arp: Option<Mutex<std::fs::File>>,
     /// Frames dropped: malformed or bad ICRC on receive, no neighbour on send.
     pub(crate) stats: V1Stats,
 }
@@ -92,9 +94,6 @@ impl V1Port {
             qp,
             _flow: flow,
             mac,
-            arp: std::fs::File::open("/proc/thread-self/net/arp")
-                .ok()
-                .map(Mutex::new),
             stats: V1Stats::default(),
         })
     }
@@ -104,15 +103,13 @@ impl V1Port {
         self.qp.set_notify(Some(f));
     }
 
-    /// Sends one engine datagram marked `roce_v1` as an Ethernet frame: GRH from the
-    /// datagram's addresses (as GIDs) and path fields, the ICRC recomputed over it.
-    pub(crate) fn send(&self, t: &rverbs_engine::Transmit) {
+    /// One engine datagram marked `roce_v1` as an Ethernet frame with a blank
+    /// destination MAC: GRH from the datagram's addresses (as GIDs) and path fields, the
+    /// ICRC recomputed over it; and where the frame goes. `None` (counted) when the
+    /// frame cannot be built.
+    pub(crate) fn frame(&self, t: &rverbs_engine::Transmit) -> Option<(Vec<u8>, NextHop)> {
         let sgid = rverbs_engine::net::ip_to_gid(t.src);
         let dgid = rverbs_engine::net::ip_to_gid(t.dst);
-        let Some(dst) = self.resolve_mac(&dgid) else {
-            self.stats.tx_no_neighbour.fetch_add(1, Ordering::Relaxed);
-            return;
-        };
         let repr = RoceV1Repr {
             traffic_class: t.traffic_class,
             flow_label: t.flow_label & 0xf_ffff,
@@ -123,7 +120,7 @@ impl V1Port {
         };
         let eth = EthernetRepr {
             src: self.mac,
-            dst,
+            dst: MacAddr([0; 6]),
             vlan_tci: None,
             ethertype: ethertype::ROCE_V1,
         };
@@ -131,34 +128,69 @@ impl V1Port {
         match repr.emit_frame(&eth, &t.payload, &mut frame) {
             Ok(n) => {
                 frame.truncate(n);
-                // A send error is a lost packet: the transport's retransmission covers it.
-                if let Ok(true) = self.qp.post_send(&frame) {
-                    self.stats.tx_frames.fetch_add(1, Ordering::Relaxed);
-                }
+                Some((frame, v1_next_hop(&dgid)))
             }
             Err(_) => {
-                self.stats.tx_no_neighbour.fetch_add(1, Ordering::Relaxed);
+                self.count_no_neighbour();
+                None
             }
         }
+    }
+
+    /// Counts a frame not sent for want of a neighbour.
+    pub(crate) fn count_no_neighbour(&self) {
+        self.stats.tx_no_neighbour.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a frame sent.
+    pub(crate) fn count_tx(&self) {
+        self.stats.tx_frames.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Feeds every queued v1 frame to the engine: frames that do not parse or whose ICRC
     /// is wrong are counted and dropped here (the engine checks the ICRC again). True
     /// if any frame reached the engine.
-    pub(crate) fn receive(&self, engine: &mut Engine, now: rverbs_engine::Nanos) -> bool {
+    pub(crate) fn receive(
+        &self,
+        shared: &Shared,
+        engine: &mut Engine,
+        now: rverbs_engine::Nanos,
+    ) -> bool {
         let mut any = false;
         for c in self.qp.drain() {
+            let mut frame = c.frame;
+            shared.record_frame(&frame);
+            let copies = match &shared.faults {
+                Some(f) => {
+                    let from = frame.len().min(14);
+                    f.lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .judge(&mut frame[from..], false)
+                        .copies
+                }
+                None => 1,
+            };
+            for _ in 0..copies {
+                any |= self.receive_one(engine, now, &frame);
+            }
+        }
+        any
+    }
+
+    /// One received v1 frame (after capture and faults).
+    fn receive_one(&self, engine: &mut Engine, now: rverbs_engine::Nanos, frame: &[u8]) -> bool {
+        {
             self.stats.rx_frames.fetch_add(1, Ordering::Relaxed);
-            let p = match rocev1::parse_ethernet(&c.frame) {
+            let p = match rocev1::parse_ethernet(frame) {
                 Ok(Some(p)) => p,
                 _ => {
                     self.stats.rx_malformed.fetch_add(1, Ordering::Relaxed);
-                    continue;
+                    return false;
                 }
             };
             if !p.icrc_ok {
                 self.stats.rx_icrc_errors.fetch_add(1, Ordering::Relaxed);
-                continue;
+                return false;
             }
             let d = rverbs_engine::Datagram {
                 src: rverbs_engine::net::gid_to_ip(p.grh.sgid),
@@ -172,51 +204,31 @@ impl V1Port {
                 payload: p.packet.into_inner(),
             };
             engine.handle_datagram(now, &d);
-            any = true;
+            true
         }
-        any
     }
 }
 
-impl V1Port {
-    /// [`resolve_mac`] with this port's ARP table.
-    fn resolve_mac(&self, gid: &Gid) -> Option<MacAddr> {
-        resolve_mac(gid, || {
-            use std::io::{Read, Seek};
-            let mut f = self.arp.as_ref()?.lock().unwrap_or_else(|e| e.into_inner());
-            f.rewind().ok()?;
-            let mut s = String::new();
-            f.read_to_string(&mut s).ok()?;
-            Some(s)
-        })
-    }
-}
-
-/// The destination MAC for a RoCE v1 GID, as the kernel's `rdma_addr_find_l2_eth_by_grh`
-/// (`core/addr.c`) finds it: a link-local GID (fe80::/64) whose interface ID is an
+/// Where a RoCE v1 frame to `gid` goes, as the kernel's `rdma_addr_find_l2_eth_by_grh`
+/// (`core/addr.c`) decides: a link-local GID (fe80::/64) whose interface ID is an
 /// EUI-64 (`ff:fe` in its middle) gives the MAC directly (`rdma_link_local_addr` /
 /// `rdma_get_ll_mac`); a multicast GID maps to 33:33 + its low 32 bits
-/// (`rdma_is_multicast_addr` → `ipv6_eth_mc_map`); an IPv4-mapped GID is looked up in the
-/// ARP table `arp_table` reads. `None` when there is no complete neighbour entry: unlike
-/// the kernel this does not start ARP itself (the AH or QP path must name a neighbour
-/// the host already knows, e.g. after any IP traffic with it).
-pub(crate) fn resolve_mac(
-    gid: &Gid,
-    arp_table: impl FnOnce() -> Option<String>,
-) -> Option<MacAddr> {
+/// (`rdma_is_multicast_addr` -> `ipv6_eth_mc_map`); any other GID is an IP address
+/// (IPv4-mapped or IPv6) whose neighbour is resolved (ARP / ND, `neigh.rs`), as
+/// `addr_resolve` does through the routing table's neighbour.
+pub(crate) fn v1_next_hop(gid: &Gid) -> NextHop {
     let g = gid.octets();
     if g[0] == 0xff {
-        return Some(MacAddr([0x33, 0x33, g[12], g[13], g[14], g[15]]));
+        return NextHop::Mac(MacAddr([0x33, 0x33, g[12], g[13], g[14], g[15]]));
     }
     if g[..8] == [0xfe, 0x80, 0, 0, 0, 0, 0, 0] && g[11] == 0xff && g[12] == 0xfe {
-        return Some(MacAddr([g[8] ^ 0x02, g[9], g[10], g[13], g[14], g[15]]));
+        return NextHop::Mac(MacAddr([g[8] ^ 0x02, g[9], g[10], g[13], g[14], g[15]]));
     }
-    let v4 = gid.to_ipv4_mapped()?;
-    arp_lookup(&arp_table()?, v4)
+    NextHop::Resolve(rverbs_engine::net::gid_to_ip(*gid))
 }
 
 /// The MAC of `ip` in `/proc/net/arp` text: a complete entry (flags with ATF_COM, 0x2).
-fn arp_lookup(table: &str, ip: std::net::Ipv4Addr) -> Option<MacAddr> {
+pub(crate) fn arp_lookup(table: &str, ip: std::net::Ipv4Addr) -> Option<MacAddr> {
     let want = ip.to_string();
     for line in table.lines().skip(1) {
         let f: Vec<&str> = line.split_whitespace().collect();
@@ -240,19 +252,45 @@ fn arp_lookup(table: &str, ip: std::net::Ipv4Addr) -> Option<MacAddr> {
     None
 }
 
+/// How the raw device receives: `RVERBS_RAW_RX=ring` (the TPACKET_V3 ring: fewest
+/// wake-ups and the best packet rate, but a partly filled block waits up to 2 ms) or
+/// `plain` (one `recvmsg` per frame, handed over at once). Default: plain when RoCE v2
+/// runs through the raw device — the transport is clocked by ACKs and READ responses,
+/// so the ring's block delay costs it most of its throughput (`bench/raw_v2_bw.sh`) —
+/// and the ring otherwise.
+fn rx_mode(v2: bool) -> rverbs_raw::RxMode {
+    match std::env::var("RVERBS_RAW_RX").as_deref() {
+        Ok("plain") => rverbs_raw::RxMode::Plain,
+        Ok("ring") => rverbs_raw::RxMode::Ring,
+        _ if v2 => rverbs_raw::RxMode::Plain,
+        _ => rverbs_raw::RxMode::Ring,
+    }
+}
+
 impl RawMode {
-    /// Opens raw mode on `ifname`: the device when the process holds CAP_NET_RAW.
-    pub(crate) fn open(ifname: &str) -> Result<RawMode> {
+    /// Opens raw mode on `ifname`: the device when the process holds CAP_NET_RAW, and
+    /// with `v2` RoCE v2 on it too (`rawnet.rs`).
+    pub(crate) fn open(ifname: &str, v2: bool) -> Result<RawMode> {
         let dev = if rverbs_raw::has_cap_net_raw() {
             Some(
-                RawDevice::open(ifname)
+                RawDevice::open_with(ifname, rx_mode(v2))
                     .map_err(|e| crate::Error::io("opening the raw device (AF_PACKET)", e))?,
             )
         } else {
             None
         };
-        let v1 = match &dev {
-            Some(d) => Some(V1Port::open(d, ifname)?),
+        let (v1, net) = match &dev {
+            Some(d) => (
+                Some(V1Port::open(d, ifname)?),
+                Some(crate::rawnet::NetPort::open(d, ifname, v2)?),
+            ),
+            None => (None, None),
+        };
+        let ready = match &dev {
+            Some(_) => Some(
+                crate::sys::eventfd()
+                    .map_err(|e| crate::Error::io("creating the raw device's eventfd", e))?,
+            ),
             None => None,
         };
         Ok(RawMode {
@@ -260,6 +298,8 @@ impl RawMode {
             dev,
             qps: Mutex::new(Vec::new()),
             v1,
+            net,
+            ready,
         })
     }
 }
@@ -484,9 +524,20 @@ impl Shared {
             any |= q.drain(engine);
         }
         if let Some(v1) = &raw.v1 {
-            any |= v1.receive(engine, self.now());
+            any |= v1.receive(self, engine, self.now());
         }
+        any |= self.net_receive(engine, self.now());
         any
+    }
+
+    /// Sends a RoCE v1 datagram through the raw device.
+    pub(crate) fn v1_send(&self, t: &rverbs_engine::Transmit) {
+        let Some(v1) = self.raw.as_ref().and_then(|r| r.v1.as_ref()) else {
+            return;
+        };
+        if let Some((frame, hop)) = v1.frame(t) {
+            self.net_send_v1(v1, frame, hop);
+        }
     }
 }
 
@@ -495,32 +546,29 @@ mod tests {
     use super::*;
 
     #[test]
-    fn v1_destination_macs() {
-        let ll: Gid = "fe80::5054:ff:fe77:2"
-            .parse::<std::net::Ipv6Addr>()
-            .unwrap()
-            .into();
+    fn v1_destinations() {
+        let mac = |g: Gid| match v1_next_hop(&g) {
+            NextHop::Mac(m) => Some(m),
+            NextHop::Resolve(_) => None,
+        };
+        let hop = |g: Gid| match v1_next_hop(&g) {
+            NextHop::Mac(_) => None,
+            NextHop::Resolve(ip) => Some(ip),
+        };
+        let v6 = |s: &str| Gid::from(s.parse::<std::net::Ipv6Addr>().unwrap());
         assert_eq!(
-            resolve_mac(&ll, || None),
+            mac(v6("fe80::5054:ff:fe77:2")),
             Some(MacAddr([0x52, 0x54, 0, 0x77, 0, 2]))
         );
-        let mc: Gid = "ff0e::1:2:3".parse::<std::net::Ipv6Addr>().unwrap().into();
         assert_eq!(
-            resolve_mac(&mc, || None),
+            mac(v6("ff0e::1:2:3")),
             Some(MacAddr([0x33, 0x33, 0, 2, 0, 3]))
         );
-        // Link-local but not EUI-64, and a global IPv6 GID: no neighbour source.
-        let other: Gid = "fe80::1".parse::<std::net::Ipv6Addr>().unwrap().into();
-        assert_eq!(resolve_mac(&other, || None), None);
-        let global: Gid = "fd00::1".parse::<std::net::Ipv6Addr>().unwrap().into();
-        assert_eq!(resolve_mac(&global, || None), None);
+        // Link-local but not EUI-64, a global IPv6 GID and an IPv4-mapped one: resolved.
+        assert_eq!(hop(v6("fe80::1")), Some("fe80::1".parse().unwrap()));
+        assert_eq!(hop(v6("fd00::1")), Some("fd00::1".parse().unwrap()));
         let v4 = Gid::from(std::net::Ipv4Addr::new(10, 9, 0, 2));
-        let t = "IP address HW type Flags HW address Mask Device\n10.9.0.2 0x1 0x2 02:00:00:00:00:09 * v0\n";
-        assert_eq!(
-            resolve_mac(&v4, || Some(t.to_string())),
-            Some(MacAddr([2, 0, 0, 0, 0, 9]))
-        );
-        assert_eq!(resolve_mac(&v4, || None), None);
+        assert_eq!(hop(v4), Some("10.9.0.2".parse().unwrap()));
     }
 
     #[test]

@@ -44,6 +44,49 @@ fn set_int_opt(
     }
 }
 
+/// Attaches a classic BPF socket filter that drops every datagram which arrived on
+/// interface `ifindex` and keeps the rest (`SO_ATTACH_FILTER`; the `SKF_AD_IFINDEX`
+/// ancillary load reads `skb->dev->ifindex`, `net/core/filter.c`). A raw-mode context
+/// receives that interface's RoCE v2 frames from its raw device, so its UDP sockets stay
+/// bound (the kernel then sends no ICMP port unreachable) but must not hand the same
+/// packets to the engine a second time; datagrams from this host (over `lo`) still come
+/// through them.
+pub(crate) fn drop_from_interface(fd: &impl AsRawFd, ifindex: u32) -> io::Result<()> {
+    // linux/filter.h: BPF_LD|BPF_W|BPF_ABS, BPF_JMP|BPF_JEQ|BPF_K, BPF_RET|BPF_K;
+    // SKF_AD_OFF (-0x1000) + SKF_AD_IFINDEX (8).
+    const LD_ABS_W: u16 = 0x20;
+    const JEQ_K: u16 = 0x15;
+    const RET_K: u16 = 0x06;
+    const SKF_AD_IFINDEX: u32 = (-0x1000i32 + 8) as u32;
+    let ins = |code, jt, jf, k| libc::sock_filter { code, jt, jf, k };
+    let mut prog = [
+        ins(LD_ABS_W, 0, 0, SKF_AD_IFINDEX),
+        ins(JEQ_K, 0, 1, ifindex),
+        ins(RET_K, 0, 0, 0),
+        ins(RET_K, 0, 0, u32::MAX),
+    ];
+    let fprog = libc::sock_fprog {
+        len: prog.len() as u16,
+        filter: prog.as_mut_ptr(),
+    };
+    // SAFETY: `fd` is an open socket; `fprog` points at `prog`, which outlives the call
+    // (the kernel copies the program).
+    let rc = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_ATTACH_FILTER,
+            (&fprog as *const libc::sock_fprog).cast(),
+            std::mem::size_of::<libc::sock_fprog>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 /// Sets `UDP_NO_CHECK6_RX`: accept IPv6 UDP datagrams with a zero checksum. RFC 8200
 /// forbids them, but RoCE v2 senders such as the kernel's rxe send checksum 0 on IPv6
 /// too (the ICRC protects the packet), and Linux drops them without this option.

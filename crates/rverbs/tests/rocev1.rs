@@ -3,8 +3,9 @@
 //! `VethPair::new`). Each context is opened on its veth end, with an IPv4 address, in
 //! raw mode on the same interface: its GID table then holds a RoCE v1 and a RoCE v2
 //! entry per GID, and QPs / AHs whose `sgid_index` names a v1 entry talk v1 through the
-//! raw device. Static neighbour entries give each side the other's MAC (the v1 path reads
-//! the ARP table; it does not ARP itself).
+//! raw device. Some tests give each side the other's MAC as a static neighbour entry
+//! (the v1 path takes a complete entry of the kernel's ARP table), others flush the
+//! tables so the context resolves its peer itself (ARP, `neigh.rs`).
 
 use rverbs::*;
 use rverbs_raw::netns::VethPair;
@@ -39,6 +40,12 @@ struct Net {
 
 /// The veth pair with 10.231.x.1 / .2 and static neighbour entries both ways.
 fn net() -> Option<Net> {
+    net_with(true)
+}
+
+/// The veth pair with 10.231.x.1 / .2, with static neighbour entries both ways or with
+/// none at all.
+fn net_with(static_neigh: bool) -> Option<Net> {
     let pair = VethPair::new()?;
     let x = (std::process::id() % 200) as u8 + 1;
     let addr = [Ipv4Addr::new(10, 231, x, 1), Ipv4Addr::new(10, 231, x, 2)];
@@ -58,6 +65,10 @@ fn net() -> Option<Net> {
         ]);
     }
     for (i, (ns, ifn)) in ends.iter().enumerate() {
+        if !static_neigh {
+            ip(&["-n", ns, "neigh", "flush", "dev", ifn]);
+            continue;
+        }
         let (pns, pif) = &ends[1 - i];
         let mac = mac_of(pns, pif);
         let peer = addr[1 - i].to_string();
@@ -141,7 +152,8 @@ fn gid_table_has_v1_then_v2_per_gid() {
 
 #[test]
 fn rc_send_and_read_over_v1() {
-    let Some(n) = net() else { return };
+    // No neighbour entries: each side ARPs for the other itself.
+    let Some(n) = net_with(false) else { return };
     let a = raw_ctx(&n.pair.ns_a, &n.pair.if_a);
     let b = raw_ctx(&n.pair.ns_b, &n.pair.if_b);
     let side = |ctx: &Context| {
@@ -206,6 +218,9 @@ fn rc_send_and_read_over_v1() {
     assert_eq!(sa.rx_icrc_errors + sb.rx_icrc_errors, 0);
     assert_eq!(sa.rx_malformed + sb.rx_malformed, 0);
     assert_eq!(a.counters().rx_icrc_errors + b.counters().rx_icrc_errors, 0);
+    let na = a.raw_net_stats().unwrap();
+    assert!(na.neigh_probes >= 1 && na.neigh_learned >= 1, "{na:?}");
+    assert_eq!(na.neigh_dropped, 0, "{na:?}");
 }
 
 #[test]
@@ -306,6 +321,58 @@ fn no_neighbour_is_counted_not_sent() {
         .unwrap();
     // A UD send completes once handed to the device, as on a NIC.
     assert_eq!(wait(&cq).wr_id, 1);
+    // Nobody answers the three ARP requests: the queued frame is dropped and counted.
+    let end = std::time::Instant::now() + Duration::from_secs(5);
+    while a.roce_v1_stats().unwrap().tx_no_neighbour == 0 {
+        assert!(std::time::Instant::now() < end, "never given up");
+        std::thread::sleep(Duration::from_millis(10));
+    }
     let s = a.roce_v1_stats().unwrap();
     assert_eq!((s.tx_frames, s.tx_no_neighbour), (0, 1), "{s:?}");
+    let ns = a.raw_net_stats().unwrap();
+    assert_eq!(
+        (ns.neigh_probes, ns.neigh_queued, ns.neigh_dropped),
+        (3, 1, 1),
+        "{ns:?}"
+    );
+}
+
+/// GSI over RoCE v1: a MAD sent from QP1 with a v1 source GID index goes as a 0x8915
+/// frame, the peer's PMA answers over v1 too (its receive shows the v1 GRH), and a MAD
+/// sent with a v2 index still goes as RoCE v2.
+#[test]
+fn gsi_mads_over_v1() {
+    use rverbs::mad::{self, attr, class, MadDest, GSI_QKEY, GSI_QPN};
+    let Some(n) = net_with(false) else { return };
+    let a = raw_ctx(&n.pair.ns_a, &n.pair.if_a);
+    let b = raw_ctx(&n.pair.ns_b, &n.pair.if_b);
+    let agent = a.register_mad_agent(None).unwrap();
+    let mut get = mad::request(class::PERF_MGMT, attr::PMA_PORT_COUNTERS_EXT, 0);
+    get[65] = 1;
+    let dest = |sgid_index| MadDest {
+        dgid: Gid::from(n.addr[1]),
+        qpn: GSI_QPN,
+        qkey: GSI_QKEY,
+        sgid_index: Some(sgid_index),
+    };
+    let t = Duration::from_millis(500);
+    let r = agent
+        .request(dest(v1_index(&a, n.addr[0])), &get, t, 3)
+        .unwrap();
+    assert_eq!(r.mad[3], 0x81, "a GetResp");
+    // The answer came as RoCE v1: the GRH itself in the area, NxtHdr 0x1B.
+    assert_eq!((r.grh[0] >> 4, r.grh[6]), (6, 0x1b));
+    assert_eq!(&r.grh[8..24], &Gid::from(n.addr[1]).octets());
+    let (sa, sb) = (a.roce_v1_stats().unwrap(), b.roce_v1_stats().unwrap());
+    assert!(sa.tx_frames >= 1 && sb.tx_frames >= 1, "{sa:?} {sb:?}");
+    assert_eq!((sa.rx_icrc_errors, sb.rx_icrc_errors), (0, 0));
+    // The same request with the v2 entry of the address: answered over RoCE v2.
+    let v2 = a
+        .find_gid_index(&Gid::from(n.addr[0]), GidType::RoceV2)
+        .unwrap();
+    let r = agent
+        .request(dest(u8::try_from(v2).unwrap()), &get, t, 3)
+        .unwrap();
+    assert_ne!(r.grh[6], 0x1b, "an IPv4 header area, not a v1 GRH");
+    assert_eq!(a.roce_v1_stats().unwrap().tx_frames, sa.tx_frames);
 }

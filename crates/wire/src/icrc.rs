@@ -13,6 +13,9 @@
 //!
 //! It is appended after the pad, least significant byte first. The IPv4 Identification,
 //! flags and lengths are covered, so a receiver needs the real IP header to check it.
+//! A ConnectX-4 Lx CNP carries exactly this value (and not the one without the stand-in);
+//! RoCE v1 uses the same rule with the GRH in place of the IP and UDP headers
+//! ([`compute_grh_parts`]; evidence in `testdata/icrc/README.md`).
 //!
 //! A receiver on a plain UDP socket knows every covered byte but the 16-bit IPv4
 //! Identification (the kernel's rxe sends unpredictable non-zero IDs). Because the CRC
@@ -97,12 +100,21 @@ pub fn compute_parts(ip_header: &[u8], udp_header: &[u8], ib_packet: &[u8]) -> R
 /// from the BTH up to (not including) the ICRC. Returns the value whose little-endian
 /// bytes are the trailer.
 ///
-/// IBTA vol1 7.8.1 covers the LRH and GRH with their variant fields set to ones (LRH VL;
-/// GRH TClass, FlowLabel and HopLmt) and the BTH with resv8a set to ones; RoCE (Annex
-/// A16) has no LRH on the wire, so its 8 bytes enter as all ones, the same stand-in the
-/// RoCE v2 ICRC uses (Annex A17.3.3 defines the v2 ICRC as the v1 one with the IP and
-/// UDP headers in place of the GRH). That is [`compute_parts`]' IPv6 masking without a
-/// UDP header.
+/// This is the IBTA vol1 7.8.1 ICRC of an IB packet that carries a GRH: because a router
+/// may rewrite the whole LRH, none of it is covered and its 8 bytes enter as all ones
+/// (only a packet without a GRH covers its LRH, with VL set to ones); the GRH is covered
+/// with TClass, FlowLabel and HopLmt set to ones, and the BTH with resv8a (byte 4) set to
+/// ones. A RoCE v1 packet (Annex A16) is exactly such a packet without its LRH and VCRC.
+/// The RoCE v2 ICRC (Annex A17.3.3) keeps the same all-ones LRH stand-in in front of the
+/// IP and UDP headers, so this is [`compute_parts`]' IPv6 masking without a UDP header.
+///
+/// Checked against hardware: the six GRH-carrying packets of a 2008 capture of Mellanox
+/// HCAs carry exactly this value, and no neighbouring rule matches them (real or
+/// VL-masked LRH, no stand-in, any mask left out, IPVer masked); a ConnectX-4 Lx RoCE v2
+/// CNP confirms the stand-in on mlx5. The same rule is written out in Mellanox's MPGA
+/// packet analyzer (`update_ICRC`, IBA_GLOBAL branch) and in the RoCE v1 Soft-RoCE of
+/// System Fabric Works and Mellanox (`SoftRoCE/rxe-dev`, `rxe_icrc.c`). Sources and tests:
+/// `testdata/icrc/README.md`, `tests/icrc_hardware.rs`.
 pub fn compute_grh_parts(grh: &[u8], ib_packet: &[u8]) -> Result<u32> {
     if grh.len() != crate::grh::GRH_LEN {
         return Err(Error::Truncated("GRH"));
@@ -763,7 +775,7 @@ mod tests {
         let manifest = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
         let dir = [
             manifest.join("../../testdata/rxe"),
-            std::path::PathBuf::from("/work/shared/rxe-peer/reference/pcap"),
+            manifest.join("../../../shared/rxe-peer/reference/pcap"),
         ]
         .into_iter()
         .find(|d| d.is_dir());

@@ -13,7 +13,9 @@
 //! The layers: [`ethernet`], [`ipv4`], [`ipv6`] and [`udp`] carry RoCE v2; [`packet`] is
 //! the InfiniBand transport packet inside (BTH from [`bth`], extension headers from
 //! [`ext`], chosen by the [`opcode`] table); [`icrc`] is its CRC; [`frame`] parses a
-//! whole captured frame and [`rocev1`] a RoCE v1 (EtherType 0x8915) one; [`psn`] does
+//! whole captured frame and [`rocev1`] a RoCE v1 (EtherType 0x8915) one; [`rocev2`] builds
+//! and strictly checks whole RoCE v2 frames for a raw-mode device, which resolves
+//! neighbours with [`arp`] and [`ndisc`]; [`psn`] does
 //! sequence-number arithmetic; [`grh`] is the IB
 //! Global Route Header and GIDs.
 //!
@@ -39,6 +41,7 @@
 #[cfg(test)]
 extern crate std;
 
+pub mod arp;
 pub mod bth;
 pub mod checksum;
 pub mod error;
@@ -51,10 +54,12 @@ pub mod icrc;
 pub mod ipv4;
 pub mod ipv6;
 pub mod mad;
+pub mod ndisc;
 pub mod opcode;
 pub mod packet;
 pub mod psn;
 pub mod rocev1;
+pub mod rocev2;
 pub mod udp;
 
 pub use error::{Error, Result};

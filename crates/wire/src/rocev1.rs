@@ -1,6 +1,9 @@
 //! RoCE v1 frames (IBTA Annex A16): Ethernet with EtherType 0x8915, then the 40-byte IB
 //! GRH (IPVer 6, NxtHdr 0x1B, PayLen counting the BTH through the ICRC, IBTA 8.3.1),
-//! then the transport packet and its ICRC ([`crate::icrc::compute_grh_parts`]).
+//! then the transport packet and its ICRC ([`crate::icrc::compute_grh_parts`]: the IBTA
+//! 7.8.1 ICRC of an IB packet with a GRH, whose LRH enters as eight bytes of ones; checked
+//! against the ICRCs Mellanox HCAs put on GRH-carrying IB packets, see
+//! `testdata/icrc/README.md`).
 //!
 //! The Ethernet minimum frame size may add padding after the ICRC; PayLen says where
 //! the packet ends, so the parser ignores it.
@@ -175,9 +178,10 @@ mod tests {
 
     /// GRH fe80::1 → fe80::2 (TClass 0, FlowLabel 0, PayLen 24, NxtHdr 0x1B, HopLmt 64),
     /// then the DESIGN §3 RC SEND_ONLY "hello" to QP 0x11. The ICRC 9d ac 45 7a was
-    /// computed independently (Python's zlib.crc32 over eight 0xff bytes, the GRH with
+    /// computed outside this crate (Python's zlib.crc32 over eight 0xff bytes, the GRH with
     /// TClass/FlowLabel/HopLmt set to ones and the BTH with byte 4 set to 0xff, then the
-    /// payload and pad).
+    /// payload and pad); the rule itself is checked against hardware-sent packets in
+    /// `tests/icrc_hardware.rs`.
     const GRH_AND_PACKET: &str = "6000000000181b40fe800000000000000000000000000001fe8000000000000000000000000000020430ffff000000118000000068656c6c6f000000";
     const ICRC: [u8; 4] = [0x9d, 0xac, 0x45, 0x7a];
 

@@ -23,6 +23,11 @@ fn frame() {
 }
 
 #[test]
+fn raw_frame() {
+    replay("raw_frame", oracles::raw_frame);
+}
+
+#[test]
 fn mad() {
     replay("mad", oracles::mad);
 }

@@ -18,8 +18,9 @@
 //! `getrusage(RUSAGE_SELF)` user + system time of each whole process over the test
 //! (driver threads included); "CPU s/GB" adds both processes' CPU time.
 //!
-//! **perftest's own exchange:** `--perftest` (`perftest.rs`) is the client of an
-//! `ib_write_bw` server; the README says what else is not spoken.
+//! **perftest's own exchange:** `--perftest` (`perftest.rs`) speaks it instead of ours,
+//! in either role, with perftest's `ib_{write,send,read,atomic}_{bw,lat}`; the README
+//! says what is not spoken.
 
 pub mod ctrl;
 pub mod perftest;
@@ -121,7 +122,7 @@ pub struct Opts {
     /// How long a waiting thread busy-polls before it sleeps until the next datagram
     /// (`--spin-us`; see `rverbs::Cq::wait`).
     pub spin: Duration,
-    /// Speak perftest's own exchange (client of an `ib_write_bw` server).
+    /// Speak perftest's own exchange (an unmodified perftest tool is the peer).
     pub perftest: bool,
     /// Print JSON lines instead of the table.
     pub json: bool,
@@ -577,24 +578,7 @@ pub fn run(o: &Opts, out: &mut impl Write) -> Result<Vec<Report>, String> {
         return Err("need 1 <= post-list (-l) <= depth (-t)".into());
     }
     if o.perftest {
-        let server = match (&o.server, o.op, o.kind, o.all, o.duration) {
-            (Some(s), Op::Write, Kind::Bw, false, None) => s,
-            _ => {
-                return Err(
-                    "--perftest runs `write bw SERVER` with -n (the client of an \
-                            ib_write_bw server)"
-                        .into(),
-                )
-            }
-        };
-        let r = perftest::write_bw_client(o, server)?;
-        let w = |r: std::io::Result<()>| r.map_err(|e| e.to_string());
-        if o.json {
-            w(writeln!(out, "{}", r.json(o).render()))?;
-        } else {
-            w(writeln!(out, "{}\n{}", header(o), row(o, &r)))?;
-        }
-        return Ok(vec![r]);
+        return perftest::run(o, out);
     }
     let client = o.server.is_some();
     let (mut c, peer_addr, listener) = control(o)?;

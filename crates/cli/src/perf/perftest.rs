@@ -1,32 +1,138 @@
-//! `rverbs perf write bw SERVER --perftest`: the client side of perftest's own
-//! out-of-band exchange (its "Ethernet" exchange over TCP, perftest 5.70 .. 6.27, e.g.
-//! Debian's 4.5+0.17 = version 6.06), so an unmodified `ib_write_bw` server can be
-//! the peer. The sequence and byte layouts follow perftest's
-//! `src/perftest_communication.c` (`exchange_versions`, `check_sys_data`,
-//! `check_mtu`, `ctx_hand_shake`, `xchg_bw_reports`, `ctx_close_connection`) and the
-//! order of `src/write_bw.c`; every step the client sends first, then reads.
+//! `rverbs perf OP KIND [SERVER] --perftest`: perftest's own out-of-band exchange (its
+//! "Ethernet" exchange over TCP), so an unmodified perftest tool (`ib_write_bw`,
+//! `ib_send_bw`, `ib_read_bw`, `ib_atomic_bw`, `ib_write_lat`, `ib_send_lat`,
+//! `ib_read_lat`, `ib_atomic_lat`) can be the peer, in either role.
+//!
+//! The sequence and byte layouts follow perftest's `src/perftest_communication.c`
+//! (`exchange_versions`, `check_sys_data`, `check_mtu`, `ctx_hand_shake` with
+//! `ethernet_write_keys`/`ethernet_read_keys`, `xchg_bw_reports`,
+//! `ctx_close_connection`), the order of each tool's `main` (`src/write_bw.c`,
+//! `send_bw.c`, `read_bw.c`, `atomic_bw.c`, `write_lat.c`, `send_lat.c`, `read_lat.c`,
+//! `atomic_lat.c`) and the data loops of `src/perftest_resources.c` (`run_iter_bw`,
+//! `run_iter_bw_server`, `run_iter_lat_write`, `run_iter_lat_send`, `run_iter_lat`).
+//! Every exchange step is symmetric: the client writes first and then reads the same
+//! number of bytes, the server reads first.
+//!
+//! **Versions.** We announce 6.06 (Debian's perftest 4.5+0.17). perftest refuses peers
+//! older than 5.70 (`check_version_compatibility`), and perftest >= 6.28 exchanges a
+//! raw `struct perftest_parameters_negotiate` (with a native-layout
+//! `struct ibv_device_attr`) only when the *peer's* version is >= 6.28
+//! (`negotiate_params`): a newer perftest therefore skips that step with us, and so do
+//! we. The rest of the exchange is the same in 6.06 and 6.29 for the options spoken
+//! here.
 
-use super::{Opts, Report, Side};
+use super::{Kind, Lat, Op, Opts, Report, Side, STALL};
 use rverbs::{
-    device, AccessFlags, ConnectOpts, Gid, Mtu, PeerInfo, QpInitAttr, QpType, RemoteBuf,
-    SendRequest, Wc, WcStatus,
+    device, AccessFlags, ConnectOpts, Context, Cq, Gid, Mr, Mtu, Pd, PeerInfo, Qp, QpInitAttr,
+    QpType, RemoteBuf, SendRequest, Wc, WcOpcode, WcStatus,
 };
 use std::io::{Read, Write};
-use std::net::{TcpStream, ToSocketAddrs};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
-/// What we announce: a version perftest accepts (>= 5.70) and that asks for no
-/// parameter negotiation (those arrived in 6.28).
-const VERSION: &str = "6.06";
+/// The version we announce: one perftest accepts (>= 5.70) and below 6.28, so no peer
+/// asks for the parameter negotiation.
+pub const VERSION: &str = "6.06";
+/// `MAX_VERSION`: the version field's size on the wire.
 const MAX_VERSION: usize = 16;
-const KEY_MSG_SIZE_GID: usize = 108;
+/// `KEY_MSG_SIZE_GID`: one `pingpong_dest` in `KEY_PRINT_FMT_GID`, with its NUL.
+pub const KEY_MSG_SIZE_GID: usize = 108;
+/// The READ/atomic depth we offer and use (`out_reads`).
+const OUT_READS: u16 = 16;
+/// Receives kept posted by a SEND receiver (perftest's `DEF_RX_SEND`).
+const RX_DEPTH: u64 = 512;
+/// perftest's `DEF_PAGE_SIZE` and `DEF_CACHE_LINE_SIZE`, what we send in
+/// `check_sys_data`.
+const PAGE: i32 = 4096;
+const CACHE_LINE: i32 = 64;
+/// How long one step of the exchange may wait for the peer (a server waits here while
+/// the client runs its traffic; the TCG guest is slow).
+const PEER_TIMEOUT: Duration = Duration::from_secs(300);
+/// perftest's largest `-a` size (`MAX_SIZE`).
+const MAX_SIZE: usize = 1 << 23;
+/// A receive's `wr_id` carries this bit.
+const RECV: u64 = 1 << 63;
+
+/// One perftest tool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tool {
+    /// `ib_write_bw`.
+    WriteBw,
+    /// `ib_read_bw`.
+    ReadBw,
+    /// `ib_send_bw`.
+    SendBw,
+    /// `ib_atomic_bw` (fetch-and-add).
+    AtomicBw,
+    /// `ib_write_lat`.
+    WriteLat,
+    /// `ib_read_lat`.
+    ReadLat,
+    /// `ib_send_lat`.
+    SendLat,
+    /// `ib_atomic_lat` (fetch-and-add).
+    AtomicLat,
+}
+
+impl Tool {
+    /// The tool for `rverbs perf OP KIND`; `None` for `tcp`.
+    pub fn of(op: Op, kind: Kind) -> Option<Tool> {
+        Some(match (op, kind) {
+            (Op::Write, Kind::Bw) => Tool::WriteBw,
+            (Op::Read, Kind::Bw) => Tool::ReadBw,
+            (Op::Send, Kind::Bw) => Tool::SendBw,
+            (Op::Atomic, Kind::Bw) => Tool::AtomicBw,
+            (Op::Write, Kind::Lat) => Tool::WriteLat,
+            (Op::Read, Kind::Lat) => Tool::ReadLat,
+            (Op::Send, Kind::Lat) => Tool::SendLat,
+            (Op::Atomic, Kind::Lat) => Tool::AtomicLat,
+            (Op::Tcp, _) => return None,
+        })
+    }
+
+    /// perftest's program name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Tool::WriteBw => "ib_write_bw",
+            Tool::ReadBw => "ib_read_bw",
+            Tool::SendBw => "ib_send_bw",
+            Tool::AtomicBw => "ib_atomic_bw",
+            Tool::WriteLat => "ib_write_lat",
+            Tool::ReadLat => "ib_read_lat",
+            Tool::SendLat => "ib_send_lat",
+            Tool::AtomicLat => "ib_atomic_lat",
+        }
+    }
+
+    /// perftest's default `-n` (`DEF_ITERS_WB` for `ib_write_bw`, else `DEF_ITERS`).
+    pub fn default_iters(self) -> u64 {
+        if self == Tool::WriteBw {
+            5000
+        } else {
+            1000
+        }
+    }
+
+    fn is_send(self) -> bool {
+        matches!(self, Tool::SendBw | Tool::SendLat)
+    }
+
+    /// Handshakes from the first key exchange up to the traffic: `write_lat.c`,
+    /// `read_lat.c` and `atomic_lat.c` shake hands once more before the per-QP loop.
+    fn handshakes(self) -> usize {
+        match self {
+            Tool::WriteLat | Tool::ReadLat | Tool::AtomicLat => 4,
+            _ => 3,
+        }
+    }
+}
 
 /// One `pingpong_dest` as perftest prints it with a GID (`KEY_PRINT_FMT_GID`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Dest {
     /// LID (0 on RoCE).
     pub lid: u16,
-    /// Outstanding READs the side allows.
+    /// Outstanding READs / atomics the side accepts.
     pub out_reads: u16,
     /// QP number.
     pub qpn: u32,
@@ -34,7 +140,7 @@ pub struct Dest {
     pub psn: u32,
     /// R_Key of the buffer.
     pub rkey: u32,
-    /// Address of the buffer.
+    /// Address of the buffer the peer writes to / reads from.
     pub vaddr: u64,
     /// GID.
     pub gid: Gid,
@@ -58,7 +164,7 @@ pub fn encode(d: &Dest) -> [u8; KEY_MSG_SIZE_GID] {
     m
 }
 
-/// Parses a peer's 108-byte key message.
+/// Parses a peer's 108-byte key message (what `ethernet_read_keys` reads).
 pub fn decode(m: &[u8]) -> Result<Dest, String> {
     let text = std::str::from_utf8(m)
         .map_err(|_| "perftest key is not text")?
@@ -67,119 +173,331 @@ pub fn decode(m: &[u8]) -> Result<Dest, String> {
     if f.len() < 23 {
         return Err(format!("perftest key has {} fields, want 23", f.len()));
     }
-    let hex = |i: usize, what: &str| {
-        u64::from_str_radix(f[i], 16).map_err(|_| format!("perftest key: bad {what}"))
+    let hex = |i: usize, what: &str, max: u64| {
+        u64::from_str_radix(f[i], 16)
+            .ok()
+            .filter(|v| *v <= max)
+            .ok_or(format!("perftest key: bad {what} {:?}", f[i]))
     };
     let mut gid = [0u8; 16];
     for (k, b) in gid.iter_mut().enumerate() {
-        *b = hex(6 + k, "GID")? as u8;
+        *b = hex(6 + k, "GID byte", 0xff)? as u8;
     }
     Ok(Dest {
-        lid: hex(0, "LID")? as u16,
-        out_reads: hex(1, "out_reads")? as u16,
-        qpn: hex(2, "QPN")? as u32 & 0xff_ffff,
-        psn: hex(3, "PSN")? as u32 & 0xff_ffff,
-        rkey: hex(4, "rkey")? as u32,
-        vaddr: hex(5, "vaddr")?,
+        lid: hex(0, "LID", 0xffff)? as u16,
+        out_reads: hex(1, "out_reads", 0xffff)? as u16,
+        qpn: hex(2, "QPN", 0xff_ffff)? as u32,
+        psn: hex(3, "PSN", 0xff_ffff)? as u32,
+        rkey: hex(4, "rkey", u32::MAX as u64)? as u32,
+        vaddr: hex(5, "vaddr", u64::MAX)?,
         gid: Gid(gid),
-        srqn: hex(22, "SRQN")? as u32,
+        srqn: hex(22, "SRQN", u32::MAX as u64)? as u32,
     })
 }
 
-/// `ctx_xchg_data` on the client: send ours, then read theirs of the same size.
-fn xchg(s: &mut TcpStream, mine: &[u8]) -> Result<Vec<u8>, String> {
-    s.write_all(mine)
-        .map_err(|e| format!("perftest exchange: {e}"))?;
-    let mut theirs = vec![0u8; mine.len()];
-    s.read_exact(&mut theirs)
-        .map_err(|e| format!("perftest exchange: {e}"))?;
-    Ok(theirs)
+/// The peer's version field (NUL-padded text such as `6.06`), read the way perftest's
+/// `atof` does: the leading decimal number. Returned in hundredths (6.06 → 606).
+pub fn parse_version(b: &[u8]) -> Result<u32, String> {
+    let text = String::from_utf8_lossy(b);
+    let t = text.trim_start_matches([' ', '\t']);
+    let end = t
+        .char_indices()
+        .find(|&(i, c)| !(c.is_ascii_digit() || (c == '.' && !t[..i].contains('.'))))
+        .map_or(t.len(), |(i, _)| i);
+    let v: f64 = t[..end]
+        .parse()
+        .map_err(|_| format!("the peer sent no perftest version ({:?})", text))?;
+    if !(0.0..1e6).contains(&v) {
+        return Err(format!("perftest version {v} is not plausible"));
+    }
+    Ok((v * 100.0).round() as u32)
 }
 
-/// Runs RDMA WRITE bandwidth as the client of an `ib_write_bw` server.
-pub fn write_bw_client(o: &Opts, server: &str) -> Result<Report, String> {
-    let e = |e: rverbs::Error| e.to_string();
-    let addr = (server, o.port)
-        .to_socket_addrs()
-        .map_err(|e| format!("{server}: {e}"))?
-        .next()
-        .ok_or(format!("{server}: no address"))?;
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(10))
-        .map_err(|e| format!("couldn't connect to {addr}: {e}"))?;
-    let _ = s.set_read_timeout(Some(Duration::from_secs(60)));
+/// The peer's `check_mtu` field: the MTU enum (1..5) as text; perftest ignores what is
+/// not a valid enum (`valid_mtu_size`) and keeps its own.
+pub fn parse_mtu(b: &[u8]) -> Option<Mtu> {
+    let t: String = b
+        .iter()
+        .take_while(|c| c.is_ascii_digit())
+        .map(|&c| c as char)
+        .collect();
+    t.parse::<u8>().ok().and_then(Mtu::from_enum)
+}
 
-    // exchange_versions
-    let mut v = [0u8; MAX_VERSION];
-    v[..VERSION.len()].copy_from_slice(VERSION.as_bytes());
-    let rv = xchg(&mut s, &v)?;
-    let rem_version: f64 = std::str::from_utf8(&rv)
-        .unwrap_or("")
-        .trim_end_matches('\0')
-        .trim()
-        .parse()
-        .map_err(|_| "perftest peer sent no version")?;
-    // In hundredths: 5.70 is the oldest perftest accepts, 6.28 added the parameter
-    // negotiation this client does not speak.
-    if !(570..628).contains(&((rem_version * 100.0).round() as i64)) {
+/// The peer's `check_sys_data` fields: its cycle buffer (page size) and cache line, as
+/// big-endian ints; perftest takes the larger of both sides'. We refuse values no
+/// machine has rather than size a buffer by them.
+pub fn parse_sys(cycle: &[u8], line: &[u8]) -> Result<(usize, usize), String> {
+    let int = |b: &[u8]| -> Option<i32> { Some(i32::from_be_bytes(b.try_into().ok()?)) };
+    let c = int(cycle).ok_or("short page size")?;
+    let l = int(line).ok_or("short cache line")?;
+    if !(1..=1 << 26).contains(&c) || !(1..=4096).contains(&l) {
         return Err(format!(
-            "perftest {rem_version} on the peer: this client speaks 5.70 .. 6.27"
+            "the peer's page size {c} / cache line {l} are not plausible"
         ));
     }
-    // check_sys_data: cycle buffer (page size) and cache line, big-endian ints.
-    xchg(&mut s, &4096i32.to_be_bytes())?;
-    xchg(&mut s, &64i32.to_be_bytes())?;
+    Ok((c.max(PAGE) as usize, l.max(CACHE_LINE) as usize))
+}
+
+/// `struct bw_report_data` as `xchg_bw_reports` sends it (per-port fields off): five
+/// big-endian 8-byte fields, each its own exchange.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct BwReport {
+    /// Message size.
+    pub size: u64,
+    /// Iterations measured.
+    pub iters: u64,
+    /// Peak bandwidth, MB/s (2^20 bytes).
+    pub bw_peak: f64,
+    /// Average bandwidth, MB/s.
+    pub bw_avg: f64,
+    /// Message rate, Mpps.
+    pub msg_rate: f64,
+}
+
+impl BwReport {
+    /// The five fields in exchange order.
+    pub fn fields(&self) -> [[u8; 8]; 5] {
+        [
+            self.size.to_be_bytes(),
+            self.iters.to_be_bytes(),
+            self.bw_peak.to_bits().to_be_bytes(),
+            self.bw_avg.to_bits().to_be_bytes(),
+            self.msg_rate.to_bits().to_be_bytes(),
+        ]
+    }
+
+    /// From the five fields; a report whose figures are not finite, non-negative
+    /// numbers is an error.
+    pub fn from_fields(f: &[[u8; 8]; 5]) -> Result<BwReport, String> {
+        let d = |b: [u8; 8]| f64::from_bits(u64::from_be_bytes(b));
+        let r = BwReport {
+            size: u64::from_be_bytes(f[0]),
+            iters: u64::from_be_bytes(f[1]),
+            bw_peak: d(f[2]),
+            bw_avg: d(f[3]),
+            msg_rate: d(f[4]),
+        };
+        if [r.bw_peak, r.bw_avg, r.msg_rate]
+            .iter()
+            .any(|v| !v.is_finite() || *v < 0.0)
+        {
+            return Err(format!("the peer's bandwidth report is not valid: {r:?}"));
+        }
+        Ok(r)
+    }
+
+    /// As a [`Report`] (the peer's figures; no CPU times).
+    fn report(&self) -> Report {
+        let bytes = self.iters.saturating_mul(self.size);
+        let secs = if self.bw_avg > 0.0 {
+            bytes as f64 / (self.bw_avg * 1_048_576.0)
+        } else {
+            0.0
+        };
+        Report {
+            size: self.size as usize,
+            msgs: self.iters,
+            bytes,
+            secs,
+            cpu_local: 0.0,
+            cpu_peer: 0.0,
+            cpu_util: 0.0,
+            lat: None,
+        }
+    }
+}
+
+/// The TCP connection and its role: `ctx_xchg_data_ethernet` writes then reads on the
+/// client and reads then writes on the server.
+struct Oob {
+    s: TcpStream,
+    client: bool,
+}
+
+impl Oob {
+    fn xchg(&mut self, mine: &[u8]) -> Result<Vec<u8>, String> {
+        let err = |e: std::io::Error| format!("perftest exchange: {e}");
+        let mut theirs = vec![0u8; mine.len()];
+        if self.client {
+            self.s.write_all(mine).map_err(err)?;
+            self.s.read_exact(&mut theirs).map_err(err)?;
+        } else {
+            self.s.read_exact(&mut theirs).map_err(err)?;
+            self.s.write_all(mine).map_err(err)?;
+        }
+        Ok(theirs)
+    }
+
+    fn hand_shake(&mut self, me: &Dest) -> Result<Dest, String> {
+        decode(&self.xchg(&encode(me))?)
+    }
+
+    /// `xchg_bw_reports`: ours out, theirs in.
+    fn reports(&mut self, mine: &BwReport) -> Result<BwReport, String> {
+        let mut theirs = [[0u8; 8]; 5];
+        for (t, m) in theirs.iter_mut().zip(mine.fields()) {
+            t.copy_from_slice(&self.xchg(&m)?);
+        }
+        BwReport::from_fields(&theirs)
+    }
+
+    /// `ctx_close_connection`: a handshake, then `"done"` with its NUL (which nobody
+    /// reads).
+    fn close(&mut self, me: &Dest) -> Result<(), String> {
+        self.hand_shake(me)?;
+        let _ = self.s.write_all(b"done\0");
+        Ok(())
+    }
+
+    /// Waits (bounded) until the peer closes the connection: `ib_write_lat` ends with
+    /// no closing exchange, and our QP must answer its last packets until it exits.
+    fn linger(&mut self) {
+        let _ = self.s.set_read_timeout(Some(Duration::from_secs(10)));
+        let mut b = [0u8; 64];
+        while matches!(self.s.read(&mut b), Ok(n) if n > 0) {}
+    }
+}
+
+/// The connected QP, its region and the peer's details.
+struct Conn {
+    oob: Oob,
+    me: Dest,
+    rem: Dest,
+    /// Offset of our second half (what the peer writes into / sends into).
+    half: usize,
+    mr: Mr,
+    qp: Qp,
+    cq: Cq,
+    spin: Duration,
+    _pd: Pd,
+    ctx: Context,
+}
+
+fn is_ipv6(a: IpAddr) -> bool {
+    match a {
+        IpAddr::V6(v) => v.to_ipv4_mapped().is_none(),
+        IpAddr::V4(_) => false,
+    }
+}
+
+fn v4_mapped(g: &Gid) -> bool {
+    let o = g.octets();
+    o[..10].iter().all(|b| *b == 0) && o[10] == 0xff && o[11] == 0xff
+}
+
+fn open_tcp(o: &Opts) -> Result<(TcpStream, SocketAddr), String> {
+    match &o.server {
+        Some(server) => {
+            let addrs: Vec<SocketAddr> = (server.as_str(), o.port)
+                .to_socket_addrs()
+                .map_err(|e| format!("{server}: {e}"))?
+                .collect();
+            // The perftest server may still be starting: retry for a few seconds.
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                for a in &addrs {
+                    if let Ok(s) = TcpStream::connect_timeout(a, Duration::from_secs(2)) {
+                        return Ok((s, *a));
+                    }
+                }
+                if Instant::now() > deadline {
+                    return Err(format!("couldn't connect to {server}:{}", o.port));
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+        None => {
+            // perftest's client connects over IPv4 (6.06) or either family (newer).
+            let l = TcpListener::bind(("::", o.port))
+                .or_else(|_| TcpListener::bind(("0.0.0.0", o.port)))
+                .map_err(|e| format!("couldn't listen on port {}: {e}", o.port))?;
+            l.accept().map_err(|e| format!("accept: {e}"))
+        }
+    }
+}
+
+/// The steps every tool shares: TCP, versions, system data, MTU, resources, the key
+/// exchange, the QP's connection and the remaining handshakes up to the traffic.
+fn setup(o: &Opts, tool: Tool, max_size: usize) -> Result<Conn, String> {
+    let e = |e: rverbs::Error| e.to_string();
+    let (s, peer) = open_tcp(o)?;
+    let _ = s.set_nodelay(true);
+    let _ = s.set_read_timeout(Some(PEER_TIMEOUT));
+    let mut oob = Oob {
+        s,
+        client: o.server.is_some(),
+    };
+
+    // exchange_versions + check_version_compatibility
+    let mut v = [0u8; MAX_VERSION];
+    v[..VERSION.len()].copy_from_slice(VERSION.as_bytes());
+    let rem_version = parse_version(&oob.xchg(&v)?)?;
+    if rem_version < 570 {
+        return Err(format!(
+            "perftest {}.{:02} on the peer: perftest speaks only with 5.70 and newer",
+            rem_version / 100,
+            rem_version % 100
+        ));
+    }
+    // check_sys_data
+    let c = oob.xchg(&PAGE.to_be_bytes())?;
+    let l = oob.xchg(&CACHE_LINE.to_be_bytes())?;
+    let (cycle, line) = parse_sys(&c, &l)?;
 
     let dev = device(o.dev.as_deref()).map_err(e)?;
     let ctx = dev.open().map_err(e)?;
     // check_mtu: the MTU enum as text in 2 bytes; the path takes the smaller.
-    let mine = if o.mtu == 0 {
-        dev.active_mtu()
-    } else {
-        Mtu::from_enum(match o.mtu {
-            256 => 1,
-            512 => 2,
-            1024 => 3,
-            2048 => 4,
-            _ => 5,
-        })
-        .unwrap_or(Mtu::M1024)
+    let mine = match o.mtu {
+        0 => dev.active_mtu(),
+        256 => Mtu::M256,
+        512 => Mtu::M512,
+        1024 => Mtu::M1024,
+        2048 => Mtu::M2048,
+        4096 => Mtu::M4096,
+        m => return Err(format!("invalid MTU {m}")),
     };
-    let r = xchg(&mut s, &[b'0' + mine as u8, 0])?;
-    let theirs = Mtu::from_enum(r[0].wrapping_sub(b'0')).unwrap_or(mine);
-    let mtu = mine.min(theirs);
+    let r = oob.xchg(&[b'0' + mine as u8, 0])?;
+    let mtu = parse_mtu(&r).map_or(mine, |t| t.min(mine));
 
+    // Our region: two halves of BUFF_SIZE rounded to the cache line (INC), the first
+    // what we send / read into, the second what the peer writes / sends / reads.
+    let half = max_size.max(cycle).div_ceil(line) * line;
     let pd = ctx.alloc_pd().map_err(e)?;
-    let cq = ctx.create_cq(o.depth as u32 + 16).map_err(e)?;
-    let mr = pd.reg_mr(o.size.max(1), AccessFlags::ALL).map_err(e)?;
+    let rx = if tool.is_send() { RX_DEPTH as usize } else { 1 };
+    let cq = ctx.create_cq((o.depth + rx + 64) as u32).map_err(e)?;
+    let mr = pd.reg_mr(2 * half, AccessFlags::ALL).map_err(e)?;
     let mut attr = QpInitAttr::new(QpType::Rc, &cq);
-    attr.cap.max_send_wr = o.depth as u32 + 1;
-    attr.cap.max_recv_wr = 1;
+    attr.cap.max_send_wr = o.depth.max(16) as u32 + 1;
+    attr.cap.max_recv_wr = rx as u32;
     let qp = pd.create_qp(&attr).map_err(e)?;
     let sgid = match o.gid_idx {
         Some(i) => i,
         None => ctx
-            .gid_index_for(addr.is_ipv6())
-            .ok_or("no GID of the server's address family")?,
+            .gid_index_for(is_ipv6(peer.ip()))
+            .ok_or_else(|| format!("no GID of the peer's address family on {}", dev.name))?,
     };
     let psn = std::process::id() & 0xff_ffff;
     let me = Dest {
         lid: 0,
-        out_reads: 1,
+        out_reads: OUT_READS,
         qpn: qp.qp_num(),
         psn,
         rkey: mr.rkey(),
-        vaddr: mr.addr(),
+        vaddr: mr.addr() + half as u64,
         gid: ctx.gid(sgid).ok_or("no such GID index")?,
         srqn: 0,
     };
-    let hand_shake =
-        |s: &mut TcpStream| -> Result<Dest, String> { decode(&xchg(s, &encode(&me))?) };
-    let rem = hand_shake(&mut s)?;
+    let rem = oob.hand_shake(&me)?;
+    // ctx_check_gid_compatibility: both IPv4-mapped or neither.
+    if v4_mapped(&me.gid) != v4_mapped(&rem.gid) {
+        return Err("the peer's GID is of the other IP version (pick one with -x)".into());
+    }
     let copts = ConnectOpts {
         sgid_index: sgid,
         mtu,
         psn,
-        rd_atomic: 1,
+        rd_atomic: OUT_READS.min(rem.out_reads.max(1)) as u8,
         ..ConnectOpts::default()
     };
     qp.connect(
@@ -191,68 +509,444 @@ pub fn write_bw_client(o: &Opts, server: &str) -> Result<Report, String> {
         &copts,
     )
     .map_err(e)?;
-    // "An additional handshake is required after moving qp to RTR."
-    hand_shake(&mut s)?;
+    // The remaining handshakes, the last one after both sides reached RTR.
+    for _ in 1..tool.handshakes() {
+        oob.hand_shake(&me)?;
+    }
+    Ok(Conn {
+        oob,
+        me,
+        rem,
+        half,
+        mr,
+        qp,
+        cq,
+        spin: o.spin,
+        _pd: pd,
+        ctx,
+    })
+}
 
-    // The traffic: o.iters WRITEs of o.size bytes into the server's buffer.
-    let remote = RemoteBuf {
-        addr: rem.vaddr,
-        rkey: rem.rkey,
-        len: o.size as u32,
-    };
-    let cq_mod = (o.depth / 4).clamp(1, 100) as u64;
-    let (start, cpu0) = (Instant::now(), super::cpu_seconds());
-    let (mut posted, mut completed) = (0u64, 0u64);
-    let mut wcs = vec![Wc::default(); 32];
-    let mut last = Instant::now();
-    while completed < o.iters {
-        while posted < o.iters && posted - completed < o.depth as u64 {
-            posted += 1;
-            let sig = posted % cq_mod == 0 || posted == o.iters;
-            qp.post_send(&SendRequest::write(posted, &[mr.slice(0..o.size)], remote).signaled(sig))
-                .map_err(e)?;
-        }
-        let n = cq
-            .wait(&mut wcs, o.spin, Duration::from_millis(1))
-            .map_err(e)?;
-        for wc in &wcs[..n] {
-            if wc.status != WcStatus::Success {
-                return Err(format!("WRITE {} completed with {:?}", wc.wr_id, wc.status));
-            }
-            completed = completed.max(wc.wr_id);
-            last = Instant::now();
-        }
-        if last.elapsed() > super::STALL {
-            return Err("the perftest server stopped answering".into());
+/// Counts of one size's traffic on our side.
+#[derive(Default)]
+struct Counts {
+    /// Send-queue completions (wr_id = sequence number, 1-based).
+    sent_done: u64,
+    /// Receives completed.
+    recvs: u64,
+    /// Receives posted.
+    posted_recvs: u64,
+    /// When the first and the last receive completed.
+    first_rx: Option<Instant>,
+    last_rx: Option<Instant>,
+    /// When anything last completed.
+    last: Option<Instant>,
+}
+
+impl Conn {
+    fn remote(&self, len: usize) -> RemoteBuf {
+        RemoteBuf {
+            addr: self.rem.vaddr,
+            rkey: self.rem.rkey,
+            len: len as u32,
         }
     }
-    let secs = start.elapsed().as_secs_f64();
-    let cpu = super::cpu_seconds() - cpu0;
 
-    // The client's closing steps: handshakes, bandwidth report, close. (Debian's
-    // perftest 6.06 server reads two handshakes here, upstream's write_bw.c one: with
-    // two, both agree.)
-    hand_shake(&mut s)?;
-    hand_shake(&mut s)?;
-    let bytes = o.iters * o.size as u64;
-    let mbs = bytes as f64 / secs / 1_048_576.0;
-    xchg(&mut s, &(o.size as u64).to_be_bytes())?;
-    xchg(&mut s, &o.iters.to_be_bytes())?;
-    xchg(&mut s, &mbs.to_bits().to_be_bytes())?;
-    xchg(&mut s, &mbs.to_bits().to_be_bytes())?;
-    xchg(
-        &mut s,
-        &(o.iters as f64 / secs / 1e6).to_bits().to_be_bytes(),
-    )?;
-    hand_shake(&mut s)?;
+    /// The work request `id` (1-based) of `tool` for `size` bytes.
+    fn request(&self, tool: Tool, id: u64, size: usize) -> SendRequest<'_> {
+        let local = self.mr.slice(0..size);
+        match tool {
+            Tool::WriteBw | Tool::WriteLat => SendRequest::write(id, &[local], self.remote(size)),
+            Tool::ReadBw | Tool::ReadLat => SendRequest::read(id, &[local], self.remote(size)),
+            Tool::SendBw | Tool::SendLat => SendRequest::send(id, &[local]),
+            Tool::AtomicBw | Tool::AtomicLat => {
+                SendRequest::fetch_add(id, self.mr.slice(0..8), self.remote(8), 1)
+            }
+        }
+    }
+
+    /// Posts a receive of a whole half (any size of a `-a` sweep fits).
+    fn post_recv(&self, c: &mut Counts) -> Result<(), String> {
+        c.posted_recvs += 1;
+        self.qp
+            .post_recv(
+                RECV | c.posted_recvs,
+                &[self.mr.slice(self.half..2 * self.half)],
+            )
+            .map_err(|e| e.to_string())
+    }
+
+    /// Waits once for completions; receives are reposted while fewer than `want_rx`
+    /// were posted. Errors on a failed completion or `STALL` without progress.
+    fn reap(&self, c: &mut Counts, want_rx: u64, since: Instant) -> Result<(), String> {
+        let mut wcs = [Wc::default(); 32];
+        let n = self
+            .cq
+            .wait(&mut wcs, self.spin, Duration::from_millis(1))
+            .map_err(|e| e.to_string())?;
+        let now = Instant::now();
+        for wc in &wcs[..n] {
+            if wc.status != WcStatus::Success {
+                return Err(format!(
+                    "work request {} ({:?}) completed with {:?}",
+                    wc.wr_id & !RECV,
+                    wc.opcode,
+                    wc.status
+                ));
+            }
+            if wc.opcode == WcOpcode::Recv {
+                c.recvs += 1;
+                c.first_rx.get_or_insert(now);
+                c.last_rx = Some(now);
+                if c.posted_recvs < want_rx {
+                    self.post_recv(c)?;
+                }
+            } else {
+                c.sent_done = c.sent_done.max(wc.wr_id);
+            }
+            c.last = Some(now);
+        }
+        if c.last.unwrap_or(since).elapsed() > STALL {
+            return Err(format!(
+                "the perftest peer made no progress for {}s",
+                STALL.as_secs()
+            ));
+        }
+        Ok(())
+    }
+
+    /// Posts the first receives of a size (perftest's `ctx_set_recv_wqes`).
+    fn prepost(&self, c: &mut Counts, iters: u64) -> Result<(), String> {
+        while c.posted_recvs < iters.min(RX_DEPTH) {
+            self.post_recv(c)?;
+        }
+        Ok(())
+    }
+
+    /// The sending side of a bandwidth test (`run_iter_bw`): `iters` requests, at most
+    /// `depth` outstanding, every `cq_mod`-th and the last signaled.
+    fn bw_send(&self, tool: Tool, o: &Opts, size: usize) -> Result<Side, String> {
+        let cq_mod = (o.depth as u64 / 4).clamp(1, 100);
+        let (start, cpu0) = (Instant::now(), super::cpu_seconds());
+        let mut c = Counts::default();
+        let mut posted = 0u64;
+        while c.sent_done < o.iters {
+            while posted < o.iters && posted - c.sent_done < o.depth as u64 {
+                posted += 1;
+                let sig = posted % cq_mod == 0 || posted == o.iters;
+                self.qp
+                    .post_send(&self.request(tool, posted, size).signaled(sig))
+                    .map_err(|e| e.to_string())?;
+            }
+            self.reap(&mut c, 0, start)?;
+        }
+        let secs = start.elapsed().as_secs_f64();
+        Ok(Side {
+            sent: o.iters,
+            rx: 0,
+            secs,
+            cpu: super::cpu_seconds() - cpu0,
+            wall: secs,
+        })
+    }
+
+    /// The receiving side of `ib_send_bw` (`run_iter_bw_server`): `iters` receives,
+    /// timed from the first to the last.
+    fn bw_recv(&self, c: &mut Counts, iters: u64) -> Result<Side, String> {
+        let (start, cpu0) = (Instant::now(), super::cpu_seconds());
+        while c.recvs < iters {
+            self.reap(c, iters, start)?;
+        }
+        let secs = match (c.first_rx, c.last_rx) {
+            (Some(a), Some(b)) => (b - a).as_secs_f64(),
+            _ => 0.0,
+        };
+        Ok(Side {
+            sent: 0,
+            rx: iters,
+            secs,
+            cpu: super::cpu_seconds() - cpu0,
+            wall: start.elapsed().as_secs_f64(),
+        })
+    }
+
+    /// `run_iter_lat_write`: each side WRITEs `size` bytes whose last byte is its
+    /// sequence number and waits until the peer's WRITE brought the next number to the
+    /// last byte of its own buffer. The server writes first. Returns the post times.
+    fn write_lat(&self, iters: u64, size: usize, server: bool) -> Result<Vec<Instant>, String> {
+        let mut t = Vec::with_capacity(iters as usize);
+        let mut c = Counts::default();
+        let mark = self.half + size - 1;
+        let start = Instant::now();
+        let (mut scnt, mut rcnt) = (0u64, 0u64);
+        while scnt < iters || rcnt < iters {
+            if rcnt < iters && !(scnt < 1 && server) {
+                rcnt += 1;
+                let want = rcnt as u8;
+                let since = Instant::now();
+                while self.mr.with(|b| b[mark]) != want {
+                    self.reap(&mut c, 0, since)?;
+                }
+                c.last = Some(Instant::now());
+            }
+            if scnt < iters {
+                scnt += 1;
+                self.mr.write(size - 1, &[scnt as u8]);
+                t.push(Instant::now());
+                let mut r = self.request(Tool::WriteLat, scnt, size);
+                if size <= 220 {
+                    r = r.inline();
+                }
+                self.qp.post_send(&r).map_err(|e| e.to_string())?;
+                while c.sent_done < scnt {
+                    self.reap(&mut c, 0, start)?;
+                }
+            }
+        }
+        Ok(t)
+    }
+
+    /// `run_iter_lat_send`: SEND ping-pong; the client sends first. Receives were
+    /// preposted before the size's handshake.
+    fn send_lat(
+        &self,
+        c: &mut Counts,
+        iters: u64,
+        size: usize,
+        client: bool,
+    ) -> Result<Vec<Instant>, String> {
+        let mut t = Vec::with_capacity(iters as usize);
+        let start = Instant::now();
+        let (mut scnt, mut rcnt) = (0u64, 0u64);
+        while scnt < iters || rcnt < iters {
+            if rcnt < iters && !(scnt < 1 && client) {
+                let since = Instant::now();
+                while c.recvs <= rcnt {
+                    self.reap(c, iters, since)?;
+                }
+                rcnt += 1;
+            }
+            if scnt < iters {
+                scnt += 1;
+                t.push(Instant::now());
+                let mut r = self.request(Tool::SendLat, scnt, size);
+                if size <= 236 {
+                    r = r.inline();
+                }
+                self.qp.post_send(&r).map_err(|e| e.to_string())?;
+            }
+        }
+        while c.sent_done < iters {
+            self.reap(c, iters, start)?;
+        }
+        Ok(t)
+    }
+
+    /// `run_iter_lat` (READ, atomic): one request at a time, each awaited.
+    fn rt_lat(&self, tool: Tool, iters: u64, size: usize) -> Result<Vec<Instant>, String> {
+        let mut t = Vec::with_capacity(iters as usize);
+        let mut c = Counts::default();
+        for i in 1..=iters {
+            t.push(Instant::now());
+            self.qp
+                .post_send(&self.request(tool, i, size))
+                .map_err(|e| e.to_string())?;
+            let since = Instant::now();
+            while c.sent_done < i {
+                self.reap(&mut c, 0, since)?;
+            }
+        }
+        Ok(t)
+    }
+}
+
+/// perftest's latency figures from the post times (`print_report_lat`): the gaps
+/// between consecutive posts, halved for WRITE and SEND (a round trip is two
+/// messages), in nanoseconds.
+fn lat_samples(t: &[Instant], halve: bool) -> Vec<u64> {
+    t.windows(2)
+        .map(|w| {
+            let d = (w[1] - w[0]).as_nanos() as u64;
+            if halve {
+                d / 2
+            } else {
+                d
+            }
+        })
+        .collect()
+}
+
+fn lat_report(o: &Opts, size: usize, t: &[Instant], halve: bool, cpu0: f64) -> Report {
+    let secs = match (t.first(), t.last()) {
+        (Some(a), Some(b)) => (*b - *a).as_secs_f64(),
+        _ => 0.0,
+    };
     let me = Side {
         sent: o.iters,
         rx: 0,
         secs,
-        cpu,
+        cpu: super::cpu_seconds() - cpu0,
         wall: secs,
     };
-    Ok(Report::new(o.size, &me, &Side::default(), None))
+    Report::new(
+        size,
+        &me,
+        &Side::default(),
+        Lat::of(&mut lat_samples(t, halve)),
+    )
+}
+
+/// Checks the options `--perftest` speaks.
+pub fn check(o: &Opts) -> Result<Tool, String> {
+    let tool = Tool::of(o.op, o.kind).ok_or("--perftest: perftest has no tcp test")?;
+    if o.duration.is_some() || o.bidir || o.post_list != 1 {
+        return Err(format!(
+            "--perftest speaks {}'s default exchange with -s, -n, -a, -t, -m, -x: not -D, -b or -l",
+            tool.name()
+        ));
+    }
+    if o.iters < 5 {
+        return Err("--perftest: perftest runs at least 5 iterations (-n 5)".into());
+    }
+    if o.size == 0 || o.size > MAX_SIZE {
+        return Err(format!("--perftest: -s must be 1 .. {MAX_SIZE}"));
+    }
+    Ok(tool)
+}
+
+/// Runs one side of a perftest tool's test against an unmodified perftest peer,
+/// printing our figures (for `ib_write_bw`, `ib_read_bw` and `ib_atomic_bw` on the
+/// server: the figures the perftest client reports to its server).
+pub fn run(o: &Opts, out: &mut impl Write) -> Result<Vec<Report>, String> {
+    let tool = check(o)?;
+    let sizes = super::sizes(o);
+    let max = *sizes.iter().max().unwrap_or(&8);
+    let client = o.server.is_some();
+    let mut c = setup(o, tool, max.max(8))?;
+    let w = |r: std::io::Result<()>| r.map_err(|e| e.to_string());
+    let show = |out: &mut dyn Write, r: &Report| -> Result<(), String> {
+        if o.json {
+            w(writeln!(out, "{}", r.json(o).render()))
+        } else {
+            w(writeln!(out, "{}", super::row(o, r)))
+        }
+    };
+    if !o.json {
+        w(writeln!(out, "{}", super::header(o)))?;
+    }
+    let mut reports = Vec::new();
+    let cpu0 = super::cpu_seconds();
+    match tool {
+        Tool::WriteBw | Tool::ReadBw | Tool::AtomicBw => {
+            let mut last = BwReport::default();
+            if client {
+                for &size in &sizes {
+                    let me = c.bw_send(tool, o, size)?;
+                    let r = Report::new(size, &me, &Side::default(), None);
+                    let mbs = r.bytes as f64 / r.secs.max(1e-9) / 1_048_576.0;
+                    last = BwReport {
+                        size: size as u64,
+                        iters: o.iters,
+                        bw_peak: mbs,
+                        bw_avg: mbs,
+                        msg_rate: r.msgs as f64 / r.secs.max(1e-9) / 1e6,
+                    };
+                    show(out, &r)?;
+                    reports.push(r);
+                }
+            }
+            // The server waits here while the client runs every size.
+            c.oob.hand_shake(&c.me)?;
+            let theirs = c.oob.reports(&last)?;
+            c.oob.close(&c.me)?;
+            if !client {
+                if !o.json {
+                    w(writeln!(
+                        out,
+                        "# the figures {} measured on the client (it sends them to its server)",
+                        tool.name()
+                    ))?;
+                }
+                let r = theirs.report();
+                show(out, &r)?;
+                reports.push(r);
+            }
+        }
+        Tool::SendBw => {
+            for &size in &sizes {
+                let mut k = Counts::default();
+                if !client {
+                    c.prepost(&mut k, o.iters)?;
+                }
+                c.oob.hand_shake(&c.me)?;
+                let me = if client {
+                    c.bw_send(tool, o, size)?
+                } else {
+                    c.bw_recv(&mut k, o.iters)?
+                };
+                if o.all {
+                    c.oob.hand_shake(&c.me)?;
+                }
+                // The receiver's messages are the ones it received.
+                let moved = Side {
+                    sent: me.rx,
+                    ..Side::default()
+                };
+                let r = Report::new(size, &me, &moved, None);
+                show(out, &r)?;
+                reports.push(r);
+            }
+            c.oob.close(&c.me)?;
+        }
+        Tool::WriteLat => {
+            for &size in &sizes {
+                let t = c.write_lat(o.iters, size, !client)?;
+                let r = lat_report(o, size, &t, true, cpu0);
+                show(out, &r)?;
+                reports.push(r);
+            }
+            // write_lat.c closes without a last exchange.
+            c.oob.linger();
+        }
+        Tool::SendLat => {
+            for &size in &sizes {
+                let mut k = Counts::default();
+                c.prepost(&mut k, o.iters)?;
+                c.oob.hand_shake(&c.me)?;
+                let t = c.send_lat(&mut k, o.iters, size, client)?;
+                let r = lat_report(o, size, &t, true, cpu0);
+                show(out, &r)?;
+                reports.push(r);
+            }
+            c.oob.close(&c.me)?;
+        }
+        Tool::ReadLat | Tool::AtomicLat => {
+            if client {
+                for &size in &sizes {
+                    let t = c.rt_lat(tool, o.iters, size)?;
+                    let r = lat_report(o, size, &t, false, cpu0);
+                    show(out, &r)?;
+                    reports.push(r);
+                }
+            }
+            // The server only answers: its close waits out the client's traffic.
+            c.oob.close(&c.me)?;
+            if !client {
+                let r = Report::new(sizes[0], &Side::default(), &Side::default(), None);
+                show(out, &r)?;
+                reports.push(r);
+            }
+        }
+    }
+    // For interop diagnostics: our port counters (ICRC errors, drops, retransmissions).
+    let line: Vec<String> = c
+        .ctx
+        .counters()
+        .iter()
+        .map(|(n, v)| format!("{n}={v}"))
+        .collect();
+    eprintln!("rverbs counters: {}", line.join(" "));
+    Ok(reports)
 }
 
 #[cfg(test)]
@@ -285,5 +979,90 @@ mod tests {
         let mut bad = m;
         bad[0] = b'z';
         assert!(decode(&bad).is_err());
+        // A QPN wider than 24 bits or a GID byte above 0xff is refused, not truncated.
+        let wide = String::from_utf8(m.to_vec())
+            .unwrap()
+            .replacen("000011", "f00011", 1)
+            .replacen(":0a:", ":1a0:", 1);
+        assert!(decode(&wide.as_bytes()[..107]).is_err());
+    }
+
+    #[test]
+    fn versions_are_read_like_atof() {
+        assert_eq!(parse_version(b"6.06\0\0\0\0\0\0\0\0\0\0\0\0"), Ok(606));
+        assert_eq!(parse_version(b"6.29"), Ok(629));
+        assert_eq!(parse_version(b"5.7"), Ok(570));
+        assert_eq!(parse_version(b"6.06.1-beta"), Ok(606));
+        assert!(parse_version(b"\0\0\0\0").is_err());
+        assert!(parse_version(b"beta").is_err());
+        assert!(parse_version(&[0xff; 16]).is_err());
+        assert!(parse_version(b"99999999999999").is_err());
+    }
+
+    #[test]
+    fn mtu_and_sys_data() {
+        assert_eq!(parse_mtu(b"3\0"), Some(Mtu::M1024));
+        assert_eq!(parse_mtu(b"5\0"), Some(Mtu::M4096));
+        assert_eq!(parse_mtu(b"9\0"), None);
+        assert_eq!(parse_mtu(b"\0\0"), None);
+        assert_eq!(
+            parse_sys(&4096i32.to_be_bytes(), &64i32.to_be_bytes()),
+            Ok((4096, 64))
+        );
+        assert_eq!(
+            parse_sys(&65536i32.to_be_bytes(), &128i32.to_be_bytes()),
+            Ok((65536, 128))
+        );
+        assert_eq!(
+            parse_sys(&512i32.to_be_bytes(), &32i32.to_be_bytes()),
+            Ok((4096, 64))
+        );
+        assert!(parse_sys(&(-1i32).to_be_bytes(), &64i32.to_be_bytes()).is_err());
+        assert!(parse_sys(&i32::MAX.to_be_bytes(), &64i32.to_be_bytes()).is_err());
+        assert!(parse_sys(&[0; 3], &[0; 4]).is_err());
+    }
+
+    #[test]
+    fn bw_reports_round_trip_and_bad_figures_are_refused() {
+        let r = BwReport {
+            size: 65536,
+            iters: 200,
+            bw_peak: 12.5,
+            bw_avg: 12.0,
+            msg_rate: 0.000192,
+        };
+        assert_eq!(BwReport::from_fields(&r.fields()), Ok(r));
+        // 200 × 64 KiB at 12.5 MiB/s = 1 s.
+        let rep = BwReport { bw_avg: 12.5, ..r }.report();
+        assert_eq!((rep.msgs, rep.bytes, rep.secs), (200, 13_107_200, 1.0));
+        for bad in [f64::NAN, f64::INFINITY, -1.0] {
+            let f = BwReport { bw_avg: bad, ..r }.fields();
+            assert!(BwReport::from_fields(&f).is_err());
+        }
+        // Zero figures (what perftest's server sends its client) are a valid report.
+        assert!(BwReport::from_fields(&BwReport::default().fields()).is_ok());
+    }
+
+    #[test]
+    fn latency_is_the_gap_between_posts() {
+        let t0 = Instant::now();
+        let t: Vec<Instant> = [0u64, 10_000, 30_000]
+            .iter()
+            .map(|n| t0 + Duration::from_nanos(*n))
+            .collect();
+        assert_eq!(lat_samples(&t, true), vec![5_000, 10_000]);
+        assert_eq!(lat_samples(&t, false), vec![10_000, 20_000]);
+        assert!(lat_samples(&t[..1], true).is_empty());
+    }
+
+    #[test]
+    fn tools_and_their_defaults() {
+        assert_eq!(Tool::of(Op::Write, Kind::Bw), Some(Tool::WriteBw));
+        assert_eq!(Tool::of(Op::Tcp, Kind::Bw), None);
+        assert_eq!(Tool::WriteBw.default_iters(), 5000);
+        assert_eq!(Tool::SendBw.default_iters(), 1000);
+        assert_eq!(Tool::AtomicLat.name(), "ib_atomic_lat");
+        assert_eq!(Tool::WriteLat.handshakes(), 4);
+        assert_eq!(Tool::SendLat.handshakes(), 3);
     }
 }

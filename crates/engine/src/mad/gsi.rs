@@ -78,7 +78,9 @@ pub struct GsiDest {
     pub qpn: u32,
     /// Q_Key ([`GSI_QKEY`] for the GSI).
     pub qkey: u32,
-    /// Source GID index; `None` picks the first local GID of the same family.
+    /// Source GID index; `None` picks the first local GID of the same family. An index
+    /// that names a RoCE v1 entry ([`crate::Config::gid_roce_v1`]) sends the MAD as
+    /// RoCE v1.
     pub sgid_index: Option<u8>,
 }
 
@@ -147,6 +149,7 @@ impl Gsi {
         src_port: u16,
         dest: (Gid, u32, u32),
         mad: &Mad,
+        roce_v1: bool,
     ) {
         let bth = BthRepr {
             opcode: Opcode::UD_SEND_ONLY,
@@ -173,7 +176,7 @@ impl Gsi {
             return;
         }
         let (s, d) = (net::gid_to_ip(src), net::gid_to_ip(dest.0));
-        net::fill_icrc(s, d, src_port, &mut payload);
+        net::fill_icrc_for(roce_v1, s, d, src_port, &mut payload);
         counters.tx_packets += 1;
         counters.tx_bytes += payload.len() as u64;
         self.port.stats.gsi_sent += 1;
@@ -184,7 +187,7 @@ impl Gsi {
             hop_limit: 64,
             traffic_class: 0,
             flow_label: 0,
-            roce_v1: false,
+            roce_v1,
             payload,
         });
     }
@@ -195,7 +198,7 @@ impl Gsi {
             let Some(src) = pick_sgid(gids, gid, None) else {
                 continue;
             };
-            self.build(counters, src, src_port, (gid, qp, qkey), &mad);
+            self.build(counters, src, src_port, (gid, qp, qkey), &mad, false);
         }
     }
 
@@ -387,12 +390,19 @@ impl Engine {
             h.set_transaction_id((u64::from(agent.0) << 32) | (tid & 0xffff_ffff));
         }
         let sp = self.gsi_src_port();
+        // An AH / destination whose source GID index names a RoCE v1 entry sends the
+        // MAD as RoCE v1 (as a UD QP does, `qp.rs`; the kernel's `ib_create_send_mad`
+        // takes the AH's GID type the same way).
+        let roce_v1 = dest
+            .sgid_index
+            .is_some_and(|i| self.config().gid_roce_v1.get(usize::from(i)) == Some(&true));
         self.gsi.build(
             &mut self.counters,
             src,
             sp,
             (dest.dgid, dest.qpn, dest.qkey),
             &m,
+            roce_v1,
         );
         Ok(())
     }
@@ -474,13 +484,18 @@ impl Engine {
             pick_sgid(&gids, requester.0, None)
         };
         let sp = self.gsi_src_port();
+        // Answers go back over the network type the request came in on: a RoCE v1 GRH
+        // (IPVer 6, NxtHdr 0x1B, IBTA 8.3.1) in the area means RoCE v1 (the kernel's
+        // `ib_create_ah_from_wc` picks the v1 GID of the receiving port the same way).
+        let v1 = grh[0] >> 4 == 6 && grh[6] == rverbs_wire::grh::NEXT_HEADER_BTH;
         if r.contains(MadResult::SUCCESS) {
             if r.contains(MadResult::CONSUMED) {
                 return;
             }
             if r.contains(MadResult::REPLY) {
                 if let Some(src) = src {
-                    self.gsi.build(&mut self.counters, src, sp, requester, &out);
+                    self.gsi
+                        .build(&mut self.counters, src, sp, requester, &out, v1);
                 }
                 return;
             }
@@ -499,7 +514,7 @@ impl Engine {
             (true, Some(resp), Some(src)) => {
                 self.gsi.port.stats.gsi_unsupported_replies += 1;
                 self.gsi
-                    .build(&mut self.counters, src, sp, requester, &resp);
+                    .build(&mut self.counters, src, sp, requester, &resp, v1);
             }
             _ => self.gsi.port.stats.gsi_dropped += 1,
         }

@@ -1,0 +1,189 @@
+//! `rverbs perf ... --perftest` against itself on the loopback soft device (both roles
+//! of every tool speak perftest's exchange: each side follows its perftest tool's
+//! sequence, so a disagreement in handshake counts or byte layouts hangs or fails
+//! here), and against a scripted TCP peer that sends bad bytes (a clear error, never a
+//! hang or a panic). Interoperability with the real perftest binaries is
+//! `interop/perftest.sh` (kernel rxe in the rxe-peer guest).
+
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// Runs `rverbs perf ARGS --perftest --json` as server and client; both must succeed.
+fn pair(args: &[&str], port: u16) -> (Vec<String>, Vec<String>) {
+    let bin = env!("CARGO_BIN_EXE_rverbs");
+    let p = port.to_string();
+    let server = Command::new(bin)
+        .arg("perf")
+        .args(args)
+        .args(["-p", &p, "--json", "--perftest"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let client = Command::new(bin)
+        .arg("perf")
+        .args(args)
+        .args(["-p", &p, "--json", "--perftest", "127.0.0.1"])
+        .output()
+        .unwrap();
+    let server = server.wait_with_output().unwrap();
+    assert!(
+        server.status.success() && client.status.success(),
+        "{args:?}\nserver:\n{}\nclient:\n{}",
+        text(&server),
+        text(&client)
+    );
+    let lines = |o: &Output| {
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    (lines(&server), lines(&client))
+}
+
+fn field<'a>(line: &'a str, key: &str) -> &'a str {
+    let k = format!("\"{key}\":");
+    let at = line.find(&k).unwrap_or_else(|| panic!("{key} in {line}")) + k.len();
+    let rest = &line[at..];
+    &rest[..rest.find([',', '}']).unwrap()]
+}
+
+fn num(line: &str, key: &str) -> f64 {
+    field(line, key).parse().unwrap()
+}
+
+#[test]
+fn bandwidth_tools_in_both_roles() {
+    for (i, op) in ["write", "read", "send", "atomic"].iter().enumerate() {
+        let (s, c) = pair(&[op, "bw", "-n", "200", "-s", "3000"], 19400 + i as u16);
+        assert_eq!((s.len(), c.len()), (1, 1), "{op}: {s:?} {c:?}");
+        let size = if *op == "atomic" { "8" } else { "3000" };
+        assert_eq!(field(&c[0], "msgs"), "200", "{op}");
+        assert_eq!(field(&c[0], "size"), size, "{op}");
+        assert!(num(&c[0], "gbps") > 0.0, "{op}: {}", c[0]);
+        // The server's figures: its own receives for send, else what the client
+        // reported over xchg_bw_reports.
+        assert_eq!(field(&s[0], "msgs"), "200", "{op}: {}", s[0]);
+        assert_eq!(field(&s[0], "size"), size, "{op}");
+        assert!(num(&s[0], "gbps") > 0.0, "{op}: {}", s[0]);
+    }
+}
+
+#[test]
+fn latency_tools_in_both_roles() {
+    for (i, op) in ["write", "send", "read", "atomic"].iter().enumerate() {
+        let (s, c) = pair(&[op, "lat", "-n", "50", "-s", "100"], 19410 + i as u16);
+        assert_eq!((s.len(), c.len()), (1, 1), "{op}: {s:?} {c:?}");
+        // n posts give n - 1 gaps, as perftest's print_report_lat.
+        assert!(c[0].contains("\"lat_us\""), "{op}: {}", c[0]);
+        assert!(num(&c[0], "p50") > 0.0, "{op}: {}", c[0]);
+        if *op == "write" || *op == "send" {
+            // Both sides of a ping-pong measure.
+            assert!(num(&s[0], "p50") > 0.0, "{op}: {}", s[0]);
+        } else {
+            assert!(!s[0].contains("lat_us"), "{op}: {}", s[0]);
+        }
+    }
+}
+
+#[test]
+fn sweep_runs_every_size() {
+    // -a: 2 B .. 8 MiB, as perftest (few iterations: the loopback device is in-process
+    // software).
+    for (i, (op, kind)) in [("send", "bw"), ("write", "lat"), ("write", "bw")]
+        .iter()
+        .enumerate()
+    {
+        let (s, c) = pair(&[op, kind, "-a", "-n", "5"], 19420 + i as u16);
+        assert_eq!(c.len(), 23, "{op} {kind}: {c:?}");
+        assert_eq!(field(&c[22], "size"), "8388608");
+        if *kind == "bw" && *op == "write" {
+            // ib_write_bw's server gets one report, of the last size.
+            assert_eq!(s.len(), 1, "{s:?}");
+            assert_eq!(field(&s[0], "size"), "8388608");
+        } else {
+            // The send_bw server measures each size; the write_lat server too.
+            assert_eq!(s.len(), 23, "{op} {kind}: {s:?}");
+        }
+    }
+}
+
+/// A fake perftest server: accepts one connection, sends `reply` for every read of the
+/// client's first step, then closes. Returns the rverbs client's output.
+fn against_fake(reply: Vec<u8>, port: u16, args: &[&str]) -> Output {
+    let l = TcpListener::bind(("127.0.0.1", port)).unwrap();
+    let t = std::thread::spawn(move || {
+        let (mut s, _) = l.accept().unwrap();
+        let _ = s.set_read_timeout(Some(Duration::from_secs(20)));
+        let mut buf = [0u8; 16];
+        let _ = s.read_exact(&mut buf);
+        let _ = s.write_all(&reply);
+        // Answer whatever follows with zeros of the same size until the client stops.
+        let mut b = [0u8; 256];
+        while let Ok(n) = s.read(&mut b) {
+            if n == 0 || s.write_all(&vec![0u8; n]).is_err() {
+                break;
+            }
+        }
+    });
+    let out = Command::new(env!("CARGO_BIN_EXE_rverbs"))
+        .arg("perf")
+        .args(args)
+        .args(["-p", &port.to_string(), "--perftest", "127.0.0.1"])
+        .output()
+        .unwrap();
+    let _ = t.join();
+    out
+}
+
+#[test]
+fn bad_peers_get_a_clear_error() {
+    let mut old = b"5.60".to_vec();
+    old.resize(16, 0);
+    let o = against_fake(old, 19430, &["write", "bw", "-n", "5"]);
+    assert!(!o.status.success());
+    assert!(text(&o).contains("5.70"), "{}", text(&o));
+
+    let o = against_fake(vec![0xff; 16], 19431, &["send", "lat", "-n", "5"]);
+    assert!(!o.status.success());
+    assert!(text(&o).contains("no perftest version"), "{}", text(&o));
+
+    // A good version, then zeros for the page size: refused before sizing a buffer.
+    let mut v = b"6.06".to_vec();
+    v.resize(16, 0);
+    let o = against_fake(v, 19432, &["read", "bw", "-n", "5"]);
+    assert!(!o.status.success());
+    assert!(text(&o).contains("not plausible"), "{}", text(&o));
+}
+
+#[test]
+fn unspoken_options_are_refused() {
+    let bin = env!("CARGO_BIN_EXE_rverbs");
+    for args in [
+        &["write", "bw", "-D", "1"][..],
+        &["write", "bw", "-b"],
+        &["write", "bw", "-l", "4"],
+        &["tcp", "bw"],
+        &["send", "lat", "-n", "4"],
+    ] {
+        let o = Command::new(bin)
+            .arg("perf")
+            .args(args)
+            .args(["--perftest", "127.0.0.1", "-p", "19439"])
+            .output()
+            .unwrap();
+        assert!(!o.status.success(), "{args:?}");
+        assert!(text(&o).contains("perftest"), "{args:?}: {}", text(&o));
+    }
+}

@@ -1,0 +1,819 @@
+//! RoCE v2 on the raw device, and neighbour resolution for the whole raw path.
+//!
+//! A raw-mode context with CAP_NET_RAW sends and receives its RoCE v2 packets as whole
+//! Ethernet frames on its interface instead of through UDP sockets:
+//!
+//! * **Send.** Ethernet + IPv4 (DF, the address vector's TTL and TOS, Identification 0,
+//!   a real header checksum) or IPv6 (hop limit, traffic class, flow label) + UDP to
+//!   port 4791 from the QP's entropy port (`rxe_qp.c` / `rdma_flow_label_to_udp_sport`,
+//!   as the engine picks it), IPv6 with its UDP checksum
+//!   ([`rverbs_wire::rocev2::RoceV2Repr`]). The engine's ICRC covers exactly that IPv4
+//!   header (ID 0, DF, no options), so it is sent as is. The destination MAC comes from
+//!   the neighbour cache (`neigh.rs`), which sends ARP requests (RFC 826) and Neighbor
+//!   Solicitations (RFC 4861) itself and queues frames meanwhile. Multicast goes to the
+//!   group's MAC (RFC 1112 6.4, RFC 2464 7), plus a local copy when this context joined
+//!   the group (the kernel's `IP_MULTICAST_LOOP`; the raw device never sees its own
+//!   frames). Packets to one of the context's own addresses, and to addresses outside
+//!   the interface's prefixes (a router's business), go through the UDP socket as
+//!   before: the kernel routes them (over `lo` for our own addresses).
+//! * **Receive.** Flow rules (priority 0, DONT_TRAP, so raw QPs' own rules still see
+//!   every frame) steer IPv4/IPv6 UDP port 4791 frames, ARP and ICMPv6 to an internal
+//!   queue. RoCE v2 frames are checked ([`rverbs_wire::rocev2::parse_frame`]: IP
+//!   fragments, options and checksums, the UDP checksum, the ICRC over the real IP
+//!   header, no Identification guessing), must be for one of our addresses or a joined
+//!   group, and reach the engine with the real TTL, TOS, flow label and Identification.
+//!   Every drop is counted ([`RawNetStats`]). The UDP sockets stay bound to port 4791
+//!   (no ICMP port unreachable from the kernel) behind a socket filter that drops what
+//!   arrived on this interface (`sys::drop_from_interface`), so nothing is handled twice.
+//! * ARP and Neighbor Discovery packets feed the neighbour cache; the kernel receives
+//!   them too (the raw device copies frames, it does not steal them) and answers
+//!   requests for our addresses itself.
+//!
+//! `RVERBS_FAULTS` and `RVERBS_PCAP` see these frames as they see datagrams on the UDP
+//! path (the capture of a raw-mode context is LINKTYPE_ETHERNET, see `capture.rs`).
+
+use crate::context::Shared;
+use crate::neigh::{Lookup, Neighbours, Probe};
+use crate::raw::V1Port;
+use rverbs_engine::{Datagram, Engine, Nanos, Transmit};
+use rverbs_flow::attr::{
+    EthFilter, FlowAttr, FlowFlags, FlowSpec, Ipv4Filter, Ipv6Filter, Layer, TcpUdpFilter,
+};
+use rverbs_raw::{RawDevice, RawQp};
+use rverbs_wire::arp::{self, ArpOp, ArpRepr};
+use rverbs_wire::ethernet::{ethertype, EthernetFrame, EthernetRepr, MacAddr};
+use rverbs_wire::ndisc::{self, NdRepr};
+use rverbs_wire::rocev2::{self, RoceV2Repr, RxDrop};
+use std::collections::VecDeque;
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+/// Frames waiting in the internal queue at most (more are counted by the raw device
+/// as `queue_full` and lost, as on a real NIC's full ring).
+const QUEUE_DEPTH: usize = 8192;
+
+/// Counts of a raw-mode context's own network path ([`crate::Context::raw_net_stats`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RawNetStats {
+    /// RoCE v2 frames taken from the raw device (and multicast copies to ourselves).
+    pub rx_frames: u64,
+    /// Of those, handed to the engine.
+    pub rx_delivered: u64,
+    /// Dropped: for another IP address or MAC address.
+    pub rx_not_ours: u64,
+    /// Dropped: truncated or inconsistent headers.
+    pub rx_malformed: u64,
+    /// Dropped: 802.1Q-tagged (bind the context to the VLAN interface instead).
+    pub rx_vlan: u64,
+    /// Dropped: IPv4 fragments.
+    pub rx_fragments: u64,
+    /// Dropped: IPv4 headers with options.
+    pub rx_ip_options: u64,
+    /// Dropped: wrong IPv4 header checksum.
+    pub rx_ip_checksum: u64,
+    /// Dropped: wrong UDP checksum.
+    pub rx_udp_checksum: u64,
+    /// Dropped: wrong ICRC (checked over the real IP header).
+    pub rx_icrc_errors: u64,
+    /// RoCE v2 frames sent on the raw device.
+    pub tx_frames: u64,
+    /// RoCE v2 packets sent through the UDP socket instead (to our own addresses, or
+    /// outside the interface's prefixes).
+    pub tx_via_socket: u64,
+    /// Multicast frames also delivered to this context (it joined the group).
+    pub tx_looped: u64,
+    /// ARP requests and Neighbor Solicitations sent.
+    pub neigh_probes: u64,
+    /// ARP and ND packets received.
+    pub neigh_rx: u64,
+    /// Neighbour entries confirmed or learnt from them.
+    pub neigh_learned: u64,
+    /// Frames (RoCE v1 and v2) that waited for a neighbour.
+    pub neigh_queued: u64,
+    /// Frames dropped: their neighbour did not answer, or its queue was full.
+    pub neigh_dropped: u64,
+}
+
+#[derive(Default)]
+struct Counts {
+    rx_frames: AtomicU64,
+    rx_delivered: AtomicU64,
+    rx_not_ours: AtomicU64,
+    rx_malformed: AtomicU64,
+    rx_vlan: AtomicU64,
+    rx_fragments: AtomicU64,
+    rx_ip_options: AtomicU64,
+    rx_ip_checksum: AtomicU64,
+    rx_udp_checksum: AtomicU64,
+    rx_icrc_errors: AtomicU64,
+    tx_frames: AtomicU64,
+    tx_via_socket: AtomicU64,
+    tx_looped: AtomicU64,
+    neigh_probes: AtomicU64,
+    neigh_rx: AtomicU64,
+    neigh_learned: AtomicU64,
+    neigh_queued: AtomicU64,
+    neigh_dropped: AtomicU64,
+}
+
+fn bump(c: &AtomicU64) {
+    c.fetch_add(1, Ordering::Relaxed);
+}
+
+/// The raw device's IP side: RoCE v2 frames, ARP and ND.
+pub(crate) struct NetPort {
+    /// RoCE v2 goes through the raw device too (else only RoCE v1, ARP and ND do).
+    pub(crate) v2: bool,
+    qp: RawQp,
+    _flows: Vec<rverbs_raw::Flow>,
+    pub(crate) mac: MacAddr,
+    ifname: String,
+    /// The ARP table of the interface's namespace, opened when the context was (sends
+    /// run on whichever thread flushes, maybe in another namespace; a seq_file re-read
+    /// from offset 0 shows the current table of the namespace it was opened in).
+    arp_table: Option<Mutex<std::fs::File>>,
+    neigh: Mutex<Neighbours>,
+    /// Frames for this context itself (multicast loop), handled with received ones.
+    local: Mutex<VecDeque<Vec<u8>>>,
+    /// The interface's (address, prefix length) pairs: read when the context opens and
+    /// by the driver's address re-scan, both in the interface's namespace (senders may
+    /// run in another one, where `getifaddrs` would not see the interface).
+    prefixes: Mutex<Vec<(IpAddr, u8)>>,
+    /// Scratch of the UD flow-steering classifier for received frames.
+    steer: Mutex<(Vec<u8>, rverbs_flow::classify::Verdict)>,
+    counts: Counts,
+}
+
+fn layer<F: Copy>(val: F, mask: F) -> Layer<F> {
+    Layer::outer(val, mask)
+}
+
+/// Rule steering frames of EtherType `et` (and the next `specs`) to the internal queue.
+fn rule(et: u16, mut more: Vec<FlowSpec>) -> FlowAttr {
+    let mut specs = vec![FlowSpec::Eth(layer(
+        EthFilter {
+            ether_type: et,
+            ..Default::default()
+        },
+        EthFilter {
+            ether_type: 0xffff,
+            ..Default::default()
+        },
+    ))];
+    specs.append(&mut more);
+    let mut a = FlowAttr::normal(0, specs);
+    a.flags = FlowFlags::DONT_TRAP;
+    a
+}
+
+fn udp_4791() -> FlowSpec {
+    FlowSpec::Udp(layer(
+        TcpUdpFilter {
+            dst_port: rverbs_wire::udp::ROCE_V2_PORT,
+            src_port: 0,
+        },
+        TcpUdpFilter {
+            dst_port: 0xffff,
+            src_port: 0,
+        },
+    ))
+}
+
+impl NetPort {
+    pub(crate) fn open(dev: &RawDevice, ifname: &str, v2: bool) -> crate::Result<NetPort> {
+        let mac = crate::sys::interface_mac(ifname)
+            .map(MacAddr)
+            .map_err(|e| crate::Error::io("reading the raw interface's MAC address", e))?;
+        let qp = dev.create_qp(QUEUE_DEPTH);
+        let v6_next = |next_hdr: u8| {
+            FlowSpec::Ipv6(layer(
+                Ipv6Filter {
+                    next_hdr,
+                    ..Default::default()
+                },
+                Ipv6Filter {
+                    src_ip: std::net::Ipv6Addr::UNSPECIFIED,
+                    dst_ip: std::net::Ipv6Addr::UNSPECIFIED,
+                    flow_label: 0,
+                    next_hdr: 0xff,
+                    traffic_class: 0,
+                    hop_limit: 0,
+                },
+            ))
+        };
+        let any_v4 = FlowSpec::Ipv4(layer(Ipv4Filter::default(), Ipv4Filter::default()));
+        let mut rules = vec![
+            rule(arp::ETHERTYPE, vec![]),
+            rule(ethertype::IPV6, vec![v6_next(ndisc::PROTO_ICMPV6)]),
+        ];
+        if v2 {
+            rules.push(rule(ethertype::IPV4, vec![any_v4, udp_4791()]));
+            rules.push(rule(ethertype::IPV6, vec![v6_next(17), udp_4791()]));
+        }
+        let mut flows = Vec::new();
+        for r in &rules {
+            flows.push(qp.create_flow(r).map_err(|e| {
+                crate::Error::io(
+                    "steering RoCE v2, ARP and ND frames to the raw-mode device",
+                    std::io::Error::other(e.to_string()),
+                )
+            })?);
+        }
+        Ok(NetPort {
+            v2,
+            qp,
+            _flows: flows,
+            mac,
+            ifname: ifname.to_string(),
+            arp_table: std::fs::File::open("/proc/thread-self/net/arp")
+                .ok()
+                .map(Mutex::new),
+            neigh: Mutex::new(Neighbours::default()),
+            local: Mutex::new(VecDeque::new()),
+            prefixes: Mutex::new(interface_prefixes(ifname)),
+            steer: Mutex::new((Vec::new(), Default::default())),
+            counts: Counts::default(),
+        })
+    }
+
+    /// Runs `f` whenever a frame is queued (the context wakes its driver with it).
+    pub(crate) fn set_notify(&self, f: rverbs_raw::Notify) {
+        self.qp.set_notify(Some(f));
+    }
+
+    pub(crate) fn stats(&self) -> RawNetStats {
+        let c = &self.counts;
+        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        RawNetStats {
+            rx_frames: l(&c.rx_frames),
+            rx_delivered: l(&c.rx_delivered),
+            rx_not_ours: l(&c.rx_not_ours),
+            rx_malformed: l(&c.rx_malformed),
+            rx_vlan: l(&c.rx_vlan),
+            rx_fragments: l(&c.rx_fragments),
+            rx_ip_options: l(&c.rx_ip_options),
+            rx_ip_checksum: l(&c.rx_ip_checksum),
+            rx_udp_checksum: l(&c.rx_udp_checksum),
+            rx_icrc_errors: l(&c.rx_icrc_errors),
+            tx_frames: l(&c.tx_frames),
+            tx_via_socket: l(&c.tx_via_socket),
+            tx_looped: l(&c.tx_looped),
+            neigh_probes: l(&c.neigh_probes),
+            neigh_rx: l(&c.neigh_rx),
+            neigh_learned: l(&c.neigh_learned),
+            neigh_queued: l(&c.neigh_queued),
+            neigh_dropped: l(&c.neigh_dropped),
+        }
+    }
+
+    fn lock_neigh(&self) -> std::sync::MutexGuard<'_, Neighbours> {
+        self.neigh.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn prefixes(&self) -> std::sync::MutexGuard<'_, Vec<(IpAddr, u8)>> {
+        self.prefixes.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Re-reads the interface's prefixes (on the driver thread, in its namespace).
+    pub(crate) fn refresh_prefixes(&self) {
+        let p = interface_prefixes(&self.ifname);
+        *self.prefixes() = p;
+    }
+
+    /// Whether `dst` is inside one of the interface's prefixes (IPv6 link-local always).
+    fn on_link(&self, dst: IpAddr) -> bool {
+        if let IpAddr::V6(v6) = dst {
+            if v6.segments()[0] & 0xffc0 == 0xfe80 {
+                return true;
+            }
+        }
+        self.prefixes()
+            .iter()
+            .any(|&(a, len)| same_prefix(a, dst, len))
+    }
+
+    /// A complete entry of the kernel's ARP table for `ip` (IPv4 only: the kernel's
+    /// IPv6 neighbour table is only readable through netlink).
+    fn kernel_neighbour(&self, ip: IpAddr) -> Option<MacAddr> {
+        let IpAddr::V4(v4) = ip else { return None };
+        use std::io::{Read, Seek};
+        let mut f = self
+            .arp_table
+            .as_ref()?
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        f.rewind().ok()?;
+        let mut s = String::new();
+        f.read_to_string(&mut s).ok()?;
+        crate::raw::arp_lookup(&s, v4)
+    }
+}
+
+/// Whether `a` and `b` share their first `len` bits (same family only).
+fn same_prefix(a: IpAddr, b: IpAddr, len: u8) -> bool {
+    let (a, b, bits): (u128, u128, u32) = match (a, b) {
+        (IpAddr::V4(a), IpAddr::V4(b)) => (u32::from(a).into(), u32::from(b).into(), 32),
+        (IpAddr::V6(a), IpAddr::V6(b)) => (u128::from(a), u128::from(b), 128),
+        _ => return false,
+    };
+    let len = u32::from(len).min(bits);
+    if len == 0 {
+        return true;
+    }
+    let shift = bits - len;
+    (a >> shift) == (b >> shift)
+}
+
+/// The interface's addresses with their prefix lengths.
+fn interface_prefixes(ifname: &str) -> Vec<(IpAddr, u8)> {
+    let Ok(ifaces) = if_addrs::get_if_addrs() else {
+        return Vec::new();
+    };
+    ifaces
+        .iter()
+        .filter(|i| i.name == ifname)
+        .map(|i| match &i.addr {
+            if_addrs::IfAddr::V4(v) => (IpAddr::V4(v.ip), v.prefixlen),
+            if_addrs::IfAddr::V6(v) => (IpAddr::V6(v.ip), v.prefixlen),
+        })
+        .collect()
+}
+
+/// The Ethernet address of an IP multicast group (RFC 1112 6.4: 01:00:5e and the low
+/// 23 bits; RFC 2464 7: 33:33 and the low 32 bits).
+pub(crate) fn multicast_mac(group: IpAddr) -> MacAddr {
+    match group {
+        IpAddr::V4(g) => {
+            let o = g.octets();
+            MacAddr([0x01, 0x00, 0x5e, o[1] & 0x7f, o[2], o[3]])
+        }
+        IpAddr::V6(g) => ndisc::multicast_mac(g),
+    }
+}
+
+/// Where a frame goes on the link.
+pub(crate) enum NextHop {
+    /// A MAC known without asking (multicast, EUI-64 link-local GIDs).
+    Mac(MacAddr),
+    /// A neighbour to resolve.
+    Resolve(IpAddr),
+}
+
+impl Shared {
+    /// The raw path's network port (raw mode with CAP_NET_RAW).
+    pub(crate) fn net(&self) -> Option<&NetPort> {
+        self.raw.as_ref()?.net.as_ref()
+    }
+
+    /// Whether RoCE v2 goes through the raw device.
+    pub(crate) fn raw_v2(&self) -> bool {
+        self.net().is_some_and(|n| n.v2)
+    }
+
+    /// Sends one RoCE v2 datagram of a raw-mode context as a frame. False when it is
+    /// for the UDP socket instead (our own address, or off-link): the caller sends it
+    /// there.
+    pub(crate) fn net_send_v2(&self, t: &Transmit) -> bool {
+        let Some(net) = self.net().filter(|n| n.v2) else {
+            return false;
+        };
+        let now = self.now();
+        let multicast = t.dst.is_multicast();
+        if !multicast && (self.is_local_addr(t.dst) || !net.on_link(t.dst)) {
+            bump(&net.counts.tx_via_socket);
+            return false;
+        }
+        let repr = RoceV2Repr {
+            src_mac: net.mac,
+            dst_mac: if multicast {
+                multicast_mac(t.dst)
+            } else {
+                MacAddr([0; 6])
+            },
+            src: t.src,
+            dst: t.dst,
+            src_port: t.src_port,
+            // 0 means the default, as on the UDP path (1 to a group).
+            hop_limit: match t.hop_limit {
+                0 if multicast => 1,
+                0 => 64,
+                h => h,
+            },
+            traffic_class: t.traffic_class,
+            flow_label: t.flow_label,
+            // The engine's ICRC is for ID 0 with DF (`net::fill_icrc`).
+            ipv4_ident: 0,
+        };
+        let mut frame = vec![0u8; repr.frame_len(t.payload.len())];
+        if repr.emit_frame(&t.payload, &mut frame).is_err() {
+            // Mixed address families or an oversized packet: nothing to send.
+            bump(&net.counts.neigh_dropped);
+            return true;
+        }
+        if multicast {
+            if self.joined(t.dst) {
+                bump(&net.counts.tx_looped);
+                net.local
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push_back(frame.clone());
+                self.wake();
+            }
+            self.net_emit(net, &frame);
+            return true;
+        }
+        self.net_output(net, frame, NextHop::Resolve(t.dst), now);
+        true
+    }
+
+    /// Sends a RoCE v1 frame (destination MAC still blank) to `hop`.
+    pub(crate) fn net_send_v1(&self, v1: &V1Port, frame: Vec<u8>, hop: NextHop) {
+        match self.net() {
+            Some(net) => self.net_output(net, frame, hop, self.now()),
+            None => v1.count_no_neighbour(),
+        }
+    }
+
+    /// Sends `frame` to `hop`: now when its MAC is known, else after resolution.
+    fn net_output(&self, net: &NetPort, mut frame: Vec<u8>, hop: NextHop, now: Nanos) {
+        let ip = match hop {
+            NextHop::Mac(mac) => {
+                frame[..6].copy_from_slice(&mac.0);
+                self.net_emit(net, &frame);
+                return;
+            }
+            NextHop::Resolve(ip) => ip,
+        };
+        // One lock for the lookup and the queueing, so a timer cannot drop the entry
+        // between them.
+        let mut neigh = net.lock_neigh();
+        let l = neigh.lookup(ip, now, || net.kernel_neighbour(ip));
+        let dropped = match l {
+            Lookup::Pending { .. } => Some(neigh.enqueue(ip, std::mem::take(&mut frame))),
+            Lookup::Mac { .. } => None,
+        };
+        drop(neigh);
+        match l {
+            Lookup::Mac { mac, probe } => {
+                frame[..6].copy_from_slice(&mac.0);
+                self.net_emit(net, &frame);
+                if probe {
+                    self.net_probe(
+                        net,
+                        Probe {
+                            ip,
+                            unicast: Some(mac),
+                        },
+                    );
+                }
+            }
+            Lookup::Pending { probe } => {
+                bump(&net.counts.neigh_queued);
+                self.count_neigh_drops(net, &dropped.unwrap_or_default());
+                if probe {
+                    self.net_probe(net, Probe { ip, unicast: None });
+                    // The driver runs the retransmission timer.
+                    self.wake();
+                }
+            }
+        }
+    }
+
+    fn count_neigh_drops(&self, net: &NetPort, frames: &[Vec<u8>]) {
+        for f in frames {
+            bump(&net.counts.neigh_dropped);
+            if f.get(12..14) == Some(&ethertype::ROCE_V1.to_be_bytes()[..]) {
+                if let Some(v1) = self.raw.as_ref().and_then(|r| r.v1.as_ref()) {
+                    v1.count_no_neighbour();
+                }
+            }
+        }
+    }
+
+    /// Sends an ARP request or a Neighbor Solicitation for `p.ip`.
+    fn net_probe(&self, net: &NetPort, p: Probe) {
+        // From one of our addresses of the family, preferably in the target's prefix.
+        let ours: Vec<IpAddr> = self
+            .local_addrs()
+            .into_iter()
+            .filter(|a| a.is_ipv4() == p.ip.is_ipv4())
+            .collect();
+        let prefixes = net.prefixes().clone();
+        let src = ours
+            .iter()
+            .find(|&&a| {
+                prefixes
+                    .iter()
+                    .any(|&(b, len)| b == a && same_prefix(a, p.ip, len))
+            })
+            .or(ours.first())
+            .copied();
+        let mut buf = [0u8; 128];
+        let n = match (src, p.ip) {
+            (Some(IpAddr::V4(s)), IpAddr::V4(target)) => {
+                let eth = EthernetRepr {
+                    src: net.mac,
+                    dst: p.unicast.unwrap_or(MacAddr::BROADCAST),
+                    vlan_tci: None,
+                    ethertype: arp::ETHERTYPE,
+                };
+                eth.emit(&mut EthernetFrame::new_unchecked(&mut buf[..]));
+                let req = ArpRepr {
+                    op: ArpOp::Request,
+                    sender_mac: net.mac,
+                    sender_ip: s,
+                    target_mac: MacAddr([0; 6]),
+                    target_ip: target,
+                };
+                match req.emit(&mut buf[14..]) {
+                    Ok(()) => 14 + arp::PACKET_LEN,
+                    Err(_) => return,
+                }
+            }
+            (Some(IpAddr::V6(s)), IpAddr::V6(target)) => {
+                match ndisc::emit_solicit_frame(net.mac, s, target, p.unicast, &mut buf) {
+                    Ok(n) => n,
+                    Err(_) => return,
+                }
+            }
+            // No address of the family to ask from: the queue fails on its timer.
+            _ => return,
+        };
+        bump(&net.counts.neigh_probes);
+        self.net_emit(net, &buf[..n]);
+    }
+
+    /// One frame onto the wire: capture, faults (loss, duplication, corruption of the
+    /// bytes after the Ethernet header, delay), the raw device.
+    pub(crate) fn net_emit(&self, net: &NetPort, frame: &[u8]) {
+        let Some(faults) = self.faults.as_ref() else {
+            self.net_wire(net, frame);
+            return;
+        };
+        let mut bytes = frame.to_vec();
+        let mut f = faults.lock().unwrap_or_else(|e| e.into_inner());
+        let from = bytes.len().min(14);
+        let v = f.judge(&mut bytes[from..], true);
+        for _ in 0..v.copies {
+            if v.delay_ns == 0 {
+                self.net_wire(net, &bytes);
+            } else {
+                f.hold_frame(self.now() + v.delay_ns, bytes.clone());
+            }
+        }
+        if v.delay_ns > 0 {
+            drop(f);
+            self.wake();
+        }
+    }
+
+    /// Captures and sends one frame as it is.
+    pub(crate) fn net_wire(&self, net: &NetPort, frame: &[u8]) {
+        self.record_frame(frame);
+        // A send error is a lost packet: the transport's retransmission covers it.
+        if let Ok(true) = net.qp.post_send(frame) {
+            let et = frame.get(12..14).map(|b| u16::from_be_bytes([b[0], b[1]]));
+            let udp = match et {
+                Some(ethertype::IPV4) => frame.get(23) == Some(&17),
+                Some(ethertype::IPV6) => frame.get(20) == Some(&17),
+                _ => false,
+            };
+            if udp {
+                bump(&net.counts.tx_frames);
+            } else if et == Some(ethertype::ROCE_V1) {
+                if let Some(v1) = self.raw.as_ref().and_then(|r| r.v1.as_ref()) {
+                    v1.count_tx();
+                }
+            }
+        }
+    }
+
+    /// Runs the neighbour timers (probes, give-ups); when they next need to run.
+    pub(crate) fn net_due(&self, now: Nanos) -> Option<Nanos> {
+        let net = self.net()?;
+        let (probes, dropped) = net.lock_neigh().poll(now);
+        self.count_neigh_drops(net, &dropped);
+        for p in probes {
+            self.net_probe(net, p);
+        }
+        net.lock_neigh().next_due()
+    }
+
+    /// Handles every frame in the internal queue (and the multicast copies to
+    /// ourselves): RoCE v2 to the engine, ARP and ND to the neighbour cache. True if
+    /// the engine got anything.
+    pub(crate) fn net_receive(&self, engine: &mut Engine, now: Nanos) -> bool {
+        let Some(net) = self.net() else {
+            return false;
+        };
+        // (frame, whether its UDP checksum is already known good: the raw device's
+        // checksum flag, or our own multicast copy)
+        let mut frames: Vec<(Vec<u8>, bool)> = net
+            .qp
+            .drain()
+            .into_iter()
+            .map(|c| (c.frame, c.csum_ok))
+            .collect();
+        frames.extend(
+            net.local
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .drain(..)
+                .map(|f| (f, true)),
+        );
+        if frames.is_empty() {
+            return false;
+        }
+        let mut any = false;
+        let mut steer = net.steer.lock().unwrap_or_else(|e| e.into_inner());
+        for (mut f, csum_ok) in frames {
+            let et = EthernetFrame::new_checked(&f[..]).map(|e| e.ethertype());
+            match et {
+                Ok(arp::ETHERTYPE) => self.net_arp(net, &f, now),
+                Ok(ethertype::IPV6) if is_icmpv6(&f) => self.net_nd(net, &f, now),
+                Ok(ethertype::IPV4 | ethertype::IPV6) if !self.raw_v2() => {}
+                _ => {
+                    self.record_frame(&f);
+                    let copies = match &self.faults {
+                        Some(fs) => {
+                            let from = f.len().min(14);
+                            fs.lock()
+                                .unwrap_or_else(|e| e.into_inner())
+                                .judge(&mut f[from..], false)
+                                .copies
+                        }
+                        None => 1,
+                    };
+                    for _ in 0..copies {
+                        any |= self.net_rx_v2(net, engine, now, &f, csum_ok, &mut steer);
+                    }
+                }
+            }
+        }
+        any
+    }
+
+    fn net_rx_v2(
+        &self,
+        net: &NetPort,
+        engine: &mut Engine,
+        now: Nanos,
+        f: &[u8],
+        csum_ok: bool,
+        steer: &mut (Vec<u8>, rverbs_flow::classify::Verdict),
+    ) -> bool {
+        let c = &net.counts;
+        let p = rocev2::parse_frame_with(f, !csum_ok);
+        // Other frames the DONT_TRAP rules matched (an MLD report behind a hop-by-hop
+        // header looks like ICMPv6 to the classifier) are not RoCE: not counted.
+        if let Err(RxDrop::NotRoce) = p {
+            return false;
+        }
+        bump(&c.rx_frames);
+        let p = match p {
+            Ok(p) => p,
+            Err(why) => {
+                bump(match why {
+                    RxDrop::NotRoce | RxDrop::Malformed(_) => &c.rx_malformed,
+                    RxDrop::Vlan => &c.rx_vlan,
+                    RxDrop::Fragment => &c.rx_fragments,
+                    RxDrop::IpOptions => &c.rx_ip_options,
+                    RxDrop::IpChecksum => &c.rx_ip_checksum,
+                    RxDrop::UdpChecksum => &c.rx_udp_checksum,
+                    RxDrop::Icrc => &c.rx_icrc_errors,
+                });
+                return false;
+            }
+        };
+        let mac_ok = p.eth.dst == net.mac || p.eth.dst.is_multicast();
+        let ip_ok = if p.dst.is_multicast() {
+            self.joined(p.dst)
+        } else {
+            self.is_local_addr(p.dst)
+        };
+        if !mac_ok || !ip_ok {
+            bump(&c.rx_not_ours);
+            return false;
+        }
+        bump(&c.rx_delivered);
+        let d = Datagram {
+            src: p.src,
+            dst: p.dst,
+            src_port: p.src_port,
+            hop_limit: p.hop_limit,
+            traffic_class: p.traffic_class,
+            flow_label: p.flow_label,
+            ipv4_id: p.ipv4_ident,
+            roce_v1: false,
+            payload: p.packet,
+        };
+        self.handle_datagram(engine, now, &d, steer);
+        true
+    }
+
+    /// An ARP packet: learn the sender (RFC 826 merge: update a known entry; add one when
+    /// the packet is for one of our addresses). The kernel answers requests itself.
+    fn net_arp(&self, net: &NetPort, f: &[u8], now: Nanos) {
+        self.record_frame(f);
+        bump(&net.counts.neigh_rx);
+        let Ok(frame) = EthernetFrame::new_checked(f) else {
+            return;
+        };
+        let Ok(a) = ArpRepr::parse(frame.payload()) else {
+            return;
+        };
+        let for_us = self.is_local_addr(IpAddr::V4(a.target_ip));
+        self.net_learn(net, IpAddr::V4(a.sender_ip), a.sender_mac, now, for_us);
+    }
+
+    /// A Neighbor Advertisement confirms (RFC 4861 7.2.5); a Solicitation for one of
+    /// our addresses teaches us the sender's link-layer address (RFC 4861 7.2.3).
+    fn net_nd(&self, net: &NetPort, f: &[u8], now: Nanos) {
+        self.record_frame(f);
+        bump(&net.counts.neigh_rx);
+        match ndisc::parse_frame(f) {
+            Ok(Some((
+                _,
+                NdRepr::Advert {
+                    target,
+                    target_mac: Some(mac),
+                    ..
+                },
+            ))) => self.net_learn(net, IpAddr::V6(target), mac, now, false),
+            Ok(Some((
+                ip,
+                NdRepr::Solicit {
+                    target,
+                    source_mac: Some(mac),
+                },
+            ))) if !ip.src.is_unspecified() => {
+                let for_us = self.is_local_addr(IpAddr::V6(target));
+                self.net_learn(net, IpAddr::V6(ip.src), mac, now, for_us)
+            }
+            _ => {}
+        }
+    }
+
+    fn net_learn(&self, net: &NetPort, ip: IpAddr, mac: MacAddr, now: Nanos, create: bool) {
+        let released = net.lock_neigh().learn(ip, mac, now, create);
+        bump(&net.counts.neigh_learned);
+        for f in released {
+            self.net_emit(net, &f);
+        }
+    }
+
+    /// Whether `a` is one of the context's unicast addresses.
+    pub(crate) fn is_local_addr(&self, a: IpAddr) -> bool {
+        !a.is_multicast() && self.has_socket(a)
+    }
+
+    /// Whether the context joined multicast group `g` (it has a socket for it).
+    fn joined(&self, g: IpAddr) -> bool {
+        self.has_socket(g)
+    }
+
+    /// The context's unicast addresses.
+    fn local_addrs(&self) -> Vec<IpAddr> {
+        self.socket_addrs()
+            .into_iter()
+            .filter(|a| !a.is_multicast())
+            .collect()
+    }
+}
+
+fn is_icmpv6(f: &[u8]) -> bool {
+    EthernetFrame::new_checked(f)
+        .ok()
+        .and_then(|e| e.payload().get(6).copied())
+        == Some(ndisc::PROTO_ICMPV6)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefixes_and_multicast_macs() {
+        let a = |s: &str| s.parse::<IpAddr>().unwrap();
+        assert!(same_prefix(a("10.1.2.3"), a("10.1.2.200"), 24));
+        assert!(!same_prefix(a("10.1.2.3"), a("10.1.3.1"), 24));
+        assert!(same_prefix(a("10.1.2.3"), a("10.9.9.9"), 8));
+        assert!(same_prefix(a("10.1.2.3"), a("1.1.1.1"), 0));
+        assert!(same_prefix(a("fd00::1"), a("fd00::ffff"), 64));
+        assert!(!same_prefix(a("fd00::1"), a("fd01::1"), 64));
+        assert!(!same_prefix(a("10.0.0.1"), a("fd00::1"), 0));
+        assert!(
+            same_prefix(a("10.0.0.1"), a("10.0.0.1"), 40),
+            "clamped to 32"
+        );
+        assert_eq!(
+            multicast_mac(a("239.129.2.3")),
+            MacAddr([0x01, 0, 0x5e, 0x01, 2, 3])
+        );
+        assert_eq!(
+            multicast_mac(a("ff0e::1:2:3")),
+            MacAddr([0x33, 0x33, 0, 2, 0, 3])
+        );
+    }
+}
