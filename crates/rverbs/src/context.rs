@@ -55,6 +55,13 @@ struct RxBatch {
     hdrs: sys::RecvScratch,
     /// Scratch of the UD flow-steering classifier (`ud_steer.rs`).
     steer: (Vec<u8>, rverbs_flow::classify::Verdict),
+    /// Buffers the sleeping receive asks for (`sleep_receive`): 1 while traffic comes
+    /// one datagram at a time (a ping-pong), [`RX_BATCH`] while more follow a wake-up
+    /// (a stream).
+    wake_batch: usize,
+    /// The last sleeping receive took one buffer; the next `receive` tells whether
+    /// more were queued behind it.
+    after_wake: bool,
 }
 
 /// A device's sockets: its addresses' and its multicast groups'.
@@ -503,9 +510,14 @@ impl Shared {
             got: list,
             hdrs,
             steer,
+            wake_batch,
+            after_wake,
         } = &mut *rx;
         let buf = &mut buf[..];
         let mut got = 0;
+        // Datagrams queued right after a one-buffer sleeping receive: a stream, whose
+        // wake-ups should take a whole batch.
+        let check_stream = std::mem::take(after_wake);
         for (local, sock) in socks.iter() {
             while got < budget {
                 list.clear();
@@ -513,6 +525,9 @@ impl Shared {
                     break;
                 };
                 got += n;
+                if check_stream && n > 0 {
+                    *wake_batch = RX_BATCH;
+                }
                 self.ingest_batch(engine, now, *local, list, buf, steer);
                 if n < RX_BATCH {
                     if defer && n > 0 {
@@ -613,25 +628,38 @@ impl Shared {
             got: list,
             hdrs,
             steer,
+            wake_batch,
+            after_wake,
         } = &mut *rx;
         list.clear();
-        // One buffer: with more, `MSG_WAITFORONE` makes the kernel try the next one
-        // (another pass through recvmsg, 0.2-0.4 µs here) before it returns, on the
-        // critical path of every ping-pong; what else is queued is taken by the poll
-        // that follows (`Cq::wait`), in one non-blocking `recvmmsg`.
-        let n = sys::recv_batch_wait(&*sock, &mut buf[..RX_SLOT], RX_SLOT, list, hdrs).unwrap_or(0);
+        // While datagrams come one per wake-up (a ping-pong), ask for one buffer: with
+        // more, `MSG_WAITFORONE` makes the kernel try for a second (another pass
+        // through recvmsg, 0.2-0.4 µs here) before it returns, on the critical path of
+        // every round trip. When a whole batch was asked for and one came, go back to
+        // one; when datagrams were queued behind a one-buffer wake-up (the next
+        // `receive` sees them), take batches again: streams keep their one system call
+        // per batch.
+        let want = (*wake_batch).clamp(1, RX_BATCH);
+        let n = sys::recv_batch_wait(&*sock, &mut buf[..want * RX_SLOT], RX_SLOT, list, hdrs)
+            .unwrap_or(0);
         if n == 0 {
             return Some(0);
+        }
+        if n == 1 {
+            *wake_batch = 1;
+            *after_wake = true;
         }
         let mut engine = self.engine.lock().unwrap_or_else(|e| e.into_inner());
         let now = self.now();
         self.app_poll_at.store(now, Ordering::Relaxed);
         self.ingest_batch(&mut engine, now, local, list, &mut buf[..], steer);
-        if self.flush_pending.load(Ordering::Relaxed) == 0 {
+        if n < RX_BATCH && self.flush_pending.load(Ordering::Relaxed) == 0 {
             // Deferred like `receive(.., defer)`: the driver is in its stand-off
             // rhythm (this thread marked itself asleep on the sockets), so it bounds
             // the deferral.
             self.flush_pending.store(now.max(1), Ordering::Relaxed);
+        } else if n == RX_BATCH {
+            self.flush(&mut engine, now);
         }
         self.activity.fetch_add(1, Ordering::Release);
         self.hub.dispatch(&mut engine);
@@ -1012,6 +1040,8 @@ impl Context {
                 buf: vec![0u8; RX_SLOT * RX_BATCH],
                 got: Vec::with_capacity(RX_BATCH),
                 hdrs: sys::RecvScratch::new(RX_BATCH),
+                wake_batch: RX_BATCH,
+                after_wake: false,
                 steer: (Vec::new(), rverbs_flow::classify::Verdict::default()),
             }),
             gso,

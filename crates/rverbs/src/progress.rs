@@ -26,10 +26,11 @@
 //!
 //! **Sleeping in the receive.** [`crate::Cq::wait`] on a device with one socket
 //! sleeps in `recvmmsg` itself (a blocking socket with a receive timeout; every other
-//! call passes `MSG_DONTWAIT`): one system call per wake-up, as a TCP `read`. It asks
-//! for one buffer, so the kernel returns with the first datagram instead of trying
-//! for a second; the poll that follows takes whatever else is queued. The driver
-//! thread leaves the socket to it meanwhile.
+//! call passes `MSG_DONTWAIT`): one system call per wake-up, as a TCP `read`. While
+//! datagrams come one per wake-up (a ping-pong) it asks for one buffer, so the kernel
+//! returns with the first instead of trying for a second; once datagrams are found
+//! queued behind it (a stream) it takes whole batches again. The driver thread leaves
+//! the socket to it meanwhile.
 //!
 //! **Wake-ups on demand.** A verb that creates work wakes the driver only when the
 //! engine's next deadline is earlier than the time the driver will wake up anyway
