@@ -5,7 +5,8 @@
 # ratio (bw: Gb/s; lat: median latency in us). For lat pass a small size (e.g. 2).
 # Needs root (creates the namespaces and the veth pair, removed at exit).
 # Usage: [RAW_RX=ring|plain] bench/raw_v2_bw.sh [seconds-per-round] [rounds] [size] [op] [bw|lat]
-# (RAW_RX sets RVERBS_RAW_RX, the raw device's receive mode; default: plain for v2)
+# (RAW_RX sets RVERBS_RAW_RX, the raw device's receive mode for RAW_PACKET QPs; RVERBS_BIN
+# runs another build of the tool, e.g. an older one to compare with)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DUR=${1:-3}
@@ -17,7 +18,7 @@ FIELD='"gbps":\([0-9.]*\)'
 UNIT=Gb/s
 [ "$KIND" = lat ] && { FIELD='"p50":\([0-9.]*\)'; UNIT=us; }
 cargo build -q --release -p rverbs-cli
-BIN=$PWD/target/release/rverbs
+BIN=${RVERBS_BIN:-$PWD/target/release/rverbs}
 A=rvbw_a$$
 B=rvbw_b$$
 cleanup() {

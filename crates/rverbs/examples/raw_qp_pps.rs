@@ -4,8 +4,11 @@
 //! `recv` per frame, no steering) on the same veth interface, same offered load,
 //! alternating rounds in one run. Root only (creates two namespaces and a veth pair).
 //!
-//! Usage: `cargo run --release -p rverbs --example raw_qp_pps -- [seconds] [rounds]`
-//! (defaults 2 and 3); `bench/raw_pps.sh` measures the `rverbs-raw` layer alone.
+//! Usage: `cargo run --release -p rverbs --example raw_qp_pps -- [seconds] [rounds] [v2]`
+//! (defaults 2 and 3); `bench/raw_pps.sh` measures the `rverbs-raw` layer alone. With
+//! `v2` the receiving interface gets an address (10.0.0.2/24) and the context opens
+//! the soft device of that interface, so RoCE v2 (and ARP) run on the raw path beside
+//! the RAW_PACKET QP, as in a raw-mode application that also speaks RoCE.
 
 // The frames, sender, rules and bare reader of `rverbs-raw`'s `raw_pps`, so that both
 // examples measure the same thing.
@@ -25,15 +28,24 @@ use std::time::Duration;
 const SLOTS: usize = 4096;
 const SLOT: usize = 128;
 
-fn round(pair: &VethPair, secs: f64, verbs: bool) -> f64 {
+fn round(pair: &VethPair, secs: f64, verbs: bool, v2: bool) -> f64 {
     let stop = Arc::new(AtomicBool::new(false));
     let got = Arc::new(AtomicU64::new(0));
     let if_b = pair.if_b.clone();
     let (stop2, got2) = (stop.clone(), got.clone());
     let rx = if verbs {
         let ctx = VethPair::in_ns(&pair.ns_b, move || {
+            let dev = if v2 {
+                rverbs::devices()
+                    .expect("devices")
+                    .into_iter()
+                    .find(|d| d.ifname == if_b)
+                    .expect("a soft device on the veth end")
+            } else {
+                rverbs::device(None).expect("loopback device")
+            };
             Context::open_with(
-                rverbs::device(None).expect("loopback device"),
+                dev,
                 &OpenOptions {
                     raw_interface: Some(if_b),
                     ..Default::default()
@@ -92,15 +104,38 @@ fn main() {
     let mut args = std::env::args().skip(1);
     let secs: f64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(2.0);
     let rounds: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(3);
+    let v2 = args.next().as_deref() == Some("v2");
     let Some(pair) = VethPair::new() else {
         std::process::exit(0);
     };
-    println!("raw receive on veth, 64-byte frames, {secs} s x {rounds} rounds");
+    if v2 {
+        let ok = std::process::Command::new("ip")
+            .args([
+                "-n",
+                &pair.ns_b,
+                "addr",
+                "add",
+                "10.0.0.2/24",
+                "dev",
+                &pair.if_b,
+            ])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "adding 10.0.0.2/24 to {}", pair.if_b);
+    }
+    println!(
+        "raw receive on veth, 64-byte frames, {secs} s x {rounds} rounds{}",
+        if v2 {
+            ", context on the interface's own device (RoCE v2 on the raw path)"
+        } else {
+            ""
+        }
+    );
     println!("{:>5} {:>12} {:>16}", "round", "bare pps", "verbs QP pps");
     let (mut bare, mut verbs) = (Vec::new(), Vec::new());
     for r in 0..rounds {
-        let b = round(&pair, secs, false);
-        let v = round(&pair, secs, true);
+        let b = round(&pair, secs, false, v2);
+        let v = round(&pair, secs, true, v2);
         println!("{r:>5} {b:>12.0} {v:>16.0}");
         bare.push(b);
         verbs.push(v);
