@@ -100,6 +100,28 @@ impl RawPort {
         })
     }
 
+    /// Opens interface `ifname` with the classic BPF socket filter `prog`
+    /// (`SO_ATTACH_FILTER`, `socket(7)`) attached before the socket is bound, so it
+    /// never queues a frame the filter rejects, and non-blocking: [`RawPort::recv`]
+    /// then fails with `WouldBlock` when nothing is queued. For a reader that takes a
+    /// few kinds of frames inline, beside other sockets it polls. EPERM without
+    /// CAP_NET_RAW; EINVAL from the kernel for a malformed program.
+    pub fn open_filtered(ifname: &str, prog: &[SockFilter]) -> io::Result<Self> {
+        let ifindex = sys::if_index(ifname)?;
+        // Protocol 0: no frame is queued until `bind` names one (`packet(7)`).
+        let sock = Socket::new(Domain::PACKET, Type::RAW, None)?;
+        sys::attach_filter(&sock, prog)?;
+        let _ = sys::set_packet_opt(&sock, PACKET_IGNORE_OUTGOING, 1);
+        sys::set_packet_opt(&sock, sys::PACKET_AUXDATA, 1)?;
+        sock.set_nonblocking(true)?;
+        sys::bind_packet(&sock, ifindex)?;
+        Ok(Self {
+            sock,
+            ifindex,
+            name: ifname.to_string(),
+        })
+    }
+
     /// The interface name.
     pub fn name(&self) -> &str {
         &self.name
@@ -167,6 +189,26 @@ impl RawPort {
     pub fn set_recv_buffer_size(&self, bytes: usize) -> io::Result<()> {
         self.sock.set_recv_buffer_size(bytes)
     }
+}
+
+impl AsRawFd for RawPort {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.sock.as_raw_fd()
+    }
+}
+
+/// One classic BPF instruction (`struct sock_filter`, linux/filter.h) of a program
+/// for [`RawPort::open_filtered`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SockFilter {
+    /// Opcode (`BPF_LD | BPF_H | BPF_ABS`, ...).
+    pub code: u16,
+    /// Jump offset when the test is true.
+    pub jt: u8,
+    /// Jump offset when the test is false.
+    pub jf: u8,
+    /// The instruction's constant.
+    pub k: u32,
 }
 
 /// Where [`RawPort::recv`] put a frame.

@@ -41,6 +41,40 @@ pub(crate) fn bind_packet(fd: &impl AsRawFd, ifindex: u32) -> io::Result<()> {
     }
 }
 
+/// Attaches the classic BPF program `prog` to `fd` (`SO_ATTACH_FILTER`, `socket(7)`).
+pub(crate) fn attach_filter(fd: &impl AsRawFd, prog: &[crate::SockFilter]) -> io::Result<()> {
+    let mut ins: Vec<libc::sock_filter> = prog
+        .iter()
+        .map(|i| libc::sock_filter {
+            code: i.code,
+            jt: i.jt,
+            jf: i.jf,
+            k: i.k,
+        })
+        .collect();
+    let len = u16::try_from(ins.len()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    let fprog = libc::sock_fprog {
+        len,
+        filter: ins.as_mut_ptr(),
+    };
+    // SAFETY: `fd` is an open socket; `fprog` points at `ins`, which outlives the call
+    // (the kernel copies the program).
+    let rc = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_ATTACH_FILTER,
+            (&fprog as *const libc::sock_fprog).cast(),
+            std::mem::size_of::<libc::sock_fprog>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 /// Sets an int-valued `SOL_PACKET` option.
 pub(crate) fn set_packet_opt(
     fd: &impl AsRawFd,

@@ -1074,26 +1074,6 @@ impl Context {
                 })
                 .map(|f| Mutex::new(FaultState::new(f))),
         });
-        // Received RoCE v1 and raw-mode v2 frames wake the driver, which feeds them to
-        // the engine.
-        let notify = || -> rverbs_raw::Notify {
-            let weak = Arc::downgrade(&shared);
-            Arc::new(move || {
-                if let Some(s) = weak.upgrade() {
-                    s.activity.fetch_add(1, Ordering::Release);
-                    s.wake();
-                    if let Some(r) = s.raw.as_ref().and_then(|r| r.ready.as_ref()) {
-                        sys::eventfd_signal(r);
-                    }
-                }
-            })
-        };
-        if let Some(v1) = shared.raw.as_ref().and_then(|r| r.v1.as_ref()) {
-            v1.set_notify(notify());
-        }
-        if let Some(net) = shared.net() {
-            net.set_notify(notify());
-        }
         let s2 = shared.clone();
         let thread = std::thread::Builder::new()
             .name(format!("rverbs-{}", shared.info.name))
@@ -1245,6 +1225,8 @@ fn driver(shared: Arc<Shared>) {
                 .unwrap_or_else(|e| e.into_inner())
                 .clone();
             fds = socks.iter().map(|(_, s)| s.as_raw_fd()).collect();
+            // Raw mode: the RoCE socket (RoCE v2 / v1, ARP, ND), read inline too.
+            fds.extend(shared.net().map(|n| n.rx_fd()));
             fds.push(shared.wake.as_raw_fd());
             reload = false;
         }

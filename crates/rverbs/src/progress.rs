@@ -177,15 +177,14 @@ impl crate::Cq {
             // (both would wake for the same datagram), for at most one stand-off.
             let sleep = due.min(STANDOFF_NS / 2);
             shared.app_poll_at.store(now + sleep, Ordering::Relaxed);
-            if let Some(ready) = shared.raw.as_ref().and_then(|r| r.ready.as_ref()) {
-                // Raw mode: the engine's packets come from the raw device's queues, which
-                // signal `ready` (the sockets only carry this host's own traffic).
+            if let Some(net) = shared.net() {
+                // Raw mode: the engine's packets come from the RoCE socket (the UDP
+                // sockets only carry this host's own traffic); `poll` reads it.
                 let ms = sleep.div_ceil(1_000_000) as i32;
                 let mut fds = shared.socket_fds();
-                fds.push(std::os::fd::AsRawFd::as_raw_fd(ready));
+                fds.push(net.rx_fd());
                 let mut woke = Vec::new();
                 let _ = crate::sys::poll_readable(&fds, ms, &mut woke);
-                crate::sys::eventfd_drain(ready);
                 return self.poll(out);
             }
             // With no timer due sooner, sleep in recvmmsg itself (one system call

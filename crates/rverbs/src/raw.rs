@@ -9,6 +9,8 @@
 //! [`crate::Cq`]s by the context's driver thread (woken by the receive thread) or by the
 //! next [`crate::Cq::poll`], so polling, `req_notify` and completion channels work as
 //! for any other QP. The RoCE engine's RC/UC/UD datapath does not see raw QPs at all.
+//! The context's own RoCE frames (v2, v1, ARP, ND) do not pass through the device's
+//! queues: they come through a socket of their own, read inline (`rawnet.rs`).
 
 use crate::context::Shared;
 use crate::error::Result;
@@ -33,18 +35,14 @@ pub(crate) struct RawMode {
     pub(crate) qps: Mutex<Vec<Weak<RawQpInner>>>,
     /// RoCE v1 on the device (with `dev`): the GID table then has v1 entries.
     pub(crate) v1: Option<V1Port>,
-    /// RoCE v2, ARP and ND on the device (with `dev`; `rawnet.rs`).
+    /// RoCE v2, v1, ARP and ND on the interface (with `dev`; `rawnet.rs`): sent
+    /// through the device, received on a socket of their own, read inline.
     pub(crate) net: Option<crate::rawnet::NetPort>,
-    /// Signalled whenever the device queues a frame for the engine (with `dev`): a
-    /// thread asleep in [`crate::Cq::wait`] wakes on it, as it would on a socket.
-    pub(crate) ready: Option<std::os::fd::OwnedFd>,
 }
 
-/// RoCE v1 (IBTA Annex A16) on the raw device: an internal raw queue that a flow rule
-/// steers every EtherType 0x8915 frame to, and the interface's MAC to send from.
+/// RoCE v1 (IBTA Annex A16) on the raw path: EtherType 0x8915 frames, received on the
+/// RoCE socket of `rawnet.rs`, and the interface's MAC to send from.
 pub(crate) struct V1Port {
-    qp: RawQp,
-    _flow: rverbs_raw::Flow,
     mac: MacAddr,
     /// Frames dropped: malformed or bad ICRC on receive, no neighbour on send.
     pub(crate) stats: V1Stats,
@@ -60,47 +58,15 @@ pub(crate) struct V1Stats {
     pub(crate) tx_no_neighbour: AtomicU64,
 }
 
-/// Frames waiting in the v1 queue at most (more are counted by the raw device as
-/// `queue_full` and lost, as on a real NIC's full ring).
-const V1_QUEUE_DEPTH: usize = 4096;
-
 impl V1Port {
-    fn open(dev: &RawDevice, ifname: &str) -> Result<V1Port> {
+    fn open(ifname: &str) -> Result<V1Port> {
         let mac = crate::sys::interface_mac(ifname)
             .map(MacAddr)
             .map_err(|e| crate::Error::io("reading the raw interface's MAC address", e))?;
-        let qp = dev.create_qp(V1_QUEUE_DEPTH);
-        let eth = rverbs_flow::attr::EthFilter {
-            ether_type: ethertype::ROCE_V1,
-            ..Default::default()
-        };
-        let mask = rverbs_flow::attr::EthFilter {
-            ether_type: 0xffff,
-            ..Default::default()
-        };
-        let attr = rverbs_flow::attr::FlowAttr::normal(
-            0,
-            vec![rverbs_flow::attr::FlowSpec::Eth(
-                rverbs_flow::attr::Layer::outer(eth, mask),
-            )],
-        );
-        let flow = qp.create_flow(&attr).map_err(|e| {
-            crate::Error::io(
-                "steering RoCE v1 frames (EtherType 0x8915)",
-                std::io::Error::other(e.to_string()),
-            )
-        })?;
         Ok(V1Port {
-            qp,
-            _flow: flow,
             mac,
             stats: V1Stats::default(),
         })
-    }
-
-    /// Runs `f` whenever a v1 frame is queued (the context wakes its driver with it).
-    pub(crate) fn set_notify(&self, f: rverbs_raw::Notify) {
-        self.qp.set_notify(Some(f));
     }
 
     /// One engine datagram marked `roce_v1` as an Ethernet frame with a blank
@@ -147,32 +113,36 @@ impl V1Port {
         self.stats.tx_frames.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Feeds every queued v1 frame to the engine: frames that do not parse or whose ICRC
-    /// is wrong are counted and dropped here (the engine checks the ICRC again). True
-    /// if any frame reached the engine.
-    pub(crate) fn receive(
+    /// Counts a received frame dropped as malformed before it could be parsed.
+    pub(crate) fn count_malformed(&self) {
+        self.stats.rx_frames.fetch_add(1, Ordering::Relaxed);
+        self.stats.rx_malformed.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Feeds one received v1 frame to the engine (capture and faults first): a frame
+    /// that does not parse or whose ICRC is wrong is counted and dropped here (the
+    /// engine checks the ICRC again). True if it reached the engine.
+    pub(crate) fn receive_frame(
         &self,
         shared: &Shared,
         engine: &mut Engine,
         now: rverbs_engine::Nanos,
+        frame: &mut [u8],
     ) -> bool {
-        let mut any = false;
-        for c in self.qp.drain() {
-            let mut frame = c.frame;
-            shared.record_frame(&frame);
-            let copies = match &shared.faults {
-                Some(f) => {
-                    let from = frame.len().min(14);
-                    f.lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .judge(&mut frame[from..], false)
-                        .copies
-                }
-                None => 1,
-            };
-            for _ in 0..copies {
-                any |= self.receive_one(engine, now, &frame);
+        shared.record_frame(frame);
+        let copies = match &shared.faults {
+            Some(f) => {
+                let from = frame.len().min(14);
+                f.lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .judge(&mut frame[from..], false)
+                    .copies
             }
+            None => 1,
+        };
+        let mut any = false;
+        for _ in 0..copies {
+            any |= self.receive_one(engine, now, frame);
         }
         any
     }
@@ -252,17 +222,14 @@ pub(crate) fn arp_lookup(table: &str, ip: std::net::Ipv4Addr) -> Option<MacAddr>
     None
 }
 
-/// How the raw device receives: `RVERBS_RAW_RX=ring` (the TPACKET_V3 ring: fewest
-/// wake-ups and the best packet rate, but a partly filled block waits up to 2 ms) or
-/// `plain` (one `recvmsg` per frame, handed over at once). Default: plain when RoCE v2
-/// runs through the raw device — the transport is clocked by ACKs and READ responses,
-/// so the ring's block delay costs it most of its throughput (`bench/raw_v2_bw.sh`) —
-/// and the ring otherwise.
-fn rx_mode(v2: bool) -> rverbs_raw::RxMode {
+/// How the raw device receives for RAW_PACKET QPs and flows: the TPACKET_V3 ring
+/// (default: fewest wake-ups and the best packet rate; a partly filled block waits up
+/// to 2 ms, which only raw QPs see — RoCE itself comes through its own socket,
+/// `rawnet.rs`), or `RVERBS_RAW_RX=plain` (one `recvmsg` per frame, handed over at
+/// once).
+fn rx_mode() -> rverbs_raw::RxMode {
     match std::env::var("RVERBS_RAW_RX").as_deref() {
         Ok("plain") => rverbs_raw::RxMode::Plain,
-        Ok("ring") => rverbs_raw::RxMode::Ring,
-        _ if v2 => rverbs_raw::RxMode::Plain,
         _ => rverbs_raw::RxMode::Ring,
     }
 }
@@ -273,7 +240,7 @@ impl RawMode {
     pub(crate) fn open(ifname: &str, v2: bool) -> Result<RawMode> {
         let dev = if rverbs_raw::has_cap_net_raw() {
             Some(
-                RawDevice::open_with(ifname, rx_mode(v2))
+                RawDevice::open_with(ifname, rx_mode())
                     .map_err(|e| crate::Error::io("opening the raw device (AF_PACKET)", e))?,
             )
         } else {
@@ -281,17 +248,10 @@ impl RawMode {
         };
         let (v1, net) = match &dev {
             Some(d) => (
-                Some(V1Port::open(d, ifname)?),
+                Some(V1Port::open(ifname)?),
                 Some(crate::rawnet::NetPort::open(d, ifname, v2)?),
             ),
             None => (None, None),
-        };
-        let ready = match &dev {
-            Some(_) => Some(
-                crate::sys::eventfd()
-                    .map_err(|e| crate::Error::io("creating the raw device's eventfd", e))?,
-            ),
-            None => None,
         };
         Ok(RawMode {
             ifname: ifname.to_string(),
@@ -299,7 +259,6 @@ impl RawMode {
             qps: Mutex::new(Vec::new()),
             v1,
             net,
-            ready,
         })
     }
 }
@@ -523,9 +482,7 @@ impl Shared {
         for q in qps {
             any |= q.drain(engine);
         }
-        if let Some(v1) = &raw.v1 {
-            any |= v1.receive(self, engine, self.now());
-        }
+        // RoCE v2 / v1, ARP and ND from the RoCE socket, inline.
         any |= self.net_receive(engine, self.now());
         any
     }

@@ -16,9 +16,15 @@
 //!   frames). Packets to one of the context's own addresses, and to addresses outside
 //!   the interface's prefixes (a router's business), go through the UDP socket as
 //!   before: the kernel routes them (over `lo` for our own addresses).
-//! * **Receive.** Flow rules (priority 0, DONT_TRAP, so raw QPs' own rules still see
-//!   every frame) steer IPv4/IPv6 UDP port 4791 frames, ARP and ICMPv6 to an internal
-//!   queue. RoCE v2 frames are checked ([`rverbs_wire::rocev2::parse_frame`]: IP
+//! * **Receive.** A plain `AF_PACKET` socket of its own on the interface (not the raw
+//!   device's ring, which keeps serving RAW_PACKET QPs, flows and sniffers: they still
+//!   see every frame) with a classic BPF socket filter ([`roce_filter`]) that lets only
+//!   RoCE v2 (UDP port 4791), RoCE v1 (EtherType 0x8915), ARP and Neighbor Discovery
+//!   frames for this host's link address (or broadcast / multicast) in. It is
+//!   non-blocking and read inline, like the UDP sockets: under the engine lock by
+//!   whichever thread receives (the driver thread, a poller, a thread asleep in
+//!   `Cq::wait` on its descriptor), frame by frame with no thread hop and no queue in
+//!   between. RoCE v2 frames are checked ([`rverbs_wire::rocev2::parse_frame`]: IP
 //!   fragments, options and checksums, the UDP checksum, the ICRC over the real IP
 //!   header, no Identification guessing), must be for one of our addresses or a joined
 //!   group, and reach the engine with the real TTL, TOS, flow label and Identification.
@@ -36,10 +42,7 @@ use crate::context::Shared;
 use crate::neigh::{Lookup, Neighbours, Probe};
 use crate::raw::V1Port;
 use rverbs_engine::{Datagram, Engine, Nanos, Transmit};
-use rverbs_flow::attr::{
-    EthFilter, FlowAttr, FlowFlags, FlowSpec, Ipv4Filter, Ipv6Filter, Layer, TcpUdpFilter,
-};
-use rverbs_raw::{RawDevice, RawQp};
+use rverbs_raw::{RawDevice, RawPort, RawQp, SockFilter};
 use rverbs_wire::arp::{self, ArpOp, ArpRepr};
 use rverbs_wire::ethernet::{ethertype, EthernetFrame, EthernetRepr, MacAddr};
 use rverbs_wire::ndisc::{self, NdRepr};
@@ -49,9 +52,9 @@ use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
-/// Frames waiting in the internal queue at most (more are counted by the raw device
-/// as `queue_full` and lost, as on a real NIC's full ring).
-const QUEUE_DEPTH: usize = 8192;
+/// Most frames one [`Shared::net_receive`] takes from the RoCE socket (bounded so a
+/// flood cannot keep the engine lock and starve the timers).
+const RX_BUDGET: usize = 256;
 
 /// Counts of a raw-mode context's own network path ([`crate::Context::raw_net_stats`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -125,8 +128,13 @@ fn bump(c: &AtomicU64) {
 pub(crate) struct NetPort {
     /// RoCE v2 goes through the raw device too (else only RoCE v1, ARP and ND do).
     pub(crate) v2: bool,
+    /// Sends (through the raw device, so EGRESS rules and sniffers see them; it has no
+    /// flows and receives nothing).
     qp: RawQp,
-    _flows: Vec<rverbs_raw::Flow>,
+    /// The RoCE socket: receives what [`roce_filter`] lets in, non-blocking.
+    rx: RawPort,
+    /// Its receive buffer (used under the engine lock).
+    rx_buf: Mutex<Vec<u8>>,
     pub(crate) mac: MacAddr,
     ifname: String,
     /// The ARP table of the interface's namespace, opened when the context was (sends
@@ -145,85 +153,22 @@ pub(crate) struct NetPort {
     counts: Counts,
 }
 
-fn layer<F: Copy>(val: F, mask: F) -> Layer<F> {
-    Layer::outer(val, mask)
-}
-
-/// Rule steering frames of EtherType `et` (and the next `specs`) to the internal queue.
-fn rule(et: u16, mut more: Vec<FlowSpec>) -> FlowAttr {
-    let mut specs = vec![FlowSpec::Eth(layer(
-        EthFilter {
-            ether_type: et,
-            ..Default::default()
-        },
-        EthFilter {
-            ether_type: 0xffff,
-            ..Default::default()
-        },
-    ))];
-    specs.append(&mut more);
-    let mut a = FlowAttr::normal(0, specs);
-    a.flags = FlowFlags::DONT_TRAP;
-    a
-}
-
-fn udp_4791() -> FlowSpec {
-    FlowSpec::Udp(layer(
-        TcpUdpFilter {
-            dst_port: rverbs_wire::udp::ROCE_V2_PORT,
-            src_port: 0,
-        },
-        TcpUdpFilter {
-            dst_port: 0xffff,
-            src_port: 0,
-        },
-    ))
-}
-
 impl NetPort {
     pub(crate) fn open(dev: &RawDevice, ifname: &str, v2: bool) -> crate::Result<NetPort> {
         let mac = crate::sys::interface_mac(ifname)
             .map(MacAddr)
             .map_err(|e| crate::Error::io("reading the raw interface's MAC address", e))?;
-        let qp = dev.create_qp(QUEUE_DEPTH);
-        let v6_next = |next_hdr: u8| {
-            FlowSpec::Ipv6(layer(
-                Ipv6Filter {
-                    next_hdr,
-                    ..Default::default()
-                },
-                Ipv6Filter {
-                    src_ip: std::net::Ipv6Addr::UNSPECIFIED,
-                    dst_ip: std::net::Ipv6Addr::UNSPECIFIED,
-                    flow_label: 0,
-                    next_hdr: 0xff,
-                    traffic_class: 0,
-                    hop_limit: 0,
-                },
-            ))
-        };
-        let any_v4 = FlowSpec::Ipv4(layer(Ipv4Filter::default(), Ipv4Filter::default()));
-        let mut rules = vec![
-            rule(arp::ETHERTYPE, vec![]),
-            rule(ethertype::IPV6, vec![v6_next(ndisc::PROTO_ICMPV6)]),
-        ];
-        if v2 {
-            rules.push(rule(ethertype::IPV4, vec![any_v4, udp_4791()]));
-            rules.push(rule(ethertype::IPV6, vec![v6_next(17), udp_4791()]));
-        }
-        let mut flows = Vec::new();
-        for r in &rules {
-            flows.push(qp.create_flow(r).map_err(|e| {
-                crate::Error::io(
-                    "steering RoCE v2, ARP and ND frames to the raw-mode device",
-                    std::io::Error::other(e.to_string()),
-                )
-            })?);
-        }
+        let rx = RawPort::open_filtered(ifname, &roce_filter(v2))
+            .map_err(|e| crate::Error::io("opening the RoCE AF_PACKET socket", e))?;
+        let _ = rx.set_recv_buffer_size(4 << 20);
+        // Room for a long READ response's burst when the process may raise the limit
+        // (as the UDP sockets).
+        let _ = crate::sys::force_recv_buffer(&rx, 64 << 20);
         Ok(NetPort {
             v2,
-            qp,
-            _flows: flows,
+            qp: dev.create_qp(1),
+            rx,
+            rx_buf: Mutex::new(vec![0u8; rverbs_raw::MAX_FRAME + 4]),
             mac,
             ifname: ifname.to_string(),
             arp_table: std::fs::File::open("/proc/thread-self/net/arp")
@@ -237,9 +182,9 @@ impl NetPort {
         })
     }
 
-    /// Runs `f` whenever a frame is queued (the context wakes its driver with it).
-    pub(crate) fn set_notify(&self, f: rverbs_raw::Notify) {
-        self.qp.set_notify(Some(f));
+    /// The RoCE socket's descriptor (polled beside the UDP sockets).
+    pub(crate) fn rx_fd(&self) -> std::os::fd::RawFd {
+        std::os::fd::AsRawFd::as_raw_fd(&self.rx)
     }
 
     pub(crate) fn stats(&self) -> RawNetStats {
@@ -600,58 +545,99 @@ impl Shared {
         net.lock_neigh().next_due()
     }
 
-    /// Handles every frame in the internal queue (and the multicast copies to
-    /// ourselves): RoCE v2 to the engine, ARP and ND to the neighbour cache. True if
-    /// the engine got anything.
+    /// Takes what is waiting on the RoCE socket (up to [`RX_BUDGET`] frames) and the
+    /// multicast copies to ourselves, under the engine lock: RoCE v2 and v1 to the
+    /// engine, ARP and ND to the neighbour cache. True if the engine got anything (the
+    /// caller then sends what it answers).
     pub(crate) fn net_receive(&self, engine: &mut Engine, now: Nanos) -> bool {
         let Some(net) = self.net() else {
             return false;
         };
-        // (frame, whether its UDP checksum is already known good: the raw device's
-        // checksum flag, or our own multicast copy)
-        let mut frames: Vec<(Vec<u8>, bool)> = net
-            .qp
-            .drain()
-            .into_iter()
-            .map(|c| (c.frame, c.csum_ok))
-            .collect();
-        frames.extend(
-            net.local
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .drain(..)
-                .map(|f| (f, true)),
-        );
-        if frames.is_empty() {
-            return false;
-        }
         let mut any = false;
         let mut steer = net.steer.lock().unwrap_or_else(|e| e.into_inner());
-        for (mut f, csum_ok) in frames {
-            let et = EthernetFrame::new_checked(&f[..]).map(|e| e.ethertype());
-            match et {
-                Ok(arp::ETHERTYPE) => self.net_arp(net, &f, now),
-                Ok(ethertype::IPV6) if is_icmpv6(&f) => self.net_nd(net, &f, now),
-                Ok(ethertype::IPV4 | ethertype::IPV6) if !self.raw_v2() => {}
-                _ => {
-                    self.record_frame(&f);
-                    let copies = match &self.faults {
-                        Some(fs) => {
-                            let from = f.len().min(14);
-                            fs.lock()
-                                .unwrap_or_else(|e| e.into_inner())
-                                .judge(&mut f[from..], false)
-                                .copies
-                        }
-                        None => 1,
-                    };
-                    for _ in 0..copies {
-                        any |= self.net_rx_v2(net, engine, now, &f, csum_ok, &mut steer);
-                    }
+        {
+            let mut buf = net.rx_buf.lock().unwrap_or_else(|e| e.into_inner());
+            for _ in 0..RX_BUDGET {
+                // Non-blocking: WouldBlock when the socket is empty; any other error
+                // (the interface went away) ends this pass too.
+                let Ok(r) = net.rx.recv(&mut buf[..]) else {
+                    break;
+                };
+                let f = &mut buf[r.start..r.start + r.len];
+                if r.truncated {
+                    // Longer than any frame the link carries: a counted drop.
+                    self.count_truncated(net, f);
+                    continue;
                 }
+                any |= self.net_frame(net, engine, now, f, r.csum_ok, &mut steer);
             }
         }
+        let local: Vec<Vec<u8>> = net
+            .local
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .drain(..)
+            .collect();
+        for mut f in local {
+            // Our own copy: its checksums are known good.
+            any |= self.net_frame(net, engine, now, &mut f, true, &mut steer);
+        }
         any
+    }
+
+    /// One frame of the RoCE socket (`csum_ok`: the kernel vouched for its UDP
+    /// checksum) by EtherType.
+    fn net_frame(
+        &self,
+        net: &NetPort,
+        engine: &mut Engine,
+        now: Nanos,
+        f: &mut [u8],
+        csum_ok: bool,
+        steer: &mut (Vec<u8>, rverbs_flow::classify::Verdict),
+    ) -> bool {
+        let et = EthernetFrame::new_checked(&f[..]).map(|e| e.ethertype());
+        match et {
+            Ok(arp::ETHERTYPE) => self.net_arp(net, f, now),
+            Ok(ethertype::IPV6) if is_icmpv6(f) => self.net_nd(net, f, now),
+            Ok(ethertype::ROCE_V1) => {
+                if let Some(v1) = self.raw.as_ref().and_then(|r| r.v1.as_ref()) {
+                    return v1.receive_frame(self, engine, now, f);
+                }
+            }
+            Ok(ethertype::IPV4 | ethertype::IPV6) if !self.raw_v2() => {}
+            _ => {
+                self.record_frame(f);
+                let copies = match &self.faults {
+                    Some(fs) => {
+                        let from = f.len().min(14);
+                        fs.lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .judge(&mut f[from..], false)
+                            .copies
+                    }
+                    None => 1,
+                };
+                let mut any = false;
+                for _ in 0..copies {
+                    any |= self.net_rx_v2(net, engine, now, f, csum_ok, steer);
+                }
+                return any;
+            }
+        }
+        false
+    }
+
+    /// Counts a frame the RoCE socket could not take whole.
+    fn count_truncated(&self, net: &NetPort, f: &[u8]) {
+        if f.get(12..14) == Some(&ethertype::ROCE_V1.to_be_bytes()[..]) {
+            if let Some(v1) = self.raw.as_ref().and_then(|r| r.v1.as_ref()) {
+                v1.count_malformed();
+            }
+            return;
+        }
+        bump(&net.counts.rx_frames);
+        bump(&net.counts.rx_malformed);
     }
 
     fn net_rx_v2(
@@ -665,8 +651,7 @@ impl Shared {
     ) -> bool {
         let c = &net.counts;
         let p = rocev2::parse_frame_with(f, !csum_ok);
-        // Other frames the DONT_TRAP rules matched (an MLD report behind a hop-by-hop
-        // header looks like ICMPv6 to the classifier) are not RoCE: not counted.
+        // Other frames the socket filter let in are not RoCE: not counted.
         if let Err(RxDrop::NotRoce) = p {
             return false;
         }
@@ -782,6 +767,95 @@ impl Shared {
     }
 }
 
+/// The classic BPF program of the RoCE socket (opcodes and ancillary offsets of
+/// linux/filter.h; `bpf(4)`): frames for this host's link address, broadcast or
+/// multicast (`SKF_AD_PKTTYPE` not `PACKET_OTHERHOST`) that are RoCE v1 (EtherType
+/// 0x8915, IBTA Annex A16), ARP (RFC 826), ICMPv6 Neighbor Solicitations and
+/// Advertisements (RFC 4861 4.3-4.4, types 135 and 136) right after the IPv6 header,
+/// and with `v2` IPv4 / IPv6 UDP to port 4791 (IBTA Annex A17). The kernel's packet
+/// taps see a frame after it took a VLAN tag out (`skb_vlan_untag`), so tagged frames
+/// pass too and are counted as such by the receiver. Which IP address a frame is for
+/// is checked by the receiver (counted as `rx_not_ours`), not here: the addresses
+/// change while the socket lives.
+pub(crate) fn roce_filter(v2: bool) -> Vec<SockFilter> {
+    const LD_W_ABS: u16 = 0x20;
+    const LD_H_ABS: u16 = 0x28;
+    const LD_B_ABS: u16 = 0x30;
+    const LD_H_IND: u16 = 0x48;
+    const LDX_B_MSH: u16 = 0xb1;
+    const JEQ_K: u16 = 0x15;
+    const RET_K: u16 = 0x06;
+    const SKF_AD_PKTTYPE: u32 = (-0x1000i32 + 4) as u32;
+    const PACKET_OTHERHOST: u32 = 3;
+    #[derive(Clone, Copy, PartialEq)]
+    enum L {
+        Next,
+        Accept,
+        Reject,
+        V4,
+        V6,
+        Icmp6,
+    }
+    // (code, k, jump-if-true, jump-if-false) with symbolic targets; a label marks the
+    // next instruction.
+    let mut ins: Vec<(u16, u32, L, L)> = Vec::new();
+    let mut at: Vec<(L, usize)> = Vec::new();
+    let port = u32::from(rverbs_wire::udp::ROCE_V2_PORT);
+    ins.push((LD_W_ABS, SKF_AD_PKTTYPE, L::Next, L::Next));
+    ins.push((JEQ_K, PACKET_OTHERHOST, L::Reject, L::Next));
+    ins.push((LD_H_ABS, 12, L::Next, L::Next));
+    ins.push((JEQ_K, ethertype::ROCE_V1.into(), L::Accept, L::Next));
+    ins.push((JEQ_K, arp::ETHERTYPE.into(), L::Accept, L::Next));
+    if v2 {
+        ins.push((JEQ_K, ethertype::IPV4.into(), L::V4, L::Next));
+    }
+    ins.push((JEQ_K, ethertype::IPV6.into(), L::V6, L::Reject));
+    if v2 {
+        at.push((L::V4, ins.len()));
+        ins.push((LD_B_ABS, 14 + 9, L::Next, L::Next));
+        ins.push((JEQ_K, 17, L::Next, L::Reject));
+        // X = the IPv4 header's length; A = the UDP destination port behind it.
+        ins.push((LDX_B_MSH, 14, L::Next, L::Next));
+        ins.push((LD_H_IND, 14 + 2, L::Next, L::Next));
+        ins.push((JEQ_K, port, L::Accept, L::Reject));
+    }
+    at.push((L::V6, ins.len()));
+    ins.push((LD_B_ABS, 14 + 6, L::Next, L::Next));
+    if v2 {
+        ins.push((JEQ_K, u32::from(ndisc::PROTO_ICMPV6), L::Icmp6, L::Next));
+        ins.push((JEQ_K, 17, L::Next, L::Reject));
+        ins.push((LD_H_ABS, 14 + 40 + 2, L::Next, L::Next));
+        ins.push((JEQ_K, port, L::Accept, L::Reject));
+    } else {
+        ins.push((JEQ_K, u32::from(ndisc::PROTO_ICMPV6), L::Icmp6, L::Reject));
+    }
+    at.push((L::Icmp6, ins.len()));
+    ins.push((LD_B_ABS, 14 + 40, L::Next, L::Next));
+    ins.push((JEQ_K, 135, L::Accept, L::Next));
+    ins.push((JEQ_K, 136, L::Accept, L::Reject));
+    at.push((L::Reject, ins.len()));
+    ins.push((RET_K, 0, L::Next, L::Next));
+    at.push((L::Accept, ins.len()));
+    ins.push((RET_K, u32::MAX, L::Next, L::Next));
+    let off = |pc: usize, l: L| -> u8 {
+        if l == L::Next {
+            return 0;
+        }
+        let to = at.iter().find(|(m, _)| *m == l).map_or(pc + 1, |&(_, i)| i);
+        // Forward jumps only, within one byte: the program is short.
+        u8::try_from(to - pc - 1).unwrap_or(0)
+    };
+    ins.iter()
+        .enumerate()
+        .map(|(pc, &(code, k, t, f))| SockFilter {
+            code,
+            jt: off(pc, t),
+            jf: off(pc, f),
+            k,
+        })
+        .collect()
+}
+
 fn is_icmpv6(f: &[u8]) -> bool {
     EthernetFrame::new_checked(f)
         .ok()
@@ -792,6 +866,98 @@ fn is_icmpv6(f: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Runs a classic BPF program over `f` (the few opcodes `roce_filter` uses, with
+    /// `pkttype` for `SKF_AD_PKTTYPE`): the kernel's verdict, or `None` for an
+    /// opcode, an offset or a jump the kernel would refuse or fail on.
+    fn run_bpf(prog: &[SockFilter], f: &[u8], pkttype: u32) -> Option<u32> {
+        let (mut a, mut x, mut pc) = (0u32, 0u32, 0usize);
+        let ld = |off: usize, n: usize| -> Option<u32> {
+            let b = f.get(off..off + n)?;
+            Some(b.iter().fold(0u32, |acc, &v| acc << 8 | u32::from(v)))
+        };
+        loop {
+            let i = prog.get(pc)?;
+            pc += 1;
+            match i.code {
+                0x20 if i.k == (-0x1000i32 + 4) as u32 => a = pkttype,
+                0x28 => a = ld(i.k as usize, 2)?,
+                0x30 => a = ld(i.k as usize, 1)?,
+                0x48 => a = ld(x as usize + i.k as usize, 2)?,
+                0xb1 => x = (ld(i.k as usize, 1)? & 0xf) * 4,
+                0x15 => pc += usize::from(if a == i.k { i.jt } else { i.jf }),
+                0x06 => return Some(i.k),
+                _ => return None,
+            }
+        }
+    }
+
+    #[test]
+    fn roce_socket_filter() {
+        use rverbs_wire::rocev2::RoceV2Repr;
+        let v4 = |s: &str| s.parse::<IpAddr>().unwrap();
+        let repr = |src: &str, dst: &str| RoceV2Repr {
+            src_mac: MacAddr([2, 0, 0, 0, 0, 1]),
+            dst_mac: MacAddr([2, 0, 0, 0, 0, 2]),
+            src: v4(src),
+            dst: v4(dst),
+            src_port: 0xc000,
+            hop_limit: 64,
+            traffic_class: 0,
+            flow_label: 0,
+            ipv4_ident: 0,
+        };
+        let emit = |r: RoceV2Repr| {
+            let ib = [0u8; 16];
+            let mut f = vec![0u8; r.frame_len(ib.len())];
+            r.emit_frame(&ib, &mut f).unwrap();
+            f
+        };
+        let roce4 = emit(repr("10.0.0.1", "10.0.0.2"));
+        let roce6 = emit(repr("fd00::1", "fd00::2"));
+        // The same with IPv4 options (IHL 6): the port is found behind them.
+        let mut opts = roce4[..34].to_vec();
+        opts.extend_from_slice(&[1, 1, 1, 0]);
+        opts.extend_from_slice(&roce4[34..]);
+        opts[14] = 0x46;
+        let mut other_port = roce4.clone();
+        other_port[36..38].copy_from_slice(&4790u16.to_be_bytes());
+        let mut tcp = roce4.clone();
+        tcp[23] = 6;
+        let mut v1 = vec![0u8; 80];
+        v1[12..14].copy_from_slice(&ethertype::ROCE_V1.to_be_bytes());
+        let mut arp_f = vec![0u8; 42];
+        arp_f[12..14].copy_from_slice(&arp::ETHERTYPE.to_be_bytes());
+        let nd = |ty: u8| {
+            let mut f = vec![0u8; 14 + 40 + 24];
+            f[12..14].copy_from_slice(&ethertype::IPV6.to_be_bytes());
+            f[14 + 6] = ndisc::PROTO_ICMPV6;
+            f[14 + 40] = ty;
+            f
+        };
+        let mut short = roce4[..30].to_vec();
+        short[23] = 17;
+        for v2 in [true, false] {
+            let prog = roce_filter(v2);
+            let pass = |f: &[u8], pkttype: u32| run_bpf(&prog, f, pkttype).map(|k| k != 0);
+            let want = Some(v2);
+            assert_eq!(pass(&roce4, 0), want, "v2 {v2}");
+            assert_eq!(pass(&roce6, 0), want);
+            assert_eq!(pass(&opts, 2), want, "multicast, options");
+            assert_eq!(pass(&roce4, 3), Some(false), "another host's MAC");
+            assert_eq!(pass(&v1, 0), Some(true));
+            assert_eq!(pass(&v1, 3), Some(false));
+            assert_eq!(pass(&arp_f, 1), Some(true), "broadcast ARP");
+            assert_eq!(pass(&nd(135), 2), Some(true));
+            assert_eq!(pass(&nd(136), 0), Some(true));
+            assert_eq!(pass(&nd(128), 0), Some(false), "echo request");
+            assert_eq!(pass(&other_port, 0), Some(false));
+            assert_eq!(pass(&tcp, 0), Some(false));
+            // Too short for the port: the kernel's load fails, which rejects the frame
+            // (`None` here, never an accept).
+            assert_ne!(pass(&short, 0), Some(true));
+        }
+    }
 
     #[test]
     fn prefixes_and_multicast_macs() {

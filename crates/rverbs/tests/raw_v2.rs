@@ -449,6 +449,28 @@ fn unresolved_neighbour_gives_retry_exceeded() {
 fn bad_frames_are_counted_and_dropped() {
     let Some(n) = net(false) else { return };
     let cb = ctx_on(&n.pair.ns_b, &n.pair.if_b, true, None);
+    // A RAW_PACKET QP with a SNIFFER rule on the same context: it sees every RoCE
+    // frame too (the raw device's ring sees all), and the engine still gets each once.
+    let pd = cb.alloc_pd().unwrap();
+    let scq = cb.create_cq(64).unwrap();
+    let smr = pd.reg_mr(32 * 256, AccessFlags::LOCAL_WRITE).unwrap();
+    let sniffer = pd
+        .create_qp(&QpInitAttr::new(QpType::RawPacket, &scq))
+        .unwrap();
+    let nobody = PeerInfo {
+        qpn: 0,
+        psn: 0,
+        gid: Gid::ZERO,
+    };
+    sniffer.connect(&nobody, &ConnectOpts::default()).unwrap();
+    for i in 0..32 {
+        sniffer
+            .post_recv(i as u64, &[smr.slice(i * 256..(i + 1) * 256)])
+            .unwrap();
+    }
+    let _sniff = sniffer
+        .create_flow(&rverbs::flow::text::parse_rule("sniffer").unwrap())
+        .unwrap();
     let (ma, mb) = (
         mac_of(&n.pair.ns_a, &n.pair.if_a),
         mac_of(&n.pair.ns_b, &n.pair.if_b),
@@ -545,6 +567,14 @@ fn bad_frames_are_counted_and_dropped() {
     );
     let c = cb.counters();
     assert_eq!((c.rx_unknown_qp, c.rx_icrc_errors), (1, 0), "{c:?}");
+    // The sniffer got the seven injected frames (and maybe ARP / ND of the kernel's).
+    let mut wcs = [Wc::default(); 32];
+    let mut seen = 0;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while seen < 7 && Instant::now() < deadline {
+        seen += scq.poll_wait(&mut wcs, Duration::from_millis(100)).unwrap();
+    }
+    assert!(seen >= 7, "the sniffer saw {seen} frames");
 }
 
 /// Traffic to the context's own address never appears on the wire: it goes through the
