@@ -467,9 +467,16 @@ fn scatter(mut frame: &[u8], targets: &[Target]) {
 }
 
 impl Shared {
-    /// Moves the completions of every raw QP into their CQs (under the engine lock);
-    /// true if any moved.
+    /// Moves the completions of every raw QP into their CQs and receives what waits on
+    /// the RoCE socket (under the engine lock); true if anything moved.
     pub(crate) fn drain_raw(&self, engine: &mut Engine) -> bool {
+        // RoCE v2 / v1, ARP and ND from the RoCE socket, inline.
+        self.drain_raw_qps(engine) | self.net_receive(engine, self.now())
+    }
+
+    /// [`Shared::drain_raw`] without reading the RoCE socket: only the raw QPs'
+    /// completions (no system call).
+    pub(crate) fn drain_raw_qps(&self, engine: &mut Engine) -> bool {
         let Some(raw) = &self.raw else {
             return false;
         };
@@ -482,8 +489,6 @@ impl Shared {
         for q in qps {
             any |= q.drain(engine);
         }
-        // RoCE v2 / v1, ARP and ND from the RoCE socket, inline.
-        any |= self.net_receive(engine, self.now());
         any
     }
 

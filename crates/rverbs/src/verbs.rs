@@ -595,12 +595,23 @@ impl Cq {
     pub fn poll(&self, out: &mut [Wc]) -> Result<usize> {
         let shared = self.inner.ctx.shared();
         if shared.raw.is_some() {
-            // Raw-mode contexts: their packets come from the raw queues.
+            // Raw-mode contexts: RAW_PACKET completions from the raw device's queues;
+            // RoCE from its socket, read (as the UDP sockets are) only when the CQ has
+            // nothing: a system call per poll would slow a busy poller down.
             let mut e = shared.lock_verb("poll_cq")?;
-            if shared.drain_raw(&mut e) {
+            if shared.drain_raw_qps(&mut e) {
                 let now = shared.now();
                 shared.flush(&mut e, now);
             }
+            let n = e.poll_cq(self.inner.id, out)?;
+            if n > 0 {
+                return Ok(n);
+            }
+            if !shared.net_receive(&mut e, shared.now()) {
+                return Ok(0);
+            }
+            let now = shared.now();
+            shared.flush(&mut e, now);
             return Ok(e.poll_cq(self.inner.id, out)?);
         }
         let n = self.poll_ready(out)?;
@@ -1226,7 +1237,7 @@ impl Qp {
             .map_err(|e| Error::io("sending a raw frame", e))?;
         let s = self.shared();
         let mut e = s.lock_verb("post_send")?;
-        if s.drain_raw(&mut e) {
+        if s.drain_raw_qps(&mut e) {
             let now = s.now();
             s.flush(&mut e, now);
         }
