@@ -176,17 +176,22 @@ impl crate::Cq {
             // Keep the driver thread off the sockets while this thread sleeps on them
             // (both would wake for the same datagram), for at most one stand-off.
             let sleep = due.min(STANDOFF_NS / 2);
-            shared.app_poll_at.store(now + sleep, Ordering::Relaxed);
             if let Some(net) = shared.net() {
                 // Raw mode: the engine's packets come from the RoCE socket (the UDP
-                // sockets only carry this host's own traffic); `poll` reads it.
+                // sockets only carry this host's own traffic); `poll` reads it. A CQ
+                // of RAW_PACKET QPs only leaves the sockets to the driver thread.
                 let ms = sleep.div_ceil(1_000_000) as i32;
-                let mut fds = shared.socket_fds();
-                fds.push(net.rx_fd());
+                let mut fds = Vec::new();
+                if self.carries_roce() {
+                    shared.app_poll_at.store(now + sleep, Ordering::Relaxed);
+                    fds = shared.socket_fds();
+                    fds.push(net.rx_fd());
+                }
                 let mut woke = Vec::new();
                 let _ = crate::sys::poll_readable(&fds, ms, &mut woke);
                 return self.poll(out);
             }
+            shared.app_poll_at.store(now + sleep, Ordering::Relaxed);
             // With no timer due sooner, sleep in recvmmsg itself (one system call
             // per wake-up); otherwise, or when another thread is receiving, in
             // poll(2), which returns at once when a datagram is already waiting.

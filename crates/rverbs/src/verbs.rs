@@ -127,6 +127,7 @@ impl Context {
             empty_at: AtomicU64::new(0),
             events: AtomicU32::new(0),
             acked: AtomicU32::new(0),
+            roce: std::sync::atomic::AtomicBool::new(false),
         });
         self.bind_cq(&inner, channel);
         Ok(Cq { inner })
@@ -251,6 +252,9 @@ impl Pd {
             sq_sig_all: attr.sq_sig_all,
         };
         let qpn = self.shared().lock_verb("create_qp")?.create_qp(init)?;
+        for cq in [attr.send_cq, attr.recv_cq] {
+            cq.inner.roce.store(true, Ordering::Relaxed);
+        }
         Ok(Qp {
             pd: self.inner.clone(),
             _cqs: [attr.send_cq.inner.clone(), attr.recv_cq.inner.clone()],
@@ -533,6 +537,11 @@ pub(crate) struct CqInner {
     /// Completion events handed out, and acknowledged.
     events: AtomicU32,
     acked: AtomicU32,
+    /// A RoCE QP (RC/UC/UD, not RAW_PACKET) was created with this CQ: on a raw-mode
+    /// context, an empty poll then reads the RoCE socket itself. A CQ that only RAW_PACKET
+    /// QPs use leaves RoCE traffic to the driver thread, so a raw packet poller pays no
+    /// system call per empty poll.
+    roce: std::sync::atomic::AtomicBool,
 }
 
 impl CqInner {
@@ -597,7 +606,8 @@ impl Cq {
         if shared.raw.is_some() {
             // Raw-mode contexts: RAW_PACKET completions from the raw device's queues;
             // RoCE from its socket, read (as the UDP sockets are) only when the CQ has
-            // nothing: a system call per poll would slow a busy poller down.
+            // nothing, and only for a CQ of RoCE QPs: a system call per poll would
+            // slow a busy raw packet poller down (the driver thread reads it then).
             let mut e = shared.lock_verb("poll_cq")?;
             if shared.drain_raw_qps(&mut e) {
                 let now = shared.now();
@@ -607,7 +617,7 @@ impl Cq {
             if n > 0 {
                 return Ok(n);
             }
-            if !shared.net_receive(&mut e, shared.now()) {
+            if !self.carries_roce() || !shared.net_receive(&mut e, shared.now()) {
                 return Ok(0);
             }
             let now = shared.now();
@@ -619,6 +629,11 @@ impl Cq {
             return Ok(n);
         }
         self.poll_progress(out)
+    }
+
+    /// True if a RoCE QP (not RAW_PACKET) uses this CQ.
+    pub(crate) fn carries_roce(&self) -> bool {
+        self.inner.roce.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The completions already in the CQ (no receiving).
