@@ -6,7 +6,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 static NEXT: AtomicU32 = AtomicU32::new(0);
 
-fn ip(args: &[&str]) -> Result<(), String> {
+/// Runs `ip ARGS…`; the error names the command and carries its stderr.
+pub fn ip(args: &[&str]) -> Result<(), String> {
     let out = Command::new("ip")
         .args(args)
         .output()
@@ -20,6 +21,24 @@ fn ip(args: &[&str]) -> Result<(), String> {
             String::from_utf8_lossy(&out.stderr)
         ))
     }
+}
+
+/// The Ethernet address of `ifname` in namespace `ns`, as `ip -o link show` prints it.
+pub fn link_mac(ns: &str, ifname: &str) -> Result<[u8; 6], String> {
+    let out = Command::new("ip")
+        .args(["-n", ns, "-o", "link", "show", ifname])
+        .output()
+        .map_err(|e| format!("ip: {e}"))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let bad = || format!("no Ethernet address for {ifname} in {ns}: {text}");
+    let at = text.find("link/ether ").ok_or_else(bad)? + "link/ether ".len();
+    let mut mac = [0u8; 6];
+    let mut parts = text.get(at..at + 17).ok_or_else(bad)?.split(':');
+    for b in &mut mac {
+        let p = parts.next().ok_or_else(bad)?;
+        *b = u8::from_str_radix(p, 16).map_err(|_| bad())?;
+    }
+    Ok(mac)
 }
 
 /// Two namespaces `a` and `b`, joined by veth `if_a` (in `a`) — `if_b` (in `b`), both up,

@@ -4,7 +4,7 @@
 //! destination MAC comes from the context's own ARP / Neighbor Discovery.
 
 use rverbs::*;
-use rverbs_raw::netns::VethPair;
+use rverbs_raw::netns::{self, VethPair};
 use rverbs_wire::ethernet::MacAddr;
 use rverbs_wire::rocev2::{self, RoceV2Repr};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -12,27 +12,11 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 fn ip(args: &[&str]) {
-    let out = Command::new("ip").args(args).output().expect("ip");
-    assert!(
-        out.status.success(),
-        "ip {}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    netns::ip(args).unwrap();
 }
 
 fn mac_of(ns: &str, ifname: &str) -> MacAddr {
-    let out = Command::new("ip")
-        .args(["-n", ns, "-o", "link", "show", ifname])
-        .output()
-        .expect("ip link");
-    let text = String::from_utf8_lossy(&out.stdout).to_string();
-    let at = text.find("link/ether ").expect("an Ethernet interface") + 11;
-    let mut m = [0u8; 6];
-    for (i, p) in text[at..at + 17].split(':').enumerate() {
-        m[i] = u8::from_str_radix(p, 16).unwrap();
-    }
-    MacAddr(m)
+    MacAddr(netns::link_mac(ns, ifname).unwrap())
 }
 
 struct Net {

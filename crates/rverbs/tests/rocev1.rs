@@ -8,29 +8,17 @@
 //! tables so the context resolves its peer itself (ARP, `neigh.rs`).
 
 use rverbs::*;
-use rverbs_raw::netns::VethPair;
+use rverbs_raw::netns::{self, VethPair};
 use std::net::Ipv4Addr;
-use std::process::Command;
 use std::time::Duration;
 
 fn ip(args: &[&str]) {
-    let out = Command::new("ip").args(args).output().expect("ip");
-    assert!(
-        out.status.success(),
-        "ip {}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    netns::ip(args).unwrap();
 }
 
 fn mac_of(ns: &str, ifname: &str) -> String {
-    let out = Command::new("ip")
-        .args(["-n", ns, "-o", "link", "show", ifname])
-        .output()
-        .expect("ip link");
-    let text = String::from_utf8_lossy(&out.stdout).to_string();
-    let at = text.find("link/ether ").expect("an Ethernet interface") + 11;
-    text[at..at + 17].to_string()
+    let m = netns::link_mac(ns, ifname).unwrap();
+    m.map(|b| format!("{b:02x}")).join(":")
 }
 
 struct Net {
