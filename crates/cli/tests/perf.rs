@@ -3,65 +3,13 @@
 //! refused mismatch. The figures themselves are not judged here (no timed tests): the
 //! JSON must add up and the message counts must be exact.
 
-use std::process::{Command, Output, Stdio};
+mod common;
 
-fn run_pair(args: &[&str], port: u16) -> (Output, Output) {
-    let bin = env!("CARGO_BIN_EXE_rverbs");
-    let p = port.to_string();
-    let server = Command::new(bin)
-        .arg("perf")
-        .args(args)
-        .args(["-p", &p, "--json"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    // The client retries its connection for 10 s while the server starts.
-    let client = Command::new(bin)
-        .arg("perf")
-        .args(args)
-        .args(["-p", &p, "--json", "localhost"])
-        .output()
-        .unwrap();
-    (server.wait_with_output().unwrap(), client)
-}
+use common::json_field as field;
+use std::process::{Command, Stdio};
 
 fn ok_pair(args: &[&str], port: u16) -> (Vec<String>, Vec<String>) {
-    let (s, c) = run_pair(args, port);
-    let text = |o: &Output| {
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        )
-    };
-    assert!(
-        s.status.success(),
-        "server {args:?}:\n{}\nclient:\n{}",
-        text(&s),
-        text(&c)
-    );
-    assert!(
-        c.status.success(),
-        "client {args:?}:\n{}\nserver:\n{}",
-        text(&c),
-        text(&s)
-    );
-    let lines = |o: &Output| {
-        String::from_utf8_lossy(&o.stdout)
-            .lines()
-            .map(str::to_string)
-            .collect::<Vec<_>>()
-    };
-    (lines(&s), lines(&c))
-}
-
-fn field<'a>(line: &'a str, key: &str) -> &'a str {
-    let k = format!("\"{key}\":");
-    let at = line.find(&k).unwrap_or_else(|| panic!("{key} in {line}")) + k.len();
-    let rest = &line[at..];
-    let end = rest.find([',', '}']).unwrap();
-    &rest[..end]
+    common::perf_pair_lines(args, port, "localhost")
 }
 
 #[test]

@@ -5,58 +5,18 @@
 //! hang or a panic). Interoperability with the real perftest binaries is
 //! `interop/perftest.sh` (kernel rxe in the rxe-peer guest).
 
+mod common;
+
+use common::{json_field as field, output_text as text};
 use std::io::{Read, Write};
 use std::net::TcpListener;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::Duration;
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
 
 /// Runs `rverbs perf ARGS --perftest --json` as server and client; both must succeed.
 fn pair(args: &[&str], port: u16) -> (Vec<String>, Vec<String>) {
-    let bin = env!("CARGO_BIN_EXE_rverbs");
-    let p = port.to_string();
-    let server = Command::new(bin)
-        .arg("perf")
-        .args(args)
-        .args(["-p", &p, "--json", "--perftest"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let client = Command::new(bin)
-        .arg("perf")
-        .args(args)
-        .args(["-p", &p, "--json", "--perftest", "127.0.0.1"])
-        .output()
-        .unwrap();
-    let server = server.wait_with_output().unwrap();
-    assert!(
-        server.status.success() && client.status.success(),
-        "{args:?}\nserver:\n{}\nclient:\n{}",
-        text(&server),
-        text(&client)
-    );
-    let lines = |o: &Output| {
-        String::from_utf8_lossy(&o.stdout)
-            .lines()
-            .map(str::to_string)
-            .collect::<Vec<_>>()
-    };
-    (lines(&server), lines(&client))
-}
-
-fn field<'a>(line: &'a str, key: &str) -> &'a str {
-    let k = format!("\"{key}\":");
-    let at = line.find(&k).unwrap_or_else(|| panic!("{key} in {line}")) + k.len();
-    let rest = &line[at..];
-    &rest[..rest.find([',', '}']).unwrap()]
+    let args: Vec<&str> = args.iter().copied().chain(["--perftest"]).collect();
+    common::perf_pair_lines(&args, port, "127.0.0.1")
 }
 
 fn num(line: &str, key: &str) -> f64 {

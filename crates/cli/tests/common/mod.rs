@@ -92,3 +92,66 @@ pub fn server_and_client(
     assert!(client.status.success(), "client failed:\n{c}\nserver:\n{s}");
     (s, c)
 }
+
+/// A finished process's stdout then stderr, for failure messages.
+pub fn output_text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// Runs `rverbs perf ARGS -p PORT --json` as a server and as the client of `host`
+/// (which retries its connection while the server starts); (server, client) outputs.
+pub fn perf_processes(args: &[&str], port: u16, host: &str) -> (Output, Output) {
+    let bin = env!("CARGO_BIN_EXE_rverbs");
+    let p = port.to_string();
+    let server = Command::new(bin)
+        .arg("perf")
+        .args(args)
+        .args(["-p", &p, "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let client = Command::new(bin)
+        .arg("perf")
+        .args(args)
+        .args(["-p", &p, "--json", host])
+        .output()
+        .unwrap();
+    (server.wait_with_output().unwrap(), client)
+}
+
+/// [`perf_processes`], both of which must succeed; their stdout lines.
+pub fn perf_pair_lines(args: &[&str], port: u16, host: &str) -> (Vec<String>, Vec<String>) {
+    let (s, c) = perf_processes(args, port, host);
+    assert!(
+        s.status.success(),
+        "server {args:?}:\n{}\nclient:\n{}",
+        output_text(&s),
+        output_text(&c)
+    );
+    assert!(
+        c.status.success(),
+        "client {args:?}:\n{}\nserver:\n{}",
+        output_text(&c),
+        output_text(&s)
+    );
+    let lines = |o: &Output| {
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    (lines(&s), lines(&c))
+}
+
+/// The raw text of `key`'s value in a flat JSON line (up to the next `,` or `}`).
+pub fn json_field<'a>(line: &'a str, key: &str) -> &'a str {
+    let k = format!("\"{key}\":");
+    let at = line.find(&k).unwrap_or_else(|| panic!("{key} in {line}")) + k.len();
+    let rest = &line[at..];
+    &rest[..rest.find([',', '}']).unwrap_or(rest.len())]
+}
