@@ -144,6 +144,7 @@ pub fn run(data: &[u8]) -> Counters {
             flow_label: 0,
             ipv4_id: Some(0),
             roce_v1,
+            icrc_checked: false,
             payload: &payload,
         };
         e.handle_datagram(now, &d);

@@ -323,6 +323,7 @@ fn icrc(c: &mut Criterion) {
                 flow_label: 0,
                 ipv4_id: id,
                 roce_v1: false,
+                icrc_checked: false,
                 payload: &p,
             };
             assert!(net::icrc_ok(&d));

@@ -936,7 +936,7 @@ impl Engine {
 
     /// Feeds one received datagram. Bad packets are dropped and counted, never fatal.
     pub fn handle_datagram(&mut self, now: Nanos, d: &Datagram<'_>) {
-        if !net::icrc_ok(d) {
+        if !d.icrc_checked && !net::icrc_ok(d) {
             self.counters.rx_icrc_errors += 1;
             return;
         }
@@ -978,7 +978,7 @@ impl Engine {
     /// state rules apply). A packet that is not UD, or a `qpn` that is not a UD QP, is
     /// counted and dropped.
     pub fn handle_datagram_to(&mut self, now: Nanos, d: &Datagram<'_>, qpn: u32) {
-        if !net::icrc_ok(d) {
+        if !d.icrc_checked && !net::icrc_ok(d) {
             self.counters.rx_icrc_errors += 1;
             return;
         }

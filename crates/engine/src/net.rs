@@ -59,6 +59,10 @@ pub struct Datagram<'a> {
     /// ([`gid_to_ip`]), the ICRC is the v1 one, `src_port` and `ipv4_id` mean nothing,
     /// and a UD receive's network header area is the GRH itself (NxtHdr 0x1B).
     pub roce_v1: bool,
+    /// The receiver already checked the ICRC against the real headers (a raw-mode
+    /// device reads whole frames: `rverbs_wire::rocev2` / `rocev1`), so the engine does
+    /// not check it again from rebuilt ones.
+    pub icrc_checked: bool,
     /// BTH through ICRC.
     pub payload: &'a [u8],
 }
@@ -78,6 +82,7 @@ impl Transmit {
             flow_label: self.flow_label,
             ipv4_id: Some(0),
             roce_v1: self.roce_v1,
+            icrc_checked: false,
             payload: &self.payload,
         }
     }
@@ -291,6 +296,7 @@ mod tests {
                 flow_label: 0,
                 ipv4_id: None,
                 roce_v1: false,
+                icrc_checked: false,
                 payload: &p,
             };
             assert!(icrc_ok(&dg));
@@ -307,6 +313,7 @@ mod tests {
             // The same bytes are not a valid RoCE v1 packet.
             assert!(!icrc_ok(&Datagram {
                 roce_v1: true,
+                icrc_checked: false,
                 ..dg
             }));
         }
@@ -329,6 +336,7 @@ mod tests {
             flow_label: 0x12345,
             ipv4_id: None,
             roce_v1: true,
+            icrc_checked: false,
             payload: &p,
         };
         assert!(icrc_ok(&dg));
@@ -338,6 +346,7 @@ mod tests {
         }));
         assert!(!icrc_ok(&Datagram {
             roce_v1: false,
+            icrc_checked: false,
             ..dg
         }));
         assert!(!icrc_ok(&Datagram {

@@ -78,6 +78,7 @@ fn rxe_cm_mads_on_the_gsi() {
                     IpRepr::V6(_) => None,
                 },
                 roce_v1: false,
+                icrc_checked: false,
                 payload: f.packet.clone().into_inner(),
             };
             e.handle_datagram(0, &d);

@@ -46,6 +46,7 @@ fn rc_send_write_read_over_v1() {
             assert!(net::icrc_ok(&d));
             assert!(!net::icrc_ok(&Datagram {
                 roce_v1: false,
+                icrc_checked: false,
                 ..d
             }));
             sim.engines[1].handle_datagram(0, &d);
@@ -96,6 +97,7 @@ fn connected_qp_refuses_the_other_network_type() {
         flow_label: 0,
         ipv4_id: Some(0),
         roce_v1: false,
+        icrc_checked: false,
         payload: &p,
     };
     let before = sim.engines[1].counters().rx_wrong_source;
@@ -111,6 +113,7 @@ fn connected_qp_refuses_the_other_network_type() {
         0,
         &Datagram {
             roce_v1: true,
+            icrc_checked: false,
             payload: &bad,
             ..d
         },

@@ -465,6 +465,7 @@ fn raw(sim: &mut Sim, to: usize, p: &Pkt, src: std::net::IpAddr, dst: std::net::
         flow_label: 0,
         ipv4_id: Some(0),
         roce_v1: false,
+        icrc_checked: false,
         payload: &payload,
     };
     let now = sim.now;
@@ -511,6 +512,46 @@ fn transport_drops_are_counted() {
     assert_eq!(drain(&mut sim, &b).len(), 1);
     let _ = a;
 }
+/// A datagram whose ICRC the receiver already checked against the real headers (raw
+/// mode) is not checked again from rebuilt ones; every other check still applies.
+#[test]
+fn an_icrc_checked_datagram_skips_only_the_icrc_check() {
+    let (mut sim, _a, b) = setup();
+    let now = sim.now;
+    post_recv1(&mut sim, &b, 1, 0, 64, now);
+    let send = |psn: u32, pkey: u16| {
+        let mut h = bth(Opcode::RC_SEND_ONLY, b.qpn, psn);
+        h.pkey = pkey;
+        craft(&sim, 0, 1, &PacketRepr::new(h, b"vouched"))
+    };
+    let bad_pkey = send(100, 0x1234);
+    let mut wrong_icrc = send(100, 0xffff);
+    let (a0, a1) = (sim.addr(0), sim.addr(1));
+    let deliver = |sim: &mut Sim, p: &Pkt| {
+        let d = Datagram {
+            src: a0,
+            dst: a1,
+            src_port: p.t.src_port,
+            hop_limit: 64,
+            traffic_class: 0,
+            flow_label: 0,
+            ipv4_id: Some(0),
+            roce_v1: false,
+            icrc_checked: true,
+            payload: &p.t.payload,
+        };
+        let now = sim.now;
+        sim.engines[1].handle_datagram(now, &d);
+    };
+    let n = wrong_icrc.t.payload.len();
+    wrong_icrc.t.payload[n - 4..].copy_from_slice(&[0xde, 0xad, 0xbe, 0xef]);
+    deliver(&mut sim, &bad_pkey);
+    assert_eq!(sim.engines[1].counters().rx_bad_pkey, 1);
+    deliver(&mut sim, &wrong_icrc);
+    assert_eq!(sim.engines[1].counters().rx_icrc_errors, 0);
+    assert_eq!(drain(&mut sim, &b).len(), 1);
+}
+
 #[test]
 fn a_reused_slot_never_gets_its_previous_key_back() {
     // KEY_TAG_BITS: "a tag that changes on every registration of the slot".

@@ -428,6 +428,7 @@ mod tests {
                 flow_label: if src.contains(':') { 0x12345 } else { 0 },
                 ipv4_id: Some(7),
                 roce_v1: false,
+                icrc_checked: false,
                 payload: &[0u8; 32],
             };
             let area = rverbs_engine::grh_area(&d, 32);

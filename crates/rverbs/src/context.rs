@@ -698,6 +698,7 @@ impl Shared {
                 flow_label: ip.flow_label,
                 ipv4_id: None,
                 roce_v1: false,
+                icrc_checked: false,
                 payload: bytes,
             };
             // Through the UD flow-steering classifier (`ud_steer.rs`), then the engine.

@@ -171,6 +171,7 @@ impl V1Port {
                 flow_label: p.grh.flow_label,
                 ipv4_id: None,
                 roce_v1: true,
+                icrc_checked: true,
                 payload: p.packet.into_inner(),
             };
             engine.handle_datagram(now, &d);

@@ -691,6 +691,7 @@ impl Shared {
             flow_label: p.flow_label,
             ipv4_id: p.ipv4_ident,
             roce_v1: false,
+            icrc_checked: true,
             payload: p.packet,
         };
         self.handle_datagram(engine, now, &d, steer);

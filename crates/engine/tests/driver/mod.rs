@@ -81,6 +81,7 @@ pub fn rx(sim: &mut Sim, p: &Pkt) {
         flow_label: p.t.flow_label,
         ipv4_id: Some(0),
         roce_v1: false,
+        icrc_checked: false,
         payload: &p.t.payload,
     };
     let now = sim.now;
