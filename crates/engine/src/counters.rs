@@ -75,6 +75,15 @@ counters! {
     implied_nak_waits,
     /// READ responses placed although one before them was still missing.
     rx_read_out_of_order,
+    /// RC request packets sent with AckReq set (requester).
+    tx_ack_requests,
+    /// ACK packets sent (responder; positive acknowledgements only, not NAKs, READ
+    /// responses or ATOMIC ACKs).
+    tx_acks,
+    /// ACK nudges: the last packet of an unacknowledged tail resent with AckReq
+    /// because nothing that would ask for an ACK followed it (`AckPolicy::Coalesce`).
+    /// Not counted as retries or in `retransmitted_packets`.
+    ack_nudges,
 }
 
 #[cfg(test)]
@@ -86,6 +95,6 @@ mod tests {
             ..Default::default()
         };
         assert!(c.iter().any(|(n, v)| n == "rx_icrc_errors" && v == 3));
-        assert_eq!(c.iter().count(), 27);
+        assert_eq!(c.iter().count(), 30);
     }
 }

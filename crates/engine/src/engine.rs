@@ -68,6 +68,36 @@ pub struct Config {
     /// `0xC000 | hash` ports: a driver on a plain UDP socket bound to 4791 can only send
     /// from that port, and the ICRC covers it. Receivers accept any source port.
     pub src_port: Option<u16>,
+    /// When RC requesters set AckReq ([`AckPolicy`]; default [`AckPolicy::Coalesce`]).
+    pub ack_policy: AckPolicy,
+}
+
+/// When an RC requester sets the BTH AckReq bit, asking the responder for an
+/// acknowledgement (IBTA 9.7.5.1.1: ACKs are cumulative, so one ACK completes every
+/// earlier request; a responder ACKs a SEND or WRITE only when asked, or for a
+/// duplicate). Only RC requesters are affected; either policy interoperates with any
+/// responder, kernel rxe's included.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum AckPolicy {
+    /// AckReq on the last packet of every message and on every
+    /// [`crate::MAX_PKT_PER_ACK`]-th packet, as kernel rxe's requester does
+    /// (`rxe_req.c`): every message is acknowledged by its own ACK packet.
+    EveryMessage,
+    /// ACK coalescing: AckReq only where a completion or a decision waits for the ACK:
+    /// the end of a signaled message (or any with `sq_sig_all`), a fenced message, READ
+    /// and atomic requests, every [`crate::MAX_PKT_PER_ACK`]-th packet, the message that
+    /// brings the unacknowledged messages sent since the last AckReq to half of
+    /// `max_send_wr` (so a queue of unsignaled work never fills without an ACK on the
+    /// way), a retransmitted message end, a message end sent while the QP drains (SQD),
+    /// and a message end after the oldest unacknowledged packet has waited
+    /// [`crate::ack_nudge_ns`] without an ACK requested. When the requester has nothing
+    /// more to send and its last packet did not ask for an ACK, it resends that packet
+    /// with AckReq after [`crate::ack_nudge_ns`] (an *ACK nudge*, counted in
+    /// `Counters::ack_nudges`, not as a retry), so an unsignaled tail completes without
+    /// waiting for the retransmit timer. The responder answers the nudge as any
+    /// duplicate (C9-105; rxe `rxe_resp.c` `duplicate_request`).
+    #[default]
+    Coalesce,
 }
 
 impl Default for Config {
@@ -81,6 +111,7 @@ impl Default for Config {
             seed: 0x5eed_1234_abcd_0001,
             first_qpn: FIRST_QPN,
             src_port: None,
+            ack_policy: AckPolicy::default(),
         }
     }
 }
@@ -162,6 +193,7 @@ macro_rules! ctx {
             gids: &$s.cfg.gids,
             gid_roce_v1: &$s.cfg.gid_roce_v1,
             src_port: $s.cfg.src_port,
+            ack_policy: $s.cfg.ack_policy,
             now: $now,
             spare: &$s.spare,
         }
@@ -216,6 +248,12 @@ impl Engine {
     /// Replaces the GID table (addresses came or went).
     pub fn set_gids(&mut self, gids: Vec<Gid>) {
         self.cfg.gids = gids;
+    }
+
+    /// Changes when RC requesters ask for ACKs ([`Config::ack_policy`]); applies to the
+    /// packets built from now on.
+    pub fn set_ack_policy(&mut self, policy: AckPolicy) {
+        self.cfg.ack_policy = policy;
     }
 
     /// Replaces which GID entries are RoCE v1 ([`Config::gid_roce_v1`]).

@@ -27,10 +27,13 @@ mod slab;
 pub mod types;
 
 pub use counters::Counters;
-pub use engine::{Config, Engine, MrKeys, QpInit, SPARE_BUFFERS};
+pub use engine::{AckPolicy, Config, Engine, MrKeys, QpInit, SPARE_BUFFERS};
 pub use memory::{AtomicOp, Memory, VecMemory};
 pub use net::{Datagram, Transmit};
 pub use objects::{KEY_TAG_BITS, MAX_MR};
-pub use qp::{ack_timeout_ns, MAX_PKT_PER_ACK, MAX_UNACKED_PSNS, RNR_TIMER_NS};
+pub use qp::{
+    ack_nudge_ns, ack_timeout_ns, ACK_NUDGE_MAX_NS, ACK_NUDGE_MIN_NS, MAX_PKT_PER_ACK,
+    MAX_UNACKED_PSNS, RNR_TIMER_NS,
+};
 pub use resp::{grh_area, GRH_AREA};
 pub use types::*;

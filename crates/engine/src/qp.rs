@@ -31,6 +31,29 @@ pub fn ack_timeout_ns(timeout: u8) -> Option<Nanos> {
     (timeout != 0).then(|| 4096u64 << timeout.min(31))
 }
 
+/// The longest an RC requester waits, under [`crate::AckPolicy::Coalesce`], before it
+/// asks for an ACK it has not asked for (the ACK nudge, and AckReq on the next message
+/// end of a stream that asked for none): 1 ms.
+pub const ACK_NUDGE_MAX_NS: Nanos = 1_000_000;
+
+/// The shortest such wait, unless the ACK timeout is shorter than twice it: 100 µs, two
+/// round trips between two processes on loopback whose threads sleep (about 2 × 25 µs,
+/// README "Benchmarks"), so a ping-pong's next request, which postpones the nudge,
+/// normally comes first.
+pub const ACK_NUDGE_MIN_NS: Nanos = 100_000;
+
+/// How long an unacknowledged tail whose last packet did not ask for an ACK waits
+/// before the requester asks (the ACK nudge, [`crate::AckPolicy::Coalesce`]): an
+/// eighth of the local ACK timeout, within [[`ACK_NUDGE_MIN_NS`],
+/// [`ACK_NUDGE_MAX_NS`]], and never more than half the timeout, so the nudge's answer
+/// can arrive before the retransmit timer fires and counts a retry (1 ms when the
+/// timeout is infinite).
+pub fn ack_nudge_ns(timeout: u8) -> Nanos {
+    ack_timeout_ns(timeout).map_or(ACK_NUDGE_MAX_NS, |t| {
+        (t / 8).clamp(ACK_NUDGE_MIN_NS.min(t / 2), ACK_NUDGE_MAX_NS)
+    })
+}
+
 /// The longest the requester waits for a missing READ response to turn up late
 /// before asking again from it.
 pub const MAX_REORDER_WINDOW_NS: Nanos = 1_000_000;
@@ -101,6 +124,8 @@ pub(crate) struct Ctx<'a> {
     /// Which `gids` entries are RoCE v1 ([`crate::Config::gid_roce_v1`]).
     pub(crate) gid_roce_v1: &'a [bool],
     pub(crate) src_port: Option<u16>,
+    /// When RC requesters set AckReq ([`crate::Config::ack_policy`]).
+    pub(crate) ack_policy: crate::engine::AckPolicy,
     pub(crate) now: Nanos,
     /// Datagram buffers handed back by the driver ([`crate::Engine::recycle`]).
     pub(crate) spare: &'a std::cell::RefCell<Vec<Vec<u8>>>,
@@ -236,6 +261,22 @@ pub(crate) struct Qp {
     pub(crate) next_psn: Psn,
     pub(crate) comp_psn: Psn,
     pub(crate) noack_pkts: u32,
+    /// Messages ended since the last packet with AckReq (`AckPolicy::Coalesce`).
+    pub(crate) noack_wqes: u32,
+    /// One past the highest PSN sent: a packet before it is a retransmission.
+    pub(crate) sent_psn_end: Psn,
+    /// The last PSN an AckReq (or a READ/atomic request) asked to be acknowledged;
+    /// an ACK is on its way while it is not before `comp_psn`.
+    pub(crate) ack_req_psn: Option<Psn>,
+    /// When the oldest packet still unacknowledged went out, or the last progress
+    /// after it (`AckPolicy::Coalesce`: a stream asks for an ACK once it is old).
+    pub(crate) unacked_since: Option<Nanos>,
+    /// When a new request packet last went out.
+    pub(crate) last_tx_at: Nanos,
+    /// The ACK nudge timer ([`ack_nudge_ns`]).
+    pub(crate) nudge_at: Option<Nanos>,
+    /// Send the ACK nudge at the next chance.
+    pub(crate) nudge_due: bool,
     pub(crate) rd_outstanding: u32,
     pub(crate) retry_left: u8,
     pub(crate) rnr_left: u8,
@@ -302,6 +343,13 @@ impl Qp {
             next_psn: Psn::ZERO,
             comp_psn: Psn::ZERO,
             noack_pkts: 0,
+            noack_wqes: 0,
+            sent_psn_end: Psn::ZERO,
+            ack_req_psn: None,
+            unacked_since: None,
+            last_tx_at: 0,
+            nudge_at: None,
+            nudge_due: false,
             rd_outstanding: 0,
             retry_left: 0,
             rnr_left: 0,
@@ -376,6 +424,8 @@ impl Qp {
             a.sq_psn = attr.sq_psn;
             self.next_psn = Psn::new(attr.sq_psn);
             self.comp_psn = self.next_psn;
+            self.sent_psn_end = self.next_psn;
+            self.ack_req_psn = None;
         }
         if m(QpAttrMask::MAX_QP_RD_ATOMIC) {
             a.max_rd_atomic = attr.max_rd_atomic;
@@ -410,7 +460,14 @@ impl Qp {
         match next {
             QpState::Reset => self.reset(),
             QpState::Err if prev != QpState::Err => self.flush(ctx),
-            QpState::Sqd => self.sqd_notified = false,
+            QpState::Sqd => {
+                self.sqd_notified = false;
+                // The drain completes on the ACKs of what is out: ask for them now
+                // rather than after the nudge delay (AckPolicy::Coalesce).
+                if self.needs_nudge(ctx) {
+                    self.nudge_due = true;
+                }
+            }
             _ => {}
         }
     }
@@ -468,6 +525,9 @@ impl Qp {
         self.reorder_until = None;
         self.read_ahead.clear();
         self.rd_outstanding = 0;
+        self.unacked_since = None;
+        self.nudge_at = None;
+        self.nudge_due = false;
     }
 
     pub(crate) fn send_wc(&self, w: &SendWqe, status: WcStatus) -> Wc {
@@ -550,8 +610,82 @@ impl Qp {
         matches!(self.state, QpState::Rts | QpState::Sqd)
     }
 
-    /// Builds the next requester packet, if the QP may send one now.
+    /// Builds the next requester packet, if the QP may send one now: a due ACK nudge,
+    /// else the next new or retransmitted packet. When there is nothing to send and
+    /// the unacknowledged tail asked for no ACK, the nudge timer starts.
     pub(crate) fn next_request(&mut self, ctx: &mut Ctx<'_>) -> Option<Transmit> {
+        if self.nudge_due {
+            self.nudge_due = false;
+            if let Some(t) = self.build_nudge(ctx) {
+                return Some(t);
+            }
+        }
+        let t = self.next_new_request(ctx);
+        if t.is_some() {
+            self.last_tx_at = ctx.now;
+            return t;
+        }
+        if self.nudge_due {
+            // Set on the way (a failed WQE waits behind unacknowledged ones).
+            self.nudge_due = false;
+            if let Some(t) = self.build_nudge(ctx) {
+                return Some(t);
+            }
+        }
+        if self.nudge_at.is_none() && self.needs_nudge(ctx) {
+            self.nudge_at = Some(ctx.now + ack_nudge_ns(self.attr.timeout));
+        }
+        None
+    }
+
+    /// An ACK is requested and not yet received: the last PSN asked for is not yet
+    /// acknowledged.
+    fn ack_outstanding(&self) -> bool {
+        self.ack_req_psn
+            .is_some_and(|p| !p.is_before(self.comp_psn))
+    }
+
+    /// Packets are out that no ACK will cover unless the requester asks
+    /// (`AckPolicy::Coalesce`; the responder ACKs only AckReq packets, IBTA 9.7.5.1.1,
+    /// rxe `rxe_resp.c` `acknowledge`).
+    fn needs_nudge(&self, ctx: &Ctx<'_>) -> bool {
+        ctx.ack_policy == crate::engine::AckPolicy::Coalesce
+            && self.qp_type == QpType::Rc
+            && self.can_send()
+            && self.rnr_wait_until.is_none()
+            && self.sent_psn_end != self.comp_psn
+            && !self.ack_outstanding()
+    }
+
+    /// The ACK nudge: the last packet sent, again, with AckReq. The responder sees a
+    /// duplicate and acknowledges everything up to it (C9-105; rxe `rxe_resp.c`
+    /// `duplicate_request`), or — if that packet was lost — executes it and ACKs. Not
+    /// a retry: `retry_left` and the retransmit timer are left alone, so if the nudge
+    /// is answered by nothing the timeout runs as before.
+    fn build_nudge(&mut self, ctx: &mut Ctx<'_>) -> Option<Transmit> {
+        if !self.needs_nudge(ctx) {
+            return None;
+        }
+        let last = self.sent_psn_end.sub(1);
+        let idx = self
+            .sq
+            .iter()
+            .take_while(|w| w.started)
+            .position(|w| last.in_window(w.first_psn, w.npkts))?;
+        let w = &self.sq[idx];
+        // A READ/atomic asks by itself; a message still being (re)sent asks at its end.
+        if w.is_rd_atomic() || !w.fully_sent() || last != w.last_psn() {
+            return None;
+        }
+        let t = self.build_request(idx, w.npkts - 1, last, true, ctx);
+        ctx.counters.ack_nudges += 1;
+        ctx.counters.tx_packets += 1;
+        ctx.counters.tx_bytes += t.payload.len() as u64;
+        Some(t)
+    }
+
+    /// The next new (or go-back-N retransmitted) request packet.
+    fn next_new_request(&mut self, ctx: &mut Ctx<'_>) -> Option<Transmit> {
         if !self.can_send() {
             return None;
         }
@@ -628,8 +762,19 @@ impl Qp {
             if rc && psn.forward_from(self.comp_psn) >= MAX_UNACKED_PSNS {
                 return None;
             }
-            let t = self.build_request(idx, psn, ctx);
+            let t = self.build_request(idx, w.next_pkt, psn, false, ctx);
             let w = &mut self.sq[idx];
+            let end = if w.is_rd_atomic() {
+                w.first_psn.add(w.npkts)
+            } else {
+                psn.next()
+            };
+            if end.is_after(self.sent_psn_end) {
+                self.sent_psn_end = end;
+            }
+            if rc && self.unacked_since.is_none() {
+                self.unacked_since = Some(ctx.now);
+            }
             if w.wr.opcode == WrOpcode::RdmaRead || w.is_rd_atomic() {
                 w.next_pkt = w.npkts;
                 if !w.rd_counted {
@@ -663,15 +808,27 @@ impl Qp {
         // as rxe's completer reaches a failed WQE only after those before it.
         if idx == 0 {
             self.complete_front(status, ctx);
+        } else if self.needs_nudge(ctx) {
+            // The WQEs before wait for an ACK nobody asked for: ask now.
+            self.nudge_due = true;
         }
     }
 
-    fn build_request(&mut self, idx: usize, psn: Psn, ctx: &mut Ctx<'_>) -> Transmit {
+    /// Builds packet `k` of WQE `idx` with PSN `psn`; `force_ack` sets AckReq (the ACK
+    /// nudge).
+    fn build_request(
+        &mut self,
+        idx: usize,
+        k: u32,
+        psn: Psn,
+        force_ack: bool,
+        ctx: &mut Ctx<'_>,
+    ) -> Transmit {
         let mtu = self.mtu();
         let rc = self.qp_type == QpType::Rc;
         let qkey_own = self.attr.qkey;
         let w = &self.sq[idx];
-        let (k, n) = (w.next_pkt, w.npkts);
+        let n = w.npkts;
         let first = k == 0;
         let last = k + 1 >= n;
         let kind_only = first && last;
@@ -757,12 +914,24 @@ impl Qp {
         };
         let ack_req = if rc {
             self.noack_pkts += 1;
-            if ends_message || self.noack_pkts >= MAX_PKT_PER_ACK {
+            let rd_atomic = w.is_rd_atomic();
+            let ask = force_ack
+                || self.noack_pkts >= MAX_PKT_PER_ACK
+                || (ends_message && self.ack_wanted(w, rd_atomic, psn, ctx));
+            if ask {
                 self.noack_pkts = 0;
-                true
-            } else {
-                false
+                self.noack_wqes = 0;
+                // What the answer will acknowledge: this PSN, or a READ's last.
+                let covered = if rd_atomic { w.last_psn() } else { psn };
+                self.ack_req_psn = Some(match self.ack_req_psn {
+                    Some(p) if p.is_after(covered) && !p.is_before(self.comp_psn) => p,
+                    _ => covered,
+                });
+                ctx.counters.tx_ack_requests += 1;
+            } else if ends_message {
+                self.noack_wqes += 1;
             }
+            ask
         } else {
             false
         };
@@ -819,6 +988,38 @@ impl Qp {
             &av,
             ctx,
         )
+    }
+
+    /// Whether the last packet of `w` (PSN `psn`) asks for an ACK ([`crate::AckPolicy`]).
+    fn ack_wanted(&self, w: &SendWqe, rd_atomic: bool, psn: Psn, ctx: &Ctx<'_>) -> bool {
+        use crate::engine::AckPolicy;
+        match ctx.ack_policy {
+            // rxe `rxe_req.c` `init_req_packet`: AckReq on every message's last packet.
+            AckPolicy::EveryMessage => true,
+            AckPolicy::Coalesce => {
+                let nudge = ack_nudge_ns(self.attr.timeout);
+                // READ/atomic requests: their responses come anyway (rxe sets it too).
+                rd_atomic
+                    // A completion waits for this ACK (IBTA 9.7.5.1.1: it also
+                    // completes every unsignaled WQE before).
+                    || self.sq_sig_all
+                    || w.wr.flags.contains(SendFlags::SIGNALED)
+                    // An ordering point the application asked for.
+                    || w.wr.flags.contains(SendFlags::FENCE)
+                    // A retransmission (go-back-N or timeout): recovery asks as rxe does.
+                    || psn.is_before(self.sent_psn_end)
+                    // The send queue drains for SQD: the event waits for the ACKs.
+                    || self.state == QpState::Sqd
+                    // SQ slots free only on ACKs: ask before unsignaled work fills it.
+                    || self.noack_wqes + 1 >= (self.attr.cap.max_send_wr / 2).max(1)
+                    // A stream that has asked for nothing for a while: ask before the
+                    // retransmit timer could fire.
+                    || (!self.ack_outstanding()
+                        && self
+                            .unacked_since
+                            .is_some_and(|t| ctx.now >= t.saturating_add(nudge)))
+            }
+        }
     }
 
     /// Serialises a packet for `av` and fills its ICRC.
@@ -977,6 +1178,16 @@ impl Qp {
                 }
                 (Opcode::RC_ACKNOWLEDGE, Some(Syndrome::Nak(NakCode::PsnSequenceError))) => {
                     ctx.counters.rx_nak_seq += 1;
+                    if psn.is_after(self.comp_psn) {
+                        // The NAK acknowledges every PSN before it: progress, so this
+                        // is a new gap and gets its retry, from a full budget (rxe
+                        // `rxe_comp.c` `check_ack`: `reset_retry_counters` before
+                        // COMPST_ERROR_RETRY). Without it, a second gap reported before
+                        // any ACK — likely once ACKs are coalesced — waited for the
+                        // retransmit timer.
+                        self.nak_retry = false;
+                        self.retry_left = self.attr.retry_cnt;
+                    }
                     self.comp_psn = psn;
                     self.retry(ctx, false);
                 }
@@ -1087,6 +1298,10 @@ impl Qp {
             self.nak_retry = false;
             self.reorder_until = None;
             self.stale_rearms = 0;
+            self.unacked_since = (self.sent_psn_end != self.comp_psn).then_some(ctx.now);
+            if !self.needs_nudge(ctx) {
+                self.nudge_at = None;
+            }
             if !self.read_ahead.is_empty() {
                 // Another hole, with responses already past it.
                 self.implied_nak(ctx);
@@ -1238,6 +1453,20 @@ impl Qp {
                 timers: true,
             };
         }
+        if self.nudge_at.is_some_and(|t| t <= ctx.now) {
+            self.nudge_at = None;
+            if self.needs_nudge(ctx) {
+                // New packets since the timer started postpone the nudge.
+                let ready = self.last_tx_at + ack_nudge_ns(self.attr.timeout);
+                if ctx.now < ready {
+                    self.nudge_at = Some(ready);
+                } else {
+                    self.nudge_due = true;
+                    wake.transmit = true;
+                }
+            }
+            wake.timers = true;
+        }
         if self.retransmit_at.is_some_and(|t| t <= ctx.now) && self.state != QpState::Err {
             self.retransmit_at = None;
             let outstanding = self.sq.front().is_some_and(|w| w.started);
@@ -1254,10 +1483,15 @@ impl Qp {
 
     /// The earliest deadline of this QP.
     pub(crate) fn deadline(&self) -> Option<Nanos> {
-        [self.retransmit_at, self.rnr_wait_until, self.reorder_until]
-            .into_iter()
-            .flatten()
-            .min()
+        [
+            self.retransmit_at,
+            self.rnr_wait_until,
+            self.reorder_until,
+            self.nudge_at,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     /// Takes a receive WQE from the RQ or the SRQ (raising the SRQ limit event).
@@ -1314,6 +1548,7 @@ mod tests {
             gids: &gids,
             gid_roce_v1: &[],
             src_port: None,
+            ack_policy: crate::engine::AckPolicy::default(),
             now: 0,
             spare: &std::cell::RefCell::new(Vec::new()),
         };

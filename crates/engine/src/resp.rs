@@ -380,6 +380,8 @@ impl Qp {
             self.msn = (self.msn + 1) & 0xff_ffff;
             self.finish_message(pkt, ctx);
         }
+        // Only when asked (IBTA 9.7.5.1.1; rxe `rxe_resp.c` `acknowledge`): the
+        // requester coalesces ACKs with AckReq, and one ACK covers every earlier PSN.
         if rc && bth.ack_req() {
             self.queue_ack(psn, Syndrome::ACK);
         }
@@ -583,6 +585,9 @@ impl Qp {
             RespOut::Ack { psn, syndrome, msn } => {
                 let (psn, syn, msn) = (*psn, Syndrome::from_byte(*syndrome), *msn);
                 self.out.pop_front();
+                if let Syndrome::Ack { .. } = syn {
+                    ctx.counters.tx_acks += 1;
+                }
                 self.ack_transmit(psn, syn, msn, ctx)
             }
             RespOut::AtomicAck { psn, orig, msn } => {
