@@ -184,6 +184,12 @@ enum Command {
         /// Requests posted per ibv_post_send call (bw).
         #[arg(short = 'l', long = "post-list", default_value_t = 1)]
         post_list: usize,
+        /// Completion moderation, as perftest's -Q: signal one send in N and the last
+        /// (default: 100 for SEND/WRITE latency, perftest's DEF_CQ_MOD, capped at -t as
+        /// perftest does; bw: a quarter of -t, at most 16; rounded to a multiple of -l).
+        /// READ and atomic latency signal every request.
+        #[arg(short = 'Q', long = "cq-mod", value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+        cq_mod: Option<u64>,
         /// Both sides send (bw).
         #[arg(short = 'b', long)]
         bidirectional: bool,
@@ -458,6 +464,7 @@ fn main() -> ExitCode {
             duration,
             depth,
             post_list,
+            cq_mod,
             bidirectional,
             mtu,
             gid_idx,
@@ -489,6 +496,7 @@ fn main() -> ExitCode {
                 duration: duration.filter(|d| *d > 0.0),
                 depth,
                 post_list,
+                cq_mod: cq_mod.map(|n| n as usize),
                 bidir: bidirectional,
                 mtu,
                 gid_idx,

@@ -75,6 +75,18 @@ fn latency_of_every_operation() {
     }
     let (_, c) = ok_pair(&["send", "lat", "-D", "0.2", "-s", "8"], 19226);
     assert!(field(&c[0], "msgs").parse::<u64>().unwrap() > 0);
+    // Completion moderation (-Q): one SEND / WRITE in 7 signaled, and the last; with
+    // -t 16 the SQ holds 17, so unsignaled work must be acknowledged as it goes.
+    for (i, op) in ["send", "write"].iter().enumerate() {
+        let (s, c) = ok_pair(
+            &[op, "lat", "-n", "301", "-Q", "7", "-t", "16", "-s", "8"],
+            19227 + i as u16,
+        );
+        assert_eq!(field(&c[0], "msgs"), "301", "{op}");
+        assert_eq!(s.len(), 1, "{op}");
+    }
+    let (_, c) = ok_pair(&["send", "lat", "-D", "0.2", "-Q", "3", "-s", "8"], 19229);
+    assert!(field(&c[0], "msgs").parse::<u64>().unwrap() > 0);
 }
 
 #[test]

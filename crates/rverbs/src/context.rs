@@ -24,7 +24,7 @@ use crate::error::{Error, Result};
 use crate::faults::{FaultState, FaultStats, Faults};
 use crate::gid::GidTable;
 use crate::sys::{self, IpMeta};
-use rverbs_engine::{Config, Datagram, Engine, Nanos, Transmit};
+use rverbs_engine::{AckPolicy, Config, Datagram, Engine, Nanos, Transmit};
 use rverbs_wire::opcode::Opcode;
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -809,6 +809,25 @@ pub struct OpenOptions {
     /// RAW_PACKET QP or a flow fails with EPERM, as in the kernel. Default: none (or
     /// `RVERBS_RAW_IF` with [`Context::open`]).
     pub raw_interface: Option<String>,
+    /// When the context's RC requesters ask for ACKs (BTH AckReq): coalesced, the
+    /// default, or on every message as kernel rxe does (see
+    /// [`rverbs_engine::AckPolicy`]). Default: [`AckPolicy::Coalesce`] (or
+    /// `RVERBS_ACK_POLICY=coalesce|every-message` with [`Context::open`]).
+    pub ack_policy: AckPolicy,
+}
+
+/// `RVERBS_ACK_POLICY`: `coalesce` (or unset/empty) or `every-message`.
+fn ack_policy_from_env() -> Result<AckPolicy> {
+    match std::env::var("RVERBS_ACK_POLICY").as_deref() {
+        Err(_) | Ok("") | Ok("coalesce") => Ok(AckPolicy::Coalesce),
+        Ok("every-message") => Ok(AckPolicy::EveryMessage),
+        Ok(other) => Err(Error::io(
+            "reading RVERBS_ACK_POLICY",
+            std::io::Error::other(format!(
+                "{other:?}: expected \"coalesce\" or \"every-message\""
+            )),
+        )),
+    }
 }
 
 /// `RVERBS_PCAP` for the n-th context a process opens: the path itself for the first,
@@ -960,6 +979,7 @@ impl Context {
                 raw_interface: std::env::var("RVERBS_RAW_IF")
                     .ok()
                     .filter(|s| !s.is_empty()),
+                ack_policy: ack_policy_from_env()?,
             },
         )
     }
@@ -1023,6 +1043,7 @@ impl Context {
             // Sockets send from port 4791; raw-mode frames from the QP's entropy port,
             // as rxe does.
             src_port: if raw_v2 { None } else { Some(ROCE_PORT) },
+            ack_policy: opts.ack_policy,
             ..Config::default()
         };
         cfg.limits.active_mtu = info.active_mtu();

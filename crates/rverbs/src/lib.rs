@@ -122,7 +122,9 @@ pub use mcast::MULTICAST_QPN;
 pub use qp_attr::QpModify;
 pub use rawnet::RawNetStats;
 pub use rverbs_engine::modify::{QpAttr, QpAttrMask, QpCap};
-pub use rverbs_engine::{Counters, Mtu, QpState, QpType, Wc, WcFlags, WcOpcode, WcStatus};
+pub use rverbs_engine::{
+    AckPolicy, Counters, Mtu, QpState, QpType, Wc, WcFlags, WcOpcode, WcStatus,
+};
 /// Flow attributes, specs and their errors ([`Qp::create_flow`]), re-exported from
 /// the `rverbs-flow` crate.
 pub use rverbs_flow as flow;

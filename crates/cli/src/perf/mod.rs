@@ -113,6 +113,10 @@ pub struct Opts {
     pub depth: usize,
     /// Requests per post (`-l`).
     pub post_list: usize,
+    /// Completion moderation (`-Q`, perftest's `--cq-mod`): signal one send in this
+    /// many, and the last. `None`: latency tests use [`DEF_CQ_MOD`], bandwidth tests a
+    /// quarter of the depth (at most 16).
+    pub cq_mod: Option<usize>,
     /// Both sides send (`-b`, bandwidth tests).
     pub bidir: bool,
     /// Path MTU in bytes (`-m`; 0: the port's active MTU).
@@ -126,6 +130,22 @@ pub struct Opts {
     pub perftest: bool,
     /// Print JSON lines instead of the table.
     pub json: bool,
+}
+
+/// perftest's default completion moderation (`DEF_CQ_MOD`, `perftest_parameters.h`).
+/// perftest caps it at the TX depth (`force_dependecies`), which its latency tools
+/// leave at `DEF_TX_LAT` = 1, so `ib_send_lat` signals every SEND unless given `-t`;
+/// `rverbs perf` applies the same cap to its own `-t` (default 128).
+pub const DEF_CQ_MOD: usize = 100;
+
+impl Opts {
+    /// The latency tests' completion moderation: `-Q` (default [`DEF_CQ_MOD`]) capped
+    /// at the depth, as perftest does.
+    pub fn lat_cq_mod(&self) -> u64 {
+        self.cq_mod
+            .unwrap_or(DEF_CQ_MOD)
+            .clamp(1, self.depth.max(1)) as u64
+    }
 }
 
 /// The sizes one run measures.
@@ -788,6 +808,7 @@ mod tests {
             duration: None,
             depth: 128,
             post_list: 1,
+            cq_mod: None,
             bidir: false,
             mtu: 1024,
             gid_idx: None,

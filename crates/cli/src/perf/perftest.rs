@@ -370,6 +370,8 @@ struct Conn {
     qp: Qp,
     cq: Cq,
     spin: Duration,
+    /// `ib_send_lat`'s completion moderation (`Opts::lat_cq_mod`).
+    cq_mod: u64,
     _pd: Pd,
     ctx: Context,
 }
@@ -522,6 +524,7 @@ fn setup(o: &Opts, tool: Tool, max_size: usize) -> Result<Conn, String> {
         qp,
         cq,
         spin: o.spin,
+        cq_mod: o.lat_cq_mod(),
         _pd: pd,
         ctx,
     })
@@ -718,6 +721,10 @@ impl Conn {
         let mut t = Vec::with_capacity(iters as usize);
         let start = Instant::now();
         let (mut scnt, mut rcnt) = (0u64, 0u64);
+        // perftest's completion moderation: every `cq_mod`-th SEND and the last are
+        // signaled (`run_iter_lat_send`); only our completions change, not the wire
+        // exchange.
+        let cq_mod = self.cq_mod;
         while scnt < iters || rcnt < iters {
             if rcnt < iters && !(scnt < 1 && client) {
                 let since = Instant::now();
@@ -729,7 +736,9 @@ impl Conn {
             if scnt < iters {
                 scnt += 1;
                 t.push(Instant::now());
-                let mut r = self.request(Tool::SendLat, scnt, size);
+                let mut r = self
+                    .request(Tool::SendLat, scnt, size)
+                    .signaled(scnt % cq_mod == 0 || scnt == iters);
                 if size <= 236 {
                     r = r.inline();
                 }

@@ -15,6 +15,10 @@ pub struct Rdma {
     op: Op,
     depth: usize,
     post_list: usize,
+    /// `-Q` as given.
+    cq_mod: Option<usize>,
+    /// The latency tests' completion moderation (`Opts::lat_cq_mod`).
+    lat_cq_mod: u64,
     spin: Duration,
     cq: Cq,
     mr: Mr,
@@ -124,6 +128,8 @@ impl Rdma {
             op: o.op,
             depth: o.depth,
             post_list: o.post_list,
+            cq_mod: o.cq_mod,
+            lat_cq_mod: o.lat_cq_mod(),
             spin: o.spin,
             half,
             peer_addr: them.hex("addr")?,
@@ -196,8 +202,12 @@ impl Bench for Rdma {
     ) -> Result<Side, String> {
         let l = self.post_list.min(self.depth).max(1);
         // Completion moderation: signal one request in `cq_mod` (a multiple of the
-        // post list, so duration mode can stop at a signaled one).
-        let cq_mod = l * (self.depth / (4 * l)).clamp(1, 16);
+        // post list, so duration mode can stop at a signaled one; -Q or a quarter of
+        // the depth, at most 16).
+        let cq_mod = match self.cq_mod {
+            Some(q) => l * (q.min(self.depth) / l).max(1),
+            None => l * (self.depth / (4 * l)).clamp(1, 16),
+        };
         let inline = matches!(self.op, Op::Send | Op::Write) && plan.size <= 256;
         let meter = super::Meter::start();
         let (mut posted, mut completed, mut rx) = (0u64, 0u64, 0u64);
@@ -304,8 +314,19 @@ impl Bench for Rdma {
         let mut samples = Vec::with_capacity(plan.iters.unwrap_or(100_000) as usize);
         let inline = matches!(self.op, Op::Send | Op::Write) && size <= 256;
         let e = |e: rverbs::Error| e.to_string();
+        // perftest's completion moderation (`run_iter_lat_send`): SEND and WRITE
+        // ping-pongs signal every `cq_mod`-th request and the last; READs and atomics
+        // are each awaited, so every one is signaled. An unsignaled request completes
+        // on a later ACK, which the engine asks for only as needed (AckPolicy).
+        let cq_mod = match self.op {
+            Op::Send | Op::Write => self.lat_cq_mod,
+            _ => 1,
+        };
         let post = |me: &Self, wr_id: u64| -> Result<(), String> {
-            let mut r = me.request(wr_id, size);
+            let n = wr_id + 1;
+            let mut r = me
+                .request(wr_id, size)
+                .signaled(n % cq_mod == 0 || plan.iters == Some(n));
             if inline {
                 r = r.inline();
             }
