@@ -811,7 +811,7 @@ pub struct OpenOptions {
     pub raw_interface: Option<String>,
     /// When the context's RC requesters ask for ACKs (BTH AckReq): coalesced, the
     /// default, or on every message as kernel rxe does (see
-    /// [`rverbs_engine::AckPolicy`]). Default: [`AckPolicy::Coalesce`] (or
+    /// [`AckPolicy`]). Default: [`AckPolicy::Coalesce`] (or
     /// `RVERBS_ACK_POLICY=coalesce|every-message` with [`Context::open`]).
     pub ack_policy: AckPolicy,
 }
