@@ -89,10 +89,11 @@ pub enum AckPolicy {
     /// brings the unacknowledged messages sent since the last AckReq to half of
     /// `max_send_wr` (so a queue of unsignaled work never fills without an ACK on the
     /// way), a retransmitted message end, a message end sent while the QP drains (SQD),
-    /// and a message end after the oldest unacknowledged packet has waited
-    /// [`crate::ack_nudge_ns`] without an ACK requested. When the requester has nothing
-    /// more to send and its last packet did not ask for an ACK, it resends that packet
-    /// with AckReq after [`crate::ack_nudge_ns`] (an *ACK nudge*, counted in
+    /// and a message end after the oldest unacknowledged packet (or the last progress)
+    /// has waited a quarter of the ACK timeout without an ACK requested. When the
+    /// requester has nothing more to send and its last packet did not ask for an ACK,
+    /// it resends that packet with AckReq after [`crate::ack_nudge_ns`] (an *ACK
+    /// nudge*, counted in
     /// `Counters::ack_nudges`, not as a retry), so an unsignaled tail completes without
     /// waiting for the retransmit timer. The responder answers the nudge as any
     /// duplicate (C9-105; rxe `rxe_resp.c` `duplicate_request`).

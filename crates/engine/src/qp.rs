@@ -31,9 +31,9 @@ pub fn ack_timeout_ns(timeout: u8) -> Option<Nanos> {
     (timeout != 0).then(|| 4096u64 << timeout.min(31))
 }
 
-/// The longest an RC requester waits, under [`crate::AckPolicy::Coalesce`], before it
-/// asks for an ACK it has not asked for (the ACK nudge, and AckReq on the next message
-/// end of a stream that asked for none): 1 ms.
+/// The longest an RC requester with nothing more to send waits, under
+/// [`crate::AckPolicy::Coalesce`], before it asks for an ACK it has not asked for (the
+/// ACK nudge): 1 ms.
 pub const ACK_NUDGE_MAX_NS: Nanos = 1_000_000;
 
 /// The shortest such wait, unless the ACK timeout is shorter than twice it: 100 µs, two
@@ -997,7 +997,6 @@ impl Qp {
             // rxe `rxe_req.c` `init_req_packet`: AckReq on every message's last packet.
             AckPolicy::EveryMessage => true,
             AckPolicy::Coalesce => {
-                let nudge = ack_nudge_ns(self.attr.timeout);
                 // READ/atomic requests: their responses come anyway (rxe sets it too).
                 rd_atomic
                     // A completion waits for this ACK (IBTA 9.7.5.1.1: it also
@@ -1012,12 +1011,15 @@ impl Qp {
                     || self.state == QpState::Sqd
                     // SQ slots free only on ACKs: ask before unsignaled work fills it.
                     || self.noack_wqes + 1 >= (self.attr.cap.max_send_wr / 2).max(1)
-                    // A stream that has asked for nothing for a while: ask before the
-                    // retransmit timer could fire.
+                    // A stream that has asked for nothing for a quarter of the ACK
+                    // timeout: ask, so the retransmit timer (armed when the oldest
+                    // unacknowledged packet went out, or at the last progress) does
+                    // not fire on a stream that never pauses long enough for a nudge.
                     || (!self.ack_outstanding()
-                        && self
-                            .unacked_since
-                            .is_some_and(|t| ctx.now >= t.saturating_add(nudge)))
+                        && ack_timeout_ns(self.attr.timeout).is_some_and(|t| {
+                            self.unacked_since
+                                .is_some_and(|u| ctx.now >= u.saturating_add(t / 4))
+                        }))
             }
         }
     }

@@ -307,17 +307,17 @@ fn posting_more_work_postpones_the_nudge() {
     assert_eq!(sim.engines[0].counters().ack_nudges, 1);
 }
 
-/// A stream of unsignaled SENDs slower than the nudge delay but never pausing long
-/// enough for it: the first message end after `ack_nudge_ns` without progress asks,
-/// so the retransmit timer never fires.
+/// A stream of unsignaled SENDs that never pauses long enough for a nudge (one every
+/// third of `ack_nudge_ns`): the first message end a quarter of the ACK timeout after
+/// the oldest unacknowledged packet asks, so the retransmit timer never fires.
 #[test]
 fn a_slow_unsignaled_stream_asks_before_the_retransmit_timer() {
     let mut sim = sim2(AckPolicy::Coalesce);
     let o = opts();
     let (a, b) = pair(&mut sim, &o);
     recvs(&mut sim, &b, 400);
-    let nudge = ack_nudge_ns(o.timeout);
-    let gap = nudge / 3;
+    let gap = ack_nudge_ns(o.timeout) / 3;
+    let limit = ack_timeout_ns(o.timeout).unwrap() / 4;
     let mut asked = Vec::new();
     for i in 0..300u64 {
         post(&mut sim, &a, send8(i, &a, false)).unwrap();
@@ -336,13 +336,13 @@ fn a_slow_unsignaled_stream_asks_before_the_retransmit_timer() {
     let c = sim.engines[0].counters();
     assert_eq!(c.retransmit_timeouts, 0);
     assert_eq!(c.ack_nudges, 0, "the stream never paused for a nudge");
-    // Each AckReq is the first message end at least `nudge` after the first
-    // unacknowledged packet following the previous ACK: the 4th message after it
-    // (three gaps of a third of `nudge` fall a few ns short), so one in five asks.
+    // After each ACK the next SEND is the oldest unacknowledged one; the one sent
+    // `limit` after it (k gaps later) asks, and its ACK starts the next round.
+    let k = limit.div_ceil(gap) as usize;
     let at: Vec<usize> = (0..asked.len()).filter(|&i| asked[i]).collect();
-    assert_eq!(at.len(), 60, "{asked:?}");
-    assert!(at.windows(2).all(|w| w[1] - w[0] == 5), "{at:?}");
-    assert!(asked[..2].iter().all(|x| !x));
+    assert_eq!(at[0], k, "{asked:?}");
+    assert!(at.windows(2).all(|w| w[1] - w[0] == k + 1), "{at:?}");
+    assert_eq!(at.len(), (300 - k).div_ceil(k + 1));
 }
 
 /// Modify to SQD with an unsignaled tail out: the requester asks at once, so the SQ
