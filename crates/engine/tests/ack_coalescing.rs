@@ -250,6 +250,50 @@ fn ack_nudge_completes_an_unsignaled_tail_without_a_retry() {
     assert_eq!(sim.engines[0].qp_state(a.qpn), Some(QpState::Rts));
 }
 
+/// The same for a 3-packet RDMA WRITE: the nudge is its LAST packet again, with its
+/// payload; the responder ACKs the duplicate and does not write twice.
+#[test]
+fn ack_nudge_of_a_write_tail() {
+    let mut sim = sim2(AckPolicy::Coalesce);
+    let (a, b) = pair(&mut sim, &opts());
+    let data = pattern(2500, 3);
+    fill(&a, 0, &data);
+    let mut w = wr(1, WrOpcode::RdmaWrite, vec![sge(&a, 0, 2500)]);
+    w.flags = SendFlags(0);
+    w.remote_addr = b.base + 4096;
+    w.rkey = b.keys.rkey;
+    post(&mut sim, &a, w).unwrap();
+    let reqs = tx(&mut sim, 0);
+    assert_eq!(
+        lines(&reqs),
+        [
+            "RC_RDMA_WRITE_FIRST 100",
+            "RC_RDMA_WRITE_MIDDLE 101",
+            "RC_RDMA_WRITE_LAST 102"
+        ]
+    );
+    assert!(!reqs.iter().any(ack_req));
+    rx_all(&mut sim, &reqs);
+    assert!(tx(&mut sim, 1).is_empty());
+    fire(&mut sim, 0);
+    let n = tx(&mut sim, 0);
+    assert_eq!(lines(&n), ["RC_RDMA_WRITE_LAST 102"]);
+    assert!(ack_req(&n[0]));
+    assert_eq!(n[0].payload(), reqs[2].payload());
+    // Overwrite the target: a second execution of the duplicate would show.
+    b.mem.write(4096 + 2048, &[0xee; 452]);
+    rx_all(&mut sim, &n);
+    assert_eq!(
+        lines(&tx(&mut sim, 1)),
+        [la("RC_ACKNOWLEDGE", 102, "ACK msn=1")]
+    );
+    assert_eq!(
+        &b.mem.snapshot()[4096 + 2048..4096 + 2500],
+        &[0xee; 452][..]
+    );
+    assert_eq!(sim.engines[1].counters().rx_duplicate_requests, 1);
+}
+
 /// A nudge that is lost is not tried again: the retransmit timer fires at its usual
 /// time, counts one retry, and the resend asks for an ACK.
 #[test]
