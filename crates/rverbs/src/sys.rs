@@ -609,6 +609,27 @@ pub(crate) fn send_batch<'b>(
     scratch: &mut SendScratch,
 ) {
     const MAX: usize = 64;
+    if let [m] = msgs {
+        if m.count == 1 && m.segment == 0 {
+            // One datagram (a ping-pong's message): `sendto` passes the address and
+            // the bytes directly, where `sendmmsg` makes the kernel copy in and check
+            // an mmsghdr and an iovec array first.
+            let b = buf(m.first);
+            let addr = socket2::SockAddr::from(m.dst);
+            // SAFETY: `b` and `addr` are live for the call; the kernel only reads them.
+            unsafe {
+                libc::sendto(
+                    fd.as_raw_fd(),
+                    b.as_ptr().cast(),
+                    b.len(),
+                    libc::MSG_DONTWAIT,
+                    addr.as_ptr().cast(),
+                    addr.len(),
+                )
+            };
+            return;
+        }
+    }
     // SAFETY (for CMSG_SPACE/CMSG_LEN): pure arithmetic on the length given.
     let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<u16>() as u32) } as usize;
     let SendScratch {
