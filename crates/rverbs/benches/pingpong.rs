@@ -13,6 +13,7 @@
 //! cargo bench -p rverbs --bench pingpong            # 200000 round trips per figure
 //! cargo bench -p rverbs --bench pingpong -- 50000   # another count
 //! PINGPONG_ONLY=rverbs cargo bench -p rverbs --bench pingpong   # one side, to profile
+//! PINGPONG_SIGNAL=32 cargo bench -p rverbs --bench pingpong  # signal 1 send in 32
 //! ```
 
 use rverbs::*;
@@ -60,8 +61,10 @@ fn await_recv(e: &End, wcs: &mut [Wc]) -> Result<()> {
     }
 }
 
-fn post(e: &End, wr_id: u64) -> Result<()> {
-    e.qp.post_send(&SendRequest::send(wr_id, &[e.mr.slice(0..SIZE)]).inline())
+/// Posts an inline SEND, signaled once in `every` (perftest's completion moderation).
+fn post(e: &End, wr_id: u64, every: u64) -> Result<()> {
+    let r = SendRequest::send(wr_id, &[e.mr.slice(0..SIZE)]).inline();
+    e.qp.post_send(&r.signaled(wr_id % every == 0))
 }
 
 fn repost(e: &End) -> Result<()> {
@@ -85,11 +88,16 @@ fn rverbs_rtt(n: u64) -> Result<f64> {
         }
     }
     let mut wcs = vec![Wc::default(); 16];
+    let every: u64 = std::env::var("PINGPONG_SIGNAL")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1)
+        .max(1);
     let mut one = |i: u64| -> Result<()> {
-        post(&a, i)?;
+        post(&a, i, every)?;
         await_recv(&b, &mut wcs)?;
         repost(&b)?;
-        post(&b, i)?;
+        post(&b, i, every)?;
         await_recv(&a, &mut wcs)?;
         repost(&a)
     };

@@ -532,14 +532,34 @@ fn recv_batch_flags(
     // sockaddr_storage and at a live control buffer of the sizes given; all outlive
     // the call. With MSG_DONTWAIT the call never blocks; with MSG_WAITFORONE it
     // blocks until the first datagram or the socket's receive timeout.
-    let rc = unsafe {
-        libc::recvmmsg(
-            fd.as_raw_fd(),
-            hdrs.as_mut_ptr(),
-            n as libc::c_uint,
-            flags,
-            std::ptr::null_mut(),
-        )
+    let rc = if n == 1 {
+        // One buffer (a ping-pong): `recvmsg` spares the kernel recvmmsg's loop and
+        // its bookkeeping; MSG_WAITFORONE means nothing for a single datagram.
+        // SAFETY: as above, for the first header only.
+        let len = unsafe {
+            libc::recvmsg(
+                fd.as_raw_fd(),
+                &mut hdrs[0].msg_hdr,
+                flags & !libc::MSG_WAITFORONE,
+            )
+        };
+        if len >= 0 {
+            hdrs[0].msg_len = len as libc::c_uint;
+            1
+        } else {
+            -1
+        }
+    } else {
+        // SAFETY: see above.
+        unsafe {
+            libc::recvmmsg(
+                fd.as_raw_fd(),
+                hdrs.as_mut_ptr(),
+                n as libc::c_uint,
+                flags,
+                std::ptr::null_mut(),
+            )
+        }
     };
     if rc < 0 {
         return Err(io::Error::last_os_error());
