@@ -147,6 +147,11 @@ pub(crate) struct Shared {
     /// Set when a verb changed `sockets` (a multicast group joined): the driver
     /// re-reads the list.
     pub(crate) sockets_changed: AtomicBool,
+    /// Users of the received datagrams' TTL / TOS / flow label (UD QPs, whose
+    /// receives carry a GRH, and MAD agents), and whether the unicast sockets ask the
+    /// kernel for them now (also always with a capture, which records them).
+    recv_meta_users: std::sync::atomic::AtomicUsize,
+    recv_meta_on: AtomicBool,
     /// The port's GID table (see `gid.rs`); the engine holds a copy of its GIDs.
     pub(crate) gid_table: Mutex<GidTable>,
     /// The receive buffers of whichever thread receives (always under the engine lock).
@@ -804,6 +809,37 @@ impl Shared {
         SocketsMut(self.sockets.write().unwrap_or_else(|e| e.into_inner()))
     }
 
+    /// Counts a user of the received datagrams' TTL / TOS / flow label in (`add`) or
+    /// out, and turns the unicast sockets' control messages for them on while there
+    /// is one (or a capture). Without users those fields read as 0, which only UD
+    /// receives (their GRH) and MADs show; RC and UC never do, and the ICRC masks
+    /// them. Datagrams already queued when they are turned on arrive without them.
+    pub(crate) fn recv_meta_user(&self, add: bool) {
+        // Under the sockets' write lock, so the address re-scan adds a socket either
+        // before (and is switched here) or after (and reads the new state).
+        let socks = self.sockets();
+        let n = if add {
+            self.recv_meta_users.fetch_add(1, Ordering::AcqRel) + 1
+        } else {
+            self.recv_meta_users
+                .fetch_sub(1, Ordering::AcqRel)
+                .saturating_sub(1)
+        };
+        self.apply_recv_meta(&socks, n > 0 || self.pcap.is_some());
+    }
+
+    fn apply_recv_meta(&self, socks: &SocketList, on: bool) {
+        if self.recv_meta_on.swap(on, Ordering::AcqRel) == on {
+            return;
+        }
+        for (a, s) in socks.iter() {
+            // Multicast sockets exist only for UD QPs and always ask (`mcast.rs`).
+            if !a.is_multicast() {
+                let _ = sys::set_recv_meta(s, a.is_ipv6(), on);
+            }
+        }
+    }
+
     /// Tells the driver thread to re-read the engine's deadline.
     pub(crate) fn wake(&self) {
         sys::eventfd_signal(&self.wake);
@@ -958,8 +994,9 @@ fn udp_socket(addr: IpAddr) -> std::io::Result<Socket> {
     s.set_read_timeout(Some(std::time::Duration::from_nanos(
         crate::progress::SLEEP_RECV_NS,
     )))?;
-    // Bound to one address, so the destination is known without IP_PKTINFO.
-    sys::enable_recv_meta(&s, addr.is_ipv6(), false)?;
+    // Bound to one address, so the destination is known without IP_PKTINFO. The
+    // TTL / TOS control messages are asked for only while something reads them
+    // (`Shared::recv_meta_user`).
     Ok(s)
 }
 
@@ -1091,6 +1128,8 @@ impl Context {
                 sockets.into_iter().map(|(a, s)| (a, Arc::new(s))).collect(),
             )),
             sockets_changed: AtomicBool::new(false),
+            recv_meta_users: std::sync::atomic::AtomicUsize::new(0),
+            recv_meta_on: AtomicBool::new(false),
             gid_table: Mutex::new(gid_table),
             rx: Mutex::new(RxBatch {
                 buf: vec![0u8; RX_SLOT * RX_BATCH],
@@ -1131,6 +1170,11 @@ impl Context {
                 })
                 .map(|f| Mutex::new(FaultState::new(f))),
         });
+        if shared.pcap.is_some() {
+            // A capture records every datagram's TTL / TOS.
+            let socks = shared.sockets();
+            shared.apply_recv_meta(&socks, true);
+        }
         let s2 = shared.clone();
         let thread = std::thread::Builder::new()
             .name(format!("rverbs-{}", shared.info.name))
@@ -1239,7 +1283,9 @@ fn rescan(shared: &Shared) {
     for a in &now_addrs {
         if !socks.iter().any(|(b, _)| b == a) {
             if let Ok(s) = udp_socket(*a) {
-                if shared.quiet_socket(&s).is_ok() {
+                let meta = !shared.recv_meta_on.load(Ordering::Acquire)
+                    || sys::set_recv_meta(&s, a.is_ipv6(), true).is_ok();
+                if meta && shared.quiet_socket(&s).is_ok() {
                     socks.push((*a, Arc::new(s)));
                 }
             }

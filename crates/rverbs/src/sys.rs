@@ -289,6 +289,21 @@ pub(crate) fn enable_recv_meta(s: &socket2::Socket, ipv6: bool, pktinfo: bool) -
     Ok(())
 }
 
+/// Turns the TTL / TOS (IPv4) or hop limit / traffic class / flow label (IPv6)
+/// control messages of [`enable_recv_meta`] on or off. Each costs the kernel a
+/// `put_cmsg` per datagram received, so sockets ask for them only while something
+/// reads them (`Shared::recv_meta_user`); without them those fields read as 0.
+pub(crate) fn set_recv_meta(s: &socket2::Socket, ipv6: bool, on: bool) -> io::Result<()> {
+    if ipv6 {
+        s.set_recv_hoplimit_v6(on)?;
+        s.set_recv_tclass_v6(on)?;
+        set_int_opt(s, libc::IPPROTO_IPV6, libc::IPV6_FLOWINFO, i32::from(on))
+    } else {
+        s.set_recv_tos_v4(on)?;
+        set_int_opt(s, libc::IPPROTO_IP, libc::IP_RECVTTL, i32::from(on))
+    }
+}
+
 /// Bytes of one control message with an `int` payload (`CMSG_SPACE(sizeof(int))`).
 const CMSG_INT_SPACE: usize = (CMSG_HDR + 4).div_ceil(CMSG_ALIGN) * CMSG_ALIGN;
 
