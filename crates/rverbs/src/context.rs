@@ -11,8 +11,11 @@
 //! engine sits behind one mutex; datagrams are received only under it, so they reach
 //! the engine in socket order whichever thread reads them.
 //!
-//! **Batching.** Datagrams are received `recvmmsg` at a time and everything the engine
-//! has to send after a verb or a received batch leaves in one `sendmmsg` (one ACK per
+//! **Batching.** Datagrams are received `recvmmsg` at a time (as many buffers as came
+//! last time, doubling while full receives follow each other: a ping-pong's receive is
+//! a plain `recvmsg` of one buffer, see `PollBatch`) and everything the engine
+//! has to send after a verb or a received batch leaves in one `sendmmsg` (a lone
+//! datagram in one `sendto`, with no message headers to copy in; one ACK per
 //! batch: ACKs coalesce). On the loopback device, trains of same-size datagrams to one
 //! peer go as one `UDP_SEGMENT` buffer and arrive whole (`UDP_GRO`), so a 64 KiB
 //! message costs the kernel one pass, not sixteen (see `Shared::gso` for why only
