@@ -11,8 +11,11 @@
 //! engine sits behind one mutex; datagrams are received only under it, so they reach
 //! the engine in socket order whichever thread reads them.
 //!
-//! **Batching.** Datagrams are received `recvmmsg` at a time and everything the engine
-//! has to send after a verb or a received batch leaves in one `sendmmsg` (one ACK per
+//! **Batching.** Datagrams are received `recvmmsg` at a time (as many buffers as came
+//! last time, doubling while full receives follow each other: a ping-pong's receive is
+//! a plain `recvmsg` of one buffer, see `PollBatch`) and everything the engine
+//! has to send after a verb or a received batch leaves in one `sendmmsg` (a lone
+//! datagram in one `sendto`, with no message headers to copy in; one ACK per
 //! batch: ACKs coalesce). On the loopback device, trains of same-size datagrams to one
 //! peer go as one `UDP_SEGMENT` buffer and arrive whole (`UDP_GRO`), so a 64 KiB
 //! message costs the kernel one pass, not sixteen (see `Shared::gso` for why only
@@ -62,6 +65,54 @@ struct RxBatch {
     /// The last sleeping receive took one buffer; the next `receive` tells whether
     /// more were queued behind it.
     after_wake: bool,
+    /// Per socket (by position in the list): the buffers a non-sleeping receive
+    /// (`receive`: polls, the driver) asks for, and whether the last one filled them
+    /// all. See [`PollBatch`].
+    poll: Vec<PollBatch>,
+}
+
+/// How many buffers a non-sleeping receive asks one socket for. With more buffers
+/// than datagrams waiting, `recvmmsg` makes another pass through the socket before it
+/// returns (0.2-0.4 µs), and sets up every header first: a ping-pong asks for one.
+/// The count doubles while full receives follow each other back to back (a stream),
+/// up to [`RX_BATCH`], and falls to what came when fewer came.
+#[derive(Debug, Clone, Copy)]
+struct PollBatch {
+    want: usize,
+    /// The last receive filled all `want` buffers: if the next one finds datagrams
+    /// too, they are a stream.
+    full: bool,
+}
+
+impl Default for PollBatch {
+    fn default() -> Self {
+        PollBatch {
+            want: 1,
+            full: false,
+        }
+    }
+}
+
+impl PollBatch {
+    /// Buffers to ask for.
+    fn want(&self) -> usize {
+        self.want.clamp(1, RX_BATCH)
+    }
+
+    /// Learns from a receive that asked for `want()` buffers and got `n`.
+    fn got(&mut self, n: usize) {
+        let want = self.want();
+        if n == 0 {
+            self.full = false;
+        } else if n >= want {
+            if std::mem::replace(&mut self.full, true) {
+                self.want = (want * 2).min(RX_BATCH);
+            }
+        } else {
+            self.want = n;
+            self.full = false;
+        }
+    }
 }
 
 /// A device's sockets: its addresses' and its multicast groups'.
@@ -99,6 +150,11 @@ pub(crate) struct Shared {
     /// Set when a verb changed `sockets` (a multicast group joined): the driver
     /// re-reads the list.
     pub(crate) sockets_changed: AtomicBool,
+    /// Users of the received datagrams' TTL / TOS / flow label (UD QPs, whose
+    /// receives carry a GRH, and MAD agents), and whether the unicast sockets ask the
+    /// kernel for them now (also always with a capture, which records them).
+    recv_meta_users: std::sync::atomic::AtomicUsize,
+    recv_meta_on: AtomicBool,
     /// The port's GID table (see `gid.rs`); the engine holds a copy of its GIDs.
     pub(crate) gid_table: Mutex<GidTable>,
     /// The receive buffers of whichever thread receives (always under the engine lock).
@@ -512,19 +568,25 @@ impl Shared {
             steer,
             wake_batch,
             after_wake,
+            poll,
         } = &mut *rx;
         let buf = &mut buf[..];
         let mut got = 0;
         // Datagrams queued right after a one-buffer sleeping receive: a stream, whose
         // wake-ups should take a whole batch.
         let check_stream = std::mem::take(after_wake);
-        for (local, sock) in socks.iter() {
+        poll.resize(socks.len(), PollBatch::default());
+        for ((local, sock), pb) in socks.iter().zip(poll.iter_mut()) {
             while got < budget {
                 list.clear();
-                let Ok(n) = sys::recv_batch(&**sock, buf, RX_SLOT, list, hdrs) else {
+                let want = pb.want();
+                let Ok(n) =
+                    sys::recv_batch(&**sock, &mut buf[..want * RX_SLOT], RX_SLOT, list, hdrs)
+                else {
                     break;
                 };
                 got += n;
+                pb.got(n);
                 if check_stream && n > 0 {
                     *wake_batch = RX_BATCH;
                 }
@@ -630,6 +692,7 @@ impl Shared {
             steer,
             wake_batch,
             after_wake,
+            ..
         } = &mut *rx;
         list.clear();
         // While datagrams come one per wake-up (a ping-pong), ask for one buffer: with
@@ -747,6 +810,37 @@ impl Shared {
     /// The device's sockets, for changing them (write lock).
     pub(crate) fn sockets(&self) -> SocketsMut<'_> {
         SocketsMut(self.sockets.write().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Counts a user of the received datagrams' TTL / TOS / flow label in (`add`) or
+    /// out, and turns the unicast sockets' control messages for them on while there
+    /// is one (or a capture). Without users those fields read as 0, which only UD
+    /// receives (their GRH) and MADs show; RC and UC never do, and the ICRC masks
+    /// them. Datagrams already queued when they are turned on arrive without them.
+    pub(crate) fn recv_meta_user(&self, add: bool) {
+        // Under the sockets' write lock, so the address re-scan adds a socket either
+        // before (and is switched here) or after (and reads the new state).
+        let socks = self.sockets();
+        let n = if add {
+            self.recv_meta_users.fetch_add(1, Ordering::AcqRel) + 1
+        } else {
+            self.recv_meta_users
+                .fetch_sub(1, Ordering::AcqRel)
+                .saturating_sub(1)
+        };
+        self.apply_recv_meta(&socks, n > 0 || self.pcap.is_some());
+    }
+
+    fn apply_recv_meta(&self, socks: &SocketList, on: bool) {
+        if self.recv_meta_on.swap(on, Ordering::AcqRel) == on {
+            return;
+        }
+        for (a, s) in socks.iter() {
+            // Multicast sockets exist only for UD QPs and always ask (`mcast.rs`).
+            if !a.is_multicast() {
+                let _ = sys::set_recv_meta(s, a.is_ipv6(), on);
+            }
+        }
     }
 
     /// Tells the driver thread to re-read the engine's deadline.
@@ -922,8 +1016,9 @@ fn udp_socket(addr: IpAddr) -> std::io::Result<Socket> {
     s.set_read_timeout(Some(std::time::Duration::from_nanos(
         crate::progress::SLEEP_RECV_NS,
     )))?;
-    // Bound to one address, so the destination is known without IP_PKTINFO.
-    sys::enable_recv_meta(&s, addr.is_ipv6(), false)?;
+    // Bound to one address, so the destination is known without IP_PKTINFO. The
+    // TTL / TOS control messages are asked for only while something reads them
+    // (`Shared::recv_meta_user`).
     Ok(s)
 }
 
@@ -1057,6 +1152,8 @@ impl Context {
                 sockets.into_iter().map(|(a, s)| (a, Arc::new(s))).collect(),
             )),
             sockets_changed: AtomicBool::new(false),
+            recv_meta_users: std::sync::atomic::AtomicUsize::new(0),
+            recv_meta_on: AtomicBool::new(false),
             gid_table: Mutex::new(gid_table),
             rx: Mutex::new(RxBatch {
                 buf: vec![0u8; RX_SLOT * RX_BATCH],
@@ -1064,6 +1161,7 @@ impl Context {
                 hdrs: sys::RecvScratch::new(RX_BATCH),
                 wake_batch: RX_BATCH,
                 after_wake: false,
+                poll: Vec::new(),
                 steer: (Vec::new(), rverbs_flow::classify::Verdict::default()),
             }),
             gso,
@@ -1096,6 +1194,11 @@ impl Context {
                 })
                 .map(|f| Mutex::new(FaultState::new(f))),
         });
+        if shared.pcap.is_some() {
+            // A capture records every datagram's TTL / TOS.
+            let socks = shared.sockets();
+            shared.apply_recv_meta(&socks, true);
+        }
         let s2 = shared.clone();
         let thread = std::thread::Builder::new()
             .name(format!("rverbs-{}", shared.info.name))
@@ -1204,7 +1307,9 @@ fn rescan(shared: &Shared) {
     for a in &now_addrs {
         if !socks.iter().any(|(b, _)| b == a) {
             if let Ok(s) = udp_socket(*a) {
-                if shared.quiet_socket(&s).is_ok() {
+                let meta = !shared.recv_meta_on.load(Ordering::Acquire)
+                    || sys::set_recv_meta(&s, a.is_ipv6(), true).is_ok();
+                if meta && shared.quiet_socket(&s).is_ok() {
                     socks.push((*a, Arc::new(s)));
                 }
             }

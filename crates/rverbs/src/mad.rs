@@ -68,6 +68,8 @@ impl Context {
             .shared()
             .lock_verb("register_mad_agent")?
             .gsi_register(reg)?;
+        // What it receives carries a GRH with the datagram's TTL / TOS.
+        self.shared().recv_meta_user(true);
         Ok(MadAgent {
             ctx: self.clone(),
             id,
@@ -225,8 +227,9 @@ impl MadAgent {
 impl Drop for MadAgent {
     fn drop(&mut self) {
         let id = self.id;
-        self.ctx.shared().destroy(move |_, e| {
+        self.ctx.shared().destroy(move |s, e| {
             let _ = e.gsi_unregister(id);
+            s.recv_meta_user(false);
         });
     }
 }

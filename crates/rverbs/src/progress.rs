@@ -25,7 +25,8 @@
 //! late ACK only delays the requester's completions, never loses anything.
 //!
 //! **Sleeping in the receive.** [`crate::Cq::wait`] on a device with one socket
-//! sleeps in `recvmmsg` itself (a blocking socket with a receive timeout; every other
+//! sleeps in the receive itself (`recvmsg` for one buffer, `recvmmsg` for more; a
+//! blocking socket with a receive timeout; every other
 //! call passes `MSG_DONTWAIT`): one system call per wake-up, as a TCP `read`. While
 //! datagrams come one per wake-up (a ping-pong) it asks for one buffer, so the kernel
 //! returns with the first instead of trying for a second; once datagrams are found

@@ -289,6 +289,21 @@ pub(crate) fn enable_recv_meta(s: &socket2::Socket, ipv6: bool, pktinfo: bool) -
     Ok(())
 }
 
+/// Turns the TTL / TOS (IPv4) or hop limit / traffic class / flow label (IPv6)
+/// control messages of [`enable_recv_meta`] on or off. Each costs the kernel a
+/// `put_cmsg` per datagram received, so sockets ask for them only while something
+/// reads them (`Shared::recv_meta_user`); without them those fields read as 0.
+pub(crate) fn set_recv_meta(s: &socket2::Socket, ipv6: bool, on: bool) -> io::Result<()> {
+    if ipv6 {
+        s.set_recv_hoplimit_v6(on)?;
+        s.set_recv_tclass_v6(on)?;
+        set_int_opt(s, libc::IPPROTO_IPV6, libc::IPV6_FLOWINFO, i32::from(on))
+    } else {
+        s.set_recv_tos_v4(on)?;
+        set_int_opt(s, libc::IPPROTO_IP, libc::IP_RECVTTL, i32::from(on))
+    }
+}
+
 /// Bytes of one control message with an `int` payload (`CMSG_SPACE(sizeof(int))`).
 const CMSG_INT_SPACE: usize = (CMSG_HDR + 4).div_ceil(CMSG_ALIGN) * CMSG_ALIGN;
 
@@ -532,14 +547,34 @@ fn recv_batch_flags(
     // sockaddr_storage and at a live control buffer of the sizes given; all outlive
     // the call. With MSG_DONTWAIT the call never blocks; with MSG_WAITFORONE it
     // blocks until the first datagram or the socket's receive timeout.
-    let rc = unsafe {
-        libc::recvmmsg(
-            fd.as_raw_fd(),
-            hdrs.as_mut_ptr(),
-            n as libc::c_uint,
-            flags,
-            std::ptr::null_mut(),
-        )
+    let rc = if n == 1 {
+        // One buffer (a ping-pong): `recvmsg` spares the kernel recvmmsg's loop and
+        // its bookkeeping; MSG_WAITFORONE means nothing for a single datagram.
+        // SAFETY: as above, for the first header only.
+        let len = unsafe {
+            libc::recvmsg(
+                fd.as_raw_fd(),
+                &mut hdrs[0].msg_hdr,
+                flags & !libc::MSG_WAITFORONE,
+            )
+        };
+        if len >= 0 {
+            hdrs[0].msg_len = len as libc::c_uint;
+            1
+        } else {
+            -1
+        }
+    } else {
+        // SAFETY: see above.
+        unsafe {
+            libc::recvmmsg(
+                fd.as_raw_fd(),
+                hdrs.as_mut_ptr(),
+                n as libc::c_uint,
+                flags,
+                std::ptr::null_mut(),
+            )
+        }
     };
     if rc < 0 {
         return Err(io::Error::last_os_error());
@@ -609,6 +644,27 @@ pub(crate) fn send_batch<'b>(
     scratch: &mut SendScratch,
 ) {
     const MAX: usize = 64;
+    if let [m] = msgs {
+        if m.count == 1 && m.segment == 0 {
+            // One datagram (a ping-pong's message): `sendto` passes the address and
+            // the bytes directly, where `sendmmsg` makes the kernel copy in and check
+            // an mmsghdr and an iovec array first.
+            let b = buf(m.first);
+            let addr = socket2::SockAddr::from(m.dst);
+            // SAFETY: `b` and `addr` are live for the call; the kernel only reads them.
+            unsafe {
+                libc::sendto(
+                    fd.as_raw_fd(),
+                    b.as_ptr().cast(),
+                    b.len(),
+                    libc::MSG_DONTWAIT,
+                    addr.as_ptr().cast(),
+                    addr.len(),
+                )
+            };
+            return;
+        }
+    }
     // SAFETY (for CMSG_SPACE/CMSG_LEN): pure arithmetic on the length given.
     let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<u16>() as u32) } as usize;
     let SendScratch {

@@ -255,6 +255,10 @@ impl Pd {
         for cq in [attr.send_cq, attr.recv_cq] {
             cq.inner.roce.store(true, Ordering::Relaxed);
         }
+        if attr.qp_type == QpType::Ud {
+            // Its receives carry a GRH with the datagram's TTL / TOS.
+            self.shared().recv_meta_user(true);
+        }
         Ok(Qp {
             pd: self.inner.clone(),
             _cqs: [attr.send_cq.inner.clone(), attr.recv_cq.inner.clone()],
@@ -880,6 +884,7 @@ impl Drop for Qp {
             if ud {
                 // Destroying a QP destroys its flows.
                 s.ud_steering.remove_qp(qpn);
+                s.recv_meta_user(false);
             }
             // ACKs this QP still owes its peer (deferred, `progress.rs`) leave first:
             // a program that exits right after its last completion must not leave the

@@ -129,3 +129,45 @@ fn gid_queries_on_an_open_context() {
     };
     assert_eq!(pd.create_ah(&bad).err().map(|e| e.errno()), Some(22));
 }
+
+/// The receiver asks the kernel for TTL / TOS only while it has a UD QP (or a MAD
+/// agent, or a capture): its last UD QP destroyed and a new one created, the new
+/// one's GRH still reports them; RC traffic in between, with no UD QP, is unaffected.
+#[test]
+fn ttl_and_tos_are_reported_again_after_the_last_ud_qp_is_recreated() {
+    let dev = device(None).unwrap();
+    let a = ud_end(dev.open().unwrap(), 16);
+    let ctx_b = dev.open().unwrap();
+    let gb = ctx_b.gid(1).unwrap();
+    let send_to = |qpn: u32, tag: u64| {
+        let ah =
+            a.pd.create_ah(&AhAttrs {
+                dgid: gb,
+                sgid_index: 1,
+                hop_limit: 9,
+                traffic_class: 0x20,
+                flow_label: 0,
+            })
+            .unwrap();
+        a.qp.post_send(&SendRequest::send(tag, &[a.mr.slice(40..44)]).to(&ah, qpn, 0x1111_1111))
+            .unwrap();
+        assert_eq!(wait(&a.cq).wr_id, tag);
+    };
+    for round in 0..3u64 {
+        let b = ud_end(ctx_b.clone(), 16);
+        b.qp.post_recv(round, &[b.mr.all()]).unwrap();
+        send_to(b.qp.qp_num(), 100 + round);
+        assert!(wait(&b.cq).wc_flags.contains(WcFlags::GRH));
+        let grh = b.mr.with(|m| m[..40].to_vec());
+        assert_eq!((grh[20 + 8], grh[20 + 1]), (9, 0x20), "round {round}");
+        drop(b);
+        // Between rounds the context has no UD QP: RC still works.
+        let (x, y) = (end(ctx_b.clone(), 64), end(dev.open().unwrap(), 64));
+        connect(&x, &y, &ConnectOpts::default());
+        y.qp.post_recv(1, &[y.mr.slice(0..8)]).unwrap();
+        x.qp.post_send(&SendRequest::send(2, &[x.mr.slice(0..8)]))
+            .unwrap();
+        assert_eq!(wait(&x.cq).wr_id, 2);
+        assert_eq!(wait(&y.cq).opcode, WcOpcode::Recv);
+    }
+}
