@@ -88,7 +88,9 @@ pub enum AckPolicy {
     /// and atomic requests, every [`crate::MAX_PKT_PER_ACK`]-th packet, the message that
     /// brings the unacknowledged messages sent since the last AckReq to half of
     /// `max_send_wr` (so a queue of unsignaled work never fills without an ACK on the
-    /// way), a retransmitted message end, a message end sent while the QP drains (SQD),
+    /// way), a message end 16 packets after the last AckReq while a quarter of the
+    /// [`crate::MAX_UNACKED_PSNS`] window is unacknowledged (so a bulk stream's window
+    /// slides in steps), a retransmitted message end, a message end sent while the QP drains (SQD),
     /// and a message end after the oldest unacknowledged packet (or the last progress)
     /// has waited a quarter of the ACK timeout without an ACK requested. When the
     /// requester has nothing more to send and its last packet did not ask for an ACK,

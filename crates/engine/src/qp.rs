@@ -1011,6 +1011,11 @@ impl Qp {
                     || self.state == QpState::Sqd
                     // SQ slots free only on ACKs: ask before unsignaled work fills it.
                     || self.noack_wqes + 1 >= (self.attr.cap.max_send_wr / 2).max(1)
+                    // A stream with a quarter of the PSN window unacknowledged asks
+                    // every eighth of the window, so ACKs free the window in steps
+                    // and the requester never waits a round trip for half of it.
+                    || (psn.next().forward_from(self.comp_psn) >= MAX_UNACKED_PSNS / 4
+                        && self.noack_pkts >= MAX_UNACKED_PSNS / 8)
                     // A stream that has asked for nothing for a quarter of the ACK
                     // timeout: ask, so the retransmit timer (armed when the oldest
                     // unacknowledged packet went out, or at the last progress) does

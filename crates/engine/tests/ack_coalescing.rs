@@ -204,6 +204,29 @@ fn sq_pressure_asks_for_an_ack_before_the_sq_fills() {
     assert_eq!(sim.engines[0].counters().retransmit_timeouts, 0);
 }
 
+/// A burst of unsignaled one-packet WRITEs: once a quarter of the 128-PSN window is
+/// unacknowledged, every 16th packet asks, so ACKs free the window in steps (as rxe's
+/// per-message ACKs of 16-packet messages would) and a bulk stream does not stall a
+/// round trip on half of it.
+#[test]
+fn a_bulk_stream_asks_every_eighth_of_the_window() {
+    let mut sim = sim2(AckPolicy::Coalesce);
+    let (a, b) = pair(&mut sim, &opts());
+    for i in 0..100 {
+        let mut w = wr(i, WrOpcode::RdmaWrite, vec![sge(&a, 0, 64)]);
+        w.flags = SendFlags(0);
+        w.remote_addr = b.base;
+        w.rkey = b.keys.rkey;
+        post(&mut sim, &a, w).unwrap();
+    }
+    let reqs = tx(&mut sim, 0);
+    assert_eq!(reqs.len(), 100);
+    let at: Vec<usize> = (0..100).filter(|&i| ack_req(&reqs[i])).collect();
+    assert_eq!(at, [31, 47, 63, 79, 95]);
+    rx_all(&mut sim, &reqs);
+    pass(&mut sim, 1);
+}
+
 /// An unsignaled tail with nothing after it: after `ack_nudge_ns` the last packet goes
 /// again with AckReq; the responder sees a duplicate and ACKs; the requester's queue
 /// empties with no retry counted and no error.
