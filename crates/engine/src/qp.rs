@@ -1185,7 +1185,11 @@ impl Qp {
                 }
                 (Opcode::RC_ACKNOWLEDGE, Some(Syndrome::Nak(NakCode::PsnSequenceError))) => {
                     ctx.counters.rx_nak_seq += 1;
-                    if psn.is_after(self.comp_psn) {
+                    // Against comp_psn as it was before this response: the loop
+                    // above may already have completed whole messages up to `psn`
+                    // (rxe `check_psn` resets the retry counters, `started_retry`
+                    // too, for each WQE a response completes implicitly).
+                    if psn.is_after(before.0) {
                         // The NAK acknowledges every PSN before it: progress, so this
                         // is a new gap and gets its retry, from a full budget (rxe
                         // `rxe_comp.c` `check_ack`: `reset_retry_counters` before

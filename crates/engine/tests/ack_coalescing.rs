@@ -470,6 +470,23 @@ fn a_failing_wqe_behind_an_unsignaled_tail_asks_at_once() {
     );
 }
 
+/// Posts `w`, letting the network run while the send queue is full (at 20 % loss the
+/// retransmit timer, 4 ms here, can hold a whole queue's worth of work), as an
+/// application waits for room.
+fn post_waiting(sim: &mut Sim, a: &End, w: SendWr) {
+    let limit = sim.now + 10 * SEC;
+    loop {
+        match post(sim, a, w.clone()) {
+            Ok(()) => return,
+            Err(e) if e.errno == Errno::NoMem && sim.now < limit => {
+                let until = sim.now + MS;
+                sim.run_until(until, |_| false);
+            }
+            Err(e) => panic!("{e:?}"),
+        }
+    }
+}
+
 /// Unsignaled tails under loss, duplication and reordering (the loss matrix's links):
 /// every SEND and WRITE arrives exactly once and in order, nothing fails, the last
 /// messages complete through nudges or retries, and the network goes quiet.
@@ -521,7 +538,7 @@ fn unsignaled_tails_under_loss_complete() {
                 let off = (posted * 977) % (1 << 18);
                 let mut w = wr(posted, WrOpcode::Send, vec![sge(&a, off, len)]);
                 w.flags = SendFlags(0);
-                post(&mut sim, &a, w).unwrap();
+                post_waiting(&mut sim, &a, w);
                 let mut w = wr(
                     10_000 + posted,
                     WrOpcode::RdmaWrite,
@@ -532,7 +549,7 @@ fn unsignaled_tails_under_loss_complete() {
                 w.rkey = b.keys.rkey;
                 writes.push((write_at as usize, off as usize, len as usize));
                 write_at += u64::from(len);
-                post(&mut sim, &a, w).unwrap();
+                post_waiting(&mut sim, &a, w);
                 posted += 1;
             }
             let until = sim.now + 3 * MS;
@@ -595,5 +612,62 @@ fn unsignaled_tails_under_loss_complete() {
         let wcs = wait_wcs(&mut sim, &a, 64, 60 * SEC);
         assert_eq!(wcs.len(), 64, "seed {seed}");
         assert!(wcs.iter().all(|w| w.status == WcStatus::Success));
+    }
+}
+
+/// A sequence NAK that implicitly acknowledges whole messages is progress: a retry
+/// already under way for an earlier gap does not swallow it (rxe `rxe_comp.c`
+/// `check_psn` resets the retry counters, `started_retry` included, for every WQE the
+/// response completes implicitly, before `check_ack` reaches the NAK). Here the ACKs of
+/// a go-back-N resend are lost and the resend has a gap of its own, at a message
+/// boundary: its NAK must start the next retry at once, not leave it to the timer.
+#[test]
+fn a_nak_past_whole_messages_retries_at_once_during_a_retry() {
+    for policy in [AckPolicy::Coalesce, AckPolicy::EveryMessage] {
+        let mut sim = sim2(policy);
+        let (a, b) = pair(&mut sim, &opts());
+        recvs(&mut sim, &b, 10);
+        // A signaled SEND, acknowledged: comp_psn 101.
+        let (_, ans) = one_by_one(&mut sim, &a, vec![send8(0, &a, true)]);
+        assert_eq!(acks(&ans), 1);
+        assert_eq!(drain(&mut sim, &a).len(), 1);
+        for i in 1..=6 {
+            post(&mut sim, &a, send8(i, &a, false)).unwrap();
+        }
+        let r = tx(&mut sim, 0);
+        assert_eq!(r.len(), 6);
+        // 101 is lost: NAK(101), with nothing acknowledged before it.
+        rx_all(&mut sim, &r[1..]);
+        let nak = tx(&mut sim, 1);
+        assert_eq!(lines(&nak), [la("RC_ACKNOWLEDGE", 101, "NAK-SEQ msn=1")]);
+        rx_all(&mut sim, &nak);
+        let again = tx(&mut sim, 0);
+        assert_eq!(
+            again.iter().map(Pkt::psn).collect::<Vec<_>>(),
+            [101, 102, 103, 104, 105, 106]
+        );
+        // 103 is lost on the resend and the ACK for 101..102 on the way back.
+        rx_all(&mut sim, &again[..2]);
+        rx_all(&mut sim, &again[3..]);
+        let ans = tx(&mut sim, 1);
+        let naks: Vec<Pkt> = ans
+            .into_iter()
+            .filter(|p| p.line().contains("NAK-SEQ"))
+            .collect();
+        assert_eq!(lines(&naks), [la("RC_ACKNOWLEDGE", 103, "NAK-SEQ msn=3")]);
+        rx_all(&mut sim, &naks);
+        let third = tx(&mut sim, 0);
+        assert_eq!(
+            third.iter().map(Pkt::psn).collect::<Vec<_>>(),
+            [103, 104, 105, 106],
+            "{policy:?}: the new gap is resent at once"
+        );
+        rx_all(&mut sim, &third);
+        pass(&mut sim, 1);
+        let c = sim.engines[0].counters();
+        assert_eq!((c.rx_nak_seq, c.retransmit_timeouts), (2, 0), "{policy:?}");
+        assert_eq!(drain(&mut sim, &b).len(), 7, "{policy:?}");
+        assert!(drain(&mut sim, &a).is_empty());
+        assert_eq!(sim.engines[0].qp_state(a.qpn), Some(QpState::Rts));
     }
 }
