@@ -184,10 +184,11 @@ enum Command {
         /// Requests posted per ibv_post_send call (bw).
         #[arg(short = 'l', long = "post-list", default_value_t = 1)]
         post_list: usize,
-        /// Completion moderation, as perftest's -Q: signal one send in N and the last
-        /// (default: 100 for SEND/WRITE latency, perftest's DEF_CQ_MOD, capped at -t as
-        /// perftest does; bw: a quarter of -t, at most 16; rounded to a multiple of -l).
-        /// READ and atomic latency signal every request.
+        /// Completion moderation, as perftest's -Q: signal one send in N and the last,
+        /// capped at -t as perftest does (default: SEND/WRITE latency 1, every send, as
+        /// perftest's latency tools at their TX depth of 1; bw: a quarter of -t, at
+        /// most 16; rounded to a multiple of -l). READ and atomic latency signal every
+        /// request.
         #[arg(short = 'Q', long = "cq-mod", value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
         cq_mod: Option<u64>,
         /// Both sides send (bw).

@@ -114,8 +114,8 @@ pub struct Opts {
     /// Requests per post (`-l`).
     pub post_list: usize,
     /// Completion moderation (`-Q`, perftest's `--cq-mod`): signal one send in this
-    /// many, and the last. `None`: latency tests use [`DEF_CQ_MOD`], bandwidth tests a
-    /// quarter of the depth (at most 16).
+    /// many, and the last. `None`: latency tests signal every send (as perftest's, see
+    /// [`DEF_CQ_MOD`]), bandwidth tests one in a quarter of the depth (at most 16).
     pub cq_mod: Option<usize>,
     /// Both sides send (`-b`, bandwidth tests).
     pub bidir: bool,
@@ -134,17 +134,17 @@ pub struct Opts {
 
 /// perftest's default completion moderation (`DEF_CQ_MOD`, `perftest_parameters.h`).
 /// perftest caps it at the TX depth (`force_dependecies`), which its latency tools
-/// leave at `DEF_TX_LAT` = 1, so `ib_send_lat` signals every SEND unless given `-t`;
-/// `rverbs perf` applies the same cap to its own `-t` (default 128).
+/// leave at `DEF_TX_LAT` = 1: `ib_send_lat` signals every SEND unless given `-t` and
+/// `-Q`. `rverbs perf` latency tests do the same by default (every send signaled);
+/// `-Q N` moderates, capped at `-t` as perftest caps it.
 pub const DEF_CQ_MOD: usize = 100;
 
 impl Opts {
-    /// The latency tests' completion moderation: `-Q` (default [`DEF_CQ_MOD`]) capped
-    /// at the depth, as perftest does.
+    /// The latency tests' completion moderation: `-Q` capped at the depth, as perftest
+    /// does; without `-Q`, 1 (perftest's effective default for its latency tools,
+    /// whose TX depth is 1).
     pub fn lat_cq_mod(&self) -> u64 {
-        self.cq_mod
-            .unwrap_or(DEF_CQ_MOD)
-            .clamp(1, self.depth.max(1)) as u64
+        self.cq_mod.unwrap_or(1).clamp(1, self.depth.max(1)) as u64
     }
 }
 
@@ -832,6 +832,20 @@ mod tests {
             .len(),
             23
         );
+        // Latency moderation: every send by default (perftest's latency tools), -Q
+        // capped at -t as perftest caps it.
+        assert_eq!(o.lat_cq_mod(), 1);
+        let q = |cq_mod, depth| {
+            Opts {
+                cq_mod,
+                depth,
+                ..o.clone()
+            }
+            .lat_cq_mod()
+        };
+        assert_eq!(q(Some(DEF_CQ_MOD), 128), 100);
+        assert_eq!(q(Some(500), 16), 16);
+        assert_eq!(q(Some(7), 0), 1);
         assert_eq!(
             sizes(&Opts {
                 op: Op::Atomic,
