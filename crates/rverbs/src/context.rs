@@ -1434,3 +1434,38 @@ fn driver(shared: Arc<Shared>) {
         shared.flush(&mut engine, now);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{PollBatch, RX_BATCH};
+
+    /// A ping-pong (one datagram, then an empty socket) keeps asking for one buffer;
+    /// back-to-back full receives double the batch up to `RX_BATCH`; a short receive
+    /// falls back to what came, an empty one changes nothing.
+    #[test]
+    fn poll_batch_follows_the_traffic() {
+        let mut pb = PollBatch::default();
+        for _ in 0..10 {
+            assert_eq!(pb.want(), 1);
+            pb.got(1);
+            pb.got(0);
+        }
+        assert_eq!(pb.want(), 1);
+        pb.got(1);
+        assert_eq!(pb.want(), 1, "one full receive is not yet a stream");
+        let mut doublings = 0;
+        while pb.want() < RX_BATCH {
+            let w = pb.want();
+            pb.got(w);
+            assert_eq!(pb.want(), 2 * w);
+            doublings += 1;
+        }
+        assert_eq!(doublings, RX_BATCH.trailing_zeros());
+        pb.got(RX_BATCH);
+        assert_eq!(pb.want(), RX_BATCH);
+        pb.got(5);
+        assert_eq!(pb.want(), 5);
+        pb.got(0);
+        assert_eq!(pb.want(), 5);
+    }
+}
