@@ -8,8 +8,9 @@
 #   cargo build --release -p rverbs-cli && bench/ack_policy.sh
 #
 # Figures: RC SEND 8 B latency p50 (half round trip) in the sleep policy (--spin-us 0)
-# and the spin policy (--spin-us $SPIN_US), both with `rverbs perf`'s default
-# completion moderation (-Q 100); RC SEND and WRITE bandwidth at 64 KiB, -t 128.
+# and the spin policy (--spin-us $SPIN_US), both with perftest's completion moderation
+# -Q 100 (`rverbs perf` latency signals every SEND by default, and a signaled SEND
+# needs its ACK under either policy); RC SEND and WRITE bandwidth at 64 KiB, -t 128.
 # Environment: RVERBS (binary), DUR (seconds per measurement, default 2), REPS
 # (alternating pairs, default 3), SPIN_US (default 1000000), PORT (default 18650).
 set -euo pipefail
@@ -42,8 +43,8 @@ add() { V[$1]="${V[$1]:-} $2"; }
 echo "# RC ACK policy: every-message (old) vs coalesce (new), $(nproc) CPUs, -D $DUR, $REPS pair(s), $(date -u +%FT%TZ)"
 for ((i = 0; i < REPS; i++)); do
     for pol in every-message coalesce; do
-        r=$(run $pol $PORT send lat -s 8 --spin-us 0); add "sleep_$pol" "$(f "$r" p50)"
-        r=$(run $pol $((PORT + 1)) send lat -s 8 --spin-us "$SPIN_US"); add "spin_$pol" "$(f "$r" p50)"
+        r=$(run $pol $PORT send lat -s 8 -Q 100 --spin-us 0); add "sleep_$pol" "$(f "$r" p50)"
+        r=$(run $pol $((PORT + 1)) send lat -s 8 -Q 100 --spin-us "$SPIN_US"); add "spin_$pol" "$(f "$r" p50)"
         r=$(run $pol $((PORT + 2)) send bw -s 65536 -t 128); add "sbw_$pol" "$(f "$r" gbps)"
         r=$(run $pol $((PORT + 3)) write bw -s 65536 -t 128); add "wbw_$pol" "$(f "$r" gbps)"
     done
