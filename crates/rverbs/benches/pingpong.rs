@@ -16,35 +16,15 @@
 //! PINGPONG_SIGNAL=32 cargo bench -p rverbs --bench pingpong  # signal 1 send in 32
 //! ```
 
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use common::{connected_pair, End};
 use rverbs::*;
 use std::net::UdpSocket;
 use std::time::{Duration, Instant};
 
 const SIZE: usize = 8;
-
-/// One RC endpoint: context, CQ, region and QP.
-struct End {
-    qp: Qp,
-    mr: Mr,
-    cq: Cq,
-    _pd: Pd,
-    _ctx: Context,
-}
-
-fn end(dev: &DeviceInfo) -> Result<End> {
-    let ctx = dev.open()?;
-    let pd = ctx.alloc_pd()?;
-    let cq = ctx.create_cq(256)?;
-    let mr = pd.reg_mr(2 * SIZE, AccessFlags::ALL)?;
-    let qp = pd.create_qp(&QpInitAttr::new(QpType::Rc, &cq))?;
-    Ok(End {
-        qp,
-        mr,
-        cq,
-        _pd: pd,
-        _ctx: ctx,
-    })
-}
 
 /// Polls `e`'s CQ until a receive completes; send completions are only counted.
 fn await_recv(e: &End, wcs: &mut [Wc]) -> Result<()> {
@@ -73,15 +53,7 @@ fn repost(e: &End) -> Result<()> {
 
 /// `n` round trips between two RC QPs; returns ns per round trip.
 fn rverbs_rtt(n: u64) -> Result<f64> {
-    let dev = device(None)?;
-    let (a, b) = (end(&dev)?, end(&dev)?);
-    let peer = |q: &Qp| PeerInfo {
-        qpn: q.qp_num(),
-        psn: 0,
-        gid: q.context().gid(1).expect("GID 1 of the loopback device"),
-    };
-    a.qp.connect(&peer(&b.qp), &ConnectOpts::default())?;
-    b.qp.connect(&peer(&a.qp), &ConnectOpts::default())?;
+    let (a, b) = connected_pair(&device(None)?, 2 * SIZE, 2 * SIZE);
     for e in [&a, &b] {
         for _ in 0..16 {
             repost(e)?;
