@@ -272,21 +272,12 @@ pub(crate) fn parse_recv_meta(control: &[u8]) -> RecvMeta {
 /// hop limit, traffic class and flow label on IPv6 (and the destination address when
 /// `pktinfo`, for a socket not bound to one address).
 pub(crate) fn enable_recv_meta(s: &socket2::Socket, ipv6: bool, pktinfo: bool) -> io::Result<()> {
-    if ipv6 {
-        s.set_recv_hoplimit_v6(true)?;
-        s.set_recv_tclass_v6(true)?;
-        set_int_opt(s, libc::IPPROTO_IPV6, libc::IPV6_FLOWINFO, 1)?;
-        if pktinfo {
-            set_int_opt(s, libc::IPPROTO_IPV6, libc::IPV6_RECVPKTINFO, 1)?;
-        }
-    } else {
-        s.set_recv_tos_v4(true)?;
-        set_int_opt(s, libc::IPPROTO_IP, libc::IP_RECVTTL, 1)?;
-        if pktinfo {
-            set_int_opt(s, libc::IPPROTO_IP, libc::IP_PKTINFO, 1)?;
-        }
+    set_recv_meta(s, ipv6, true)?;
+    match (pktinfo, ipv6) {
+        (false, _) => Ok(()),
+        (true, true) => set_int_opt(s, libc::IPPROTO_IPV6, libc::IPV6_RECVPKTINFO, 1),
+        (true, false) => set_int_opt(s, libc::IPPROTO_IP, libc::IP_PKTINFO, 1),
     }
-    Ok(())
 }
 
 /// Turns the TTL / TOS (IPv4) or hop limit / traffic class / flow label (IPv6)
