@@ -3,6 +3,9 @@
 //! otherwise by `VethPair::new`). The neighbour tables are flushed first, so every
 //! destination MAC comes from the context's own ARP / Neighbor Discovery.
 
+mod common;
+
+use common::{connect_nobody, context_in_ns, ud_end, UdEnd};
 use rverbs::*;
 use rverbs_raw::netns::{self, VethPair};
 use rverbs_wire::ethernet::MacAddr;
@@ -62,27 +65,6 @@ fn net(v6: bool) -> Option<Net> {
         ip(&["-n", ns, "neigh", "flush", "dev", ifn]);
     }
     Some(Net { pair, addr, nobody })
-}
-
-/// A context on `ifname` (inside `ns`), in raw mode on it when `raw`.
-fn ctx_on(ns: &str, ifname: &str, raw: bool, pcap: Option<std::path::PathBuf>) -> Context {
-    let ifname = ifname.to_string();
-    VethPair::in_ns(ns, move || {
-        let dev = devices()
-            .expect("devices")
-            .into_iter()
-            .find(|d| d.ifname == ifname)
-            .expect("a soft device on the veth end");
-        Context::open_with(
-            dev,
-            &OpenOptions {
-                raw_interface: raw.then_some(ifname),
-                pcap,
-                ..Default::default()
-            },
-        )
-        .expect("open")
-    })
 }
 
 fn v2_index(ctx: &Context, a: IpAddr) -> u8 {
@@ -267,8 +249,8 @@ fn check_raw_only(ctx: &Context, probes: bool) {
 
 fn rc_between_raw_contexts(v6: bool) {
     let Some(n) = net(v6) else { return };
-    let ca = ctx_on(&n.pair.ns_a, &n.pair.if_a, true, None);
-    let cb = ctx_on(&n.pair.ns_b, &n.pair.if_b, true, None);
+    let ca = context_in_ns(&n.pair.ns_a, &n.pair.if_a, true, None);
+    let cb = context_in_ns(&n.pair.ns_b, &n.pair.if_b, true, None);
     let (a, b) = (rc_end(&ca), rc_end(&cb));
     connect(&a, &ca, n.addr[0], &b, &cb, n.addr[1]);
     all_opcodes(&a, &b);
@@ -285,27 +267,6 @@ fn rc_all_opcodes_ipv4() {
 #[test]
 fn rc_all_opcodes_ipv6() {
     rc_between_raw_contexts(true);
-}
-
-struct UdEnd {
-    pd: Pd,
-    cq: Cq,
-    qp: Qp,
-    mr: Mr,
-}
-
-fn ud_end(ctx: &Context) -> UdEnd {
-    let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(16).unwrap();
-    let qp = pd.create_qp(&QpInitAttr::new(QpType::Ud, &cq)).unwrap();
-    let mr = pd.reg_mr(40 + 1024, AccessFlags::LOCAL_WRITE).unwrap();
-    let nobody = PeerInfo {
-        qpn: 0,
-        psn: 0,
-        gid: Gid::ZERO,
-    };
-    qp.connect(&nobody, &ConnectOpts::default()).unwrap();
-    UdEnd { pd, cq, qp, mr }
 }
 
 /// UD ping from `a` to `b`, and the pong through an AH made from the completion.
@@ -351,9 +312,9 @@ fn ud_ping_pong(ca: &Context, a: &UdEnd, aa: IpAddr, cb: &Context, b: &UdEnd, ab
 
 fn ud_between_raw_contexts(v6: bool) {
     let Some(n) = net(v6) else { return };
-    let ca = ctx_on(&n.pair.ns_a, &n.pair.if_a, true, None);
-    let cb = ctx_on(&n.pair.ns_b, &n.pair.if_b, true, None);
-    let (a, b) = (ud_end(&ca), ud_end(&cb));
+    let ca = context_in_ns(&n.pair.ns_a, &n.pair.if_a, true, None);
+    let cb = context_in_ns(&n.pair.ns_b, &n.pair.if_b, true, None);
+    let (a, b) = (ud_end(ca.clone(), 16), ud_end(cb.clone(), 16));
     ud_ping_pong(&ca, &a, n.addr[0], &cb, &b, n.addr[1]);
     check_raw_only(&ca, true);
     check_raw_only(&cb, false);
@@ -374,8 +335,8 @@ fn ud_ping_pong_ipv6() {
 fn interop_with_a_udp_socket_context() {
     for v6 in [false, true] {
         let Some(n) = net(v6) else { return };
-        let ca = ctx_on(&n.pair.ns_a, &n.pair.if_a, true, None);
-        let cb = ctx_on(&n.pair.ns_b, &n.pair.if_b, false, None);
+        let ca = context_in_ns(&n.pair.ns_a, &n.pair.if_a, true, None);
+        let cb = context_in_ns(&n.pair.ns_b, &n.pair.if_b, false, None);
         assert!(cb.raw_net_stats().is_none());
         let (a, b) = (rc_end(&ca), rc_end(&cb));
         connect(&a, &ca, n.addr[0], &b, &cb, n.addr[1]);
@@ -383,7 +344,7 @@ fn interop_with_a_udp_socket_context() {
         all_opcodes(&b, &a);
         check_raw_only(&ca, true);
         assert_eq!(cb.counters().rx_icrc_errors, 0);
-        let (ua, ub) = (ud_end(&ca), ud_end(&cb));
+        let (ua, ub) = (ud_end(ca.clone(), 16), ud_end(cb.clone(), 16));
         ud_ping_pong(&ca, &ua, n.addr[0], &cb, &ub, n.addr[1]);
         ud_ping_pong(&cb, &ub, n.addr[1], &ca, &ua, n.addr[0]);
     }
@@ -395,7 +356,7 @@ fn interop_with_a_udp_socket_context() {
 fn unresolved_neighbour_gives_retry_exceeded() {
     for v6 in [false, true] {
         let Some(n) = net(v6) else { return };
-        let ca = ctx_on(&n.pair.ns_a, &n.pair.if_a, true, None);
+        let ca = context_in_ns(&n.pair.ns_a, &n.pair.if_a, true, None);
         let a = rc_end(&ca);
         let o = ConnectOpts {
             sgid_index: v2_index(&ca, n.addr[0]),
@@ -432,7 +393,7 @@ fn unresolved_neighbour_gives_retry_exceeded() {
 #[test]
 fn bad_frames_are_counted_and_dropped() {
     let Some(n) = net(false) else { return };
-    let cb = ctx_on(&n.pair.ns_b, &n.pair.if_b, true, None);
+    let cb = context_in_ns(&n.pair.ns_b, &n.pair.if_b, true, None);
     // A RAW_PACKET QP with a SNIFFER rule on the same context: it sees every RoCE
     // frame too (the raw device's ring sees all), and the engine still gets each once.
     let pd = cb.alloc_pd().unwrap();
@@ -441,12 +402,7 @@ fn bad_frames_are_counted_and_dropped() {
     let sniffer = pd
         .create_qp(&QpInitAttr::new(QpType::RawPacket, &scq))
         .unwrap();
-    let nobody = PeerInfo {
-        qpn: 0,
-        psn: 0,
-        gid: Gid::ZERO,
-    };
-    sniffer.connect(&nobody, &ConnectOpts::default()).unwrap();
+    connect_nobody(&sniffer);
     for i in 0..32 {
         sniffer
             .post_recv(i as u64, &[smr.slice(i * 256..(i + 1) * 256)])
@@ -566,7 +522,7 @@ fn bad_frames_are_counted_and_dropped() {
 #[test]
 fn own_address_goes_through_the_socket() {
     let Some(n) = net(false) else { return };
-    let ca = ctx_on(&n.pair.ns_a, &n.pair.if_a, true, None);
+    let ca = context_in_ns(&n.pair.ns_a, &n.pair.if_a, true, None);
     let (a, b) = (rc_end(&ca), rc_end(&ca));
     connect(&a, &ca, n.addr[0], &b, &ca, n.addr[0]);
     b.qp.post_recv(1, &[b.mr.slice(0..100)]).unwrap();
@@ -586,19 +542,19 @@ fn own_address_goes_through_the_socket() {
 #[test]
 fn multicast_ud_over_raw() {
     let Some(n) = net(false) else { return };
-    let ca = ctx_on(&n.pair.ns_a, &n.pair.if_a, true, None);
-    let cb = ctx_on(&n.pair.ns_b, &n.pair.if_b, true, None);
+    let ca = context_in_ns(&n.pair.ns_a, &n.pair.if_a, true, None);
+    let cb = context_in_ns(&n.pair.ns_b, &n.pair.if_b, true, None);
     let group = Gid::from(Ipv4Addr::new(239, 1, 2, 3));
     // Joining opens a group socket, in the namespace of the calling thread.
     let member = |ns: &str, ctx: &Context| {
         let ctx = ctx.clone();
         VethPair::in_ns(ns, move || {
-            let u = ud_end(&ctx);
+            let u = ud_end(ctx.clone(), 16);
             u.qp.attach_mcast(&group, 0).unwrap();
             u
         })
     };
-    let a = ud_end(&ca);
+    let a = ud_end(ca.clone(), 16);
     let a2 = member(&n.pair.ns_a, &ca);
     let b = member(&n.pair.ns_b, &cb);
     b.qp.post_recv(1, &[b.mr.all()]).unwrap();
@@ -660,12 +616,12 @@ fn pcap_of_the_raw_path_is_real_ethernet() {
             std::process::id(),
             u8::from(v6)
         ));
-        let ca = ctx_on(&n.pair.ns_a, &n.pair.if_a, true, Some(path.clone()));
-        let cb = ctx_on(&n.pair.ns_b, &n.pair.if_b, true, None);
+        let ca = context_in_ns(&n.pair.ns_a, &n.pair.if_a, true, Some(path.clone()));
+        let cb = context_in_ns(&n.pair.ns_b, &n.pair.if_b, true, None);
         let (a, b) = (rc_end(&ca), rc_end(&cb));
         connect(&a, &ca, n.addr[0], &b, &cb, n.addr[1]);
         all_opcodes(&a, &b);
-        let (ua, ub) = (ud_end(&ca), ud_end(&cb));
+        let (ua, ub) = (ud_end(ca.clone(), 16), ud_end(cb.clone(), 16));
         ud_ping_pong(&ca, &ua, n.addr[0], &cb, &ub, n.addr[1]);
         // One RoCE v1 datagram too (EtherType 0x8915).
         let v1 = ca.find_gid_index(&gid(n.addr[0]), GidType::RoceV1).unwrap();
@@ -758,7 +714,7 @@ fn pcap_of_the_raw_path_is_real_ethernet() {
 #[test]
 fn faults_on_the_raw_path() {
     let Some(n) = net(false) else { return };
-    let ca = ctx_on(&n.pair.ns_a, &n.pair.if_a, true, None);
+    let ca = context_in_ns(&n.pair.ns_a, &n.pair.if_a, true, None);
     let ifb = n.pair.if_b.clone();
     let cb = VethPair::in_ns(&n.pair.ns_b, move || {
         let dev = devices()

@@ -7,6 +7,9 @@
 //! (the v1 path takes a complete entry of the kernel's ARP table), others flush the
 //! tables so the context resolves its peer itself (ARP, `neigh.rs`).
 
+mod common;
+
+use common::context_in_ns;
 use rverbs::*;
 use rverbs_raw::netns::{self, VethPair};
 use std::net::Ipv4Addr;
@@ -77,26 +80,6 @@ fn net_with(static_neigh: bool) -> Option<Net> {
     Some(Net { pair, addr })
 }
 
-/// A context on `ifname` (inside `ns`) in raw mode on the same interface.
-fn raw_ctx(ns: &str, ifname: &str) -> Context {
-    let ifname = ifname.to_string();
-    VethPair::in_ns(ns, move || {
-        let dev = devices()
-            .expect("devices")
-            .into_iter()
-            .find(|d| d.ifname == ifname)
-            .expect("a soft device on the veth end");
-        Context::open_with(
-            dev,
-            &OpenOptions {
-                raw_interface: Some(ifname),
-                ..Default::default()
-            },
-        )
-        .expect("open in raw mode")
-    })
-}
-
 fn v1_index(ctx: &Context, a: Ipv4Addr) -> u8 {
     let i = ctx
         .find_gid_index(&Gid::from(a), GidType::RoceV1)
@@ -118,7 +101,7 @@ fn wait(cq: &Cq) -> Wc {
 #[test]
 fn gid_table_has_v1_then_v2_per_gid() {
     let Some(n) = net() else { return };
-    let ctx = raw_ctx(&n.pair.ns_a, &n.pair.if_a);
+    let ctx = context_in_ns(&n.pair.ns_a, &n.pair.if_a, true, None);
     let entries = ctx.query_gid_table(GID_TABLE_LEN).unwrap();
     let types: Vec<(u32, GidType)> = entries.iter().map(|e| (e.gid_index, e.gid_type)).collect();
     // Default GID as v1 (0) and v2 (1), then the address as v1 (2) and v2 (3).
@@ -142,8 +125,8 @@ fn gid_table_has_v1_then_v2_per_gid() {
 fn rc_send_and_read_over_v1() {
     // No neighbour entries: each side ARPs for the other itself.
     let Some(n) = net_with(false) else { return };
-    let a = raw_ctx(&n.pair.ns_a, &n.pair.if_a);
-    let b = raw_ctx(&n.pair.ns_b, &n.pair.if_b);
+    let a = context_in_ns(&n.pair.ns_a, &n.pair.if_a, true, None);
+    let b = context_in_ns(&n.pair.ns_b, &n.pair.if_b, true, None);
     let side = |ctx: &Context| {
         let pd = ctx.alloc_pd().unwrap();
         let cq = ctx.create_cq(64).unwrap();
@@ -214,8 +197,8 @@ fn rc_send_and_read_over_v1() {
 #[test]
 fn ud_ping_pong_over_v1_with_init_ah_from_wc() {
     let Some(n) = net() else { return };
-    let a = raw_ctx(&n.pair.ns_a, &n.pair.if_a);
-    let b = raw_ctx(&n.pair.ns_b, &n.pair.if_b);
+    let a = context_in_ns(&n.pair.ns_a, &n.pair.if_a, true, None);
+    let b = context_in_ns(&n.pair.ns_b, &n.pair.if_b, true, None);
     let side = |ctx: &Context| {
         let pd = ctx.alloc_pd().unwrap();
         let cq = ctx.create_cq(16).unwrap();
@@ -283,7 +266,7 @@ fn ud_ping_pong_over_v1_with_init_ah_from_wc() {
 #[test]
 fn no_neighbour_is_counted_not_sent() {
     let Some(n) = net() else { return };
-    let a = raw_ctx(&n.pair.ns_a, &n.pair.if_a);
+    let a = context_in_ns(&n.pair.ns_a, &n.pair.if_a, true, None);
     let pd = a.alloc_pd().unwrap();
     let cq = a.create_cq(16).unwrap();
     let qp = pd.create_qp(&QpInitAttr::new(QpType::Ud, &cq)).unwrap();
@@ -332,8 +315,8 @@ fn no_neighbour_is_counted_not_sent() {
 fn gsi_mads_over_v1() {
     use rverbs::mad::{self, attr, class, MadDest, GSI_QKEY, GSI_QPN};
     let Some(n) = net_with(false) else { return };
-    let a = raw_ctx(&n.pair.ns_a, &n.pair.if_a);
-    let b = raw_ctx(&n.pair.ns_b, &n.pair.if_b);
+    let a = context_in_ns(&n.pair.ns_a, &n.pair.if_a, true, None);
+    let b = context_in_ns(&n.pair.ns_b, &n.pair.if_b, true, None);
     let agent = a.register_mad_agent(None).unwrap();
     let mut get = mad::request(class::PERF_MGMT, attr::PMA_PORT_COUNTERS_EXT, 0);
     get[65] = 1;

@@ -97,3 +97,31 @@ pub fn wait(cq: &Cq) -> Wc {
     assert_eq!(n, 1, "no completion within 10 s");
     out[0]
 }
+
+/// A context on the soft device of interface `ifname` inside network namespace `ns`
+/// (root tests with a `rverbs_raw::netns::VethPair`), in raw mode on that interface
+/// when `raw`, writing a capture to `pcap` when given.
+pub fn context_in_ns(
+    ns: &str,
+    ifname: &str,
+    raw: bool,
+    pcap: Option<std::path::PathBuf>,
+) -> Context {
+    let ifname = ifname.to_string();
+    rverbs_raw::netns::VethPair::in_ns(ns, move || {
+        let dev = devices()
+            .expect("devices")
+            .into_iter()
+            .find(|d| d.ifname == ifname)
+            .expect("a soft device on the veth end");
+        Context::open_with(
+            dev,
+            &OpenOptions {
+                raw_interface: raw.then_some(ifname),
+                pcap,
+                ..Default::default()
+            },
+        )
+        .expect("open")
+    })
+}
