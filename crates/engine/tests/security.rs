@@ -456,17 +456,31 @@ fn receive_buffer_too_small() {
 fn raw(sim: &mut Sim, to: usize, p: &Pkt, src: std::net::IpAddr, dst: std::net::IpAddr) {
     let mut payload = p.t.payload.clone();
     net::fill_icrc(src, dst, p.t.src_port, &mut payload);
+    feed(sim, to, src, dst, p.t.src_port, &payload, false);
+}
+
+/// Hands `payload` to engine `to` as a datagram from `src`, with `icrc_checked` as
+/// given (a raw-mode receiver vouching for the ICRC).
+fn feed(
+    sim: &mut Sim,
+    to: usize,
+    src: std::net::IpAddr,
+    dst: std::net::IpAddr,
+    src_port: u16,
+    payload: &[u8],
+    icrc_checked: bool,
+) {
     let d = Datagram {
         src,
         dst,
-        src_port: p.t.src_port,
+        src_port,
         hop_limit: 64,
         traffic_class: 0,
         flow_label: 0,
         ipv4_id: Some(0),
         roce_v1: false,
-        icrc_checked: false,
-        payload: &payload,
+        icrc_checked,
+        payload,
     };
     let now = sim.now;
     sim.engines[to].handle_datagram(now, &d);
@@ -527,22 +541,7 @@ fn an_icrc_checked_datagram_skips_only_the_icrc_check() {
     let bad_pkey = send(100, 0x1234);
     let mut wrong_icrc = send(100, 0xffff);
     let (a0, a1) = (sim.addr(0), sim.addr(1));
-    let deliver = |sim: &mut Sim, p: &Pkt| {
-        let d = Datagram {
-            src: a0,
-            dst: a1,
-            src_port: p.t.src_port,
-            hop_limit: 64,
-            traffic_class: 0,
-            flow_label: 0,
-            ipv4_id: Some(0),
-            roce_v1: false,
-            icrc_checked: true,
-            payload: &p.t.payload,
-        };
-        let now = sim.now;
-        sim.engines[1].handle_datagram(now, &d);
-    };
+    let deliver = |sim: &mut Sim, p: &Pkt| feed(sim, 1, a0, a1, p.t.src_port, &p.t.payload, true);
     let n = wrong_icrc.t.payload.len();
     wrong_icrc.t.payload[n - 4..].copy_from_slice(&[0xde, 0xad, 0xbe, 0xef]);
     deliver(&mut sim, &bad_pkey);
