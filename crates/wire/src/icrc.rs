@@ -388,6 +388,11 @@ mod gf2 {
     }
 }
 
+/// The tests' pcap reader (shared with `tests/icrc_hardware.rs`).
+#[cfg(test)]
+#[path = "../tests/common/pcap.rs"]
+mod test_pcap;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -739,33 +744,21 @@ mod tests {
         );
     }
 
-    /// Classic pcap (either byte order, micro- or nanosecond) of Ethernet frames: the
-    /// frames' bytes.
+    /// The Ethernet frames of a classic pcap file.
     fn pcap_frames(file: &[u8]) -> Vec<&[u8]> {
-        let magic = u32::from_le_bytes(file[..4].try_into().unwrap());
-        let le = match magic {
-            0xa1b2_c3d4 | 0xa1b2_3c4d => true,
-            0xd4c3_b2a1 | 0x4d3c_b2a1 => false,
-            _ => panic!("not a classic pcap"),
-        };
-        let u32_at = |at: usize| {
-            let b: [u8; 4] = file[at..at + 4].try_into().unwrap();
-            if le {
-                u32::from_le_bytes(b)
-            } else {
-                u32::from_be_bytes(b)
-            }
-        };
-        assert_eq!(u32_at(20), 1, "link type is not Ethernet");
-        let mut frames = Vec::new();
-        let mut at = 24;
-        while at + 16 <= file.len() {
-            let incl = u32_at(at + 8) as usize;
-            frames.push(&file[at + 16..at + 16 + incl]);
-            at += 16 + incl;
-        }
-        assert_eq!(at, file.len());
-        frames
+        let (linktype, records) = super::test_pcap::pcap_records(file);
+        assert_eq!(linktype, 1, "link type is not Ethernet");
+        records
+            .into_iter()
+            .map(|r| {
+                assert_eq!(
+                    r.data.len(),
+                    r.orig_len,
+                    "a frame was cut by the snap length"
+                );
+                r.data
+            })
+            .collect()
     }
 
     /// The kernel's rxe sends non-zero IDs; every captured IPv4 RoCE v2 packet gives its

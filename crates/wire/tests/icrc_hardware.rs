@@ -13,6 +13,9 @@
 //! The files are third-party data, kept under the shared directory outside the repository
 //! (or copied to `testdata/icrc/`); without them these tests print SKIPPED and check nothing.
 
+#[path = "common/pcap.rs"]
+mod pcap;
+
 use rverbs_wire::ethernet::{ethertype, EthernetRepr, MacAddr};
 use rverbs_wire::frame::{self, Decoded};
 use rverbs_wire::grh::{GRH_LEN, NEXT_HEADER_BTH};
@@ -57,33 +60,21 @@ fn skipped(name: &str) {
     );
 }
 
-/// The records of a classic pcap file (either byte order): (link type, record bytes).
+/// The records of a classic pcap file: (link type, record bytes), none cut by the snap
+/// length.
 fn pcap_records(file: &[u8]) -> (u32, Vec<&[u8]>) {
-    let magic = u32::from_le_bytes(file[..4].try_into().unwrap());
-    let le = match magic {
-        0xa1b2_c3d4 | 0xa1b2_3c4d => true,
-        0xd4c3_b2a1 | 0x4d3c_b2a1 => false,
-        _ => panic!("not a classic pcap file"),
-    };
-    let u32_at = |at: usize| {
-        let b: [u8; 4] = file[at..at + 4].try_into().unwrap();
-        if le {
-            u32::from_le_bytes(b)
-        } else {
-            u32::from_be_bytes(b)
-        }
-    };
-    let linktype = u32_at(20);
-    let mut records = Vec::new();
-    let mut at = 24;
-    while at + 16 <= file.len() {
-        let incl = u32_at(at + 8) as usize;
-        let orig = u32_at(at + 12) as usize;
-        assert_eq!(incl, orig, "record at {at} was cut by the snap length");
-        records.push(&file[at + 16..at + 16 + incl]);
-        at += 16 + incl;
-    }
-    assert_eq!(at, file.len(), "trailing bytes after the last record");
+    let (linktype, records) = pcap::pcap_records(file);
+    let records = records
+        .into_iter()
+        .map(|r| {
+            assert_eq!(
+                r.data.len(),
+                r.orig_len,
+                "a record was cut by the snap length"
+            );
+            r.data
+        })
+        .collect();
     (linktype, records)
 }
 
