@@ -19,7 +19,11 @@ fn unsignaled_tail(policy: AckPolicy) -> (Counters, Counters) {
         ack_policy: policy,
         ..Default::default()
     };
-    let open = || Context::open_with(dev.clone(), &opts).unwrap();
+    unsignaled_tail_on(&|| Context::open_with(dev.clone(), &opts).unwrap())
+}
+
+/// [`unsignaled_tail`] between two contexts `open` makes.
+fn unsignaled_tail_on(open: &dyn Fn() -> Context) -> (Counters, Counters) {
     let (a, b) = (end(open(), 4096), end(open(), 4096));
     connect(&a, &b, &ConnectOpts::default());
     for i in 0..N {
@@ -97,14 +101,21 @@ fn rverbs_ack_policy_env_is_checked() {
             );
         } else {
             r.expect("a valid RVERBS_ACK_POLICY opens");
+            // And the policy it names is the one the contexts use.
+            let (a, _) = unsignaled_tail_on(&|| Context::open(device(None).unwrap()).unwrap());
+            if v == "every-message" {
+                assert_eq!(a.tx_ack_requests, N + 1, "{a:?}");
+            } else {
+                assert!(a.tx_ack_requests <= 4, "{a:?}");
+            }
         }
         return;
     }
     let exe = std::env::current_exe().unwrap();
     for (value, mode) in [
         ("bogus", "bad"),
-        ("every-message", "good"),
-        ("coalesce", "good"),
+        ("every-message", "every-message"),
+        ("coalesce", "coalesce"),
     ] {
         let out = std::process::Command::new(&exe)
             .args(["--exact", "rverbs_ack_policy_env_is_checked", "--nocapture"])
