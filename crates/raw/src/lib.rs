@@ -197,8 +197,14 @@ impl AsRawFd for RawPort {
     }
 }
 
+/// Attaches the classic BPF program `prog` to any socket `fd` (`SO_ATTACH_FILTER`,
+/// `socket(7)`): the kernel then queues only what the program accepts.
+pub fn attach_socket_filter(fd: &impl AsRawFd, prog: &[SockFilter]) -> io::Result<()> {
+    sys::attach_filter(fd, prog)
+}
+
 /// One classic BPF instruction (`struct sock_filter`, linux/filter.h) of a program
-/// for [`RawPort::open_filtered`].
+/// for [`RawPort::open_filtered`] or [`attach_socket_filter`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SockFilter {
     /// Opcode (`BPF_LD | BPF_H | BPF_ABS`, ...).

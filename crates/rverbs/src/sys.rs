@@ -58,33 +58,16 @@ pub(crate) fn drop_from_interface(fd: &impl AsRawFd, ifindex: u32) -> io::Result
     const JEQ_K: u16 = 0x15;
     const RET_K: u16 = 0x06;
     const SKF_AD_IFINDEX: u32 = (-0x1000i32 + 8) as u32;
-    let ins = |code, jt, jf, k| libc::sock_filter { code, jt, jf, k };
-    let mut prog = [
-        ins(LD_ABS_W, 0, 0, SKF_AD_IFINDEX),
-        ins(JEQ_K, 0, 1, ifindex),
-        ins(RET_K, 0, 0, 0),
-        ins(RET_K, 0, 0, u32::MAX),
-    ];
-    let fprog = libc::sock_fprog {
-        len: prog.len() as u16,
-        filter: prog.as_mut_ptr(),
-    };
-    // SAFETY: `fd` is an open socket; `fprog` points at `prog`, which outlives the call
-    // (the kernel copies the program).
-    let rc = unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_ATTACH_FILTER,
-            (&fprog as *const libc::sock_fprog).cast(),
-            std::mem::size_of::<libc::sock_fprog>() as libc::socklen_t,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    let ins = |code, jt, jf, k| rverbs_raw::SockFilter { code, jt, jf, k };
+    rverbs_raw::attach_socket_filter(
+        fd,
+        &[
+            ins(LD_ABS_W, 0, 0, SKF_AD_IFINDEX),
+            ins(JEQ_K, 0, 1, ifindex),
+            ins(RET_K, 0, 0, 0),
+            ins(RET_K, 0, 0, u32::MAX),
+        ],
+    )
 }
 
 /// Sets `UDP_NO_CHECK6_RX`: accept IPv6 UDP datagrams with a zero checksum. RFC 8200
