@@ -254,7 +254,7 @@ impl Engine {
     }
 
     /// Changes when RC requesters ask for ACKs ([`Config::ack_policy`]); applies to the
-    /// packets built from now on.
+    /// packets built from now on (a tail already sent without AckReq is still nudged).
     pub fn set_ack_policy(&mut self, policy: AckPolicy) {
         self.cfg.ack_policy = policy;
     }

@@ -464,7 +464,7 @@ impl Qp {
                 self.sqd_notified = false;
                 // The drain completes on the ACKs of what is out: ask for them now
                 // rather than after the nudge delay (AckPolicy::Coalesce).
-                if self.needs_nudge(ctx) {
+                if self.needs_nudge() {
                     self.nudge_due = true;
                 }
             }
@@ -632,7 +632,7 @@ impl Qp {
                 return Some(t);
             }
         }
-        if self.nudge_at.is_none() && self.needs_nudge(ctx) {
+        if self.nudge_at.is_none() && self.needs_nudge() {
             self.nudge_at = Some(ctx.now + ack_nudge_ns(self.attr.timeout));
         }
         None
@@ -648,9 +648,11 @@ impl Qp {
     /// Packets are out that no ACK will cover unless the requester asks
     /// (`AckPolicy::Coalesce`; the responder ACKs only AckReq packets, IBTA 9.7.5.1.1,
     /// rxe `rxe_resp.c` `acknowledge`).
-    fn needs_nudge(&self, ctx: &Ctx<'_>) -> bool {
-        ctx.ack_policy == crate::engine::AckPolicy::Coalesce
-            && self.qp_type == QpType::Rc
+    fn needs_nudge(&self) -> bool {
+        // Whatever the policy now: under `EveryMessage` every message end asks, so an
+        // idle tail is never unasked, unless it was sent before a switch from
+        // `Coalesce` (`Engine::set_ack_policy`).
+        self.qp_type == QpType::Rc
             && self.can_send()
             && self.rnr_wait_until.is_none()
             && self.sent_psn_end != self.comp_psn
@@ -663,7 +665,7 @@ impl Qp {
     /// a retry: `retry_left` and the retransmit timer are left alone, so if the nudge
     /// is answered by nothing the timeout runs as before.
     fn build_nudge(&mut self, ctx: &mut Ctx<'_>) -> Option<Transmit> {
-        if !self.needs_nudge(ctx) {
+        if !self.needs_nudge() {
             return None;
         }
         let last = self.sent_psn_end.sub(1);
@@ -808,7 +810,7 @@ impl Qp {
         // as rxe's completer reaches a failed WQE only after those before it.
         if idx == 0 {
             self.complete_front(status, ctx);
-        } else if self.needs_nudge(ctx) {
+        } else if self.needs_nudge() {
             // The WQEs before wait for an ACK nobody asked for: ask now.
             self.nudge_due = true;
         }
@@ -1310,7 +1312,7 @@ impl Qp {
             self.reorder_until = None;
             self.stale_rearms = 0;
             self.unacked_since = (self.sent_psn_end != self.comp_psn).then_some(ctx.now);
-            if !self.needs_nudge(ctx) {
+            if !self.needs_nudge() {
                 self.nudge_at = None;
             }
             if !self.read_ahead.is_empty() {
@@ -1466,7 +1468,7 @@ impl Qp {
         }
         if self.nudge_at.is_some_and(|t| t <= ctx.now) {
             self.nudge_at = None;
-            if self.needs_nudge(ctx) {
+            if self.needs_nudge() {
                 // New packets since the timer started postpone the nudge.
                 let ready = self.last_tx_at + ack_nudge_ns(self.attr.timeout);
                 if ctx.now < ready {

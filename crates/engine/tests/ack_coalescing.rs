@@ -273,6 +273,36 @@ fn ack_nudge_completes_an_unsignaled_tail_without_a_retry() {
     assert_eq!(sim.engines[0].qp_state(a.qpn), Some(QpState::Rts));
 }
 
+/// An unsignaled tail sent under `Coalesce` still gets its nudge after the engine
+/// switched to `EveryMessage` (`Engine::set_ack_policy` applies to packets built from
+/// then on), not a retransmit timeout.
+#[test]
+fn a_tail_sent_before_a_policy_switch_is_still_nudged() {
+    let mut sim = sim2(AckPolicy::Coalesce);
+    let o = opts();
+    let (a, b) = pair(&mut sim, &o);
+    recvs(&mut sim, &b, 2);
+    let t0 = sim.now;
+    for i in 0..2 {
+        post(&mut sim, &a, send8(i, &a, false)).unwrap();
+    }
+    let reqs = tx(&mut sim, 0);
+    assert!(!reqs.iter().any(ack_req));
+    sim.engines[0].set_ack_policy(AckPolicy::EveryMessage);
+    rx_all(&mut sim, &reqs);
+    assert!(tx(&mut sim, 1).is_empty());
+    assert_eq!(fire(&mut sim, 0), t0 + ack_nudge_ns(o.timeout));
+    let n = tx(&mut sim, 0);
+    assert_eq!(lines(&n), ["RC_SEND_ONLY 101"]);
+    assert!(ack_req(&n[0]));
+    rx_all(&mut sim, &n);
+    let ans = tx(&mut sim, 1);
+    rx_all(&mut sim, &ans);
+    assert_eq!(sim.engines[0].poll_timeout(), None, "nothing outstanding");
+    let ca = sim.engines[0].counters();
+    assert_eq!((ca.ack_nudges, ca.retransmit_timeouts), (1, 0));
+}
+
 /// The same for a 3-packet RDMA WRITE: the nudge is its LAST packet again, with its
 /// payload; the responder ACKs the duplicate and does not write twice.
 #[test]
