@@ -1173,6 +1173,16 @@ impl Qp {
                 }
                 (Opcode::RC_ACKNOWLEDGE, Some(Syndrome::RnrNak { timer })) => {
                     ctx.counters.rx_rnr_nak += 1;
+                    if self.rnr_wait_until.is_some() && psn == self.comp_psn {
+                        // Still waiting out an RNR NAK for this PSN, with nothing sent
+                        // since (the wait ends before the resend): this one answers a
+                        // packet that left before that NAK was handled, such as an ACK
+                        // nudge that crossed it. The same refusal: the resend after the
+                        // wait covers it, and counting it would spend a second RNR
+                        // retry (IBTA 9.7.5.2.8) on one refusal.
+                        wake.transmit = false;
+                        break;
+                    }
                     self.comp_psn = psn;
                     if self.rnr_left == 0 {
                         self.complete_front(WcStatus::RnrRetryExcErr, ctx);

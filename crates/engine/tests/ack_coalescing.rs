@@ -701,3 +701,55 @@ fn a_nak_past_whole_messages_retries_at_once_during_a_retry() {
         assert_eq!(sim.engines[0].qp_state(a.qpn), Some(QpState::Rts));
     }
 }
+
+/// A nudge that crosses a late RNR NAK: the responder has no receive for the unsignaled
+/// tail and refuses it, its RNR NAK is slow, and the nudge (the same packet, asking)
+/// is refused too. The second RNR NAK answers a packet that left before the first one
+/// was handled, so it is the same refusal: one RNR retry is spent (`rnr_retry` 1
+/// here), not two, and the message is delivered after the RNR timer instead of failing
+/// with RNR_RETRY_EXC_ERR.
+#[test]
+fn a_nudge_crossing_a_late_rnr_nak_spends_one_rnr_retry() {
+    let mut sim = sim2(AckPolicy::Coalesce);
+    let o = PairOpts {
+        rnr_retry: 1,
+        min_rnr_timer: 1,
+        ..opts()
+    };
+    let (a, b) = pair(&mut sim, &o);
+    post(&mut sim, &a, send8(1, &a, false)).unwrap();
+    let reqs = tx(&mut sim, 0);
+    assert!(!ack_req(&reqs[0]));
+    rx_all(&mut sim, &reqs);
+    // The first refusal, held back on the way.
+    let late = tx(&mut sim, 1);
+    assert_eq!(lines(&late), [la("RC_ACKNOWLEDGE", 100, "RNR t=1 msn=0")]);
+    fire(&mut sim, 0);
+    let nudge = tx(&mut sim, 0);
+    assert_eq!(lines(&nudge), ["RC_SEND_ONLY 100"]);
+    assert!(ack_req(&nudge[0]));
+    rx_all(&mut sim, &nudge);
+    let second = tx(&mut sim, 1);
+    assert_eq!(lines(&second), [la("RC_ACKNOWLEDGE", 100, "RNR t=1 msn=0")]);
+    rx_all(&mut sim, &late);
+    rx_all(&mut sim, &second);
+    assert!(drain(&mut sim, &a).is_empty(), "no error completion");
+    assert_eq!(sim.engines[0].qp_state(a.qpn), Some(QpState::Rts));
+    recvs(&mut sim, &b, 1);
+    // After the RNR timer (IBTA table 45: code 1 = 10 µs) the retry is accepted.
+    let at = sim.now;
+    assert_eq!(fire(&mut sim, 0), at + 10_000);
+    let again = tx(&mut sim, 0);
+    assert_eq!(lines(&again), ["RC_SEND_ONLY 100"]);
+    rx_all(&mut sim, &again);
+    pass(&mut sim, 1);
+    assert_eq!(drain(&mut sim, &b).len(), 1, "delivered once");
+    let c = sim.engines[0].counters();
+    assert_eq!(c.rx_rnr_nak, 2);
+    assert_eq!(sim.engines[0].poll_timeout(), None, "nothing outstanding");
+    // The next signaled SEND completes normally.
+    recvs(&mut sim, &b, 1);
+    post(&mut sim, &a, send8(2, &a, true)).unwrap();
+    let wcs = wait_wcs(&mut sim, &a, 1, 10 * MS);
+    assert_eq!((wcs[0].wr_id, wcs[0].status), (2, WcStatus::Success));
+}
