@@ -1506,15 +1506,19 @@ impl Qp {
 
     /// The earliest deadline of this QP.
     pub(crate) fn deadline(&self) -> Option<Nanos> {
-        [
-            self.retransmit_at,
-            self.rnr_wait_until,
-            self.reorder_until,
-            self.nudge_at,
-        ]
-        .into_iter()
-        .flatten()
-        .min()
+        // Runs after every packet in or out: plain compares, not an iterator chain (which
+        // compiled to a stack copy of the four options and a loop over it).
+        fn earlier(a: Option<Nanos>, b: Option<Nanos>) -> Option<Nanos> {
+            match (a, b) {
+                (Some(x), Some(y)) => Some(x.min(y)),
+                (x, None) => x,
+                (None, y) => y,
+            }
+        }
+        earlier(
+            earlier(self.retransmit_at, self.rnr_wait_until),
+            earlier(self.reorder_until, self.nudge_at),
+        )
     }
 
     /// Takes a receive WQE from the RQ or the SRQ (raising the SRQ limit event).
