@@ -2,8 +2,8 @@
 //! GID is an IPv6 address or an IPv4-mapped one); the driver owns sockets.
 
 use rverbs_wire::grh::Gid;
-use rverbs_wire::{icrc, ipv4, ipv6, udp};
-use std::net::IpAddr;
+use rverbs_wire::{icrc, ipv4, udp};
+use std::net::{IpAddr, Ipv4Addr};
 
 /// A datagram the engine wants sent to UDP port 4791.
 ///
@@ -104,54 +104,31 @@ pub fn ip_to_gid(a: IpAddr) -> Gid {
     }
 }
 
-fn headers(src: IpAddr, dst: IpAddr, src_port: u16, ib_len: usize) -> ([u8; 48], usize) {
-    let mut h = [0u8; 48];
+/// The IPv4 and UDP headers of a datagram sent as [`Transmit`] describes (ID 0, DF),
+/// for [`icrc::recover_ipv4_id`], which needs them unmasked.
+fn ipv4_headers(src: Ipv4Addr, dst: Ipv4Addr, src_port: u16, ib_len: usize) -> [u8; 28] {
+    let mut h = [0u8; 28];
     let udp_len = udp::HEADER_LEN + ib_len;
-    let ip_len = match (src, dst) {
-        (IpAddr::V4(s), IpAddr::V4(d)) => {
-            // `Ipv4Repr::emit` without its header checksum: the ICRC masks that field
-            // to ones (IBTA A17.3.3, `icrc::compute_parts`), so it would be computed
-            // for nothing on every packet sent and received.
-            let mut p = ipv4::Ipv4Packet::new_unchecked(&mut h[..20]);
-            p.set_version_and_header_len(ipv4::HEADER_LEN);
-            p.set_tos(0);
-            p.set_total_len((ipv4::HEADER_LEN + udp_len) as u16);
-            p.set_ident(0);
-            p.set_dont_frag(true);
-            p.set_ttl(64);
-            p.set_protocol(ipv4::PROTO_UDP);
-            p.set_src_addr(s);
-            p.set_dst_addr(d);
-            20
-        }
-        _ => {
-            let to6 = |a: IpAddr| match a {
-                IpAddr::V4(v) => v.to_ipv6_mapped(),
-                IpAddr::V6(v) => v,
-            };
-            let repr = ipv6::Ipv6Repr {
-                src: to6(src),
-                dst: to6(dst),
-                traffic_class: 0,
-                flow_label: 0,
-                next_header: ipv4::PROTO_UDP,
-                hop_limit: 64,
-                payload_len: udp_len,
-            };
-            repr.emit(&mut ipv6::Ipv6Packet::new_unchecked(&mut h[..40]));
-            40
-        }
-    };
+    // `Ipv4Repr::emit` without its header checksum: the ICRC masks that field to ones
+    // (IBTA A17.3.3, `icrc::compute_parts`), so it would be computed for nothing.
+    let mut p = ipv4::Ipv4Packet::new_unchecked(&mut h[..20]);
+    p.set_version_and_header_len(ipv4::HEADER_LEN);
+    p.set_tos(0);
+    p.set_total_len((ipv4::HEADER_LEN + udp_len) as u16);
+    p.set_ident(0);
+    p.set_dont_frag(true);
+    p.set_ttl(64);
+    p.set_protocol(ipv4::PROTO_UDP);
+    p.set_src_addr(src);
+    p.set_dst_addr(dst);
     let u = udp::UdpRepr {
         src_port,
         dst_port: udp::ROCE_V2_PORT,
         payload_len: ib_len,
         checksum: 0,
     };
-    u.emit(&mut udp::UdpPacket::new_unchecked(
-        &mut h[ip_len..ip_len + 8],
-    ));
-    (h, ip_len)
+    u.emit(&mut udp::UdpPacket::new_unchecked(&mut h[20..28]));
+    h
 }
 
 /// The GRH of a RoCE v1 packet of `ib_len` bytes (BTH through ICRC) between two GIDs
@@ -199,10 +176,10 @@ pub fn fill_icrc_for(roce_v1: bool, src: IpAddr, dst: IpAddr, src_port: u16, pay
 /// Computes and stores the ICRC of an outgoing packet (the last four bytes of
 /// `payload` are overwritten), for IPv4 ID 0 with DF (see [`Transmit`]).
 pub fn fill_icrc(src: IpAddr, dst: IpAddr, src_port: u16, payload: &mut [u8]) {
-    let (h, ip_len) = headers(src, dst, src_port, payload.len());
-    let n = payload.len() - icrc::ICRC_LEN;
-    // The layouts are ours and well formed, so the CRC cannot fail.
-    let crc = icrc::compute_parts(&h[..ip_len], &h[ip_len..ip_len + 8], &payload[..n]).unwrap_or(0);
+    let n = payload.len().saturating_sub(icrc::ICRC_LEN);
+    // The headers `headers` would emit, written straight in masked form. Our own
+    // layouts always hold a BTH; a failure leaves a zero ICRC (a dropped packet).
+    let crc = icrc::compute_addrs(src, dst, 0, src_port, &payload[..n]).unwrap_or(0);
     payload[n..].copy_from_slice(&crc.to_le_bytes());
 }
 
@@ -219,20 +196,19 @@ pub fn icrc_ok(d: &Datagram<'_>) -> bool {
         carried.copy_from_slice(&d.payload[n..]);
         return v1_icrc(d.src, d.dst, d.payload) == Some(u32::from_le_bytes(carried));
     }
-    let (mut h, ip_len) = headers(d.src, d.dst, d.src_port, d.payload.len());
-    if ip_len == 20 && d.ipv4_id.is_none() {
+    if let (IpAddr::V4(s), IpAddr::V4(t), None) = (d.src, d.dst, d.ipv4_id) {
+        let h = ipv4_headers(s, t, d.src_port, d.payload.len());
         return matches!(
             icrc::recover_ipv4_id(&h[..20], &h[20..28], d.payload),
             Ok(Some(_))
         );
     }
-    if let (Some(id), 20) = (d.ipv4_id, ip_len) {
-        h[4..6].copy_from_slice(&id.to_be_bytes());
-    }
     let n = d.payload.len() - icrc::ICRC_LEN;
     let mut carried = [0u8; 4];
     carried.copy_from_slice(&d.payload[n..]);
-    match icrc::compute_parts(&h[..ip_len], &h[ip_len..ip_len + 8], &d.payload[..n]) {
+    // The IPv4 ID is used only for an IPv4 header (`compute_addrs` ignores it for IPv6).
+    let id = d.ipv4_id.unwrap_or(0);
+    match icrc::compute_addrs(d.src, d.dst, id, d.src_port, &d.payload[..n]) {
         Ok(c) => c == u32::from_le_bytes(carried),
         Err(_) => false,
     }

@@ -24,6 +24,7 @@
 
 use crate::bth::BTH_LEN;
 use crate::{ipv4, ipv6, udp, Error, Result};
+use core::net::IpAddr;
 use crc32fast::Hasher;
 
 /// Length of the ICRC trailer.
@@ -80,10 +81,20 @@ pub fn compute_parts(ip_header: &[u8], udp_header: &[u8], ib_packet: &[u8]) -> R
     rest[..8].copy_from_slice(udp_header);
     rest[6] = 0xff; // UDP checksum
     rest[7] = 0xff;
-    rest[8..8 + BTH_LEN].copy_from_slice(&ib_packet[..BTH_LEN]);
-    rest[8 + 4] = 0xff; // BTH byte 4: FECN, BECN, resv6
-    let masked_len = ip_len + udp::HEADER_LEN + BTH_LEN;
+    Ok(hash_masked(
+        &mut masked,
+        ip_len + udp::HEADER_LEN,
+        ib_packet,
+    ))
+}
 
+/// Finishes an ICRC: `masked[..at]` holds the masked IP and UDP headers; appends the BTH
+/// (byte 4 masked) and, for a small packet, the rest of `ib_packet` (at least
+/// [`BTH_LEN`] bytes), and hashes it all after the LRH stand-in.
+fn hash_masked(masked: &mut [u8; MAX_MASKED + SMALL_REST], at: usize, ib_packet: &[u8]) -> u32 {
+    masked[at..at + BTH_LEN].copy_from_slice(&ib_packet[..BTH_LEN]);
+    masked[at + 4] = 0xff; // BTH byte 4: FECN, BECN, resv6
+    let masked_len = at + BTH_LEN;
     let mut h = Hasher::new_with_initial(LRH_CRC);
     let tail = &ib_packet[BTH_LEN..];
     if tail.len() <= SMALL_REST {
@@ -93,7 +104,75 @@ pub fn compute_parts(ip_header: &[u8], udp_header: &[u8], ib_packet: &[u8]) -> R
         h.update(&masked[..masked_len]);
         h.update(tail);
     }
-    Ok(h.finalize())
+    h.finalize()
+}
+
+/// The ICRC of a RoCE v2 packet from `src` to `dst` (UDP source port `src_port`), with
+/// the IP and UDP headers a Linux UDP socket sends written straight in their masked form
+/// instead of being emitted and then masked ([`compute_parts`] over the real headers
+/// gives the same value; a test checks it): when both addresses are IPv4, a 20-byte IPv4
+/// header with Identification `ipv4_id`, DF set and fragment offset 0; otherwise a 40-byte
+/// IPv6 header (an IPv4 address as its IPv4-mapped form) and `ipv4_id` is unused. Either
+/// way protocol / next header UDP, UDP destination port 4791, and lengths for
+/// `ib_packet` (BTH up to, not including, the ICRC) plus the ICRC, truncated to 16 bits
+/// as the header emitters do.
+pub fn compute_addrs(
+    src: IpAddr,
+    dst: IpAddr,
+    ipv4_id: u16,
+    src_port: u16,
+    ib_packet: &[u8],
+) -> Result<u32> {
+    if ib_packet.len() < BTH_LEN {
+        return Err(Error::Truncated("BTH"));
+    }
+    let udp_len = udp::HEADER_LEN + ib_packet.len() + ICRC_LEN;
+    let mut masked = [0u8; MAX_MASKED + SMALL_REST];
+    let ip_len = match (src, dst) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => {
+            let ip = &mut masked[..ipv4::HEADER_LEN];
+            ip[0] = 0x45; // version 4, IHL 5
+            ip[1] = 0xff; // TOS (masked)
+            ip[2..4].copy_from_slice(&((ipv4::HEADER_LEN + udp_len) as u16).to_be_bytes());
+            ip[4..6].copy_from_slice(&ipv4_id.to_be_bytes());
+            ip[6] = 0x40; // DF, fragment offset 0
+            ip[8] = 0xff; // TTL (masked)
+            ip[9] = ipv4::PROTO_UDP;
+            ip[10] = 0xff; // header checksum (masked)
+            ip[11] = 0xff;
+            ip[12..16].copy_from_slice(&s.octets());
+            ip[16..20].copy_from_slice(&d.octets());
+            ipv4::HEADER_LEN
+        }
+        _ => {
+            let to6 = |a: IpAddr| match a {
+                IpAddr::V4(v) => v.to_ipv6_mapped(),
+                IpAddr::V6(v) => v,
+            };
+            let ip = &mut masked[..ipv6::HEADER_LEN];
+            ip[0] = 0x6f; // version 6, traffic class (masked) ...
+            ip[1] = 0xff; // ... traffic class and flow label (masked)
+            ip[2] = 0xff;
+            ip[3] = 0xff;
+            ip[4..6].copy_from_slice(&(udp_len as u16).to_be_bytes());
+            ip[6] = ipv4::PROTO_UDP;
+            ip[7] = 0xff; // hop limit (masked)
+            ip[8..24].copy_from_slice(&to6(src).octets());
+            ip[24..40].copy_from_slice(&to6(dst).octets());
+            ipv6::HEADER_LEN
+        }
+    };
+    let u = &mut masked[ip_len..ip_len + udp::HEADER_LEN];
+    u[0..2].copy_from_slice(&src_port.to_be_bytes());
+    u[2..4].copy_from_slice(&udp::ROCE_V2_PORT.to_be_bytes());
+    u[4..6].copy_from_slice(&(udp_len as u16).to_be_bytes());
+    u[6] = 0xff; // UDP checksum (masked)
+    u[7] = 0xff;
+    Ok(hash_masked(
+        &mut masked,
+        ip_len + udp::HEADER_LEN,
+        ib_packet,
+    ))
 }
 
 /// The RoCE v1 ICRC of a packet given as its GRH (40 bytes) and the IB transport packet
@@ -641,6 +720,101 @@ mod tests {
         let huge = std::vec![0u8; 65536];
         assert!(recover_ipv4_id(ip, udp_hdr, &huge).is_err());
         assert!(verify_ipv4_unknown_id(&d[..30]).is_err());
+    }
+
+    #[test]
+    fn compute_addrs_gives_the_design_vector() {
+        let d = hex(VECTOR);
+        let (s, t) = (IpAddr::from([10, 0, 0, 1]), IpAddr::from([10, 0, 0, 2]));
+        assert_eq!(
+            compute_addrs(s, t, 0, 0xc000, &d[28..]),
+            Ok(u32::from_le_bytes([0x06, 0x45, 0x16, 0x76]))
+        );
+        assert!(compute_addrs(s, t, 0, 0xc000, &d[28..39]).is_err());
+    }
+
+    /// The real headers of a datagram [`compute_addrs`] describes, emitted with the given
+    /// masked fields (TOS / traffic class, TTL / hop limit, flow label, UDP checksum).
+    fn emitted_headers(
+        src: IpAddr,
+        dst: IpAddr,
+        id: u16,
+        sport: u16,
+        ib_len: usize,
+        noise: (u8, u8, u32, u16),
+    ) -> std::vec::Vec<u8> {
+        let (tos, ttl, flow, csum) = noise;
+        let udp_payload = ib_len + ICRC_LEN;
+        let mut h = std::vec![0u8; 48];
+        let ip_len = match (src, dst) {
+            (IpAddr::V4(s), IpAddr::V4(d)) => {
+                let r = ipv4::Ipv4Repr {
+                    src: s,
+                    dst: d,
+                    tos,
+                    ident: id,
+                    dont_frag: true,
+                    ttl,
+                    protocol: ipv4::PROTO_UDP,
+                    payload_len: udp::HEADER_LEN + udp_payload,
+                };
+                r.emit(&mut ipv4::Ipv4Packet::new_unchecked(&mut h[..20]));
+                20
+            }
+            _ => {
+                let to6 = |a: IpAddr| match a {
+                    IpAddr::V4(v) => v.to_ipv6_mapped(),
+                    IpAddr::V6(v) => v,
+                };
+                let r = ipv6::Ipv6Repr {
+                    src: to6(src),
+                    dst: to6(dst),
+                    traffic_class: tos,
+                    flow_label: flow & 0xf_ffff,
+                    next_header: ipv4::PROTO_UDP,
+                    hop_limit: ttl,
+                    payload_len: udp::HEADER_LEN + udp_payload,
+                };
+                r.emit(&mut ipv6::Ipv6Packet::new_unchecked(&mut h[..40]));
+                40
+            }
+        };
+        let u = udp::UdpRepr {
+            src_port: sport,
+            dst_port: udp::ROCE_V2_PORT,
+            payload_len: udp_payload,
+            checksum: csum,
+        };
+        u.emit(&mut udp::UdpPacket::new_unchecked(
+            &mut h[ip_len..ip_len + 8],
+        ));
+        h.truncate(ip_len + 8);
+        h
+    }
+
+    proptest! {
+        /// `compute_addrs` equals `compute_parts` over the emitted headers, for IPv4,
+        /// IPv6 and mixed pairs (sent as IPv6 with the IPv4-mapped address), any masked
+        /// field values and packet lengths on both sides of the one-pass limit.
+        #[test]
+        fn compute_addrs_matches_emitted_headers(
+            a4: [u8; 4], b4: [u8; 4], a6: [u8; 16], b6: [u8; 16], family in 0u8..4,
+            id: u16, sport: u16, noise: (u8, u8, u32, u16),
+            ib in proptest::collection::vec(any::<u8>(), 12..600),
+        ) {
+            let (src, dst) = match family {
+                0 => (IpAddr::from(a4), IpAddr::from(b4)),
+                1 => (IpAddr::from(a6), IpAddr::from(b6)),
+                2 => (IpAddr::from(a4), IpAddr::from(b6)),
+                _ => (IpAddr::from(a6), IpAddr::from(b4)),
+            };
+            let h = emitted_headers(src, dst, id, sport, ib.len(), noise);
+            let ip_len = h.len() - 8;
+            prop_assert_eq!(
+                compute_addrs(src, dst, id, sport, &ib),
+                compute_parts(&h[..ip_len], &h[ip_len..], &ib)
+            );
+        }
     }
 
     proptest! {
