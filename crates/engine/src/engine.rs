@@ -153,6 +153,23 @@ struct TimerEntry {
     qpn: u32,
 }
 
+/// Re-states QP `qpn`'s deadline in the timer set. Every packet in or out comes here and
+/// the deadline is mostly unchanged, so the QP remembers what the set holds for it
+/// (`Qp::timer_at`): no lookup at all in the common case.
+fn rearm(timers: &mut BTreeSet<TimerEntry>, qpn: u32, qp: &mut Qp) {
+    let at = qp.deadline();
+    if qp.timer_at == at {
+        return;
+    }
+    if let Some(old) = qp.timer_at {
+        timers.remove(&TimerEntry { at: old, qpn });
+    }
+    if let Some(at) = at {
+        timers.insert(TimerEntry { at, qpn });
+    }
+    qp.timer_at = at;
+}
+
 /// The soft RoCE v2 transport engine of one port.
 pub struct Engine {
     cfg: Config,
@@ -173,7 +190,6 @@ pub struct Engine {
     next_qpn: u32,
     active: VecDeque<u32>,
     timers: BTreeSet<TimerEntry>,
-    timer_of: QpnMap<Nanos>,
     events: VecDeque<AsyncEvent>,
     comp_events: VecDeque<CqId>,
     pub(crate) counters: Counters,
@@ -235,7 +251,6 @@ impl Engine {
             next_qpn,
             active: VecDeque::new(),
             timers: BTreeSet::new(),
-            timer_of: QpnMap::default(),
             events: VecDeque::new(),
             comp_events: VecDeque::new(),
             counters: Counters::default(),
@@ -696,7 +711,9 @@ impl Engine {
         if let Some(s) = qp.srq.and_then(|s| self.srqs.get_mut(s.0)) {
             s.users = s.users.saturating_sub(1);
         }
-        self.set_timer(qpn, None);
+        if let Some(at) = qp.timer_at {
+            self.timers.remove(&TimerEntry { at, qpn });
+        }
         // As uverbs does, a destroyed QP leaves its multicast groups.
         self.mcast.detach_all(qpn);
         self.pd_use(PdId(qp.pd), "destroy_qp", -1)
@@ -771,8 +788,7 @@ impl Engine {
             unreachable!("checked above")
         };
         qp.apply_modify(attr, mask, next, &mut ctx);
-        let deadline = qp.deadline();
-        self.set_timer(qpn, deadline);
+        rearm(&mut self.timers, qpn, qp);
         self.wake(qpn);
         Ok(())
     }
@@ -961,20 +977,6 @@ impl Engine {
         }
     }
 
-    fn set_timer(&mut self, qpn: u32, at: Option<Nanos>) {
-        // Every packet in or out re-states the QP's deadline, which is mostly unchanged.
-        if self.timer_of.get(&qpn).copied() == at {
-            return;
-        }
-        if let Some(old) = self.timer_of.remove(&qpn) {
-            self.timers.remove(&TimerEntry { at: old, qpn });
-        }
-        if let Some(at) = at {
-            self.timers.insert(TimerEntry { at, qpn });
-            self.timer_of.insert(qpn, at);
-        }
-    }
-
     /// Feeds one received datagram. Bad packets are dropped and counted, never fatal.
     pub fn handle_datagram(&mut self, now: Nanos, d: &Datagram<'_>) {
         if !d.icrc_checked && !net::icrc_ok(d) {
@@ -1044,7 +1046,7 @@ impl Engine {
         let Some(info) = pkt.info() else {
             return;
         };
-        let Some(qp) = self.qps.get(&qpn) else {
+        let Some(qp) = self.qps.get_mut(&qpn) else {
             self.counters.rx_unknown_qp += 1;
             return;
         };
@@ -1079,9 +1081,6 @@ impl Engine {
             }
         }
         let mut ctx = ctx!(self, now);
-        let Some(qp) = self.qps.get_mut(&qpn) else {
-            return;
-        };
         let wake = if info.is_request {
             qp.on_request(pkt, d, &mut ctx)
         } else if qp.qp_type == QpType::Rc
@@ -1094,14 +1093,10 @@ impl Engine {
             ctx.counters.rx_wrong_state += 1;
             Wake::default()
         };
-        self.after(qpn, wake);
-    }
-
-    fn after(&mut self, qpn: u32, wake: Wake) {
-        let deadline = self.qps.get(&qpn).and_then(Qp::deadline);
-        self.set_timer(qpn, deadline);
-        if wake.transmit {
-            self.wake(qpn);
+        rearm(&mut self.timers, qpn, qp);
+        if wake.transmit && !qp.active {
+            qp.active = true;
+            self.active.push_back(qpn);
         }
     }
 
@@ -1123,14 +1118,12 @@ impl Engine {
                 Some(t) => {
                     // Round robin: the QP goes to the back while it has more.
                     self.active.push_back(qpn);
-                    let deadline = qp.deadline();
-                    self.set_timer(qpn, deadline);
+                    rearm(&mut self.timers, qpn, qp);
                     return Some(t);
                 }
                 None => {
                     qp.active = false;
-                    let deadline = qp.deadline();
-                    self.set_timer(qpn, deadline);
+                    rearm(&mut self.timers, qpn, qp);
                 }
             }
         }
@@ -1160,13 +1153,17 @@ impl Engine {
                 break;
             }
             self.timers.pop_first();
-            self.timer_of.remove(&t.qpn);
             let mut ctx = ctx!(self, now);
             let Some(qp) = self.qps.get_mut(&t.qpn) else {
                 continue;
             };
+            qp.timer_at = None;
             let wake = qp.on_timer(&mut ctx);
-            self.after(t.qpn, wake);
+            rearm(&mut self.timers, t.qpn, qp);
+            if wake.transmit && !qp.active {
+                qp.active = true;
+                self.active.push_back(t.qpn);
+            }
         }
     }
 

@@ -305,6 +305,8 @@ pub(crate) struct Qp {
     pub(crate) pending_nak: Option<Transmit>,
     // scheduling
     pub(crate) active: bool,
+    /// The deadline the engine's timer set holds for this QP (`engine::rearm`).
+    pub(crate) timer_at: Option<Nanos>,
 }
 
 /// What a QP wants from the engine after an operation.
@@ -370,6 +372,7 @@ impl Qp {
             out: VecDeque::new(),
             pending_nak: None,
             active: false,
+            timer_at: None,
         }
     }
 

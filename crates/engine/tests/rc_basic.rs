@@ -165,3 +165,31 @@ fn ud_grh_length_includes_pad() {
         }
     }
 }
+
+/// A QP destroyed with its retransmit timer armed leaves no timer behind (the engine
+/// keeps each QP's armed deadline in the QP itself), and a QP whose timer fired is
+/// re-armed for its next retry.
+#[test]
+fn destroyed_qp_leaves_no_timer_and_a_fired_timer_rearms() {
+    let mut sim = Sim::new(2, false, LinkConfig::default(), 3);
+    let o = PairOpts::default();
+    let (a, _b) = pair(&mut sim, &o);
+    let e = &mut sim.engines[0];
+    e.post_send(a.qpn, wr(1, WrOpcode::Send, vec![sge(&a, 0, 64)]), 0)
+        .unwrap();
+    let mut sent = Vec::new();
+    while let Some(t) = e.poll_transmit(0) {
+        sent.push(t);
+    }
+    assert_eq!(sent.len(), 1, "one SEND ONLY, lost");
+    let first = e.poll_timeout().expect("the retransmit timer is armed");
+    e.handle_timeout(first);
+    let again = e.poll_transmit(first).expect("a retransmission");
+    assert_eq!(again.payload, sent[0].payload, "the same packet again");
+    let second = e.poll_timeout().expect("re-armed after the retry");
+    assert!(second > first, "{second} after {first}");
+    e.destroy_qp(a.qpn).unwrap();
+    assert_eq!(e.poll_timeout(), None);
+    e.handle_timeout(second);
+    assert!(e.poll_transmit(second).is_none());
+}
