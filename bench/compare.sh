@@ -116,6 +116,6 @@ row "64 B WRITE rate, 1 QP, -l 32" Mmsg/s rate tcp_rate ">=" 1.0 Mmsg/s
 row "CPU per GB, SEND 64 KiB vs TCP" "CPU s/GB" send_cpu tcp_cpu "<=" 1.0
 row "CPU per GB, WRITE 64 KiB vs TCP" "CPU s/GB" write_cpu tcp_cpu "<=" 1.0
 echo "(sleep policy: --spin-us 0 on both sides; spin policy: --spin-us $SPIN_US on both sides."
-echo " Latency signals every SEND, as perftest's latency tools; -Q 100 one in 100 (perftest's -Q)."
+echo " Latency signals every SEND and awaits its completion, as perftest's ib_send_lat; -Q 100 one in 100 (perftest's -Q)."
 echo " TCP column of the message rate: 64 B writes on a TCP stream, for scale; its goal is absolute."
 echo " CPU per GB is 'reported' in issue #6; its ratio is shown against 1.0 for reference.)"

@@ -188,7 +188,8 @@ enum Command {
         /// capped at -t as perftest does (default: SEND/WRITE latency 1, every send, as
         /// perftest's latency tools at their TX depth of 1; bw: a quarter of -t, at
         /// most 16; rounded to a multiple of -l). READ and atomic latency signal every
-        /// request.
+        /// request. SEND latency awaits each signaled SEND's completion before the
+        /// answer, as ib_send_lat.
         #[arg(short = 'Q', long = "cq-mod", value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
         cq_mod: Option<u64>,
         /// Both sides send (bw).

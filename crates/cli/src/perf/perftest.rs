@@ -722,7 +722,8 @@ impl Conn {
         let start = Instant::now();
         let (mut scnt, mut rcnt) = (0u64, 0u64);
         // perftest's completion moderation: every `cq_mod`-th SEND and the last are
-        // signaled (`run_iter_lat_send`); only our completions change, not the wire
+        // signaled, and each signaled one's completion is awaited right after it is
+        // posted (`run_iter_lat_send`); only our completions change, not the wire
         // exchange.
         let cq_mod = self.cq_mod;
         while scnt < iters || rcnt < iters {
@@ -736,13 +737,18 @@ impl Conn {
             if scnt < iters {
                 scnt += 1;
                 t.push(Instant::now());
-                let mut r = self
-                    .request(Tool::SendLat, scnt, size)
-                    .signaled(scnt % cq_mod == 0 || scnt == iters);
+                let signaled = scnt % cq_mod == 0 || scnt == iters;
+                let mut r = self.request(Tool::SendLat, scnt, size).signaled(signaled);
                 if size <= 236 {
                     r = r.inline();
                 }
                 self.qp.post_send(&r).map_err(|e| e.to_string())?;
+                // A signaled SEND's completion is awaited before anything else
+                // (`run_iter_lat_send`'s `poll == 1`).
+                let since = Instant::now();
+                while signaled && c.sent_done < scnt {
+                    self.reap(c, iters, since)?;
+                }
             }
         }
         while c.sent_done < iters {

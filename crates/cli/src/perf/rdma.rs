@@ -322,15 +322,16 @@ impl Bench for Rdma {
             Op::Send | Op::Write => self.lat_cq_mod,
             _ => 1,
         };
-        let post = |me: &Self, wr_id: u64| -> Result<(), String> {
+        // Posts request `wr_id`; true if it is signaled.
+        let post = |me: &Self, wr_id: u64| -> Result<bool, String> {
             let n = wr_id + 1;
-            let mut r = me
-                .request(wr_id, size)
-                .signaled(n % cq_mod == 0 || plan.iters == Some(n));
+            let signaled = n % cq_mod == 0 || plan.iters == Some(n);
+            let mut r = me.request(wr_id, size).signaled(signaled);
             if inline {
                 r = r.inline();
             }
-            me.qp.post_send(&r).map_err(e)
+            me.qp.post_send(&r).map_err(e)?;
+            Ok(signaled)
         };
         // The WRITE ping-pong marker: the last byte of the message, never 0.
         let mark = |i: u64| (i % 255) as u8 + 1;
@@ -370,8 +371,14 @@ impl Bench for Rdma {
                 let t0 = Instant::now();
                 match self.op {
                     Op::Send => {
-                        post(self, iters)?;
                         let before = rx;
+                        // As perftest (`run_iter_lat_send`): a signaled SEND's own
+                        // completion is awaited before the answer is looked for.
+                        if post(self, iters)? {
+                            while !reap(self, &mut wcs, &mut rx, WcOpcode::Send)? {
+                                stalled(t0)?;
+                            }
+                        }
                         while rx == before {
                             reap(self, &mut wcs, &mut rx, WcOpcode::Recv)?;
                             stalled(t0)?;
@@ -428,12 +435,21 @@ impl Bench for Rdma {
             }
             match self.op {
                 Op::Send => {
-                    if reap(self, &mut wcs, &mut rx, WcOpcode::Send)? {
+                    // (A message may have come while the last echo's completion was
+                    // awaited: it is answered before anything else is waited for.)
+                    if rx <= answered && reap(self, &mut wcs, &mut rx, WcOpcode::Send)? {
                         last_progress = Instant::now();
                     }
                     if rx > answered {
-                        post(self, answered)?;
+                        // The echo's completion is awaited as the client's is
+                        // (perftest's server runs the same loop).
+                        let since = Instant::now();
+                        let signaled = post(self, answered)?;
                         answered += 1;
+                        last_progress = since;
+                        while signaled && !reap(self, &mut wcs, &mut rx, WcOpcode::Send)? {
+                            stalled(since)?;
+                        }
                     }
                 }
                 Op::Write => {

@@ -1,0 +1,254 @@
+/*
+ * bench/kernel_floor.c: what the kernel alone costs an 8-byte ping-pong over
+ * loopback, for the socket calls the soft device makes and for the TCP baseline of
+ * bench/compare.sh. No RDMA software runs here: the difference between a mode and
+ * rverbs in the same run is what rverbs' own code adds to a hop.
+ *
+ *   kernel_floor MODE PORT [ITERS]      (built and run by bench/kernel_floor.sh)
+ *
+ * Two processes (fork), each busy-polling its socket with MSG_DONTWAIT, as the spin
+ * policy of `rverbs perf ... --spin-us` does. Prints "MODE p50_us" (half the round
+ * trip, median of ITERS round trips after ITERS/10 of warm-up).
+ *
+ * MODE:
+ *   tcp       TCP_NODELAY stream, send/recv of 8 bytes (`rverbs perf tcp lat -s 8`).
+ *   udp       connected UDP sockets, send/recv of 24 bytes (a RoCE v2 SEND of 8 bytes:
+ *             BTH 12 + payload 8 + ICRC 4): the cheapest UDP path.
+ *   roce      the device's calls for that datagram: a socket bound to one address,
+ *             unconnected (sendto names the peer), IP_PMTUDISC_DO, UDP_GRO on, and
+ *             recvmsg with the source address and a control buffer.
+ *   roce-ack  as roce, each message carrying the ACK of the previous one (20 bytes:
+ *             BTH 12 + AETH 4 + ICRC 4) as a second UDP_SEGMENT segment of one
+ *             sendmsg: what every hop of an RC SEND ping-pong with every SEND signaled
+ *             is on the device.
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <netinet/udp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifndef UDP_SEGMENT
+#define UDP_SEGMENT 103
+#endif
+#ifndef UDP_GRO
+#define UDP_GRO 104
+#endif
+
+enum mode { TCP, UDP, ROCE, ROCE_ACK };
+
+static void die(const char *what)
+{
+	perror(what);
+	exit(1);
+}
+
+static double now_ns(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return t.tv_sec * 1e9 + t.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return (x > y) - (x < y);
+}
+
+/* 127.0.0.200 + side: addresses of their own, away from the device's 127.0.0.x:4791. */
+static struct sockaddr_in addr_of(int side, int port)
+{
+	struct sockaddr_in a;
+	memset(&a, 0, sizeof a);
+	a.sin_family = AF_INET;
+	a.sin_port = htons(port);
+	a.sin_addr.s_addr = htonl(0x7f0000c8 + side);
+	return a;
+}
+
+static int tcp_socket(int me, int port)
+{
+	int one = 1, s;
+	struct sockaddr_in srv = addr_of(0, port);
+	if (me == 0) {
+		int l = socket(AF_INET, SOCK_STREAM, 0);
+		if (l < 0)
+			die("socket");
+		setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+		if (bind(l, (void *)&srv, sizeof srv) || listen(l, 1))
+			die("bind/listen");
+		s = accept(l, NULL, NULL);
+		if (s < 0)
+			die("accept");
+		close(l);
+	} else {
+		s = socket(AF_INET, SOCK_STREAM, 0);
+		if (s < 0)
+			die("socket");
+		for (int i = 0; connect(s, (void *)&srv, sizeof srv); i++) {
+			if (i > 200)
+				die("connect");
+			usleep(10000);
+		}
+	}
+	setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+	return s;
+}
+
+static int udp_socket(enum mode m, int me, int port)
+{
+	int one = 1, pmtu = IP_PMTUDISC_DO;
+	struct sockaddr_in mine = addr_of(me, port), peer = addr_of(!me, port);
+	int s = socket(AF_INET, SOCK_DGRAM, 0);
+	if (s < 0)
+		die("socket");
+	if (bind(s, (void *)&mine, sizeof mine))
+		die("bind");
+	setsockopt(s, IPPROTO_IP, IP_MTU_DISCOVER, &pmtu, sizeof pmtu);
+	if (m == UDP) {
+		if (connect(s, (void *)&peer, sizeof peer))
+			die("connect");
+	} else if (setsockopt(s, SOL_UDP, UDP_GRO, &one, sizeof one)) {
+		die("UDP_GRO");
+	}
+	return s;
+}
+
+static void send_one(enum mode m, int s, const struct sockaddr_in *peer)
+{
+	static char msg[64];
+	ssize_t r;
+	if (m == TCP) {
+		r = send(s, msg, 8, 0);
+	} else if (m == UDP) {
+		r = send(s, msg, 24, 0);
+	} else if (m == ROCE) {
+		r = sendto(s, msg, 24, 0, (const void *)peer, sizeof *peer);
+	} else {
+		/* The message and the ACK behind it: 24 + 20 bytes, segments of 24. */
+		struct iovec io = { msg, 44 };
+		union {
+			char buf[CMSG_SPACE(sizeof(uint16_t))];
+			struct cmsghdr align;
+		} c;
+		struct msghdr h;
+		memset(&h, 0, sizeof h);
+		memset(&c, 0, sizeof c);
+		h.msg_name = (void *)peer;
+		h.msg_namelen = sizeof *peer;
+		h.msg_iov = &io;
+		h.msg_iovlen = 1;
+		h.msg_control = c.buf;
+		h.msg_controllen = sizeof c.buf;
+		struct cmsghdr *cm = CMSG_FIRSTHDR(&h);
+		cm->cmsg_level = SOL_UDP;
+		cm->cmsg_type = UDP_SEGMENT;
+		cm->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+		uint16_t seg = 24;
+		memcpy(CMSG_DATA(cm), &seg, sizeof seg);
+		r = sendmsg(s, &h, 0);
+	}
+	if (r < 0)
+		die("send");
+}
+
+static void recv_one(enum mode m, int s)
+{
+	static char buf[2048], ctl[256];
+	for (;;) {
+		ssize_t r;
+		if (m == TCP || m == UDP) {
+			r = recv(s, buf, m == TCP ? 8 : sizeof buf, MSG_DONTWAIT);
+		} else {
+			struct sockaddr_in from;
+			struct iovec io = { buf, sizeof buf };
+			struct msghdr h;
+			memset(&h, 0, sizeof h);
+			h.msg_name = &from;
+			h.msg_namelen = sizeof from;
+			h.msg_iov = &io;
+			h.msg_iovlen = 1;
+			h.msg_control = ctl;
+			h.msg_controllen = sizeof ctl;
+			r = recvmsg(s, &h, MSG_DONTWAIT);
+		}
+		if (r > 0)
+			return;
+		if (r == 0 || (errno != EAGAIN && errno != EINTR))
+			die("recv");
+	}
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 3) {
+		fprintf(stderr, "usage: %s tcp|udp|roce|roce-ack PORT [ITERS]\n", argv[0]);
+		return 2;
+	}
+	enum mode m;
+	if (!strcmp(argv[1], "tcp"))
+		m = TCP;
+	else if (!strcmp(argv[1], "udp"))
+		m = UDP;
+	else if (!strcmp(argv[1], "roce"))
+		m = ROCE;
+	else if (!strcmp(argv[1], "roce-ack"))
+		m = ROCE_ACK;
+	else {
+		fprintf(stderr, "unknown mode %s\n", argv[1]);
+		return 2;
+	}
+	int port = atoi(argv[2]);
+	long iters = argc > 3 ? atol(argv[3]) : 200000;
+	if (port <= 0 || port > 65535 || iters <= 0) {
+		fprintf(stderr, "bad PORT or ITERS\n");
+		return 2;
+	}
+	int ready[2];
+	if (pipe(ready))
+		die("pipe");
+	pid_t child = fork();
+	if (child < 0)
+		die("fork");
+	int me = child == 0; /* 0: the client, which measures; 1: the echoing side */
+	int s = m == TCP ? tcp_socket(me, port) : udp_socket(m, me, port);
+	/* The echoing side's socket exists before the first datagram (UDP has no
+	 * handshake to wait for). */
+	char b = 0;
+	if (me ? write(ready[1], &b, 1) != 1 : read(ready[0], &b, 1) != 1)
+		die("ready pipe");
+	struct sockaddr_in peer = addr_of(!me, port);
+	double *lat = me ? NULL : malloc(iters * sizeof *lat);
+	if (!me && !lat)
+		die("malloc");
+	long warm = iters / 10;
+	for (long i = 0; i < warm + iters; i++) {
+		double t0 = me ? 0 : now_ns();
+		if (me) {
+			recv_one(m, s);
+			send_one(m, s, &peer);
+		} else {
+			send_one(m, s, &peer);
+			recv_one(m, s);
+			if (i >= warm)
+				lat[i - warm] = (now_ns() - t0) / 2;
+		}
+	}
+	if (me)
+		return 0;
+	int st = 0;
+	waitpid(child, &st, 0);
+	qsort(lat, iters, sizeof *lat, cmp_double);
+	printf("%s %.3f\n", argv[1], lat[iters / 2] / 1000);
+	return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : 1;
+}

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# bench/kernel_floor.sh: how much of an 8-byte RC SEND ping-pong's latency is the
+# kernel's, in one run on this machine: the TCP baseline of bench/compare.sh, plain
+# connected UDP, the soft device's own socket calls without and with the ACK riding
+# behind each message (bench/kernel_floor.c, no RDMA software), and rverbs itself in
+# the spin policy. The gap between rverbs and `roce-ack` is what rverbs' code adds to
+# a hop (every SEND signaled); between rverbs -Q 100 and `roce`, with the ACKs
+# coalesced away.
+#
+#   cargo build --release -p rverbs-cli && bench/kernel_floor.sh
+#
+# Environment: RVERBS (binary, default target/release/rverbs; skipped if absent),
+# REPS (alternating rounds, default 5), ITERS (round trips per C measurement, default
+# 200000), DUR (seconds per rverbs measurement, default 2), PORT (first port, default
+# 18900), CC (default gcc).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN=${RVERBS:-target/release/rverbs}
+REPS=${REPS:-5}
+ITERS=${ITERS:-200000}
+DUR=${DUR:-2}
+PORT=${PORT:-18900}
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+"${CC:-gcc}" -O2 -Wall -Wextra -o "$TMP/kernel_floor" bench/kernel_floor.c
+
+# rverbs_lat PORT ARGS...: p50 (us, half RTT) of `rverbs perf send lat -s 8`, spin policy.
+rverbs_lat() {
+    local port=$1; shift
+    "$BIN" perf send lat -s 8 -D "$DUR" --spin-us 1000000 -p "$port" "$@" --json >/dev/null 2>"$TMP/s.err" &
+    local spid=$!
+    local out
+    out=$("$BIN" perf send lat -s 8 -D "$DUR" --spin-us 1000000 -p "$port" "$@" --json localhost 2>"$TMP/c.err" | tail -n 1)
+    wait "$spid" || { cat "$TMP/s.err" >&2; exit 1; }
+    sed -n 's/.*"p50":\([0-9.]*\).*/\1/p' <<<"$out"
+}
+
+modes=(tcp udp roce roce-ack)
+declare -A V
+have_rverbs=0
+[[ -x $BIN ]] && have_rverbs=1
+echo "# kernel floor of an 8-byte ping-pong, $(nproc) CPUs, $(uname -r), $REPS alternating round(s), $(date -u +%FT%TZ)"
+for ((i = 0; i < REPS; i++)); do
+    line="#  round $((i + 1))/$REPS:"
+    for k in "${!modes[@]}"; do
+        m=${modes[$k]}
+        v=$("$TMP/kernel_floor" "$m" $((PORT + k)) "$ITERS" | awk '{print $2}')
+        V[$m]="${V[$m]:-} $v"; line+=" $m $v"
+    done
+    if ((have_rverbs)); then
+        v=$(rverbs_lat $((PORT + 4))); V[rverbs]="${V[rverbs]:-} $v"; line+=" rverbs $v"
+        v=$(rverbs_lat $((PORT + 5)) -Q 100); V[rverbs_q]="${V[rverbs_q]:-} $v"; line+=" rverbs-Q100 $v"
+    fi
+    echo "$line" >&2
+done
+
+# Medians, and the median of the per-round ratios to TCP.
+report() {
+    awk -v n="$1" -v a="${V[$2]}" -v b="${V[tcp]}" '
+    function med(x, k,   i, j, t) {
+        for (i = 2; i <= k; i++) for (j = i; j > 1 && x[j - 1] > x[j]; j--) { t = x[j]; x[j] = x[j - 1]; x[j - 1] = t }
+        return (k % 2) ? x[(k + 1) / 2] : (x[k / 2] + x[k / 2 + 1]) / 2
+    }
+    BEGIN {
+        k = split(a, A, " "); split(b, B, " ");
+        for (i = 1; i <= k; i++) R[i] = A[i] / B[i];
+        printf "%-58s %8.3f %7.3f\n", n, med(A, k), med(R, k)
+    }'
+}
+printf "%-58s %8s %7s\n" "ping-pong, 8 B message, spin (medians)" "p50 us" "/ TCP"
+report "TCP, TCP_NODELAY (the baseline of compare.sh)" tcp
+report "UDP, connected send/recv of 24 bytes" udp
+report "UDP, the device's calls (sendto, recvmsg + address)" roce
+report "  the same, the ACK riding as a UDP_SEGMENT segment" roce-ack
+if ((have_rverbs)); then
+    report "rverbs RC SEND, every SEND signaled" rverbs
+    report "rverbs RC SEND, -Q 100" rverbs_q
+fi
