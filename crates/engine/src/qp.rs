@@ -486,7 +486,11 @@ impl Qp {
             sq_sig_all: self.sq_sig_all,
         };
         let ud_mtu = self.attr.path_mtu;
+        // What the engine's timer set holds is not the QP's to forget: `engine::rearm`
+        // removes it after this modify (the fresh QP has no deadline).
+        let timer_at = self.timer_at;
         *self = Qp::new(self.qpn, &init);
+        self.timer_at = timer_at;
         if self.qp_type == QpType::Ud {
             // UD keeps the port's MTU (set at create_qp) across a reset.
             self.attr.path_mtu = ud_mtu;

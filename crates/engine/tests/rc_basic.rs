@@ -193,3 +193,26 @@ fn destroyed_qp_leaves_no_timer_and_a_fired_timer_rearms() {
     e.handle_timeout(second);
     assert!(e.poll_transmit(second).is_none());
 }
+
+/// A QP moved to RESET with its retransmit timer armed leaves no timer behind either:
+/// the reset QP has no deadline, so the engine has none for it (a stale entry made
+/// `poll_timeout` ask for a wake-up that fires nothing).
+#[test]
+fn reset_qp_leaves_no_timer() {
+    let mut sim = Sim::new(2, false, LinkConfig::default(), 4);
+    let o = PairOpts::default();
+    let (a, _b) = pair(&mut sim, &o);
+    let e = &mut sim.engines[0];
+    e.post_send(a.qpn, wr(1, WrOpcode::Send, vec![sge(&a, 0, 64)]), 0)
+        .unwrap();
+    while e.poll_transmit(0).is_some() {}
+    assert!(e.poll_timeout().is_some(), "the retransmit timer is armed");
+    let reset = rverbs_engine::modify::QpAttr {
+        qp_state: QpState::Reset,
+        ..Default::default()
+    };
+    e.modify_qp(a.qpn, &reset, rverbs_engine::modify::QpAttrMask::STATE, 0)
+        .unwrap();
+    assert_eq!(e.qp_state(a.qpn), Some(QpState::Reset));
+    assert_eq!(e.poll_timeout(), None, "no timer for a reset QP");
+}
