@@ -28,11 +28,14 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <netinet/udp.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -45,6 +48,9 @@
 #endif
 
 enum mode { TCP, UDP, ROCE, ROCE_ACK };
+
+/* A side that hears nothing for this long gives up (the other one has died). */
+#define STALL_S 30
 
 static void die(const char *what)
 {
@@ -81,10 +87,13 @@ static int tcp_socket(int me, int port)
 	int one = 1, s;
 	struct sockaddr_in srv = addr_of(0, port);
 	if (me == 0) {
+		struct timeval stall = { STALL_S, 0 };
 		int l = socket(AF_INET, SOCK_STREAM, 0);
 		if (l < 0)
 			die("socket");
 		setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+		/* accept gives up (EAGAIN) if the connecting side died. */
+		setsockopt(l, SOL_SOCKET, SO_RCVTIMEO, &stall, sizeof stall);
 		if (bind(l, (void *)&srv, sizeof srv) || listen(l, 1))
 			die("bind/listen");
 		s = accept(l, NULL, NULL);
@@ -165,7 +174,8 @@ static void send_one(enum mode m, int s, const struct sockaddr_in *peer)
 static void recv_one(enum mode m, int s)
 {
 	static char buf[2048], ctl[256];
-	for (;;) {
+	double since = 0;
+	for (unsigned long spins = 1;; spins++) {
 		ssize_t r;
 		if (m == TCP || m == UDP) {
 			r = recv(s, buf, m == TCP ? 8 : sizeof buf, MSG_DONTWAIT);
@@ -186,6 +196,16 @@ static void recv_one(enum mode m, int s)
 			return;
 		if (r == 0 || (errno != EAGAIN && errno != EINTR))
 			die("recv");
+		/* Now and then, whether the peer has gone quiet for good (a UDP peer that
+		 * died leaves no error on an unconnected socket). */
+		if (spins % 65536 == 0) {
+			if (since == 0) {
+				since = now_ns();
+			} else if (now_ns() - since > STALL_S * 1e9) {
+				fprintf(stderr, "no message for %d s: the other side is gone\n", STALL_S);
+				exit(1);
+			}
+		}
 	}
 }
 
@@ -217,16 +237,27 @@ int main(int argc, char **argv)
 	int ready[2];
 	if (pipe(ready))
 		die("pipe");
-	pid_t child = fork();
+	pid_t parent = getpid(), child = fork();
 	if (child < 0)
 		die("fork");
 	int me = child == 0; /* 0: the client, which measures; 1: the echoing side */
+	if (me) {
+		/* The echoing side never outlives the measuring one. */
+		if (prctl(PR_SET_PDEATHSIG, SIGKILL) || getppid() != parent)
+			die("prctl / parent gone");
+		close(ready[0]);
+	} else {
+		/* A child that dies before it is ready closes the pipe: EOF, not a hang. */
+		close(ready[1]);
+	}
 	int s = m == TCP ? tcp_socket(me, port) : udp_socket(m, me, port);
 	/* The echoing side's socket exists before the first datagram (UDP has no
 	 * handshake to wait for). */
 	char b = 0;
-	if (me ? write(ready[1], &b, 1) != 1 : read(ready[0], &b, 1) != 1)
-		die("ready pipe");
+	if (me ? write(ready[1], &b, 1) != 1 : read(ready[0], &b, 1) != 1) {
+		fprintf(stderr, "the echoing side exited before it was ready\n");
+		exit(1);
+	}
 	struct sockaddr_in peer = addr_of(!me, port);
 	double *lat = me ? NULL : malloc(iters * sizeof *lat);
 	if (!me && !lat)

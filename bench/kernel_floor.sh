@@ -25,14 +25,24 @@ trap 'rm -rf "$TMP"' EXIT
 "${CC:-gcc}" -O2 -Wall -Wextra -o "$TMP/kernel_floor" bench/kernel_floor.c
 
 # rverbs_lat PORT ARGS...: p50 (us, half RTT) of `rverbs perf send lat -s 8`, spin policy.
+# It runs in a command substitution (no errexit, no EXIT trap there), so it checks each
+# step itself and stops its own server when the client fails: a server whose client
+# never came would wait for it forever, and this script with it.
 rverbs_lat() {
     local port=$1; shift
-    "$BIN" perf send lat -s 8 -D "$DUR" --spin-us 1000000 -p "$port" "$@" --json >/dev/null 2>"$TMP/s.err" &
-    local spid=$!
-    local out
-    out=$("$BIN" perf send lat -s 8 -D "$DUR" --spin-us 1000000 -p "$port" "$@" --json localhost 2>"$TMP/c.err" | tail -n 1)
+    local args=(perf send lat -s 8 -D "$DUR" --spin-us 1000000 -p "$port" "$@" --json)
+    "$BIN" "${args[@]}" >/dev/null 2>"$TMP/s.err" &
+    local spid=$! out p50
+    if ! out=$("$BIN" "${args[@]}" localhost 2>"$TMP/c.err" | tail -n 1); then
+        kill "$spid" 2>/dev/null || true
+        wait "$spid" 2>/dev/null || true
+        cat "$TMP/c.err" >&2
+        exit 1
+    fi
     wait "$spid" || { cat "$TMP/s.err" >&2; exit 1; }
-    sed -n 's/.*"p50":\([0-9.]*\).*/\1/p' <<<"$out"
+    p50=$(sed -n 's/.*"p50":\([0-9.]*\).*/\1/p' <<<"$out")
+    [[ -n $p50 ]] || { echo "no p50 in the rverbs client's output: $out" >&2; exit 1; }
+    echo "$p50"
 }
 
 modes=(tcp udp roce roce-ack)

@@ -50,3 +50,146 @@ fn kernel_floor_script_runs_every_mode() {
     }
     assert_eq!(value("TCP,").1, 1.0);
 }
+
+/// Builds `bench/kernel_floor.c` into the test's scratch directory.
+fn build_kernel_floor(name: &str) -> std::path::PathBuf {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+    let bin = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let st = Command::new("gcc")
+        .args(["-O2", "-Wall", "-Wextra", "-o"])
+        .arg(&bin)
+        .arg(format!("{root}/bench/kernel_floor.c"))
+        .status()
+        .unwrap();
+    assert!(st.success(), "gcc failed");
+    bin
+}
+
+/// PIDs of live processes running `bin` (ours: this test started them).
+fn running(bin: &std::path::Path) -> Vec<u32> {
+    let mut pids = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let exe = std::fs::read_link(e.path().join("exe"));
+        let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
+        let zombie = stat
+            .rsplit(')')
+            .next()
+            .is_some_and(|s| s.trim_start().starts_with('Z'));
+        if exe.is_ok_and(|p| p == bin) && !zombie {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+/// When one side of the C harness cannot bind its address, the run fails at once with
+/// a non-zero status, and neither side is left behind: the measuring side does not
+/// wait forever for an echoing side that died, and the echoing side does not spin on
+/// after the measuring side died. (Ports 19386/19387 on 127.0.0.200/201, the harness's
+/// own loopback addresses; the test holds the port it takes away.)
+#[test]
+fn kernel_floor_fails_fast_when_a_side_cannot_bind() {
+    use std::time::{Duration, Instant};
+    if Command::new("gcc").arg("--version").output().is_err() {
+        eprintln!("SKIPPED: no gcc to build bench/kernel_floor.c");
+        return;
+    }
+    let bin = build_kernel_floor("kernel_floor_bind_test");
+    // 127.0.0.200 is the measuring side (the parent), 127.0.0.201 the echoing child.
+    for (side, port) in [("127.0.0.201", 19386u16), ("127.0.0.200", 19387)] {
+        let _held = std::net::UdpSocket::bind((side, port)).unwrap();
+        let mut p = Command::new(&bin)
+            .args(["roce", &port.to_string(), "1000"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(15);
+        let status = loop {
+            if let Some(st) = p.try_wait().unwrap() {
+                break Some(st);
+            }
+            if Instant::now() > deadline {
+                let _ = p.kill();
+                let _ = p.wait();
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        // A child left behind is gone within a moment if it is going at all.
+        let mut left = running(&bin);
+        for _ in 0..50 {
+            if left.is_empty() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+            left = running(&bin);
+        }
+        for pid in &left {
+            let _ = Command::new("kill").arg(pid.to_string()).status();
+        }
+        let status = status.unwrap_or_else(|| panic!("{side} taken: the harness hung"));
+        assert!(!status.success(), "{side} taken: exit status {status}");
+        assert!(
+            left.is_empty(),
+            "{side} taken: processes left behind: {left:?}"
+        );
+    }
+}
+
+/// `bench/kernel_floor.sh` stops the `rverbs perf` server it started when the client
+/// fails, instead of leaving it waiting for a client forever. A stand-in for the
+/// binary fails as a client and, as a server, records its PID and waits.
+#[test]
+fn kernel_floor_script_stops_its_server_when_the_client_fails() {
+    use std::time::{Duration, Instant};
+    if Command::new("gcc").arg("--version").output().is_err() {
+        eprintln!("SKIPPED: no gcc to build bench/kernel_floor.c");
+        return;
+    }
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("kernel_floor_fake");
+    std::fs::create_dir_all(&dir).unwrap();
+    let fake = dir.join("rverbs");
+    let pidfile = dir.join("server.pid");
+    let _ = std::fs::remove_file(&pidfile);
+    std::fs::write(
+        &fake,
+        "#!/bin/sh\ncase \" $* \" in *\" localhost \"*) echo 'client: no' >&2; exit 1;; esac\n\
+         echo $$ > \"$FAKE_PIDFILE\"\nexec sleep 60\n",
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+    let out = Command::new("bash")
+        .arg("bench/kernel_floor.sh")
+        .current_dir(root)
+        .env("RVERBS", &fake)
+        .env("FAKE_PIDFILE", &pidfile)
+        .env("REPS", "1")
+        .env("ITERS", "200")
+        .env("DUR", "1")
+        .env("PORT", "19390")
+        .env("CC", "gcc")
+        .output()
+        .unwrap();
+    assert!(
+        !out.status.success(),
+        "the client failed: so does the script"
+    );
+    let pid = std::fs::read_to_string(&pidfile).expect("the fake server ran");
+    let pid = pid.trim().to_string();
+    let alive = || std::path::Path::new(&format!("/proc/{pid}")).exists();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while alive() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let left = alive();
+    if left {
+        let _ = Command::new("kill").arg(&pid).status();
+    }
+    assert!(!left, "the server (PID {pid}) was left running");
+}
