@@ -177,7 +177,7 @@ pub fn fill_icrc_for(roce_v1: bool, src: IpAddr, dst: IpAddr, src_port: u16, pay
 /// `payload` are overwritten), for IPv4 ID 0 with DF (see [`Transmit`]).
 pub fn fill_icrc(src: IpAddr, dst: IpAddr, src_port: u16, payload: &mut [u8]) {
     let n = payload.len().saturating_sub(icrc::ICRC_LEN);
-    // The headers `headers` would emit, written straight in masked form. Our own
+    // The IP and UDP headers of the datagram, written straight in masked form. Our own
     // layouts always hold a BTH; a failure leaves a zero ICRC (a dropped packet).
     let crc = icrc::compute_addrs(src, dst, 0, src_port, &payload[..n]).unwrap_or(0);
     payload[n..].copy_from_slice(&crc.to_le_bytes());
