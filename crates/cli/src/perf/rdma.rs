@@ -446,10 +446,12 @@ impl Bench for Rdma {
                         let since = Instant::now();
                         let signaled = post(self, answered)?;
                         answered += 1;
-                        last_progress = since;
                         while signaled && !reap(self, &mut wcs, &mut rx, WcOpcode::Send)? {
                             stalled(since)?;
                         }
+                        // The idle stall check runs from the echo's completion, not
+                        // from its post (a slow completion must not shorten it).
+                        last_progress = Instant::now();
                     }
                 }
                 Op::Write => {
