@@ -55,6 +55,15 @@ fn latency_tools_in_both_roles() {
             assert!(!s[0].contains("lat_us"), "{op}: {}", s[0]);
         }
     }
+    // SEND latency with completion moderation: each signaled SEND's completion is
+    // awaited right after its post (ib_send_lat), the unsignaled ones between complete
+    // with them, and the last (signaled) one ends both sides' loops.
+    let (s, c) = pair(&["send", "lat", "-n", "301", "-Q", "7", "-s", "8"], 19414);
+    assert_eq!((s.len(), c.len()), (1, 1), "-Q 7: {s:?} {c:?}");
+    assert!(
+        num(&c[0], "p50") > 0.0 && num(&s[0], "p50") > 0.0,
+        "{c:?} {s:?}"
+    );
 }
 
 #[test]
