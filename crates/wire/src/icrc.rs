@@ -126,8 +126,26 @@ pub fn compute_addrs(
     if ib_packet.len() < BTH_LEN {
         return Err(Error::Truncated("BTH"));
     }
-    let udp_len = udp::HEADER_LEN + ib_packet.len() + ICRC_LEN;
+    let (prefix, at) = masked_prefix(src, dst, ipv4_id, src_port, ib_packet.len());
     let mut masked = [0u8; MAX_MASKED + SMALL_REST];
+    masked[..PREFIX_MAX].copy_from_slice(&prefix);
+    Ok(hash_masked(&mut masked, at, ib_packet))
+}
+
+/// Longest masked IP + UDP header prefix [`masked_prefix`] writes (IPv6).
+const PREFIX_MAX: usize = ipv6::HEADER_LEN + udp::HEADER_LEN;
+
+/// The masked IP and UDP headers [`compute_addrs`] hashes for a packet of `ib_len` bytes
+/// (BTH up to, not including, the ICRC), zero-padded to [`PREFIX_MAX`], and their length.
+fn masked_prefix(
+    src: IpAddr,
+    dst: IpAddr,
+    ipv4_id: u16,
+    src_port: u16,
+    ib_len: usize,
+) -> ([u8; PREFIX_MAX], usize) {
+    let udp_len = udp::HEADER_LEN + ib_len + ICRC_LEN;
+    let mut masked = [0u8; PREFIX_MAX];
     let ip_len = match (src, dst) {
         (IpAddr::V4(s), IpAddr::V4(d)) => {
             let ip = &mut masked[..ipv4::HEADER_LEN];
@@ -168,11 +186,92 @@ pub fn compute_addrs(
     u[4..6].copy_from_slice(&(udp_len as u16).to_be_bytes());
     u[6] = 0xff; // UDP checksum (masked)
     u[7] = 0xff;
-    Ok(hash_masked(
-        &mut masked,
-        ip_len + udp::HEADER_LEN,
-        ib_packet,
-    ))
+    (masked, ip_len + udp::HEADER_LEN)
+}
+
+/// How many prefixes a [`PrefixCache`] remembers: a ping-pong touches four per flow
+/// (request and ACK lengths, each way), eight when both ends share one engine.
+const PREFIX_WAYS: usize = 8;
+
+/// Remembers the CRC state after the LRH stand-in and the masked IP and UDP headers of
+/// the last few (address pair, UDP port, IPv4 ID, length) combinations, for
+/// [`compute_addrs_cached`]. On a small packet those 36 or 56 bytes are most of what the
+/// ICRC hashes, and they repeat for every packet of a flow with the same length.
+///
+/// An entry is keyed by the whole masked prefix it stands for, so a hit is always the
+/// state [`compute_addrs`] would reach: no entry can go stale.
+#[derive(Debug, Clone)]
+pub struct PrefixCache {
+    keys: [[u8; PREFIX_MAX]; PREFIX_WAYS],
+    states: [u32; PREFIX_WAYS],
+    /// The entry the next miss replaces (round robin).
+    next: usize,
+}
+
+impl Default for PrefixCache {
+    fn default() -> Self {
+        PrefixCache {
+            // An all-zero key is never a real prefix (its first byte is 0x45 or 0x6f).
+            keys: [[0; PREFIX_MAX]; PREFIX_WAYS],
+            states: [0; PREFIX_WAYS],
+            next: 0,
+        }
+    }
+}
+
+impl PrefixCache {
+    /// An empty cache.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The CRC state after the LRH stand-in and `prefix[..at]`.
+    fn state(&mut self, prefix: &[u8; PREFIX_MAX], at: usize) -> u32 {
+        if let Some(i) = self.keys.iter().position(|k| k == prefix) {
+            return self.states[i];
+        }
+        let mut h = Hasher::new_with_initial(LRH_CRC);
+        h.update(&prefix[..at]);
+        let state = h.finalize();
+        let i = self.next;
+        self.keys[i] = *prefix;
+        self.states[i] = state;
+        self.next = (i + 1) % PREFIX_WAYS;
+        state
+    }
+}
+
+/// [`compute_addrs`] continuing from the state `cache` holds for the packet's masked IP
+/// and UDP headers (computing and remembering it on a miss): the same value, without
+/// hashing the headers again for each packet of a flow.
+pub fn compute_addrs_cached(
+    cache: &mut PrefixCache,
+    src: IpAddr,
+    dst: IpAddr,
+    ipv4_id: u16,
+    src_port: u16,
+    ib_packet: &[u8],
+) -> Result<u32> {
+    if ib_packet.len() < BTH_LEN {
+        return Err(Error::Truncated("BTH"));
+    }
+    let (prefix, at) = masked_prefix(src, dst, ipv4_id, src_port, ib_packet.len());
+    let mut h = Hasher::new_with_initial(cache.state(&prefix, at));
+    // BTH (byte 4 masked) and a short rest in one update: short updates take the CRC's
+    // byte-wise path, so one of 12 + n bytes beats two.
+    const ONE_PASS: usize = 128;
+    let tail = &ib_packet[BTH_LEN..];
+    let mut buf = [0u8; ONE_PASS];
+    buf[..BTH_LEN].copy_from_slice(&ib_packet[..BTH_LEN]);
+    buf[4] = 0xff; // BTH byte 4: FECN, BECN, resv6
+    if tail.len() <= ONE_PASS - BTH_LEN {
+        buf[BTH_LEN..BTH_LEN + tail.len()].copy_from_slice(tail);
+        h.update(&buf[..BTH_LEN + tail.len()]);
+    } else {
+        h.update(&buf[..BTH_LEN]);
+        h.update(tail);
+    }
+    Ok(h.finalize())
 }
 
 /// The RoCE v1 ICRC of a packet given as its GRH (40 bytes) and the IB transport packet
@@ -324,21 +423,34 @@ pub fn recover_ipv4_id(
     let mut b = [0u8; ICRC_LEN];
     b.copy_from_slice(trailer);
     let carried = u32::from_le_bytes(b);
+    Ok(ipv4_id_from_crcs(carried, c0, ip_len, ib_len))
+}
+
+/// The second half of [`recover_ipv4_id`], for a caller that already has `c0`, the ICRC
+/// of the packet with Identification 0 (e.g. from [`compute_addrs_cached`]): the one ID
+/// that turns `c0` into the `carried` ICRC, for an IPv4 header of `ip_len` bytes and an
+/// IB packet of `ib_len` bytes (BTH up to, not including, the ICRC). `None` when no ID
+/// does or the lengths are out of range (`ip_len` 20..=60, UDP length within 16 bits).
+pub fn ipv4_id_from_crcs(carried: u32, c0: u32, ip_len: usize, ib_len: usize) -> Option<u16> {
     if carried == c0 {
         // ID 0 (what Linux sends from an unconnected socket with DF): the general
         // solution below gives the same answer, at the cost of up to 17 products.
-        return Ok(Some(0));
+        return Some(0);
     }
-
+    if !(ipv4::HEADER_LEN..=60).contains(&ip_len)
+        || ib_len + ICRC_LEN > usize::from(u16::MAX) - udp::HEADER_LEN
+    {
+        return None;
+    }
     // The CRC'd stream from the first ID byte to its end: the ID and the rest of the IP
     // header, the UDP header, and the IB packet without the ICRC.
     let m = (ip_len - 4) + udp::HEADER_LEN + ib_len;
     let v = gf2::mul_x_pow_neg_8m(carried ^ c0, m);
     // `v` is the two ID bytes as they entered the register: first byte in bits 0..8.
     if v >> 16 == 0 {
-        Ok(Some((v as u16).swap_bytes()))
+        Some((v as u16).swap_bytes())
     } else {
-        Ok(None)
+        None
     }
 }
 
@@ -815,6 +927,78 @@ mod tests {
                 compute_parts(&h[..ip_len], &h[ip_len..], &ib)
             );
         }
+    }
+
+    proptest! {
+        /// One cache fed a random stream of packets over a few flows (so entries are hit,
+        /// missed and evicted, and a flow comes back with other lengths, IDs and ports
+        /// than its cached entry) always gives what `compute_addrs` gives.
+        #[test]
+        fn cached_matches_uncached(
+            addrs: [[u8; 16]; 3],
+            packets in proptest::collection::vec(
+                (0usize..3, 0usize..3, 0u8..4, 0u16..3, 0u16..2,
+                 proptest::collection::vec(any::<u8>(), 0..300)),
+                1..40),
+        ) {
+            let mut cache = PrefixCache::new();
+            for (s, d, family, id, sport, ib) in packets {
+                let ip = |i: usize, v6: bool| -> IpAddr {
+                    if v6 { IpAddr::from(addrs[i]) } else {
+                        IpAddr::from([addrs[i][0], addrs[i][1], addrs[i][2], addrs[i][3]])
+                    }
+                };
+                let (src, dst) = (ip(s, family & 1 != 0), ip(d, family & 2 != 0));
+                let sport = 0xc000 + sport;
+                prop_assert_eq!(
+                    compute_addrs_cached(&mut cache, src, dst, id, sport, &ib),
+                    compute_addrs(src, dst, id, sport, &ib)
+                );
+            }
+        }
+    }
+
+    /// A flow whose length, ID or port changes after its prefix was cached gets a new
+    /// prefix, not the stale one; more flows than the cache holds evict and recompute.
+    #[test]
+    fn cached_prefix_is_never_stale() {
+        let (s, t) = (IpAddr::from([10, 0, 0, 1]), IpAddr::from([10, 0, 0, 2]));
+        let mut cache = PrefixCache::new();
+        let ib = [0x5au8; 64];
+        for round in 0..3 {
+            for len in 12..=64 {
+                for (id, port) in [(0, 0xc000), (7, 0xc000), (0, 0xc001)] {
+                    assert_eq!(
+                        compute_addrs_cached(&mut cache, s, t, id, port, &ib[..len]),
+                        compute_addrs(s, t, id, port, &ib[..len]),
+                        "round {round} len {len} id {id} port {port}"
+                    );
+                }
+            }
+        }
+        // The all-zero initial keys never match a real packet's prefix.
+        let fresh = PrefixCache::new();
+        let (p, at) = masked_prefix(s, t, 0, 0, 12);
+        assert!(!fresh.keys.contains(&p) && at == 28);
+        assert!(compute_addrs_cached(&mut cache, s, t, 0, 0xc000, &ib[..11]).is_err());
+    }
+
+    /// `ipv4_id_from_crcs` with the cached ID-0 ICRC finds what `recover_ipv4_id` finds,
+    /// and nothing for lengths no datagram can have.
+    #[test]
+    fn id_from_cached_crcs() {
+        let ib: std::vec::Vec<u8> = (0..40u8).map(|i| i.wrapping_mul(29)).collect();
+        let mut cache = PrefixCache::new();
+        let (s, t) = (IpAddr::from([10, 0, 0, 1]), IpAddr::from([10, 0, 0, 2]));
+        for id in [0u16, 1, 0x1234, 0xffff] {
+            let d = datagram(id, 0x0a00_0001, 0x0a00_0002, 0, &ib, 0xc000);
+            let carried = carried(&d).unwrap();
+            let c0 = compute_addrs_cached(&mut cache, s, t, 0, 0xc000, &ib).unwrap();
+            assert_eq!(ipv4_id_from_crcs(carried, c0, 20, ib.len()), Some(id));
+            assert_eq!(ipv4_id_from_crcs(carried ^ 1, c0, 20, ib.len()), None);
+        }
+        assert_eq!(ipv4_id_from_crcs(1, 2, 19, 40), None);
+        assert_eq!(ipv4_id_from_crcs(1, 2, 20, 65_530), None);
     }
 
     proptest! {
