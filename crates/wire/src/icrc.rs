@@ -189,34 +189,64 @@ fn masked_prefix(
     (masked, ip_len + udp::HEADER_LEN)
 }
 
-/// How many prefixes a [`PrefixCache`] remembers: a ping-pong touches four per flow
-/// (request and ACK lengths, each way), eight when both ends share one engine.
-const PREFIX_WAYS: usize = 8;
+/// How many flows a [`PrefixCache`] remembers: a ping-pong touches two (one each
+/// way), four when both ends share one engine.
+const PREFIX_WAYS: usize = 4;
 
-/// Remembers the CRC state after the LRH stand-in and the masked IP and UDP headers of
-/// the last few (address pair, UDP port, IPv4 ID, length) combinations, for
-/// [`compute_addrs_cached`]. On a small packet those 36 or 56 bytes are most of what the
-/// ICRC hashes, and they repeat for every packet of a flow with the same length.
-///
-/// An entry is keyed by the whole masked prefix it stands for, so a hit is always the
-/// state [`compute_addrs`] would reach: no entry can go stale.
-#[derive(Debug, Clone)]
-pub struct PrefixCache {
-    keys: [[u8; PREFIX_MAX]; PREFIX_WAYS],
-    states: [u32; PREFIX_WAYS],
-    /// The entry the next miss replaces (round robin).
-    next: usize,
+/// `DELTA[i][v]`: what a byte `v` instead of 0 in the masked IP + UDP prefix adds to the
+/// CRC state after it, when `DELTA_FOLLOWING[i]` prefix bytes follow it. The CRC is
+/// linear: the change is the CRC register of `v` followed by that many zero bytes,
+/// starting from zero. These are the bytes of the length fields, the only prefix bytes
+/// that change from packet to packet of a flow: IPv4 total length (bytes 2, 3 of 28),
+/// IPv6 payload length (bytes 4, 5 of 48), UDP length (the prefix's bytes -4, -3).
+const DELTA_FOLLOWING: [usize; 6] = [25, 24, 43, 42, 3, 2];
+static DELTA: [[u32; 256]; 6] = {
+    let mut t = [[0u32; 256]; 6];
+    let mut i = 0;
+    while i < 6 {
+        let mut v = 0;
+        while v < 256 {
+            // The byte itself, then DELTA_FOLLOWING[i] zero bytes (reflected CRC-32).
+            let mut reg = v as u32;
+            let mut bits = 8 * (1 + DELTA_FOLLOWING[i]);
+            while bits > 0 {
+                reg = gf2::mul_x(reg);
+                bits -= 1;
+            }
+            t[i][v] = reg;
+            v += 1;
+        }
+        i += 1;
+    }
+    t
+};
+
+/// One flow of a [`PrefixCache`]: its addresses, IPv4 ID and UDP source port, and the
+/// CRC state after the LRH stand-in and its masked IP + UDP headers with both length
+/// fields zero.
+#[derive(Debug, Clone, Copy)]
+struct PrefixEntry {
+    src: IpAddr,
+    dst: IpAddr,
+    ipv4_id: u16,
+    src_port: u16,
+    /// The prefix is a 20-byte IPv4 header (else a 40-byte IPv6 one).
+    v4: bool,
+    state: u32,
 }
 
-impl Default for PrefixCache {
-    fn default() -> Self {
-        PrefixCache {
-            // An all-zero key is never a real prefix (its first byte is 0x45 or 0x6f).
-            keys: [[0; PREFIX_MAX]; PREFIX_WAYS],
-            states: [0; PREFIX_WAYS],
-            next: 0,
-        }
-    }
+/// Remembers, for the last few flows (address pair, IPv4 ID, UDP source port), the CRC
+/// state after the LRH stand-in and the masked IP and UDP headers with their length
+/// fields zero, for [`compute_addrs_cached`]. On a small packet those 36 or 56 bytes
+/// are most of what the ICRC hashes; a packet's own lengths are added in from tables
+/// (the CRC is linear), so one entry serves every length of its flow.
+///
+/// An entry is keyed by everything its state depends on, so it never goes stale.
+#[derive(Debug, Clone, Default)]
+pub struct PrefixCache {
+    entries: [Option<PrefixEntry>; PREFIX_WAYS],
+    /// The entry the next miss replaces (round robin).
+    next: usize,
 }
 
 impl PrefixCache {
@@ -225,19 +255,57 @@ impl PrefixCache {
         Self::default()
     }
 
-    /// The CRC state after the LRH stand-in and `prefix[..at]`.
-    fn state(&mut self, prefix: &[u8; PREFIX_MAX], at: usize) -> u32 {
-        if let Some(i) = self.keys.iter().position(|k| k == prefix) {
-            return self.states[i];
-        }
-        let mut h = Hasher::new_with_initial(LRH_CRC);
-        h.update(&prefix[..at]);
-        let state = h.finalize();
-        let i = self.next;
-        self.keys[i] = *prefix;
-        self.states[i] = state;
-        self.next = (i + 1) % PREFIX_WAYS;
-        state
+    /// The CRC state after the LRH stand-in and the masked IP and UDP headers of a
+    /// packet of `ib_len` bytes (BTH up to, not including, the ICRC).
+    fn state(
+        &mut self,
+        src: IpAddr,
+        dst: IpAddr,
+        ipv4_id: u16,
+        src_port: u16,
+        ib_len: usize,
+    ) -> u32 {
+        let hit = self.entries.iter().flatten().find(|e| {
+            e.src_port == src_port && e.ipv4_id == ipv4_id && e.src == src && e.dst == dst
+        });
+        let e = match hit {
+            Some(e) => *e,
+            None => {
+                let (mut prefix, at) = masked_prefix(src, dst, ipv4_id, src_port, 0);
+                let v4 = at == ipv4::HEADER_LEN + udp::HEADER_LEN;
+                let ip_len_at = if v4 { 2 } else { 4 };
+                prefix[ip_len_at] = 0;
+                prefix[ip_len_at + 1] = 0;
+                prefix[at - 4] = 0;
+                prefix[at - 3] = 0;
+                let mut h = Hasher::new_with_initial(LRH_CRC);
+                h.update(&prefix[..at]);
+                let e = PrefixEntry {
+                    src,
+                    dst,
+                    ipv4_id,
+                    src_port,
+                    v4,
+                    state: h.finalize(),
+                };
+                self.entries[self.next] = Some(e);
+                self.next = (self.next + 1) % PREFIX_WAYS;
+                e
+            }
+        };
+        // The same (truncating) lengths as `masked_prefix`.
+        let udp_len = udp::HEADER_LEN + ib_len + ICRC_LEN;
+        let (ip_field, t) = if e.v4 {
+            ((ipv4::HEADER_LEN + udp_len) as u16, 0)
+        } else {
+            (udp_len as u16, 2)
+        };
+        let udp_len = udp_len as u16;
+        e.state
+            ^ DELTA[t][usize::from(ip_field >> 8)]
+            ^ DELTA[t + 1][usize::from(ip_field & 0xff)]
+            ^ DELTA[4][usize::from(udp_len >> 8)]
+            ^ DELTA[5][usize::from(udp_len & 0xff)]
     }
 }
 
@@ -255,8 +323,8 @@ pub fn compute_addrs_cached(
     if ib_packet.len() < BTH_LEN {
         return Err(Error::Truncated("BTH"));
     }
-    let (prefix, at) = masked_prefix(src, dst, ipv4_id, src_port, ib_packet.len());
-    let mut h = Hasher::new_with_initial(cache.state(&prefix, at));
+    let state = cache.state(src, dst, ipv4_id, src_port, ib_packet.len());
+    let mut h = Hasher::new_with_initial(state);
     // BTH (byte 4 masked) and a short rest in one update: short updates take the CRC's
     // byte-wise path, so one of 12 + n bytes beats two.
     const ONE_PASS: usize = 128;
@@ -976,10 +1044,18 @@ mod tests {
                 }
             }
         }
-        // The all-zero initial keys never match a real packet's prefix.
-        let fresh = PrefixCache::new();
-        let (p, at) = masked_prefix(s, t, 0, 0, 12);
-        assert!(!fresh.keys.contains(&p) && at == 28);
+        // Lengths whose IP and UDP length fields wrap at 16 bits, as `compute_addrs`
+        // writes them, for both families.
+        let big = std::vec![0x3cu8; 65_560];
+        for (s, t) in [(s, t), (IpAddr::from([0xfd; 16]), t)] {
+            for len in [65_490, 65_503, 65_504, 65_523, 65_524, 65_560] {
+                assert_eq!(
+                    compute_addrs_cached(&mut cache, s, t, 3, 0xc000, &big[..len]),
+                    compute_addrs(s, t, 3, 0xc000, &big[..len]),
+                    "len {len}"
+                );
+            }
+        }
         assert!(compute_addrs_cached(&mut cache, s, t, 0, 0xc000, &ib[..11]).is_err());
     }
 
