@@ -175,6 +175,9 @@ pub struct Engine {
     cfg: Config,
     /// Datagram buffers to reuse (see [`Engine::recycle`]).
     spare: std::cell::RefCell<Vec<Vec<u8>>>,
+    /// CRC states of recent masked IP + UDP header prefixes, shared by the ICRCs of
+    /// outgoing and incoming packets (`rverbs_wire::icrc::PrefixCache`).
+    icrc: std::cell::RefCell<rverbs_wire::icrc::PrefixCache>,
     rng: u64,
     pds: Slab<Pd>,
     mrs: Slab<Mr>,
@@ -215,6 +218,7 @@ macro_rules! ctx {
             ack_policy: $s.cfg.ack_policy,
             now: $now,
             spare: &$s.spare,
+            icrc: &$s.icrc,
         }
     };
 }
@@ -237,6 +241,7 @@ impl Engine {
         };
         Engine {
             spare: std::cell::RefCell::new(Vec::new()),
+            icrc: Default::default(),
             cfg,
             rng,
             pds: Slab::default(),
@@ -979,7 +984,7 @@ impl Engine {
 
     /// Feeds one received datagram. Bad packets are dropped and counted, never fatal.
     pub fn handle_datagram(&mut self, now: Nanos, d: &Datagram<'_>) {
-        if !d.icrc_checked && !net::icrc_ok(d) {
+        if !d.icrc_checked && !net::icrc_ok_cached(self.icrc.get_mut(), d) {
             self.counters.rx_icrc_errors += 1;
             return;
         }
@@ -1021,7 +1026,7 @@ impl Engine {
     /// state rules apply). A packet that is not UD, or a `qpn` that is not a UD QP, is
     /// counted and dropped.
     pub fn handle_datagram_to(&mut self, now: Nanos, d: &Datagram<'_>, qpn: u32) {
-        if !d.icrc_checked && !net::icrc_ok(d) {
+        if !d.icrc_checked && !net::icrc_ok_cached(self.icrc.get_mut(), d) {
             self.counters.rx_icrc_errors += 1;
             return;
         }

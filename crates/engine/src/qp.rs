@@ -129,6 +129,8 @@ pub(crate) struct Ctx<'a> {
     pub(crate) now: Nanos,
     /// Datagram buffers handed back by the driver ([`crate::Engine::recycle`]).
     pub(crate) spare: &'a std::cell::RefCell<Vec<Vec<u8>>>,
+    /// CRC states of recent masked IP + UDP header prefixes, for outgoing ICRCs.
+    pub(crate) icrc: &'a std::cell::RefCell<rverbs_wire::icrc::PrefixCache>,
 }
 
 impl Ctx<'_> {
@@ -1094,7 +1096,14 @@ impl Qp {
             .get(usize::from(av.sgid_index))
             .copied()
             .unwrap_or(false);
-        net::fill_icrc_for(roce_v1, src, dst, src_port, &mut payload);
+        net::fill_icrc_for_cached(
+            &mut ctx.icrc.borrow_mut(),
+            roce_v1,
+            src,
+            dst,
+            src_port,
+            &mut payload,
+        );
         Transmit {
             src,
             dst,
@@ -1585,6 +1594,7 @@ mod tests {
             ack_policy: crate::engine::AckPolicy::default(),
             now: 0,
             spare: &std::cell::RefCell::new(Vec::new()),
+            icrc: &Default::default(),
         };
         let av = AddressVector {
             dgid: Gid::from(std::net::Ipv4Addr::new(10, 0, 0, 2)),

@@ -126,8 +126,26 @@ pub fn compute_addrs(
     if ib_packet.len() < BTH_LEN {
         return Err(Error::Truncated("BTH"));
     }
-    let udp_len = udp::HEADER_LEN + ib_packet.len() + ICRC_LEN;
+    let (prefix, at) = masked_prefix(src, dst, ipv4_id, src_port, ib_packet.len());
     let mut masked = [0u8; MAX_MASKED + SMALL_REST];
+    masked[..PREFIX_MAX].copy_from_slice(&prefix);
+    Ok(hash_masked(&mut masked, at, ib_packet))
+}
+
+/// Longest masked IP + UDP header prefix [`masked_prefix`] writes (IPv6).
+const PREFIX_MAX: usize = ipv6::HEADER_LEN + udp::HEADER_LEN;
+
+/// The masked IP and UDP headers [`compute_addrs`] hashes for a packet of `ib_len` bytes
+/// (BTH up to, not including, the ICRC), zero-padded to [`PREFIX_MAX`], and their length.
+fn masked_prefix(
+    src: IpAddr,
+    dst: IpAddr,
+    ipv4_id: u16,
+    src_port: u16,
+    ib_len: usize,
+) -> ([u8; PREFIX_MAX], usize) {
+    let udp_len = udp::HEADER_LEN + ib_len + ICRC_LEN;
+    let mut masked = [0u8; PREFIX_MAX];
     let ip_len = match (src, dst) {
         (IpAddr::V4(s), IpAddr::V4(d)) => {
             let ip = &mut masked[..ipv4::HEADER_LEN];
@@ -168,11 +186,160 @@ pub fn compute_addrs(
     u[4..6].copy_from_slice(&(udp_len as u16).to_be_bytes());
     u[6] = 0xff; // UDP checksum (masked)
     u[7] = 0xff;
-    Ok(hash_masked(
-        &mut masked,
-        ip_len + udp::HEADER_LEN,
-        ib_packet,
-    ))
+    (masked, ip_len + udp::HEADER_LEN)
+}
+
+/// How many flows a [`PrefixCache`] remembers: a ping-pong touches two (one each
+/// way), four when both ends share one engine.
+const PREFIX_WAYS: usize = 4;
+
+/// `DELTA[i][v]`: what a byte `v` instead of 0 in the masked IP + UDP prefix adds to the
+/// CRC state after it, when `DELTA_FOLLOWING[i]` prefix bytes follow it. The CRC is
+/// linear: the change is the CRC register of `v` followed by that many zero bytes,
+/// starting from zero. These are the bytes of the length fields, the only prefix bytes
+/// that change from packet to packet of a flow: IPv4 total length (bytes 2, 3 of 28),
+/// IPv6 payload length (bytes 4, 5 of 48), UDP length (the prefix's bytes -4, -3).
+const DELTA_FOLLOWING: [usize; 6] = [25, 24, 43, 42, 3, 2];
+static DELTA: [[u32; 256]; 6] = {
+    let mut t = [[0u32; 256]; 6];
+    let mut i = 0;
+    while i < 6 {
+        let mut v = 0;
+        while v < 256 {
+            // The byte itself, then DELTA_FOLLOWING[i] zero bytes (reflected CRC-32).
+            let mut reg = v as u32;
+            let mut bits = 8 * (1 + DELTA_FOLLOWING[i]);
+            while bits > 0 {
+                reg = gf2::mul_x(reg);
+                bits -= 1;
+            }
+            t[i][v] = reg;
+            v += 1;
+        }
+        i += 1;
+    }
+    t
+};
+
+/// One flow of a [`PrefixCache`]: its addresses, IPv4 ID and UDP source port, and the
+/// CRC state after the LRH stand-in and its masked IP + UDP headers with both length
+/// fields zero.
+#[derive(Debug, Clone, Copy)]
+struct PrefixEntry {
+    src: IpAddr,
+    dst: IpAddr,
+    ipv4_id: u16,
+    src_port: u16,
+    /// The prefix is a 20-byte IPv4 header (else a 40-byte IPv6 one).
+    v4: bool,
+    state: u32,
+}
+
+/// Remembers, for the last few flows (address pair, IPv4 ID, UDP source port), the CRC
+/// state after the LRH stand-in and the masked IP and UDP headers with their length
+/// fields zero, for [`compute_addrs_cached`]. On a small packet those 36 or 56 bytes
+/// are most of what the ICRC hashes; a packet's own lengths are added in from tables
+/// (the CRC is linear), so one entry serves every length of its flow.
+///
+/// An entry is keyed by everything its state depends on, so it never goes stale.
+#[derive(Debug, Clone, Default)]
+pub struct PrefixCache {
+    entries: [Option<PrefixEntry>; PREFIX_WAYS],
+    /// The entry the next miss replaces (round robin).
+    next: usize,
+}
+
+impl PrefixCache {
+    /// An empty cache.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The CRC state after the LRH stand-in and the masked IP and UDP headers of a
+    /// packet of `ib_len` bytes (BTH up to, not including, the ICRC).
+    fn state(
+        &mut self,
+        src: IpAddr,
+        dst: IpAddr,
+        ipv4_id: u16,
+        src_port: u16,
+        ib_len: usize,
+    ) -> u32 {
+        let hit = self.entries.iter().flatten().find(|e| {
+            e.src_port == src_port && e.ipv4_id == ipv4_id && e.src == src && e.dst == dst
+        });
+        let e = match hit {
+            Some(e) => *e,
+            None => {
+                let (mut prefix, at) = masked_prefix(src, dst, ipv4_id, src_port, 0);
+                let v4 = at == ipv4::HEADER_LEN + udp::HEADER_LEN;
+                let ip_len_at = if v4 { 2 } else { 4 };
+                prefix[ip_len_at] = 0;
+                prefix[ip_len_at + 1] = 0;
+                prefix[at - 4] = 0;
+                prefix[at - 3] = 0;
+                let mut h = Hasher::new_with_initial(LRH_CRC);
+                h.update(&prefix[..at]);
+                let e = PrefixEntry {
+                    src,
+                    dst,
+                    ipv4_id,
+                    src_port,
+                    v4,
+                    state: h.finalize(),
+                };
+                self.entries[self.next] = Some(e);
+                self.next = (self.next + 1) % PREFIX_WAYS;
+                e
+            }
+        };
+        // The same (truncating) lengths as `masked_prefix`.
+        let udp_len = udp::HEADER_LEN + ib_len + ICRC_LEN;
+        let (ip_field, t) = if e.v4 {
+            ((ipv4::HEADER_LEN + udp_len) as u16, 0)
+        } else {
+            (udp_len as u16, 2)
+        };
+        let udp_len = udp_len as u16;
+        e.state
+            ^ DELTA[t][usize::from(ip_field >> 8)]
+            ^ DELTA[t + 1][usize::from(ip_field & 0xff)]
+            ^ DELTA[4][usize::from(udp_len >> 8)]
+            ^ DELTA[5][usize::from(udp_len & 0xff)]
+    }
+}
+
+/// [`compute_addrs`] continuing from the state `cache` holds for the packet's masked IP
+/// and UDP headers (computing and remembering it on a miss): the same value, without
+/// hashing the headers again for each packet of a flow.
+pub fn compute_addrs_cached(
+    cache: &mut PrefixCache,
+    src: IpAddr,
+    dst: IpAddr,
+    ipv4_id: u16,
+    src_port: u16,
+    ib_packet: &[u8],
+) -> Result<u32> {
+    if ib_packet.len() < BTH_LEN {
+        return Err(Error::Truncated("BTH"));
+    }
+    let state = cache.state(src, dst, ipv4_id, src_port, ib_packet.len());
+    let mut h = Hasher::new_with_initial(state);
+    // BTH (byte 4 masked) and a short rest in one update: short updates take the CRC's
+    // byte-wise path, so one of 12 + n bytes beats two.
+    const ONE_PASS: usize = 128;
+    let tail = &ib_packet[BTH_LEN..];
+    let mut buf = [0u8; ONE_PASS];
+    buf[..BTH_LEN].copy_from_slice(&ib_packet[..BTH_LEN]);
+    buf[4] = 0xff; // BTH byte 4: FECN, BECN, resv6
+    if tail.len() <= ONE_PASS - BTH_LEN {
+        buf[BTH_LEN..BTH_LEN + tail.len()].copy_from_slice(tail);
+        h.update(&buf[..BTH_LEN + tail.len()]);
+    } else {
+        h.update(&buf[..BTH_LEN]);
+        h.update(tail);
+    }
+    Ok(h.finalize())
 }
 
 /// The RoCE v1 ICRC of a packet given as its GRH (40 bytes) and the IB transport packet
@@ -324,21 +491,34 @@ pub fn recover_ipv4_id(
     let mut b = [0u8; ICRC_LEN];
     b.copy_from_slice(trailer);
     let carried = u32::from_le_bytes(b);
+    Ok(ipv4_id_from_crcs(carried, c0, ip_len, ib_len))
+}
+
+/// The second half of [`recover_ipv4_id`], for a caller that already has `c0`, the ICRC
+/// of the packet with Identification 0 (e.g. from [`compute_addrs_cached`]): the one ID
+/// that turns `c0` into the `carried` ICRC, for an IPv4 header of `ip_len` bytes and an
+/// IB packet of `ib_len` bytes (BTH up to, not including, the ICRC). `None` when no ID
+/// does or the lengths are out of range (`ip_len` 20..=60, UDP length within 16 bits).
+pub fn ipv4_id_from_crcs(carried: u32, c0: u32, ip_len: usize, ib_len: usize) -> Option<u16> {
     if carried == c0 {
         // ID 0 (what Linux sends from an unconnected socket with DF): the general
         // solution below gives the same answer, at the cost of up to 17 products.
-        return Ok(Some(0));
+        return Some(0);
     }
-
+    if !(ipv4::HEADER_LEN..=60).contains(&ip_len)
+        || ib_len + ICRC_LEN > usize::from(u16::MAX) - udp::HEADER_LEN
+    {
+        return None;
+    }
     // The CRC'd stream from the first ID byte to its end: the ID and the rest of the IP
     // header, the UDP header, and the IB packet without the ICRC.
     let m = (ip_len - 4) + udp::HEADER_LEN + ib_len;
     let v = gf2::mul_x_pow_neg_8m(carried ^ c0, m);
     // `v` is the two ID bytes as they entered the register: first byte in bits 0..8.
     if v >> 16 == 0 {
-        Ok(Some((v as u16).swap_bytes()))
+        Some((v as u16).swap_bytes())
     } else {
-        Ok(None)
+        None
     }
 }
 
@@ -815,6 +995,86 @@ mod tests {
                 compute_parts(&h[..ip_len], &h[ip_len..], &ib)
             );
         }
+    }
+
+    proptest! {
+        /// One cache fed a random stream of packets over a few flows (so entries are hit,
+        /// missed and evicted, and a flow comes back with other lengths, IDs and ports
+        /// than its cached entry) always gives what `compute_addrs` gives.
+        #[test]
+        fn cached_matches_uncached(
+            addrs: [[u8; 16]; 3],
+            packets in proptest::collection::vec(
+                (0usize..3, 0usize..3, 0u8..4, 0u16..3, 0u16..2,
+                 proptest::collection::vec(any::<u8>(), 0..300)),
+                1..40),
+        ) {
+            let mut cache = PrefixCache::new();
+            for (s, d, family, id, sport, ib) in packets {
+                let ip = |i: usize, v6: bool| -> IpAddr {
+                    if v6 { IpAddr::from(addrs[i]) } else {
+                        IpAddr::from([addrs[i][0], addrs[i][1], addrs[i][2], addrs[i][3]])
+                    }
+                };
+                let (src, dst) = (ip(s, family & 1 != 0), ip(d, family & 2 != 0));
+                let sport = 0xc000 + sport;
+                prop_assert_eq!(
+                    compute_addrs_cached(&mut cache, src, dst, id, sport, &ib),
+                    compute_addrs(src, dst, id, sport, &ib)
+                );
+            }
+        }
+    }
+
+    /// A flow whose length, ID or port changes after its prefix was cached gets a new
+    /// prefix, not the stale one; more flows than the cache holds evict and recompute.
+    #[test]
+    fn cached_prefix_is_never_stale() {
+        let (s, t) = (IpAddr::from([10, 0, 0, 1]), IpAddr::from([10, 0, 0, 2]));
+        let mut cache = PrefixCache::new();
+        let ib = [0x5au8; 64];
+        for round in 0..3 {
+            for len in 12..=64 {
+                for (id, port) in [(0, 0xc000), (7, 0xc000), (0, 0xc001)] {
+                    assert_eq!(
+                        compute_addrs_cached(&mut cache, s, t, id, port, &ib[..len]),
+                        compute_addrs(s, t, id, port, &ib[..len]),
+                        "round {round} len {len} id {id} port {port}"
+                    );
+                }
+            }
+        }
+        // Lengths whose IP and UDP length fields wrap at 16 bits, as `compute_addrs`
+        // writes them, for both families.
+        let big = std::vec![0x3cu8; 65_560];
+        for (s, t) in [(s, t), (IpAddr::from([0xfd; 16]), t)] {
+            for len in [65_490, 65_503, 65_504, 65_523, 65_524, 65_560] {
+                assert_eq!(
+                    compute_addrs_cached(&mut cache, s, t, 3, 0xc000, &big[..len]),
+                    compute_addrs(s, t, 3, 0xc000, &big[..len]),
+                    "len {len}"
+                );
+            }
+        }
+        assert!(compute_addrs_cached(&mut cache, s, t, 0, 0xc000, &ib[..11]).is_err());
+    }
+
+    /// `ipv4_id_from_crcs` with the cached ID-0 ICRC finds what `recover_ipv4_id` finds,
+    /// and nothing for lengths no datagram can have.
+    #[test]
+    fn id_from_cached_crcs() {
+        let ib: std::vec::Vec<u8> = (0..40u8).map(|i| i.wrapping_mul(29)).collect();
+        let mut cache = PrefixCache::new();
+        let (s, t) = (IpAddr::from([10, 0, 0, 1]), IpAddr::from([10, 0, 0, 2]));
+        for id in [0u16, 1, 0x1234, 0xffff] {
+            let d = datagram(id, 0x0a00_0001, 0x0a00_0002, 0, &ib, 0xc000);
+            let carried = carried(&d).unwrap();
+            let c0 = compute_addrs_cached(&mut cache, s, t, 0, 0xc000, &ib).unwrap();
+            assert_eq!(ipv4_id_from_crcs(carried, c0, 20, ib.len()), Some(id));
+            assert_eq!(ipv4_id_from_crcs(carried ^ 1, c0, 20, ib.len()), None);
+        }
+        assert_eq!(ipv4_id_from_crcs(1, 2, 19, 40), None);
+        assert_eq!(ipv4_id_from_crcs(1, 2, 20, 65_530), None);
     }
 
     proptest! {
