@@ -12,14 +12,14 @@
 # Environment: RVERBS (binary, default target/release/rverbs; skipped if absent),
 # REPS (alternating rounds, default 5), ITERS (round trips per C measurement, default
 # 200000), DUR (seconds per rverbs measurement, default 2), PORT (first port, default
-# 18900), CC (default gcc).
+# 18960), CC (default gcc).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${RVERBS:-target/release/rverbs}
 REPS=${REPS:-5}
 ITERS=${ITERS:-200000}
 DUR=${DUR:-2}
-PORT=${PORT:-18900}
+PORT=${PORT:-18960}
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 "${CC:-gcc}" -O2 -Wall -Wextra -o "$TMP/kernel_floor" bench/kernel_floor.c
