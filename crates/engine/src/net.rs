@@ -342,7 +342,9 @@ mod tests {
     }
 
     /// The cached check and fill agree with the plain ones on good, corrupted and
-    /// foreign-ID packets of every family, with one cache reused throughout.
+    /// foreign-ID packets of every family, with one cache reused throughout, and both
+    /// give the right answer: a corrupted packet fails; a good one passes unless its IPv4
+    /// ID is given and is not the one its ICRC was made with.
     #[test]
     fn cached_icrc_matches_plain() {
         let mut cache = icrc::PrefixCache::new();
@@ -356,21 +358,24 @@ mod tests {
                 fill_icrc(s, d, 0xc001, &mut p);
                 fill_icrc_for_cached(&mut cache, false, s, d, 0xc001, &mut q);
                 assert_eq!(p, q);
+                let v4 = s.is_ipv4() && d.is_ipv4();
                 // A packet sent with IPv4 ID 0x1234 (as rxe does): found from the ICRC.
                 let mut r = p.clone();
                 let n = r.len() - 4;
                 let c = icrc::compute_addrs(s, d, 0x1234, 0xc001, &r[..n]).unwrap();
                 r[n..].copy_from_slice(&c.to_le_bytes());
-                for (ipv4_id, payload) in [
-                    (None, &p),
-                    (Some(0), &p),
-                    (None, &r),
-                    (Some(0x1234), &r),
-                    (Some(1), &r),
+                for (ipv4_id, payload, made_with) in [
+                    (None, &p, 0),
+                    (Some(0), &p, 0),
+                    (None, &r, 0x1234),
+                    (Some(0x1234), &r, 0x1234),
+                    (Some(1), &r, 0x1234),
                 ] {
                     let mut bad = payload.clone();
                     bad[len / 2] ^= 0x10;
-                    for pl in [payload, &bad] {
+                    // (IPv6 and mixed pairs have no ID: `r` is `p` there.)
+                    let good = !v4 || ipv4_id.is_none_or(|id| id == made_with);
+                    for (pl, expect) in [(payload, good), (&bad, false)] {
                         let dg = Datagram {
                             src: s,
                             dst: d,
@@ -388,6 +393,7 @@ mod tests {
                             icrc_ok(&dg),
                             "{s} {len} {ipv4_id:?}"
                         );
+                        assert_eq!(icrc_ok(&dg), expect, "{s} {d} {len} {ipv4_id:?}");
                     }
                 }
             }
