@@ -166,14 +166,11 @@ fn ud_grh_length_includes_pad() {
     }
 }
 
-/// A QP destroyed with its retransmit timer armed leaves no timer behind (the engine
-/// keeps each QP's armed deadline in the QP itself), and a QP whose timer fired is
-/// re-armed for its next retry.
-#[test]
-fn destroyed_qp_leaves_no_timer_and_a_fired_timer_rearms() {
-    let mut sim = Sim::new(2, false, LinkConfig::default(), 3);
-    let o = PairOpts::default();
-    let (a, _b) = pair(&mut sim, &o);
+/// Two engines with an RC pair; `a` (on engine 0) has posted one 64-byte SEND and sent
+/// it (the packets are returned, never delivered), so its retransmit timer is armed.
+fn one_send_out(seed: u64) -> (Sim, End, Vec<Transmit>) {
+    let mut sim = Sim::new(2, false, LinkConfig::default(), seed);
+    let (a, _b) = pair(&mut sim, &PairOpts::default());
     let e = &mut sim.engines[0];
     e.post_send(a.qpn, wr(1, WrOpcode::Send, vec![sge(&a, 0, 64)]), 0)
         .unwrap();
@@ -181,6 +178,16 @@ fn destroyed_qp_leaves_no_timer_and_a_fired_timer_rearms() {
     while let Some(t) = e.poll_transmit(0) {
         sent.push(t);
     }
+    (sim, a, sent)
+}
+
+/// A QP destroyed with its retransmit timer armed leaves no timer behind (the engine
+/// keeps each QP's armed deadline in the QP itself), and a QP whose timer fired is
+/// re-armed for its next retry.
+#[test]
+fn destroyed_qp_leaves_no_timer_and_a_fired_timer_rearms() {
+    let (mut sim, a, sent) = one_send_out(3);
+    let e = &mut sim.engines[0];
     assert_eq!(sent.len(), 1, "one SEND ONLY, lost");
     let first = e.poll_timeout().expect("the retransmit timer is armed");
     e.handle_timeout(first);
@@ -199,13 +206,9 @@ fn destroyed_qp_leaves_no_timer_and_a_fired_timer_rearms() {
 /// `poll_timeout` ask for a wake-up that fires nothing).
 #[test]
 fn reset_qp_leaves_no_timer() {
-    let mut sim = Sim::new(2, false, LinkConfig::default(), 4);
-    let o = PairOpts::default();
-    let (a, _b) = pair(&mut sim, &o);
+    let (mut sim, a, sent) = one_send_out(4);
+    assert_eq!(sent.len(), 1);
     let e = &mut sim.engines[0];
-    e.post_send(a.qpn, wr(1, WrOpcode::Send, vec![sge(&a, 0, 64)]), 0)
-        .unwrap();
-    while e.poll_transmit(0).is_some() {}
     assert!(e.poll_timeout().is_some(), "the retransmit timer is armed");
     let reset = rverbs_engine::modify::QpAttr {
         qp_state: QpState::Reset,
