@@ -33,7 +33,8 @@ pub struct Transmit {
     /// RoCE v1 GID entry; the ICRC in `payload` is then the v1 one
     /// ([`rverbs_wire::icrc::compute_grh_parts`]) and `src_port` is unused.
     pub roce_v1: bool,
-    /// BTH through ICRC.
+    /// BTH through ICRC (a RoCE v2 packet's ICRC is zero when the driver fills it,
+    /// [`crate::Config::sender_fills_icrc`]).
     pub payload: Vec<u8>,
 }
 

@@ -133,6 +133,17 @@ impl ConnTx {
         Some(port)
     }
 
+    /// Fills the ICRC of a packet that leaves from the device's unconnected socket:
+    /// port 4791, IPv4 ID 0 (DF), as [`rverbs_engine::net::fill_icrc`] does, from the
+    /// cached header prefix.
+    pub(crate) fn fill_unconnected(&mut self, t: &mut Transmit) {
+        let p = &mut t.payload[..];
+        let n = p.len().saturating_sub(icrc::ICRC_LEN);
+        let crc = icrc::compute_addrs_cached(&mut self.cache, t.src, t.dst, 0, ROCE_PORT, &p[..n])
+            .unwrap_or(0);
+        p[n..].copy_from_slice(&crc.to_le_bytes());
+    }
+
     /// The index of `peer`'s link from `local`, set up on first use; `None` when it
     /// has no usable socket.
     fn link(&mut self, local: IpAddr, peer: IpAddr) -> Option<usize> {

@@ -169,6 +169,10 @@ pub(crate) struct Shared {
     /// over loopback it even receives the train whole (`UDP_GRO`) — but a peer that
     /// checks the ICRC against the real header (rxe) would drop all but the first.
     gso: bool,
+    /// The engine leaves RoCE v2 ICRCs to us (`Config::sender_fills_icrc`): every send
+    /// path fills them for the port and IPv4 ID the datagram leaves with. (Not in raw
+    /// RoCE v2 mode, whose frames the engine completes itself.)
+    fills_icrc: bool,
     /// Datagrams collected by `flush` for one `sendmmsg`, and the sender's reused
     /// scratch (under the engine lock).
     tx: Mutex<TxBatch>,
@@ -257,8 +261,8 @@ impl Shared {
         // Raw-mode RoCE v2 leaves frame by frame through the raw device (`rawnet.rs`),
         // and with faults datagram by datagram through the fault injector.
         if self.faults.is_some() || self.net().is_some() {
-            while let Some(t) = engine.poll_transmit(now) {
-                self.send(&t);
+            while let Some(mut t) = engine.poll_transmit(now) {
+                self.send(&mut t);
                 engine.recycle(t.payload);
             }
         } else {
@@ -280,7 +284,12 @@ impl Shared {
         self.hub.dispatch(engine);
     }
 
-    fn send(&self, t: &Transmit) {
+    fn send(&self, t: &mut Transmit) {
+        if self.fills_icrc && !t.roce_v1 {
+            // The engine left the ICRC to us (`sender_fills_icrc`): this datagram leaves
+            // from the device's socket, port 4791, ID 0.
+            rverbs_engine::net::fill_icrc(t.src, t.dst, ROCE_PORT, &mut t.payload);
+        }
         if t.roce_v1 {
             // RoCE v1 leaves through the raw device (`raw.rs`, `rawnet.rs`).
             self.v1_send(t);
@@ -346,7 +355,7 @@ impl Shared {
             ) && !t.dst.is_multicast()
                 && !t.roce_v1
         };
-        for t in ts.iter().filter(|t| !plain(t)) {
+        for t in ts.iter_mut().filter(|t| !plain(t)) {
             self.send(t);
         }
         let socks = self.sockets.read().unwrap_or_else(|e| e.into_inner());
@@ -399,6 +408,13 @@ impl Shared {
                 let port = match conn.send(*addr, dst.ip(), run, order, ts, scratch) {
                     Some(port) => port,
                     None => {
+                        if self.fills_icrc {
+                            for m in run {
+                                for &k in &order[m.first..m.first + m.count] {
+                                    conn.fill_unconnected(&mut ts[k]);
+                                }
+                            }
+                        }
                         sys::send_batch(
                             &**sock,
                             run,
@@ -1178,6 +1194,7 @@ impl Context {
             // (`conn_tx.rs`). Raw-mode frames leave from the QP's entropy port, as rxe
             // does.
             src_port: if raw_v2 { None } else { Some(ROCE_PORT) },
+            sender_fills_icrc: !raw_v2,
             ack_policy: opts.ack_policy,
             ..Config::default()
         };
@@ -1205,6 +1222,7 @@ impl Context {
                 steer: (Vec::new(), rverbs_flow::classify::Verdict::default()),
             }),
             gso,
+            fills_icrc: !raw_v2,
             tx: Mutex::new(TxBatch::default()),
             app_poll_at: std::sync::atomic::AtomicU64::new(0),
             flush_pending: std::sync::atomic::AtomicU64::new(0),
