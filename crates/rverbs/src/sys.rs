@@ -711,7 +711,9 @@ pub(crate) fn send_batch<'b>(
     while start < msgs.len() {
         let chunk = &msgs[start..(start + MAX).min(msgs.len())];
         addrs.clear();
-        addrs.extend(chunk.iter().map(|m| socket2::SockAddr::from(m.dst)));
+        if named {
+            addrs.extend(chunk.iter().map(|m| socket2::SockAddr::from(m.dst)));
+        }
         iovs.clear();
         for m in chunk {
             iovs.extend((m.first..m.first + m.count).map(|i| {
