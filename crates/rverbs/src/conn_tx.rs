@@ -69,6 +69,10 @@ pub(crate) struct ConnTx {
     nonce: u64,
     /// Probes sent (each learns one socket's IPv4 counter), for tests and counters.
     pub(crate) probes: u64,
+    /// A probe's copy never came back (the kernel does not loop sent data back to this
+    /// process: `net.core.tstamp_allow_data` = 0 without CAP_NET_RAW): IPv4 peers get
+    /// no connected socket, and no probe waits again.
+    no_loop: bool,
 }
 
 impl ConnTx {
@@ -154,7 +158,7 @@ impl ConnTx {
         {
             return self.links[i].sock.is_some().then_some(i);
         }
-        if self.links.len() >= MAX_CONNECTED {
+        if self.links.len() >= MAX_CONNECTED || (peer.is_ipv4() && self.no_loop) {
             return None;
         }
         let (sock, port) = match connected_socket(local, peer) {
@@ -202,6 +206,11 @@ impl ConnTx {
             if found.is_some() {
                 break;
             }
+            // Sent, but no copy came back.
+            self.no_loop = true;
+        }
+        if found.is_some() {
+            self.no_loop = false;
         }
         let off = sys::set_tx_loop(sock, false);
         // The other copies (one per timestamp kind), and the probes themselves, are of
@@ -318,10 +327,11 @@ fn looped_id(
 mod tests {
     use super::*;
 
-    /// A "peer": a UDP socket on a free 127.0.0.x:4791 (the device's own addresses are
-    /// 127.0.0.2..=254 too; any free one will do).
-    fn peer() -> (Ipv4Addr, UdpSocket) {
-        for x in (100..=250u8).rev() {
+    /// A "peer": a UDP socket on a free 127.0.0.x:4791, x at most `top` (the device's
+    /// own addresses are 127.0.0.2..=254 too; any free one will do). Tests that free
+    /// and take their address again start from their own `top`.
+    fn peer_below(top: u8) -> (Ipv4Addr, UdpSocket) {
+        for x in (100..=top).rev() {
             let a = Ipv4Addr::new(127, 0, 0, x);
             if let Ok(s) = UdpSocket::bind(SocketAddr::new(IpAddr::V4(a), ROCE_PORT)) {
                 s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
@@ -329,6 +339,10 @@ mod tests {
             }
         }
         panic!("no free 127.0.0.x:4791");
+    }
+
+    fn peer() -> (Ipv4Addr, UdpSocket) {
+        peer_below(250)
     }
 
     /// A packet as the engine hands it over: a BTH (opcode `op`), `n` payload bytes, an
@@ -483,7 +497,8 @@ mod tests {
 
     #[test]
     fn a_refused_send_relearns_the_counter() {
-        let (peer_ip, peer_sock) = peer();
+        // (Its address is freed and taken again: away from the other tests' range.)
+        let (peer_ip, peer_sock) = peer_below(180);
         let (local, peer) = (IpAddr::V4(Ipv4Addr::LOCALHOST), IpAddr::V4(peer_ip));
         let mut conn = ConnTx::default();
         let mut scratch = sys::SendScratch::default();
@@ -549,6 +564,27 @@ mod tests {
             .send(local, peer, &one, &[0], &mut ts, &mut scratch)
             .is_none());
         assert_eq!(conn.links.len(), 1);
+    }
+
+    #[test]
+    fn without_looped_copies_ipv4_peers_use_the_unconnected_socket() {
+        let (peer_ip, _peer_sock) = peer();
+        let (local, peer) = (IpAddr::V4(Ipv4Addr::LOCALHOST), IpAddr::V4(peer_ip));
+        let mut conn = ConnTx {
+            no_loop: true,
+            ..ConnTx::default()
+        };
+        let mut scratch = sys::SendScratch::default();
+        let mut ts = vec![packet(local, peer, 0x04, 8, 1)];
+        let one = [msg(peer, 0, &[24])];
+        assert!(conn
+            .send(local, peer, &one, &[0], &mut ts, &mut scratch)
+            .is_none());
+        assert_eq!(
+            (conn.probes, conn.links.len()),
+            (0, 0),
+            "no socket, no probe"
+        );
     }
 
     #[test]
