@@ -588,6 +588,28 @@ mod tests {
     }
 
     #[test]
+    fn at_most_max_connected_peers_get_a_socket() {
+        // Peers need not listen for the first datagram: only the cap is checked.
+        let local = IpAddr::V4(Ipv4Addr::LOCALHOST);
+        let mut conn = ConnTx::default();
+        let mut scratch = sys::SendScratch::default();
+        let mut connected = 0;
+        for x in 0..=MAX_CONNECTED as u8 {
+            let peer = IpAddr::V4(Ipv4Addr::new(127, 1, 2, x + 1));
+            let mut ts = vec![packet(local, peer, 0x04, 8, 1)];
+            let one = [msg(peer, 0, &[24])];
+            if conn
+                .send(local, peer, &one, &[0], &mut ts, &mut scratch)
+                .is_some()
+            {
+                connected += 1;
+            }
+        }
+        assert_eq!(connected, MAX_CONNECTED);
+        assert_eq!(conn.connected(), MAX_CONNECTED);
+    }
+
+    #[test]
     fn ipv6_needs_no_probe() {
         let Ok(peer_sock) = UdpSocket::bind("[::1]:0") else {
             eprintln!("skipped: no IPv6 loopback");
