@@ -22,7 +22,7 @@
 //! there). With `RVERBS_FAULTS` or `RVERBS_PCAP` every datagram goes out on its own.
 
 use crate::capture::PcapWriter;
-use crate::conn_tx::ConnTx;
+use crate::conn_tx::{ConnTx, Meta};
 use crate::device::DeviceInfo;
 use crate::error::{Error, Result};
 use crate::faults::{FaultState, FaultStats, Faults};
@@ -344,17 +344,10 @@ impl Shared {
     /// (`conn_tx.rs`; else per local socket), trains of same-size ones to one peer as
     /// `UDP_SEGMENT` buffers on the loopback device.
     fn send_all(&self, ts: &mut [Transmit], plan: &mut TxPlan, conn: &mut ConnTx) {
-        let plain = |t: &Transmit| {
-            sys::default_meta(
-                t.dst,
-                IpMeta {
-                    hop_limit: t.hop_limit,
-                    traffic_class: t.traffic_class,
-                    flow_label: 0,
-                },
-            ) && !t.dst.is_multicast()
-                && !t.roce_v1
-        };
+        // Unicast RoCE v2 leaves in batches, whatever its TTL and TOS (a connected
+        // socket carries them; the unconnected fallback sends such datagrams one by
+        // one with control messages).
+        let plain = |t: &Transmit| !t.dst.is_multicast() && !t.roce_v1;
         for t in ts.iter_mut().filter(|t| !plain(t)) {
             self.send(t);
         }
@@ -402,10 +395,21 @@ impl Shared {
             } = plan;
             let mut at = 0;
             while at < msgs.len() {
-                let dst = msgs[at].dst;
-                let end = at + msgs[at..].iter().take_while(|m| m.dst == dst).count();
+                // (A message's packets share their destination and meta, `trains`.)
+                let key = |m: &sys::Outgoing| (m.dst, Meta::of(&ts[order[m.first]]));
+                let (dst, meta) = key(&msgs[at]);
+                let end = at
+                    + msgs[at..]
+                        .iter()
+                        .take_while(|m| key(m) == (dst, meta))
+                        .count();
                 let run = &msgs[at..end];
-                let port = match conn.send(*addr, dst.ip(), run, order, ts, scratch) {
+                let ip_meta = IpMeta {
+                    hop_limit: meta.hop_limit,
+                    traffic_class: meta.traffic_class,
+                    flow_label: 0,
+                };
+                let port = match conn.send(*addr, dst.ip(), meta, run, order, ts, scratch) {
                     Some(port) => port,
                     None => {
                         if self.fills_icrc {
@@ -415,24 +419,29 @@ impl Shared {
                                 }
                             }
                         }
-                        sys::send_batch(
-                            &**sock,
-                            run,
-                            &|k| &ts[order[k]].payload[..],
-                            scratch,
-                            true,
-                        );
+                        if meta.is_default() {
+                            sys::send_batch(
+                                &**sock,
+                                run,
+                                &|k| &ts[order[k]].payload[..],
+                                scratch,
+                                true,
+                            );
+                        } else {
+                            // One by one, each with its TTL / TOS control messages. A
+                            // send error is a lost packet, as in `send_raw`.
+                            for m in run {
+                                for &k in &order[m.first..m.first + m.count] {
+                                    let _ = sys::send_with_meta(sock, &ts[k].payload, dst, ip_meta);
+                                }
+                            }
+                        }
                         ROCE_PORT
                     }
                 };
                 if self.pcap.is_some() {
-                    // As sent: from this socket's address and the port it left from,
-                    // with the default TTL and TOS (`plain`).
-                    let meta = IpMeta {
-                        hop_limit: 64,
-                        traffic_class: 0,
-                        flow_label: 0,
-                    };
+                    // As sent: from this socket's address and the port it left from.
+                    let meta = ip_meta;
                     for m in run {
                         for &k in &order[m.first..m.first + m.count] {
                             self.record(*addr, ts[k].dst, port, meta, &ts[k].payload);
@@ -461,7 +470,10 @@ impl Shared {
             let pair = if swap && is_ack(t) {
                 mine.get(i + 1).copied().filter(|&u| {
                     let u = &ts[u];
-                    u.dst == t.dst && !is_ack(u) && u.payload.len() >= t.payload.len()
+                    u.dst == t.dst
+                        && Meta::of(u) == Meta::of(t)
+                        && !is_ack(u)
+                        && u.payload.len() >= t.payload.len()
                 })
             } else {
                 None
@@ -488,6 +500,7 @@ impl Shared {
                     let seg = last.first_len;
                     if self.gso
                         && last.dst == dst
+                        && Meta::of(&ts[order[last.first]]) == Meta::of(t)
                         && last.last_len == seg
                         && len <= seg
                         && last.count < GSO_MAX_SEGMENTS

@@ -777,13 +777,6 @@ pub(crate) fn send_batch<'b>(
     sent
 }
 
-/// True when `meta` is what the socket does anyway (TTL 64 to a unicast address, TOS 0):
-/// such datagrams need no control message and can leave in a batch.
-pub(crate) fn default_meta(dst: std::net::IpAddr, meta: IpMeta) -> bool {
-    let default_ttl = meta.hop_limit == 0 || (meta.hop_limit == 64 && !dst.is_multicast());
-    default_ttl && meta.traffic_class == 0
-}
-
 /// The MAC address of `ifname` in the calling thread's network namespace
 /// (`SIOCGIFHWADDR`; sysfs shows the namespace it was mounted in, not the thread's).
 pub(crate) fn interface_mac(ifname: &str) -> std::io::Result<[u8; 6]> {
