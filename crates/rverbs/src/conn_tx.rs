@@ -83,6 +83,14 @@ impl Meta {
     }
 }
 
+/// Where a batch goes: from `local` to `peer` with `meta`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Path {
+    pub(crate) local: IpAddr,
+    pub(crate) peer: IpAddr,
+    pub(crate) meta: Meta,
+}
+
 /// The connected sockets of a device, with the probe's receiving socket and the ICRC
 /// prefix cache of the rewritten packets (used under the device's send lock).
 #[derive(Default)]
@@ -102,21 +110,19 @@ pub(crate) struct ConnTx {
 }
 
 impl ConnTx {
-    /// Sends `msgs` (all to `peer`; the packets of message `m` are
-    /// `ts[order[m.first ..][..m.count]]`) from `local` through the peer's connected
-    /// socket, first rewriting each packet's ICRC for that socket's source port and
+    /// Sends `msgs` (all along `path`; the packets of message `m` are
+    /// `ts[order[m.first ..][..m.count]]`) through the path's connected socket, first rewriting each packet's ICRC for that socket's source port and
     /// IPv4 ID. Returns that port, or `None`, having sent nothing, when the peer has no
     /// usable connected socket: the caller sends through the unconnected one.
     pub(crate) fn send(
         &mut self,
-        local: IpAddr,
-        peer: IpAddr,
-        meta: Meta,
+        path: Path,
         msgs: &[sys::Outgoing],
         order: &[usize],
         ts: &mut [Transmit],
         scratch: &mut sys::SendScratch,
     ) -> Option<u16> {
+        let Path { local, peer, meta } = path;
         let i = self.link(local, peer, meta)?;
         if peer.is_ipv4() && self.links[i].next_id.is_none() {
             match self.probe(i) {
@@ -364,6 +370,10 @@ fn looped_id(
 mod tests {
     use super::*;
 
+    fn to(local: IpAddr, peer: IpAddr, meta: Meta) -> Path {
+        Path { local, peer, meta }
+    }
+
     const DEF: Meta = Meta {
         hop_limit: 64,
         traffic_class: 0,
@@ -490,7 +500,7 @@ mod tests {
         let order = [0, 1, 2, 3, 4];
         let first = [msg(peer, 0, &[24])];
         assert!(conn
-            .send(local, peer, DEF, &first, &order, &mut ts, &mut scratch)
+            .send(to(local, peer, DEF), &first, &order, &mut ts, &mut scratch)
             .is_some());
         assert_eq!(conn.connected(), 1);
         assert_eq!(conn.probes, 1, "one probe learns the counter");
@@ -500,7 +510,7 @@ mod tests {
         let predicted = conn.links[0].next_id.unwrap();
         let rest = [msg(peer, 1, &[24, 24, 20]), msg(peer, 4, &[116])];
         assert!(conn
-            .send(local, peer, DEF, &rest, &order, &mut ts, &mut scratch)
+            .send(to(local, peer, DEF), &rest, &order, &mut ts, &mut scratch)
             .is_some());
         let got = looped(&conn, local, peer);
         // TX_SCHED and TX_SOFTWARE: each skb may come back twice; keep one per ID.
@@ -527,7 +537,7 @@ mod tests {
         let old = predicted.wrapping_add(2);
         let before = conn.probes;
         assert!(conn
-            .send(local, peer, DEF, &first, &order, &mut ts, &mut scratch)
+            .send(to(local, peer, DEF), &first, &order, &mut ts, &mut scratch)
             .is_some());
         assert_eq!(conn.probes, before + 1);
         assert_eq!(
@@ -550,17 +560,17 @@ mod tests {
         let mut ts = vec![packet(local, peer, 0x04, 8, 1)];
         let one = [msg(peer, 0, &[24])];
         assert!(conn
-            .send(local, peer, hop1, &one, &[0], &mut ts, &mut scratch)
+            .send(to(local, peer, hop1), &one, &[0], &mut ts, &mut scratch)
             .is_some());
         assert!(conn
-            .send(local, peer, DEF, &one, &[0], &mut ts, &mut scratch)
+            .send(to(local, peer, DEF), &one, &[0], &mut ts, &mut scratch)
             .is_some());
         assert_eq!(conn.connected(), 2, "one socket per (peer, TTL, TOS)");
         let i = conn.links.iter().position(|l| l.meta == hop1).unwrap();
         sys::set_tx_loop(conn.links[i].sock.as_ref().unwrap(), true).unwrap();
         let predicted = conn.links[i].next_id.unwrap();
         assert!(conn
-            .send(local, peer, hop1, &one, &[0], &mut ts, &mut scratch)
+            .send(to(local, peer, hop1), &one, &[0], &mut ts, &mut scratch)
             .is_some());
         let link = &conn.links[i];
         let sock = link.sock.as_ref().unwrap();
@@ -596,7 +606,7 @@ mod tests {
         let mut ts = vec![packet(local, peer, 0x04, 8, 1)];
         let one = [msg(peer, 0, &[24])];
         assert!(conn
-            .send(local, peer, DEF, &one, &[0], &mut ts, &mut scratch)
+            .send(to(local, peer, DEF), &one, &[0], &mut ts, &mut scratch)
             .is_some());
         // The peer goes away: the next datagram draws an ICMP port unreachable, and
         // the send after it is refused (ECONNREFUSED) without taking an ID.
@@ -604,7 +614,7 @@ mod tests {
         let mut refused = false;
         for _ in 0..20 {
             assert!(conn
-                .send(local, peer, DEF, &one, &[0], &mut ts, &mut scratch)
+                .send(to(local, peer, DEF), &one, &[0], &mut ts, &mut scratch)
                 .is_some());
             if conn.links[0].next_id.is_none() {
                 refused = true;
@@ -619,14 +629,14 @@ mod tests {
         sys::set_tx_loop(sock, true).unwrap();
         // (The probe turns the loop-back off when it is done; turn it on again after.)
         assert!(conn
-            .send(local, peer, DEF, &one, &[0], &mut ts, &mut scratch)
+            .send(to(local, peer, DEF), &one, &[0], &mut ts, &mut scratch)
             .is_some());
         assert!(conn.probes > probes);
         let sock = conn.links[0].sock.as_ref().unwrap();
         sys::set_tx_loop(sock, true).unwrap();
         let predicted = conn.links[0].next_id.unwrap();
         assert!(conn
-            .send(local, peer, DEF, &one, &[0], &mut ts, &mut scratch)
+            .send(to(local, peer, DEF), &one, &[0], &mut ts, &mut scratch)
             .is_some());
         let got = looped(&conn, local, peer);
         assert_eq!(got[0].0, predicted);
@@ -646,13 +656,13 @@ mod tests {
         let before = ts[0].payload.clone();
         let one = [msg(peer, 0, &[24])];
         assert!(conn
-            .send(local, peer, DEF, &one, &[0], &mut ts, &mut scratch)
+            .send(to(local, peer, DEF), &one, &[0], &mut ts, &mut scratch)
             .is_none());
         assert_eq!(ts[0].payload, before, "nothing rewritten");
         assert_eq!(conn.connected(), 0);
         // Asked again, it does not try again.
         assert!(conn
-            .send(local, peer, DEF, &one, &[0], &mut ts, &mut scratch)
+            .send(to(local, peer, DEF), &one, &[0], &mut ts, &mut scratch)
             .is_none());
         assert_eq!(conn.links.len(), 1);
     }
@@ -669,7 +679,7 @@ mod tests {
         let mut ts = vec![packet(local, peer, 0x04, 8, 1)];
         let one = [msg(peer, 0, &[24])];
         assert!(conn
-            .send(local, peer, DEF, &one, &[0], &mut ts, &mut scratch)
+            .send(to(local, peer, DEF), &one, &[0], &mut ts, &mut scratch)
             .is_none());
         assert_eq!(
             (conn.probes, conn.links.len()),
@@ -690,7 +700,7 @@ mod tests {
             let mut ts = vec![packet(local, peer, 0x04, 8, 1)];
             let one = [msg(peer, 0, &[24])];
             if conn
-                .send(local, peer, DEF, &one, &[0], &mut ts, &mut scratch)
+                .send(to(local, peer, DEF), &one, &[0], &mut ts, &mut scratch)
                 .is_some()
             {
                 connected += 1;
@@ -715,7 +725,7 @@ mod tests {
         let mut ts = vec![packet(local, local, 0x04, 8, 1)];
         let one = [msg(local, 0, &[24])];
         assert!(conn
-            .send(local, local, DEF, &one, &[0], &mut ts, &mut scratch)
+            .send(to(local, local, DEF), &one, &[0], &mut ts, &mut scratch)
             .is_some());
         assert_eq!(conn.probes, 0);
         let port = conn.links[0].port;

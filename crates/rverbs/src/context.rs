@@ -22,7 +22,7 @@
 //! there). With `RVERBS_FAULTS` or `RVERBS_PCAP` every datagram goes out on its own.
 
 use crate::capture::PcapWriter;
-use crate::conn_tx::{ConnTx, Meta};
+use crate::conn_tx::{ConnTx, Meta, Path};
 use crate::device::DeviceInfo;
 use crate::error::{Error, Result};
 use crate::faults::{FaultState, FaultStats, Faults};
@@ -409,7 +409,12 @@ impl Shared {
                     traffic_class: meta.traffic_class,
                     flow_label: 0,
                 };
-                let port = match conn.send(*addr, dst.ip(), meta, run, order, ts, scratch) {
+                let path = Path {
+                    local: *addr,
+                    peer: dst.ip(),
+                    meta,
+                };
+                let port = match conn.send(path, run, order, ts, scratch) {
                     Some(port) => port,
                     None => {
                         if self.fills_icrc {
