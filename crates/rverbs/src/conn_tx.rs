@@ -15,13 +15,14 @@
 //! their index, `inet_gso_segment`). So the ICRC can only be right if we know the
 //! counter. We learn it once per socket with a probe: the socket sends one datagram to
 //! a local socket of ours (an explicit destination does not change the numbering,
-//! which follows the socket's connected state), whose ICRC we computed for ID 0; the ID
-//! it arrived with is solved from that ICRC ([`icrc::recover_ipv4_id`]). From then on
-//! the ID of each datagram is the last one plus one, and [`ConnTx::send`] rewrites each
-//! packet's ICRC for the socket's own source port and that ID before the send. Any
-//! send that fails, even in part, makes the counter uncertain: the next send probes
-//! again. A socket whose probe fails is not used; its peer's datagrams leave through
-//! the device's unconnected socket, as before.
+//! which follows the socket's connected state) with a copy of what it sent looped back
+//! to its error queue (`SO_TIMESTAMPING`, [`sys::set_tx_loop`]), whose IPv4 header
+//! holds the ID. From then on the ID of each datagram is the last one plus one, and
+//! [`ConnTx::send`] rewrites each packet's ICRC for the socket's own source port and
+//! that ID before the send. A refused message makes the counter uncertain: the send
+//! stops there and probes again before the messages after it. A socket whose probe
+//! fails is not used; its peer's datagrams leave through the device's unconnected
+//! socket, as before.
 //!
 //! IPv6 has no Identification: its connected sockets need no probe.
 
@@ -124,17 +125,53 @@ impl ConnTx {
     ) -> Option<u16> {
         let Path { local, peer, meta } = path;
         let i = self.link(local, peer, meta)?;
-        if peer.is_ipv4() && self.links[i].next_id.is_none() {
-            match self.probe(i) {
-                Some(id) => self.links[i].next_id = Some(id),
-                None => {
-                    // The counter cannot be learned: never use this socket again.
-                    self.links[i].sock = None;
-                    return None;
+        let mut at = 0;
+        while at < msgs.len() {
+            if peer.is_ipv4() && self.links[i].next_id.is_none() {
+                match self.probe(i) {
+                    Some(id) => self.links[i].next_id = Some(id),
+                    None => {
+                        // The counter cannot be learned: never use this socket again.
+                        // (Messages left after a refused one are lost, as the refused
+                        // one is: the transport retransmits.)
+                        self.links[i].sock = None;
+                        return (at > 0).then_some(self.links[i].port);
+                    }
                 }
             }
+            let rest = &msgs[at..];
+            let first_id = self.links[i].next_id.unwrap_or(0);
+            self.fill(i, first_id, rest, order, ts);
+            let link = &mut self.links[i];
+            let sock = link.sock.as_ref()?;
+            // Stops at the first refused message (`named` false).
+            let sent = sys::send_batch(sock, rest, &|k| &ts[order[k]].payload[..], scratch, false);
+            if sent == rest.len() {
+                link.next_id = Some(first_id.wrapping_add(sent as u16));
+                break;
+            }
+            // Whether the refused message took an ID depends on where the kernel
+            // refused it (a pending ICMP error or a full buffer: before; a netfilter
+            // drop: after): learn the counter again before the messages after it,
+            // whose ICRCs assumed it took none. The refused one is skipped, a lost
+            // packet as on the unconnected socket.
+            link.next_id = None;
+            at += sent + 1;
         }
-        let (port, first_id) = (self.links[i].port, self.links[i].next_id.unwrap_or(0));
+        Some(self.links[i].port)
+    }
+
+    /// Rewrites the ICRC of each packet of `msgs` for link `i`'s port and the IPv4 IDs
+    /// its datagrams get from `first_id` on.
+    fn fill(
+        &mut self,
+        i: usize,
+        first_id: u16,
+        msgs: &[sys::Outgoing],
+        order: &[usize],
+        ts: &mut [Transmit],
+    ) {
+        let (local, peer, port) = (self.links[i].local, self.links[i].peer, self.links[i].port);
         // Each message is one skb: one ID; a train's segment k gets that ID plus k
         // when it is cut up (`inet_gso_segment`), which is what a receiver that checks
         // the real header sees (an rverbs receiver recovers any ID).
@@ -157,17 +194,6 @@ impl ConnTx {
                 p[n..].copy_from_slice(&crc.to_le_bytes());
             }
         }
-        let link = &mut self.links[i];
-        let sock = link.sock.as_ref()?;
-        let sent = sys::send_batch(sock, msgs, &|k| &ts[order[k]].payload[..], scratch, false);
-        link.next_id = if sent == msgs.len() {
-            Some(first_id.wrapping_add(sent as u16))
-        } else {
-            // Whether the refused message took an ID depends on where the kernel
-            // refused it: learn the counter again.
-            None
-        };
-        Some(port)
     }
 
     /// Fills the ICRC of a packet that leaves from the device's unconnected socket:
@@ -641,6 +667,92 @@ mod tests {
         let got = looped(&conn, local, peer);
         assert_eq!(got[0].0, predicted);
         check_icrc(got[0].0, &got[0].1, &got[0].2, 24);
+    }
+
+    /// Waits until `sock` holds a pending error (an ICMP port unreachable), without
+    /// taking it: nothing is received on a link's socket, and its error queue is empty
+    /// outside probes, so readiness is the error.
+    fn error_pending(sock: &Socket) -> bool {
+        use std::os::fd::AsRawFd;
+        let mut ready = Vec::new();
+        sys::poll_readable(&[sock.as_raw_fd()], 500, &mut ready).is_ok() && ready[0]
+    }
+
+    #[test]
+    fn messages_after_a_refused_one_carry_their_real_id() {
+        // (Its address is freed and taken again: away from the other tests' ranges.)
+        let (peer_ip, peer_sock) = peer_below(150);
+        let (local, peer) = (IpAddr::V4(Ipv4Addr::LOCALHOST), IpAddr::V4(peer_ip));
+        let mut conn = ConnTx::default();
+        let mut scratch = sys::SendScratch::default();
+        let mut one = vec![packet(local, peer, 0x04, 8, 1)];
+        let single = [msg(peer, 0, &[24])];
+        assert!(conn
+            .send(to(local, peer, DEF), &single, &[0], &mut one, &mut scratch)
+            .is_some());
+        // The peer goes away; a datagram to it leaves an ECONNREFUSED pending on the
+        // socket, which the next send (the batch's first message) reports.
+        drop(peer_sock);
+        let mut pending = false;
+        for _ in 0..20 {
+            conn.send(to(local, peer, DEF), &single, &[0], &mut one, &mut scratch);
+            let link = &conn.links[0];
+            if link.next_id.is_some() && error_pending(link.sock.as_ref().unwrap()) {
+                pending = true;
+                break;
+            }
+        }
+        assert!(pending, "an ICMP error is pending on the socket");
+        // The peer is back (the error stays pending): three datagrams in one batch.
+        let peer_sock = UdpSocket::bind(SocketAddr::new(peer, ROCE_PORT)).unwrap();
+        peer_sock
+            .set_read_timeout(Some(Duration::from_secs(2)))
+            .unwrap();
+        let mut ts: Vec<_> = (0..3)
+            .map(|x| packet(local, peer, 0x04, 8, 10 + x))
+            .collect();
+        let batch = [
+            msg(peer, 0, &[24]),
+            msg(peer, 1, &[24]),
+            msg(peer, 2, &[24]),
+        ];
+        assert!(conn
+            .send(
+                to(local, peer, DEF),
+                &batch,
+                &[0, 1, 2],
+                &mut ts,
+                &mut scratch
+            )
+            .is_some());
+        // What arrived, in order; then the counter as it stands now: the datagrams
+        // that arrived took the IDs just before the probe's.
+        let mut got = Vec::new();
+        let mut buf = [0u8; 64];
+        peer_sock.set_nonblocking(true).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while got.len() < 2 && Instant::now() < deadline {
+            match peer_sock.recv(&mut buf) {
+                Ok(n) => got.push(buf[..n].to_vec()),
+                Err(_) => std::thread::sleep(Duration::from_millis(1)),
+            }
+        }
+        assert_eq!(
+            got.len(),
+            2,
+            "the refused first message is lost, the rest arrive"
+        );
+        assert_eq!((got[0][5], got[1][5]), (11, 12));
+        conn.links[0].next_id = None;
+        let next = conn.probe(0).expect("probe");
+        let probe_id = next.wrapping_sub(1);
+        let port = conn.links[0].port;
+        for (j, p) in got.iter().enumerate() {
+            let id = probe_id.wrapping_sub(2 - j as u16);
+            let n = p.len() - 4;
+            let want = icrc::compute_addrs(local, peer, id, port, &p[..n]).unwrap();
+            assert_eq!(p[n..], want.to_le_bytes(), "datagram {j} had ID {id}");
+        }
     }
 
     #[test]

@@ -663,8 +663,10 @@ unsafe impl Send for SendScratch {}
 /// buffer of the batch. A message the kernel refuses (no route, buffer full) is
 /// skipped: lost packets, which the transport's retransmission covers. Without
 /// `named`, the messages carry no destination (a connected socket's own peer, whose
-/// route the socket keeps; naming it would look the route up again). Returns how many
-/// messages the kernel took.
+/// route the socket keeps; naming it would look the route up again), and the send
+/// stops at the first refused message: whether it took an IPv4 ID is unknown, and the
+/// next messages' ICRCs assume it did not (`conn_tx.rs`). Returns how many messages the
+/// kernel took (without `named`: the first that many).
 pub(crate) fn send_batch<'b>(
     fd: &impl AsRawFd,
     msgs: &[Outgoing],
@@ -768,8 +770,11 @@ pub(crate) fn send_batch<'b>(
             )
         };
         // rc < 0: the first message failed; skip it. Otherwise rc were sent.
-        start += if rc <= 0 { 1 } else { rc as usize };
         sent += rc.max(0) as usize;
+        if !named && (rc <= 0 || rc as usize != chunk.len()) {
+            break;
+        }
+        start += if rc <= 0 { 1 } else { rc as usize };
     }
     // No pointer into the caller's buffers stays behind.
     iovs.clear();
