@@ -108,9 +108,29 @@ pub(crate) struct ConnTx {
     /// process: `net.core.tstamp_allow_data` = 0 without CAP_NET_RAW): IPv4 peers get
     /// no connected socket, and no probe waits again.
     no_loop: bool,
+    /// The network namespace of the device (`None`: not known, or a test's): sockets
+    /// are made only on a thread inside it. A context belongs to the namespace it was
+    /// opened in, and any thread may post to it; a socket made from a thread elsewhere
+    /// would send into that thread's namespace (where the same loopback addresses
+    /// exist).
+    netns: Option<(u64, u64)>,
 }
 
 impl ConnTx {
+    /// The connected sockets of a device opened on this thread: made only in this
+    /// thread's network namespace.
+    pub(crate) fn for_this_netns() -> ConnTx {
+        ConnTx {
+            netns: current_netns(),
+            ..ConnTx::default()
+        }
+    }
+
+    /// Whether this thread may make the device's sockets.
+    fn in_device_netns(&self) -> bool {
+        self.netns.is_none() || current_netns() == self.netns
+    }
+
     /// Sends `msgs` (all along `path`; the packets of message `m` are
     /// `ts[order[m.first ..][..m.count]]`) through the path's connected socket, first rewriting each packet's ICRC for that socket's source port and
     /// IPv4 ID. Returns that port, or `None`, having sent nothing, when the peer has no
@@ -217,7 +237,12 @@ impl ConnTx {
         {
             return self.links[i].sock.is_some().then_some(i);
         }
-        if self.links.len() >= MAX_CONNECTED || (peer.is_ipv4() && self.no_loop) {
+        if self.links.len() >= MAX_CONNECTED
+            || (peer.is_ipv4() && self.no_loop)
+            || !self.in_device_netns()
+        {
+            // (A thread in another namespace does not decide for the device's: the
+            // link is not recorded, and a thread inside it makes it later.)
             return None;
         }
         let (sock, port) = match connected_socket(local, peer, meta) {
@@ -244,7 +269,7 @@ impl ConnTx {
         let IpAddr::V4(l4) = local else {
             return None;
         };
-        if self.prober.is_none() {
+        if self.prober.is_none() && self.in_device_netns() {
             self.prober = probe_socket().ok();
         }
         let prober = self.prober.as_ref()?;
@@ -289,6 +314,15 @@ impl ConnTx {
     pub(crate) fn connected(&self) -> usize {
         self.links.iter().filter(|l| l.sock.is_some()).count()
     }
+}
+
+/// The calling thread's network namespace: the device and inode numbers of its
+/// `/proc/thread-self/ns/net` (two namespaces are the same when both are; see
+/// namespaces(7)). `None` when it cannot be read.
+fn current_netns() -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata("/proc/thread-self/ns/net").ok()?;
+    Some((m.dev(), m.ino()))
 }
 
 /// A socket bound to an ephemeral port of `local`, connected to `peer`'s port 4791,
@@ -753,6 +787,35 @@ mod tests {
             let want = icrc::compute_addrs(local, peer, id, port, &p[..n]).unwrap();
             assert_eq!(p[n..], want.to_le_bytes(), "datagram {j} had ID {id}");
         }
+    }
+
+    #[test]
+    fn sockets_are_made_only_in_the_devices_namespace() {
+        let (peer_ip, _peer_sock) = peer();
+        let (local, peer) = (IpAddr::V4(Ipv4Addr::LOCALHOST), IpAddr::V4(peer_ip));
+        let mut scratch = sys::SendScratch::default();
+        let mut ts = vec![packet(local, peer, 0x04, 8, 1)];
+        let one = [msg(peer, 0, &[24])];
+        // A device of another namespace (no namespace has device and inode 0).
+        let mut conn = ConnTx {
+            netns: Some((0, 0)),
+            ..ConnTx::default()
+        };
+        assert!(conn
+            .send(to(local, peer, DEF), &one, &[0], &mut ts, &mut scratch)
+            .is_none());
+        assert_eq!(
+            (conn.links.len(), conn.probes),
+            (0, 0),
+            "nothing made, nothing kept"
+        );
+        // Back on a thread of the device's namespace, the socket is made.
+        conn.netns = current_netns();
+        assert!(conn.netns.is_some());
+        assert!(conn
+            .send(to(local, peer, DEF), &one, &[0], &mut ts, &mut scratch)
+            .is_some());
+        assert_eq!(conn.connected(), 1);
     }
 
     #[test]

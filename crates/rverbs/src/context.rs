@@ -1241,7 +1241,12 @@ impl Context {
             }),
             gso,
             fills_icrc: !raw_v2,
-            tx: Mutex::new(TxBatch::default()),
+            // The connected sockets are made in the namespace of the thread that
+            // opens the device, as its own sockets are.
+            tx: Mutex::new(TxBatch {
+                conn: ConnTx::for_this_netns(),
+                ..TxBatch::default()
+            }),
             app_poll_at: std::sync::atomic::AtomicU64::new(0),
             flush_pending: std::sync::atomic::AtomicU64::new(0),
             driver_wake_at: std::sync::atomic::AtomicU64::new(0),
