@@ -20,9 +20,9 @@
 //! holds the ID. From then on the ID of each datagram is the last one plus one, and
 //! [`ConnTx::send`] rewrites each packet's ICRC for the socket's own source port and
 //! that ID before the send. A refused message makes the counter uncertain: the send
-//! stops there and probes again before the messages after it. A socket whose probe
-//! fails is not used; its peer's datagrams leave through the device's unconnected
-//! socket, as before.
+//! stops there, that message and the rest leave through the device's unconnected
+//! socket, and the next send probes again. A socket whose probe fails is not used; its
+//! peer's datagrams leave through the unconnected socket, as before.
 //!
 //! IPv6 has no Identification: its connected sockets need no probe.
 
@@ -132,9 +132,12 @@ impl ConnTx {
     }
 
     /// Sends `msgs` (all along `path`; the packets of message `m` are
-    /// `ts[order[m.first ..][..m.count]]`) through the path's connected socket, first rewriting each packet's ICRC for that socket's source port and
-    /// IPv4 ID. Returns that port, or `None`, having sent nothing, when the peer has no
-    /// usable connected socket: the caller sends through the unconnected one.
+    /// `ts[order[m.first ..][..m.count]]`) through the path's connected socket, first
+    /// rewriting each packet's ICRC for that socket's source port and IPv4 ID. Returns
+    /// that port and how many of `msgs`, from the first, left through it: the send stops
+    /// at a refused message, and the caller sends it and the rest through the
+    /// unconnected socket. `None`, having sent nothing, when the peer has no usable
+    /// connected socket.
     pub(crate) fn send(
         &mut self,
         path: Path,
@@ -142,43 +145,35 @@ impl ConnTx {
         order: &[usize],
         ts: &mut [Transmit],
         scratch: &mut sys::SendScratch,
-    ) -> Option<u16> {
+    ) -> Option<(u16, usize)> {
         let Path { local, peer, meta } = path;
         let i = self.link(local, peer, meta)?;
-        let mut at = 0;
-        while at < msgs.len() {
-            if peer.is_ipv4() && self.links[i].next_id.is_none() {
-                match self.probe(i) {
-                    Some(id) => self.links[i].next_id = Some(id),
-                    None => {
-                        // The counter cannot be learned: never use this socket again.
-                        // (Messages left after a refused one are lost, as the refused
-                        // one is: the transport retransmits.)
-                        self.links[i].sock = None;
-                        return (at > 0).then_some(self.links[i].port);
-                    }
+        if peer.is_ipv4() && self.links[i].next_id.is_none() {
+            match self.probe(i) {
+                Some(id) => self.links[i].next_id = Some(id),
+                None => {
+                    // The counter cannot be learned: never use this socket again.
+                    self.links[i].sock = None;
+                    return None;
                 }
             }
-            let rest = &msgs[at..];
-            let first_id = self.links[i].next_id.unwrap_or(0);
-            self.fill(i, first_id, rest, order, ts);
-            let link = &mut self.links[i];
-            let sock = link.sock.as_ref()?;
-            // Stops at the first refused message (`named` false).
-            let sent = sys::send_batch(sock, rest, &|k| &ts[order[k]].payload[..], scratch, false);
-            if sent == rest.len() {
-                link.next_id = Some(first_id.wrapping_add(sent as u16));
-                break;
-            }
+        }
+        let first_id = self.links[i].next_id.unwrap_or(0);
+        self.fill(i, first_id, msgs, order, ts);
+        let link = &mut self.links[i];
+        let sock = link.sock.as_ref()?;
+        // Stops at the first refused message (`named` false).
+        let sent = sys::send_batch(sock, msgs, &|k| &ts[order[k]].payload[..], scratch, false);
+        link.next_id = if sent == msgs.len() {
+            Some(first_id.wrapping_add(sent as u16))
+        } else {
             // Whether the refused message took an ID depends on where the kernel
             // refused it (a pending ICMP error or a full buffer: before; a netfilter
-            // drop: after): learn the counter again before the messages after it,
-            // whose ICRCs assumed it took none. The refused one is skipped, a lost
-            // packet as on the unconnected socket.
-            link.next_id = None;
-            at += sent + 1;
-        }
-        Some(self.links[i].port)
+            // drop: after): the next send learns the counter again. The messages
+            // after it, whose ICRCs assumed it took none, are not sent from here.
+            None
+        };
+        Some((link.port, sent))
     }
 
     /// Rewrites the ICRC of each packet of `msgs` for link `i`'s port and the IPv4 IDs
@@ -713,7 +708,7 @@ mod tests {
     }
 
     #[test]
-    fn messages_after_a_refused_one_carry_their_real_id() {
+    fn no_datagram_leaves_after_a_refused_one() {
         // (Its address is freed and taken again: away from the other tests' ranges.)
         let (peer_ip, peer_sock) = peer_below(150);
         let (local, peer) = (IpAddr::V4(Ipv4Addr::LOCALHOST), IpAddr::V4(peer_ip));
@@ -725,7 +720,8 @@ mod tests {
             .send(to(local, peer, DEF), &single, &[0], &mut one, &mut scratch)
             .is_some());
         // The peer goes away; a datagram to it leaves an ECONNREFUSED pending on the
-        // socket, which the next send (the batch's first message) reports.
+        // socket, which the next send (the batch's first message) reports without
+        // taking an ID.
         drop(peer_sock);
         let mut pending = false;
         for _ in 0..20 {
@@ -737,11 +733,10 @@ mod tests {
             }
         }
         assert!(pending, "an ICMP error is pending on the socket");
-        // The peer is back (the error stays pending): three datagrams in one batch.
-        let peer_sock = UdpSocket::bind(SocketAddr::new(peer, ROCE_PORT)).unwrap();
-        peer_sock
-            .set_read_timeout(Some(Duration::from_secs(2)))
-            .unwrap();
+        // The peer is back (the error stays pending): three datagrams in one batch,
+        // every skb that leaves looped back with its real header.
+        let _peer_sock = UdpSocket::bind(SocketAddr::new(peer, ROCE_PORT)).unwrap();
+        sys::set_tx_loop(conn.links[0].sock.as_ref().unwrap(), true).unwrap();
         let mut ts: Vec<_> = (0..3)
             .map(|x| packet(local, peer, 0x04, 8, 10 + x))
             .collect();
@@ -750,43 +745,38 @@ mod tests {
             msg(peer, 1, &[24]),
             msg(peer, 2, &[24]),
         ];
-        assert!(conn
+        let (port, sent) = conn
             .send(
                 to(local, peer, DEF),
                 &batch,
                 &[0, 1, 2],
                 &mut ts,
-                &mut scratch
+                &mut scratch,
             )
-            .is_some());
-        // What arrived, in order; then the counter as it stands now: the datagrams
-        // that arrived took the IDs just before the probe's.
-        let mut got = Vec::new();
-        let mut buf = [0u8; 64];
-        peer_sock.set_nonblocking(true).unwrap();
-        let deadline = Instant::now() + Duration::from_secs(2);
-        while got.len() < 2 && Instant::now() < deadline {
-            match peer_sock.recv(&mut buf) {
-                Ok(n) => got.push(buf[..n].to_vec()),
-                Err(_) => std::thread::sleep(Duration::from_millis(1)),
-            }
-        }
+            .unwrap();
+        assert_eq!(port, conn.links[0].port);
         assert_eq!(
-            got.len(),
-            2,
-            "the refused first message is lost, the rest arrive"
+            sent, 0,
+            "the first is refused: it and the rest are the caller's"
         );
-        assert_eq!((got[0][5], got[1][5]), (11, 12));
-        conn.links[0].next_id = None;
-        let next = conn.probe(0).expect("probe");
-        let probe_id = next.wrapping_sub(1);
-        let port = conn.links[0].port;
-        for (j, p) in got.iter().enumerate() {
-            let id = probe_id.wrapping_sub(2 - j as u16);
-            let n = p.len() - 4;
-            let want = icrc::compute_addrs(local, peer, id, port, &p[..n]).unwrap();
-            assert_eq!(p[n..], want.to_le_bytes(), "datagram {j} had ID {id}");
+        assert_eq!(conn.links[0].next_id, None, "the counter is learned again");
+        // Nothing left after the refused message with an ICRC for a guessed ID.
+        let sock = conn.links[0].sock.as_ref().unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        let mut buf = [0u8; 256];
+        let mut left = Vec::new();
+        while let Ok(n) = sys::recv_error_queue(sock, &mut buf) {
+            let ip = &buf[14..n];
+            let mut h = [0u8; 28];
+            h.copy_from_slice(&ip[..28]);
+            let id = u16::from_be_bytes([ip[4], ip[5]]);
+            check_icrc(id, &h, &ip[28..28 + 24], 24);
+            left.push(id);
         }
+        assert!(
+            left.is_empty(),
+            "datagrams left the connected socket: {left:?}"
+        );
     }
 
     #[test]

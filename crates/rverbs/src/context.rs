@@ -414,40 +414,43 @@ impl Shared {
                     peer: dst.ip(),
                     meta,
                 };
-                let port = match conn.send(path, run, order, ts, scratch) {
-                    Some(port) => port,
-                    None => {
-                        if self.fills_icrc {
-                            for m in run {
-                                for &k in &order[m.first..m.first + m.count] {
-                                    conn.fill_unconnected(&mut ts[k]);
-                                }
+                // What the connected socket did not send (none, or the messages
+                // from a refused one on) leaves through this socket.
+                let (port, done) = conn
+                    .send(path, run, order, ts, scratch)
+                    .unwrap_or((ROCE_PORT, 0));
+                let rest = &run[done..];
+                if !rest.is_empty() {
+                    if self.fills_icrc {
+                        for m in rest {
+                            for &k in &order[m.first..m.first + m.count] {
+                                conn.fill_unconnected(&mut ts[k]);
                             }
                         }
-                        if meta.is_default() {
-                            sys::send_batch(
-                                &**sock,
-                                run,
-                                &|k| &ts[order[k]].payload[..],
-                                scratch,
-                                true,
-                            );
-                        } else {
-                            // One by one, each with its TTL / TOS control messages. A
-                            // send error is a lost packet, as in `send_raw`.
-                            for m in run {
-                                for &k in &order[m.first..m.first + m.count] {
-                                    let _ = sys::send_with_meta(sock, &ts[k].payload, dst, ip_meta);
-                                }
-                            }
-                        }
-                        ROCE_PORT
                     }
-                };
+                    if meta.is_default() {
+                        sys::send_batch(
+                            &**sock,
+                            rest,
+                            &|k| &ts[order[k]].payload[..],
+                            scratch,
+                            true,
+                        );
+                    } else {
+                        // One by one, each with its TTL / TOS control messages. A
+                        // send error is a lost packet, as in `send_raw`.
+                        for m in rest {
+                            for &k in &order[m.first..m.first + m.count] {
+                                let _ = sys::send_with_meta(sock, &ts[k].payload, dst, ip_meta);
+                            }
+                        }
+                    }
+                }
                 if self.pcap.is_some() {
                     // As sent: from this socket's address and the port it left from.
                     let meta = ip_meta;
-                    for m in run {
+                    for (j, m) in run.iter().enumerate() {
+                        let port = if j < done { port } else { ROCE_PORT };
                         for &k in &order[m.first..m.first + m.count] {
                             self.record(*addr, ts[k].dst, port, meta, &ts[k].payload);
                         }
