@@ -59,6 +59,22 @@ struct Link {
     /// IPv4: the Identification the kernel gives the socket's next datagram, once
     /// known (`None`: probe before the next send). IPv6: unused.
     next_id: Option<u16>,
+    /// Probes in a row that could not be sent (see [`REFUSED_PROBES`]).
+    refused_probes: u8,
+}
+
+/// Probes in a row whose datagrams the socket refused (a full send buffer, a pending
+/// error) before its peer gives it up for the unconnected socket; until then each
+/// batch the socket cannot probe for leaves through the unconnected one.
+const REFUSED_PROBES: u8 = 8;
+
+/// Why a probe learned nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ProbeError {
+    /// The socket refused every probe datagram: try again with the next batch.
+    Refused,
+    /// The counter cannot be learned through this socket.
+    Unusable,
 }
 
 /// A datagram's TTL / hop limit (0: the default, 64) and TOS / traffic class: part of a
@@ -150,8 +166,18 @@ impl ConnTx {
         let i = self.link(local, peer, meta)?;
         if peer.is_ipv4() && self.links[i].next_id.is_none() {
             match self.probe(i) {
-                Some(id) => self.links[i].next_id = Some(id),
-                None => {
+                Ok(id) => {
+                    self.links[i].next_id = Some(id);
+                    self.links[i].refused_probes = 0;
+                }
+                Err(ProbeError::Refused) if self.links[i].refused_probes + 1 < REFUSED_PROBES => {
+                    // (A buffer still full from the send that made the counter
+                    // uncertain, say.) This batch leaves through the unconnected
+                    // socket; the next one probes again.
+                    self.links[i].refused_probes += 1;
+                    return None;
+                }
+                Err(_) => {
                     // The counter cannot be learned: never use this socket again.
                     self.links[i].sock = None;
                     return None;
@@ -251,6 +277,7 @@ impl ConnTx {
             sock,
             port,
             next_id: None,
+            refused_probes: 0,
         });
         let i = self.links.len() - 1;
         self.links[i].sock.is_some().then_some(i)
@@ -259,19 +286,20 @@ impl ConnTx {
     /// Learns the IPv4 ID the kernel gives link `i`'s next datagram: sends one probe
     /// through it to our own probe socket with the sent copy looped back to the
     /// socket's error queue (`sys::set_tx_loop`), and reads the ID in its header.
-    fn probe(&mut self, i: usize) -> Option<u16> {
+    fn probe(&mut self, i: usize) -> Result<u16, ProbeError> {
+        let unusable = ProbeError::Unusable;
         let (local, port) = (self.links[i].local, self.links[i].port);
         let IpAddr::V4(l4) = local else {
-            return None;
+            return Err(unusable);
         };
         if self.prober.is_none() && self.in_device_netns() {
             self.prober = probe_socket().ok();
         }
-        let prober = self.prober.as_ref()?;
-        let to_port = prober.local_addr().ok()?.port();
-        let sock = self.links[i].sock.as_ref()?;
-        sys::set_tx_loop(sock, true).ok()?;
-        let mut found = None;
+        let prober = self.prober.as_ref().ok_or(unusable)?;
+        let to_port = prober.local_addr().map_err(|_| unusable)?.port();
+        let sock = self.links[i].sock.as_ref().ok_or(unusable)?;
+        sys::set_tx_loop(sock, true).map_err(|_| unusable)?;
+        let (mut found, mut sent) = (None, false);
         // Two tries: a socket may hold an error from an ICMP message (the peer's port
         // was closed), which the first send reports instead of sending.
         for _ in 0..2 {
@@ -282,6 +310,7 @@ impl ConnTx {
             if sock.send_to(&probe, &dst).is_err() {
                 continue;
             }
+            sent = true;
             found = looped_id(sock, l4, port, to_port, &probe);
             if found.is_some() {
                 break;
@@ -299,9 +328,13 @@ impl ConnTx {
         while sys::recv_error_queue(sock, &mut sink).is_ok() {}
         while prober.recv(&mut sink).is_ok() {}
         // Were the loop-back still on, every datagram would be copied: not used then.
-        off.ok()?;
-        // The probe took ID `id`; the next datagram gets the one after it.
-        found.map(|id| id.wrapping_add(1))
+        off.map_err(|_| unusable)?;
+        match found {
+            // The probe took ID `id`; the next datagram gets the one after it.
+            Some(id) => Ok(id.wrapping_add(1)),
+            None if !sent => Err(ProbeError::Refused),
+            None => Err(unusable),
+        }
     }
 
     /// How many peers have a usable connected socket.
@@ -777,6 +810,36 @@ mod tests {
             left.is_empty(),
             "datagrams left the connected socket: {left:?}"
         );
+    }
+
+    #[test]
+    fn a_socket_that_refuses_its_probes_is_given_up_only_after_several() {
+        let (peer_ip, _peer_sock) = peer();
+        let (local, peer) = (IpAddr::V4(Ipv4Addr::LOCALHOST), IpAddr::V4(peer_ip));
+        let mut conn = ConnTx::default();
+        let mut scratch = sys::SendScratch::default();
+        let mut ts = vec![packet(local, peer, 0x04, 8, 1)];
+        let one = [msg(peer, 0, &[24])];
+        assert!(conn
+            .send(to(local, peer, DEF), &one, &[0], &mut ts, &mut scratch)
+            .is_some());
+        // From now on the socket refuses every datagram (EPIPE), as a full send buffer
+        // refuses them for a while; the counter must be learned again.
+        let sock = conn.links[0].sock.as_ref().unwrap();
+        sock.shutdown(std::net::Shutdown::Write).unwrap();
+        conn.links[0].next_id = None;
+        for n in 1..REFUSED_PROBES {
+            assert!(
+                conn.send(to(local, peer, DEF), &one, &[0], &mut ts, &mut scratch)
+                    .is_none(),
+                "batch {n} goes through the unconnected socket"
+            );
+            assert_eq!(conn.connected(), 1, "kept after {n} refused probes");
+        }
+        assert!(conn
+            .send(to(local, peer, DEF), &one, &[0], &mut ts, &mut scratch)
+            .is_none());
+        assert_eq!(conn.connected(), 0, "given up");
     }
 
     #[test]
