@@ -64,8 +64,8 @@ impl Shared {
     /// What the engine answers to the datagrams (ACKs) is deferred: the caller flushes
     /// it when it found no completion ([`Shared::flush_deferred`]), and otherwise the
     /// application's next verb sends it, usually together with the reply it posts.
-    pub(crate) fn progress(&self, engine: &mut Engine) -> bool {
-        let now = self.now();
+    /// `now` is the caller's fresh clock reading ([`Shared::now`]).
+    pub(crate) fn progress(&self, engine: &mut Engine, now: Nanos) -> bool {
         self.app_poll_at.store(now, Ordering::Relaxed);
         if self.flush_pending.load(Ordering::Relaxed) != 0 {
             self.flush(engine, now);
@@ -144,8 +144,9 @@ impl crate::Cq {
         let shared = self.shared();
         let as_ns = |d: std::time::Duration| d.as_nanos().min(u128::from(u64::MAX)) as Nanos;
         let (spin, timeout) = (as_ns(spin), as_ns(timeout));
-        // One clock read per pass (the first pass reuses the start's): a ping-pong
-        // waits once per message, and clock reads showed in its profile.
+        // One clock read per pass, which the pass's receive uses too (the first pass
+        // reuses the start's): a ping-pong waits once per message, and clock reads
+        // showed in its profile.
         let start = shared.now();
         let mut now = start;
         loop {
@@ -155,7 +156,7 @@ impl crate::Cq {
             }
             let waited = now - start;
             if waited < spin {
-                let n = self.poll_progress(out)?;
+                let n = self.poll_progress(out, now)?;
                 if n > 0 {
                     return Ok(n);
                 }
