@@ -816,9 +816,10 @@ impl Engine {
     /// (EINVAL, ENOMEM); failures while executing come back as completions.
     pub fn post_send(&mut self, qpn: u32, wr: SendWr, now: Nanos) -> VerbResult<()> {
         const VERB: &str = "post_send";
+        // One lookup for the whole post (the checks below borrow other fields).
         let qp = self
             .qps
-            .get(&qpn)
+            .get_mut(&qpn)
             .ok_or(err(VERB, Errno::Inval, "no such QP"))?;
         match qp.state {
             QpState::Rts | QpState::Sqd | QpState::Err => {}
@@ -924,18 +925,19 @@ impl Engine {
             read_from: 0,
             rd_counted: false,
         };
-        let mut ctx = ctx!(self, now);
-        let Some(qp) = self.qps.get_mut(&qpn) else {
-            unreachable!("checked above")
-        };
         if matches!(state, QpState::Err | QpState::Sqe) {
             // Posted to a QP in error: completes at once with a flush error.
             let wc = qp.send_wc(&wqe, WcStatus::WrFlushErr);
+            let mut ctx = ctx!(self, now);
             ctx.push_wc(qp.send_cq, wc, false);
             return Ok(());
         }
         qp.sq.push_back(wqe);
-        self.wake(qpn);
+        // (`Engine::wake` without a second lookup.)
+        if !qp.active {
+            qp.active = true;
+            self.active.push_back(qpn);
+        }
         Ok(())
     }
 
