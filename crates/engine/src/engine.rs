@@ -900,12 +900,13 @@ impl Engine {
         };
         // INLINE: copy now, so the caller may reuse its buffer at once.
         let inline_data = if inline {
-            let (data, _) = resolve_sges(&self.mrs, qp.pd, &wr.sg_list, Access::NONE)
-                .map_err(|_| err(VERB, Errno::Inval, "inline SGE outside a registered region"))?;
-            // One allocation (the iterator's length is known), filled in place.
+            // One allocation (the iterator's length is known), filled in place straight
+            // from the regions (no gather list).
             let mut buf: Arc<[u8]> = std::iter::repeat_n(0u8, len as usize).collect();
             if let Some(b) = Arc::get_mut(&mut buf) {
-                data.read(0, b);
+                gather_sges(&self.mrs, qp.pd, &wr.sg_list, Access::NONE, b).map_err(|_| {
+                    err(VERB, Errno::Inval, "inline SGE outside a registered region")
+                })?;
             }
             Some(buf)
         } else {
