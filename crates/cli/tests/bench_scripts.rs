@@ -157,8 +157,12 @@ fn kernel_floor_script_stops_its_server_when_the_client_fails() {
     let _ = std::fs::remove_file(&pidfile);
     std::fs::write(
         &fake,
-        "#!/bin/sh\ncase \" $* \" in *\" localhost \"*) echo 'client: no' >&2; exit 1;; esac\n\
-         echo $$ > \"$FAKE_PIDFILE\"\nexec sleep 60\n",
+        // The client fails only once the server has written its PID (else, on a busy
+        // machine, the script could stop the server before it did).
+        "#!/bin/sh\ncase \" $* \" in *\" localhost \"*) i=0; \
+         while [ ! -s \"$FAKE_PIDFILE\" ] && [ $i -lt 500 ]; do sleep 0.01; i=$((i+1)); done; \
+         echo 'client: no' >&2; exit 1;; esac\n\
+         echo $$ > \"$FAKE_PIDFILE.tmp\" && mv \"$FAKE_PIDFILE.tmp\" \"$FAKE_PIDFILE\"\nexec sleep 60\n",
     )
     .unwrap();
     use std::os::unix::fs::PermissionsExt;

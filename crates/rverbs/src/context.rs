@@ -22,6 +22,7 @@
 //! there). With `RVERBS_FAULTS` or `RVERBS_PCAP` every datagram goes out on its own.
 
 use crate::capture::PcapWriter;
+use crate::conn_tx::ConnTx;
 use crate::device::DeviceInfo;
 use crate::error::{Error, Result};
 use crate::faults::{FaultState, FaultStats, Faults};
@@ -130,6 +131,8 @@ pub(crate) type SocketList = Vec<(IpAddr, Arc<Socket>)>;
 struct TxBatch {
     queue: Vec<Transmit>,
     plan: TxPlan,
+    /// The peers' connected sockets (`conn_tx.rs`).
+    conn: crate::conn_tx::ConnTx,
 }
 
 #[derive(Default)]
@@ -270,12 +273,12 @@ impl Shared {
             // The fast path: everything the engine has goes out in one sendmmsg per
             // socket.
             let mut tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
-            let TxBatch { queue, plan } = &mut *tx;
+            let TxBatch { queue, plan, conn } = &mut *tx;
             while let Some(t) = engine.poll_transmit(now) {
                 queue.push(t);
             }
             if !queue.is_empty() {
-                self.send_all(queue, plan);
+                self.send_all(queue, plan, conn);
                 for t in queue.drain(..) {
                     engine.recycle(t.payload);
                 }
@@ -336,9 +339,10 @@ impl Shared {
     }
 
     /// Sends a batch: datagrams that need TTL/TOS control messages one by one
-    /// (`send`), the rest with one `sendmmsg` per socket, trains of same-size ones to
-    /// one peer as `UDP_SEGMENT` buffers on the loopback device.
-    fn send_all(&self, ts: &[Transmit], plan: &mut TxPlan) {
+    /// (`send`), the rest with one `sendmmsg` per peer through its connected socket
+    /// (`conn_tx.rs`; else per local socket), trains of same-size ones to one peer as
+    /// `UDP_SEGMENT` buffers on the loopback device.
+    fn send_all(&self, ts: &mut [Transmit], plan: &mut TxPlan, conn: &mut ConnTx) {
         let plain = |t: &Transmit| {
             sys::default_meta(
                 t.dst,
@@ -387,14 +391,23 @@ impl Shared {
             if !self.trains(ts, plan, self.gso) {
                 self.trains(ts, plan, false);
             }
-            if !plan.msgs.is_empty() {
-                let order = &plan.order;
-                sys::send_batch(
-                    &**sock,
-                    &plan.msgs,
-                    &|k| &ts[order[k]].payload[..],
-                    &mut plan.scratch,
-                );
+            // Runs of messages to one peer leave through its connected socket; when
+            // it has none, through this socket.
+            let TxPlan {
+                order,
+                msgs,
+                scratch,
+                ..
+            } = plan;
+            let mut at = 0;
+            while at < msgs.len() {
+                let dst = msgs[at].dst;
+                let end = at + msgs[at..].iter().take_while(|m| m.dst == dst).count();
+                let run = &msgs[at..end];
+                if !conn.send(*addr, dst.ip(), run, order, ts, scratch) {
+                    sys::send_batch(&**sock, run, &|k| &ts[order[k]].payload[..], scratch, true);
+                }
+                at = end;
             }
         }
     }
@@ -1171,8 +1184,10 @@ impl Context {
             // QPNs start at a random point so a restarted process does not reuse the
             // numbers its peers may still be retransmitting to.
             first_qpn: 0x11 + (seed >> 40) as u32 % 0xf0_0000,
-            // Sockets send from port 4791; raw-mode frames from the QP's entropy port,
-            // as rxe does.
+            // The engine fills ICRCs for the device socket's port 4791; batched sends
+            // through a peer's connected socket rewrite them for its own port
+            // (`conn_tx.rs`). Raw-mode frames leave from the QP's entropy port, as rxe
+            // does.
             src_port: if raw_v2 { None } else { Some(ROCE_PORT) },
             ack_policy: opts.ack_policy,
             ..Config::default()

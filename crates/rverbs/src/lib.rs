@@ -89,6 +89,7 @@ mod ah_wc;
 mod attrs;
 mod capture;
 mod channel;
+mod conn_tx;
 mod context;
 mod device;
 mod error;

@@ -19,6 +19,57 @@ pub(crate) fn set_pmtudisc_do(fd: &impl AsRawFd) -> io::Result<()> {
     )
 }
 
+/// Turns on (or off) the looping back of a copy of each sent datagram, headers and all,
+/// to the socket's error queue (`SO_TIMESTAMPING` with software transmit timestamps,
+/// taken when the datagram reaches the device's queue and its driver; the copy starts
+/// at the link-layer header): how a connected socket learns the IPv4 Identification the
+/// kernel gives its datagrams (`conn_tx.rs`).
+pub(crate) fn set_tx_loop(fd: &impl AsRawFd, on: bool) -> io::Result<()> {
+    let flags = if on {
+        libc::SOF_TIMESTAMPING_TX_SCHED
+            | libc::SOF_TIMESTAMPING_TX_SOFTWARE
+            | libc::SOF_TIMESTAMPING_SOFTWARE
+    } else {
+        0
+    };
+    set_int_opt(
+        fd,
+        libc::SOL_SOCKET,
+        libc::SO_TIMESTAMPING,
+        flags as libc::c_int,
+    )
+}
+
+/// Takes one message from the socket's error queue (`MSG_ERRQUEUE`, non-blocking) into
+/// `buf`: with [`set_tx_loop`], a looped copy of a sent datagram. Returns its length
+/// (cut to `buf`).
+pub(crate) fn recv_error_queue(fd: &impl AsRawFd, buf: &mut [u8]) -> io::Result<usize> {
+    let mut ctl = [0u64; 32];
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    // SAFETY: msghdr is plain data; all-zero is a valid value.
+    let mut h: libc::msghdr = unsafe { std::mem::zeroed() };
+    h.msg_iov = &mut iov;
+    h.msg_iovlen = 1;
+    h.msg_control = ctl.as_mut_ptr().cast();
+    h.msg_controllen = std::mem::size_of_val(&ctl) as _;
+    // SAFETY: the header points at a live iovec over `buf` and at a live control
+    // buffer of the sizes given; both outlive the call, which does not block.
+    let n = unsafe {
+        libc::recvmsg(
+            fd.as_raw_fd(),
+            &mut h,
+            libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT,
+        )
+    };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((n as usize).min(buf.len()))
+}
+
 /// Sets an integer socket option.
 fn set_int_opt(
     fd: &impl AsRawFd,
@@ -610,13 +661,17 @@ unsafe impl Send for SendScratch {}
 
 /// Sends with `sendmmsg(2)` (as many calls as the kernel needs); `buf(i)` is the i-th
 /// buffer of the batch. A message the kernel refuses (no route, buffer full) is
-/// skipped: lost packets, which the transport's retransmission covers.
+/// skipped: lost packets, which the transport's retransmission covers. Without
+/// `named`, the messages carry no destination (a connected socket's own peer, whose
+/// route the socket keeps; naming it would look the route up again). Returns how many
+/// messages the kernel took.
 pub(crate) fn send_batch<'b>(
     fd: &impl AsRawFd,
     msgs: &[Outgoing],
     buf: &dyn Fn(usize) -> &'b [u8],
     scratch: &mut SendScratch,
-) {
+    named: bool,
+) -> usize {
     const MAX: usize = 64;
     if let [m] = msgs {
         if m.count == 1 && m.segment == 0 {
@@ -625,18 +680,23 @@ pub(crate) fn send_batch<'b>(
             // an mmsghdr and an iovec array first.
             let b = buf(m.first);
             let addr = socket2::SockAddr::from(m.dst);
+            let (name, name_len) = if named {
+                (addr.as_ptr().cast(), addr.len())
+            } else {
+                (std::ptr::null(), 0)
+            };
             // SAFETY: `b` and `addr` are live for the call; the kernel only reads them.
-            unsafe {
+            let rc = unsafe {
                 libc::sendto(
                     fd.as_raw_fd(),
                     b.as_ptr().cast(),
                     b.len(),
                     libc::MSG_DONTWAIT,
-                    addr.as_ptr().cast(),
-                    addr.len(),
+                    name,
+                    name_len,
                 )
             };
-            return;
+            return usize::from(rc >= 0);
         }
     }
     // SAFETY (for CMSG_SPACE/CMSG_LEN): pure arithmetic on the length given.
@@ -647,7 +707,7 @@ pub(crate) fn send_batch<'b>(
         control,
         hdrs,
     } = scratch;
-    let mut start = 0;
+    let (mut start, mut sent) = (0, 0);
     while start < msgs.len() {
         let chunk = &msgs[start..(start + MAX).min(msgs.len())];
         addrs.clear();
@@ -671,8 +731,10 @@ pub(crate) fn send_batch<'b>(
             // SAFETY: mmsghdr is plain data; all-zero is a valid value.
             let mut h: libc::mmsghdr = unsafe { std::mem::zeroed() };
             let mh = &mut h.msg_hdr;
-            mh.msg_name = addrs[i].as_ptr() as *mut libc::c_void;
-            mh.msg_namelen = addrs[i].len();
+            if named {
+                mh.msg_name = addrs[i].as_ptr() as *mut libc::c_void;
+                mh.msg_namelen = addrs[i].len();
+            }
             mh.msg_iov = iovs[at..].as_mut_ptr();
             mh.msg_iovlen = m.count as _;
             at += m.count;
@@ -705,10 +767,12 @@ pub(crate) fn send_batch<'b>(
         };
         // rc < 0: the first message failed; skip it. Otherwise rc were sent.
         start += if rc <= 0 { 1 } else { rc as usize };
+        sent += rc.max(0) as usize;
     }
     // No pointer into the caller's buffers stays behind.
     iovs.clear();
     hdrs.clear();
+    sent
 }
 
 /// True when `meta` is what the socket does anyway (TTL 64 to a unicast address, TOS 0):

@@ -11,6 +11,16 @@ use std::time::{Duration, Instant};
 fn objects_dropped_inside_mr_with_are_destroyed_without_deadlock() {
     let dev = device(None).unwrap();
     let (ea, eb) = connected_pair(&dev, 4096, 4096);
+    // One RDMA WRITE first: a's socket to b (and its probe socket, `conn_tx.rs`) open on
+    // a's first send and belong in the count before c.
+    ea.qp
+        .post_send(&SendRequest::write(
+            9,
+            &[ea.mr.slice(0..8)],
+            eb.mr.remote(0..8),
+        ))
+        .unwrap();
+    assert_eq!(wait(&ea.cq).status, WcStatus::Success);
     let (fds0, threads0) = (count("/proc/self/fd"), count("/proc/self/task"));
     let keep = eb.pd.reg_mr(64, AccessFlags::ALL).unwrap();
     let third = end(dev.open().unwrap(), 64);

@@ -114,7 +114,7 @@ fn flows_on_ud_qps_steer_roce_datagrams_by_outer_headers() {
 
     // DROP + COUNT: nobody gets it, the counter sees it.
     let counters = Counters::new();
-    let mut drop_rule = parse_rule("prio 0 udp sport 4791 drop").unwrap();
+    let mut drop_rule = parse_rule("prio 0 udp dport 4791 drop").unwrap();
     drop_rule.specs.push(FlowSpec::Count(counters.clone()));
     let fd = c.qp.create_flow(&drop_rule).unwrap();
     send();

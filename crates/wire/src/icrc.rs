@@ -198,12 +198,14 @@ const PREFIX_WAYS: usize = 4;
 /// linear: the change is the CRC register of `v` followed by that many zero bytes,
 /// starting from zero. These are the bytes of the length fields, the only prefix bytes
 /// that change from packet to packet of a flow: IPv4 total length (bytes 2, 3 of 28),
-/// IPv6 payload length (bytes 4, 5 of 48), UDP length (the prefix's bytes -4, -3).
-const DELTA_FOLLOWING: [usize; 6] = [25, 24, 43, 42, 3, 2];
-static DELTA: [[u32; 256]; 6] = {
-    let mut t = [[0u32; 256]; 6];
+/// IPv6 payload length (bytes 4, 5 of 48), UDP length (the prefix's bytes -4, -3), and
+/// the IPv4 Identification (bytes 4, 5 of 28), which a connected socket numbers per
+/// datagram (DESIGN §3).
+const DELTA_FOLLOWING: [usize; 8] = [25, 24, 43, 42, 3, 2, 23, 22];
+static DELTA: [[u32; 256]; 8] = {
+    let mut t = [[0u32; 256]; 8];
     let mut i = 0;
-    while i < 6 {
+    while i < 8 {
         let mut v = 0;
         while v < 256 {
             // The byte itself, then DELTA_FOLLOWING[i] zero bytes (reflected CRC-32).
@@ -221,25 +223,25 @@ static DELTA: [[u32; 256]; 6] = {
     t
 };
 
-/// One flow of a [`PrefixCache`]: its addresses, IPv4 ID and UDP source port, and the
-/// CRC state after the LRH stand-in and its masked IP + UDP headers with both length
-/// fields zero.
+/// One flow of a [`PrefixCache`]: its addresses and UDP source port, and the CRC state
+/// after the LRH stand-in and its masked IP + UDP headers with both length fields and
+/// the IPv4 Identification zero.
 #[derive(Debug, Clone, Copy)]
 struct PrefixEntry {
     src: IpAddr,
     dst: IpAddr,
-    ipv4_id: u16,
     src_port: u16,
     /// The prefix is a 20-byte IPv4 header (else a 40-byte IPv6 one).
     v4: bool,
     state: u32,
 }
 
-/// Remembers, for the last few flows (address pair, IPv4 ID, UDP source port), the CRC
-/// state after the LRH stand-in and the masked IP and UDP headers with their length
-/// fields zero, for [`compute_addrs_cached`]. On a small packet those 36 or 56 bytes
-/// are most of what the ICRC hashes; a packet's own lengths are added in from tables
-/// (the CRC is linear), so one entry serves every length of its flow.
+/// Remembers, for the last few flows (address pair, UDP source port), the CRC state
+/// after the LRH stand-in and the masked IP and UDP headers with their length fields
+/// and IPv4 Identification zero, for [`compute_addrs_cached`]. On a small packet those
+/// 36 or 56 bytes are most of what the ICRC hashes; a packet's own lengths and ID are
+/// added in from tables (the CRC is linear), so one entry serves every length and ID
+/// of its flow.
 ///
 /// An entry is keyed by everything its state depends on, so it never goes stale.
 #[derive(Debug, Clone, Default)]
@@ -265,13 +267,15 @@ impl PrefixCache {
         src_port: u16,
         ib_len: usize,
     ) -> u32 {
-        let hit = self.entries.iter().flatten().find(|e| {
-            e.src_port == src_port && e.ipv4_id == ipv4_id && e.src == src && e.dst == dst
-        });
+        let hit = self
+            .entries
+            .iter()
+            .flatten()
+            .find(|e| e.src_port == src_port && e.src == src && e.dst == dst);
         let e = match hit {
             Some(e) => *e,
             None => {
-                let (mut prefix, at) = masked_prefix(src, dst, ipv4_id, src_port, 0);
+                let (mut prefix, at) = masked_prefix(src, dst, 0, src_port, 0);
                 let v4 = at == ipv4::HEADER_LEN + udp::HEADER_LEN;
                 let ip_len_at = if v4 { 2 } else { 4 };
                 prefix[ip_len_at] = 0;
@@ -283,7 +287,6 @@ impl PrefixCache {
                 let e = PrefixEntry {
                     src,
                     dst,
-                    ipv4_id,
                     src_port,
                     v4,
                     state: h.finalize(),
@@ -301,11 +304,15 @@ impl PrefixCache {
             (udp_len as u16, 2)
         };
         let udp_len = udp_len as u16;
+        // IPv6 has no Identification (`masked_prefix` ignores it there).
+        let id = if e.v4 { ipv4_id } else { 0 };
         e.state
             ^ DELTA[t][usize::from(ip_field >> 8)]
             ^ DELTA[t + 1][usize::from(ip_field & 0xff)]
             ^ DELTA[4][usize::from(udp_len >> 8)]
             ^ DELTA[5][usize::from(udp_len & 0xff)]
+            ^ DELTA[6][usize::from(id >> 8)]
+            ^ DELTA[7][usize::from(id & 0xff)]
     }
 }
 
@@ -1005,7 +1012,7 @@ mod tests {
         fn cached_matches_uncached(
             addrs: [[u8; 16]; 3],
             packets in proptest::collection::vec(
-                (0usize..3, 0usize..3, 0u8..4, 0u16..3, 0u16..2,
+                (0usize..3, 0usize..3, 0u8..4, any::<u16>(), 0u16..2,
                  proptest::collection::vec(any::<u8>(), 0..300)),
                 1..40),
         ) {
@@ -1035,7 +1042,7 @@ mod tests {
         let ib = [0x5au8; 64];
         for round in 0..3 {
             for len in 12..=64 {
-                for (id, port) in [(0, 0xc000), (7, 0xc000), (0, 0xc001)] {
+                for (id, port) in [(0, 0xc000), (7, 0xc000), (0xbeef, 0xc000), (0, 0xc001)] {
                     assert_eq!(
                         compute_addrs_cached(&mut cache, s, t, id, port, &ib[..len]),
                         compute_addrs(s, t, id, port, &ib[..len]),

@@ -1,0 +1,550 @@
+//! Connected send sockets: one UDP socket per (local address, peer address), connected
+//! to the peer's port 4791, through which [`crate::context::Shared`]'s batched sends
+//! leave.
+//!
+//! **Why.** `sendmsg` on an unconnected socket looks the route up for every datagram;
+//! a connected socket keeps it. On loopback that is 0.4 µs of kernel time per
+//! datagram, a tenth of a small ping-pong's hop (`bench/kernel_floor.sh`, DESIGN §3).
+//!
+//! **The IPv4 Identification.** The ICRC covers the IPv4 header's Identification
+//! (IBTA A17.3.3 masks only TOS, TTL and the checksum). Linux gives a datagram from an
+//! unconnected socket with DF the ID 0, but numbers those of a connected socket from a
+//! random per-socket start, one per datagram (`ip_select_ident_segs` in
+//! include/net/ip.h: `atomic_add_return(1, &inet_id)` for every skb, a `UDP_SEGMENT`
+//! train included; the segments of a train that is cut up later get that ID plus
+//! their index, `inet_gso_segment`). So the ICRC can only be right if we know the
+//! counter. We learn it once per socket with a probe: the socket sends one datagram to
+//! a local socket of ours (an explicit destination does not change the numbering,
+//! which follows the socket's connected state), whose ICRC we computed for ID 0; the ID
+//! it arrived with is solved from that ICRC ([`icrc::recover_ipv4_id`]). From then on
+//! the ID of each datagram is the last one plus one, and [`ConnTx::send`] rewrites each
+//! packet's ICRC for the socket's own source port and that ID before the send. Any
+//! send that fails, even in part, makes the counter uncertain: the next send probes
+//! again. A socket whose probe fails is not used; its peer's datagrams leave through
+//! the device's unconnected socket, as before.
+//!
+//! IPv6 has no Identification: its connected sockets need no probe.
+
+use crate::sys;
+use rverbs_engine::Transmit;
+use rverbs_wire::icrc;
+use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
+use std::time::{Duration, Instant};
+
+/// The RoCE v2 UDP port, the peers' destination port.
+const ROCE_PORT: u16 = 4791;
+
+/// Most connected sockets one device keeps (a UD QP talking to thousands of peers
+/// sends to the rest through the unconnected socket).
+pub(crate) const MAX_CONNECTED: usize = 64;
+
+/// How long a probe waits for its own datagram (it comes back over loopback at once).
+const PROBE_WAIT: Duration = Duration::from_millis(50);
+
+/// One peer's connected socket.
+struct Link {
+    local: IpAddr,
+    peer: IpAddr,
+    /// `None`: the socket could not be set up (or its IPv4 ID not learned); the peer's
+    /// datagrams use the unconnected socket.
+    sock: Option<Socket>,
+    /// The socket's local (source) port, which the ICRC covers.
+    port: u16,
+    /// IPv4: the Identification the kernel gives the socket's next datagram, once
+    /// known (`None`: probe before the next send). IPv6: unused.
+    next_id: Option<u16>,
+}
+
+/// The connected sockets of a device, with the probe's receiving socket and the ICRC
+/// prefix cache of the rewritten packets (used under the device's send lock).
+#[derive(Default)]
+pub(crate) struct ConnTx {
+    links: Vec<Link>,
+    /// Where probes arrive: an IPv4 socket on an ephemeral port of every local address.
+    prober: Option<UdpSocket>,
+    cache: icrc::PrefixCache,
+    /// Told apart from a stale probe that came back after its sender gave up.
+    nonce: u64,
+    /// Probes sent (each learns one socket's IPv4 counter), for tests and counters.
+    pub(crate) probes: u64,
+}
+
+impl ConnTx {
+    /// Sends `msgs` (all to `peer`; the packets of message `m` are
+    /// `ts[order[m.first ..][..m.count]]`) from `local` through the peer's connected
+    /// socket, first rewriting each packet's ICRC for that socket's source port and
+    /// IPv4 ID. Returns false, having sent nothing, when the peer has no usable
+    /// connected socket: the caller sends through the unconnected one.
+    pub(crate) fn send(
+        &mut self,
+        local: IpAddr,
+        peer: IpAddr,
+        msgs: &[sys::Outgoing],
+        order: &[usize],
+        ts: &mut [Transmit],
+        scratch: &mut sys::SendScratch,
+    ) -> bool {
+        let Some(i) = self.link(local, peer) else {
+            return false;
+        };
+        if peer.is_ipv4() && self.links[i].next_id.is_none() {
+            match self.probe(i) {
+                Some(id) => self.links[i].next_id = Some(id),
+                None => {
+                    // The counter cannot be learned: never use this socket again.
+                    self.links[i].sock = None;
+                    return false;
+                }
+            }
+        }
+        let (port, first_id) = (self.links[i].port, self.links[i].next_id.unwrap_or(0));
+        // Each message is one skb: one ID; a train's segment k gets that ID plus k
+        // when it is cut up (`inet_gso_segment`), which is what a receiver that checks
+        // the real header sees (an rverbs receiver recovers any ID).
+        for (j, m) in msgs.iter().enumerate() {
+            let id = first_id.wrapping_add(j as u16);
+            for k in 0..m.count {
+                let p = &mut ts[order[m.first + k]].payload[..];
+                let n = p.len().saturating_sub(icrc::ICRC_LEN);
+                // Our own layouts always hold a BTH; a failure leaves a zero ICRC (a
+                // dropped packet), as `fill_icrc` does.
+                let crc = icrc::compute_addrs_cached(
+                    &mut self.cache,
+                    local,
+                    peer,
+                    id.wrapping_add(k as u16),
+                    port,
+                    &p[..n],
+                )
+                .unwrap_or(0);
+                p[n..].copy_from_slice(&crc.to_le_bytes());
+            }
+        }
+        let link = &mut self.links[i];
+        let Some(sock) = &link.sock else {
+            return false;
+        };
+        let sent = sys::send_batch(sock, msgs, &|k| &ts[order[k]].payload[..], scratch, false);
+        link.next_id = if sent == msgs.len() {
+            Some(first_id.wrapping_add(sent as u16))
+        } else {
+            // Whether the refused message took an ID depends on where the kernel
+            // refused it: learn the counter again.
+            None
+        };
+        true
+    }
+
+    /// The index of `peer`'s link from `local`, set up on first use; `None` when it
+    /// has no usable socket.
+    fn link(&mut self, local: IpAddr, peer: IpAddr) -> Option<usize> {
+        if let Some(i) = self
+            .links
+            .iter()
+            .position(|l| l.peer == peer && l.local == local)
+        {
+            return self.links[i].sock.is_some().then_some(i);
+        }
+        if self.links.len() >= MAX_CONNECTED {
+            return None;
+        }
+        let (sock, port) = match connected_socket(local, peer) {
+            Ok(x) => (Some(x.0), x.1),
+            Err(_) => (None, 0),
+        };
+        self.links.push(Link {
+            local,
+            peer,
+            sock,
+            port,
+            next_id: None,
+        });
+        let i = self.links.len() - 1;
+        self.links[i].sock.is_some().then_some(i)
+    }
+
+    /// Learns the IPv4 ID the kernel gives link `i`'s next datagram: sends one probe
+    /// through it to our own probe socket with the sent copy looped back to the
+    /// socket's error queue (`sys::set_tx_loop`), and reads the ID in its header.
+    fn probe(&mut self, i: usize) -> Option<u16> {
+        let (local, port) = (self.links[i].local, self.links[i].port);
+        let IpAddr::V4(l4) = local else {
+            return None;
+        };
+        if self.prober.is_none() {
+            self.prober = probe_socket().ok();
+        }
+        let prober = self.prober.as_ref()?;
+        let to_port = prober.local_addr().ok()?.port();
+        let sock = self.links[i].sock.as_ref()?;
+        sys::set_tx_loop(sock, true).ok()?;
+        let mut found = None;
+        // Two tries: a socket may hold an error from an ICMP message (the peer's port
+        // was closed), which the first send reports instead of sending.
+        for _ in 0..2 {
+            self.nonce = self.nonce.wrapping_add(1);
+            self.probes += 1;
+            let probe = probe_datagram(self.nonce);
+            let dst = SockAddr::from(SocketAddr::new(local, to_port));
+            if sock.send_to(&probe, &dst).is_err() {
+                continue;
+            }
+            found = looped_id(sock, l4, port, to_port, &probe);
+            if found.is_some() {
+                break;
+            }
+        }
+        let off = sys::set_tx_loop(sock, false);
+        // The other copies (one per timestamp kind), and the probes themselves, are of
+        // no further use.
+        let mut sink = [0u8; 256];
+        while sys::recv_error_queue(sock, &mut sink).is_ok() {}
+        while prober.recv(&mut sink).is_ok() {}
+        // Were the loop-back still on, every datagram would be copied: not used then.
+        off.ok()?;
+        // The probe took ID `id`; the next datagram gets the one after it.
+        found.map(|id| id.wrapping_add(1))
+    }
+
+    /// How many peers have a usable connected socket.
+    #[cfg(test)]
+    pub(crate) fn connected(&self) -> usize {
+        self.links.iter().filter(|l| l.sock.is_some()).count()
+    }
+}
+
+/// A socket bound to an ephemeral port of `local`, connected to `peer`'s port 4791,
+/// with the device socket's IPv4 settings (DF: the ICRC assumes it), and its port.
+fn connected_socket(local: IpAddr, peer: IpAddr) -> io::Result<(Socket, u16)> {
+    let domain = if local.is_ipv4() {
+        Domain::IPV4
+    } else {
+        Domain::IPV6
+    };
+    if local.is_ipv4() != peer.is_ipv4() {
+        return Err(io::Error::from_raw_os_error(libc::EAFNOSUPPORT));
+    }
+    let s = Socket::new(domain, Type::DGRAM.cloexec(), Some(Protocol::UDP))?;
+    if local.is_ipv6() {
+        s.set_only_v6(true)?;
+    } else {
+        sys::set_pmtudisc_do(&s)?;
+    }
+    let _ = s.set_send_buffer_size(4 << 20);
+    // Nothing is received here (peers send to port 4791), but the receive buffer also
+    // bounds the error queue, where the probes' copies come back: the default stays.
+    s.bind(&SockAddr::from(SocketAddr::new(local, 0)))?;
+    s.connect(&SockAddr::from(SocketAddr::new(peer, ROCE_PORT)))?;
+    s.set_nonblocking(true)?;
+    let port = s
+        .local_addr()?
+        .as_socket()
+        .map(|a| a.port())
+        .ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;
+    Ok((s, port))
+}
+
+/// The socket probes go to: IPv4, every local address, an ephemeral port (it only
+/// drains them).
+fn probe_socket() -> io::Result<UdpSocket> {
+    let s = UdpSocket::bind(SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0))?;
+    s.set_nonblocking(true)?;
+    Ok(s)
+}
+
+/// A probe: a marker and the nonce (told apart from an older probe's copy).
+fn probe_datagram(nonce: u64) -> [u8; 16] {
+    let mut p = [0u8; 16];
+    p[..8].copy_from_slice(b"rverbsID");
+    p[8..].copy_from_slice(&nonce.to_be_bytes());
+    p
+}
+
+/// Reads the looped-back copies on `sock`'s error queue (waiting up to [`PROBE_WAIT`])
+/// until the one of `probe`, sent from `local:from_port` to `local:to_port`, and returns
+/// the IPv4 Identification in its header. The copy starts at the link-layer header, whose
+/// length depends on the device: the IPv4 header is found from the end, as the 28
+/// header bytes before the probe, and must say what we sent.
+fn looped_id(
+    sock: &Socket,
+    local: Ipv4Addr,
+    from_port: u16,
+    to_port: u16,
+    probe: &[u8; 16],
+) -> Option<u16> {
+    let deadline = Instant::now() + PROBE_WAIT;
+    let mut buf = [0u8; 256];
+    loop {
+        let n = match sys::recv_error_queue(sock, &mut buf) {
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                if Instant::now() >= deadline {
+                    return None;
+                }
+                std::thread::sleep(Duration::from_micros(50));
+                continue;
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(_) => return None,
+        };
+        let Some(at) = n.checked_sub(28 + probe.len()) else {
+            continue;
+        };
+        let (ip, rest) = buf[at..n].split_at(20);
+        let (udp, payload) = rest.split_at(8);
+        let ours = ip[0] == 0x45
+            && ip[9] == 17
+            && ip[12..16] == local.octets()
+            && ip[16..20] == local.octets()
+            && udp[0..2] == from_port.to_be_bytes()
+            && udp[2..4] == to_port.to_be_bytes()
+            && payload == probe;
+        if ours {
+            return Some(u16::from_be_bytes([ip[4], ip[5]]));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A "peer": a UDP socket on a free 127.0.0.x:4791 (the device's own addresses are
+    /// 127.0.0.2..=254 too; any free one will do).
+    fn peer() -> (Ipv4Addr, UdpSocket) {
+        for x in (100..=250u8).rev() {
+            let a = Ipv4Addr::new(127, 0, 0, x);
+            if let Ok(s) = UdpSocket::bind(SocketAddr::new(IpAddr::V4(a), ROCE_PORT)) {
+                s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+                return (a, s);
+            }
+        }
+        panic!("no free 127.0.0.x:4791");
+    }
+
+    /// A packet as the engine hands it over: a BTH (opcode `op`), `n` payload bytes, an
+    /// ICRC for the unconnected socket (port 4791, ID 0) that the send must replace.
+    fn packet(local: IpAddr, peer: IpAddr, op: u8, n: usize, fill: u8) -> Transmit {
+        let mut payload = vec![fill; 12 + n + 4];
+        payload[0] = op;
+        payload[1] = 0x40;
+        payload[4] = 0;
+        rverbs_engine::net::fill_icrc(local, peer, ROCE_PORT, &mut payload);
+        Transmit {
+            src: local,
+            dst: peer,
+            src_port: ROCE_PORT,
+            hop_limit: 64,
+            traffic_class: 0,
+            flow_label: 0,
+            roce_v1: false,
+            payload,
+        }
+    }
+
+    fn msg(dst: IpAddr, first: usize, lens: &[usize]) -> sys::Outgoing {
+        sys::Outgoing {
+            dst: SocketAddr::new(dst, ROCE_PORT),
+            first,
+            count: lens.len(),
+            segment: if lens.len() > 1 { lens[0] as u16 } else { 0 },
+            first_len: lens[0],
+            last_len: *lens.last().unwrap(),
+            bytes: lens.iter().sum(),
+        }
+    }
+
+    /// The copies looped back to the link's error queue: (IPv4 ID, UDP payload) of each
+    /// sent skb, the UDP payload found from its UDP header's length.
+    fn looped(conn: &ConnTx, local: IpAddr, peer: IpAddr) -> Vec<(u16, [u8; 28], Vec<u8>)> {
+        let link = conn
+            .links
+            .iter()
+            .find(|l| l.local == local && l.peer == peer)
+            .unwrap();
+        let sock = link.sock.as_ref().unwrap();
+        let mut out = Vec::new();
+        let mut buf = [0u8; 2048];
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while Instant::now() < deadline {
+            match sys::recv_error_queue(sock, &mut buf) {
+                Ok(n) => {
+                    // Ethernet header on loopback, then IPv4 (no options) and UDP.
+                    let ip = &buf[14..n];
+                    let udp_len = usize::from(u16::from_be_bytes([ip[24], ip[25]]));
+                    let mut h = [0u8; 28];
+                    h.copy_from_slice(&ip[..28]);
+                    out.push((
+                        u16::from_be_bytes([ip[4], ip[5]]),
+                        h,
+                        ip[28..20 + udp_len].to_vec(),
+                    ));
+                }
+                Err(_) if !out.is_empty() => break,
+                Err(_) => std::thread::sleep(Duration::from_millis(1)),
+            }
+        }
+        out
+    }
+
+    /// Checks a looped skb: each segment of `seg` bytes carries the ICRC of the real
+    /// header with the skb's ID plus the segment's index.
+    fn check_icrc(id: u16, h: &[u8; 28], udp_payload: &[u8], seg: usize) {
+        for (k, p) in udp_payload.chunks(seg).enumerate() {
+            let mut ip = [0u8; 20];
+            ip.copy_from_slice(&h[..20]);
+            ip[2..4].copy_from_slice(&((28 + p.len()) as u16).to_be_bytes());
+            ip[4..6].copy_from_slice(&id.wrapping_add(k as u16).to_be_bytes());
+            let mut udp = [0u8; 8];
+            udp.copy_from_slice(&h[20..]);
+            udp[4..6].copy_from_slice(&((8 + p.len()) as u16).to_be_bytes());
+            let n = p.len() - 4;
+            let want = icrc::compute_parts(&ip, &udp, &p[..n]).unwrap();
+            assert_eq!(
+                u32::from_le_bytes(p[n..].try_into().unwrap()),
+                want,
+                "segment {k} of skb with ID {id}"
+            );
+        }
+    }
+
+    #[test]
+    fn sends_carry_the_icrc_of_their_real_ipv4_header() {
+        let (peer_ip, peer_sock) = peer();
+        let (local, peer) = (IpAddr::V4(Ipv4Addr::LOCALHOST), IpAddr::V4(peer_ip));
+        let mut conn = ConnTx::default();
+        let mut scratch = sys::SendScratch::default();
+        // A single datagram, a train of three (24, 24, 20 bytes) and another single.
+        let mut ts = vec![
+            packet(local, peer, 0x04, 8, 1),
+            packet(local, peer, 0x04, 8, 2),
+            packet(local, peer, 0x04, 8, 3),
+            packet(local, peer, 0x11, 4, 4),
+            packet(local, peer, 0x04, 100, 5),
+        ];
+        let order = [0, 1, 2, 3, 4];
+        let first = [msg(peer, 0, &[24])];
+        assert!(conn.send(local, peer, &first, &order, &mut ts, &mut scratch));
+        assert_eq!(conn.connected(), 1);
+        assert_eq!(conn.probes, 1, "one probe learns the counter");
+        // From here on every sent skb is looped back with its real header.
+        let sock = conn.links[0].sock.as_ref().unwrap();
+        sys::set_tx_loop(sock, true).unwrap();
+        let predicted = conn.links[0].next_id.unwrap();
+        let rest = [msg(peer, 1, &[24, 24, 20]), msg(peer, 4, &[116])];
+        assert!(conn.send(local, peer, &rest, &order, &mut ts, &mut scratch));
+        let got = looped(&conn, local, peer);
+        // TX_SCHED and TX_SOFTWARE: each skb may come back twice; keep one per ID.
+        let mut skbs: Vec<_> = got.into_iter().collect();
+        skbs.dedup_by_key(|(id, _, _)| *id);
+        assert_eq!(skbs.len(), 2, "two skbs: the train and the last datagram");
+        assert_eq!(skbs[0].0, predicted);
+        assert_eq!(skbs[1].0, predicted.wrapping_add(1));
+        check_icrc(skbs[0].0, &skbs[0].1, &skbs[0].2, 24);
+        check_icrc(skbs[1].0, &skbs[1].1, &skbs[1].2, 116);
+        assert_eq!(conn.links[0].next_id, Some(predicted.wrapping_add(2)));
+        // The peer got all five datagrams (the train cut up on receipt), from the
+        // link's port.
+        let mut buf = [0u8; 256];
+        let mut lens = Vec::new();
+        for _ in 0..5 {
+            let (n, from) = peer_sock.recv_from(&mut buf).unwrap();
+            assert_eq!(from.port(), conn.links[0].port);
+            lens.push(n);
+        }
+        assert_eq!(lens, [24, 24, 24, 20, 116]);
+        // A second probe finds the counter where the sends left it.
+        conn.links[0].next_id = None;
+        let old = predicted.wrapping_add(2);
+        let before = conn.probes;
+        assert!(conn.send(local, peer, &first, &order, &mut ts, &mut scratch));
+        assert_eq!(conn.probes, before + 1);
+        assert_eq!(
+            conn.links[0].next_id,
+            Some(old.wrapping_add(2)),
+            "the probe took ID {old}, the datagram after it the next"
+        );
+    }
+
+    #[test]
+    fn a_refused_send_relearns_the_counter() {
+        let (peer_ip, peer_sock) = peer();
+        let (local, peer) = (IpAddr::V4(Ipv4Addr::LOCALHOST), IpAddr::V4(peer_ip));
+        let mut conn = ConnTx::default();
+        let mut scratch = sys::SendScratch::default();
+        let mut ts = vec![packet(local, peer, 0x04, 8, 1)];
+        let one = [msg(peer, 0, &[24])];
+        assert!(conn.send(local, peer, &one, &[0], &mut ts, &mut scratch));
+        // The peer goes away: the next datagram draws an ICMP port unreachable, and
+        // the send after it is refused (ECONNREFUSED) without taking an ID.
+        drop(peer_sock);
+        let mut refused = false;
+        for _ in 0..20 {
+            assert!(conn.send(local, peer, &one, &[0], &mut ts, &mut scratch));
+            if conn.links[0].next_id.is_none() {
+                refused = true;
+                break;
+            }
+        }
+        assert!(refused, "a refused send makes the counter unknown");
+        // The peer is back; the next send probes again and is right on the wire.
+        let _peer_sock = UdpSocket::bind(SocketAddr::new(peer, ROCE_PORT)).unwrap();
+        let probes = conn.probes;
+        let sock = conn.links[0].sock.as_ref().unwrap();
+        sys::set_tx_loop(sock, true).unwrap();
+        // (The probe turns the loop-back off when it is done; turn it on again after.)
+        assert!(conn.send(local, peer, &one, &[0], &mut ts, &mut scratch));
+        assert!(conn.probes > probes);
+        let sock = conn.links[0].sock.as_ref().unwrap();
+        sys::set_tx_loop(sock, true).unwrap();
+        let predicted = conn.links[0].next_id.unwrap();
+        assert!(conn.send(local, peer, &one, &[0], &mut ts, &mut scratch));
+        let got = looped(&conn, local, peer);
+        assert_eq!(got[0].0, predicted);
+        check_icrc(got[0].0, &got[0].1, &got[0].2, 24);
+    }
+
+    #[test]
+    fn a_peer_without_a_socket_goes_through_the_unconnected_one() {
+        let mut conn = ConnTx::default();
+        let mut scratch = sys::SendScratch::default();
+        // IPv4 from an IPv6 address: no connected socket can be made.
+        let (local, peer) = (
+            IpAddr::V6(std::net::Ipv6Addr::LOCALHOST),
+            IpAddr::V4(Ipv4Addr::LOCALHOST),
+        );
+        let mut ts = vec![packet(local, peer, 0x04, 8, 1)];
+        let before = ts[0].payload.clone();
+        let one = [msg(peer, 0, &[24])];
+        assert!(!conn.send(local, peer, &one, &[0], &mut ts, &mut scratch));
+        assert_eq!(ts[0].payload, before, "nothing rewritten");
+        assert_eq!(conn.connected(), 0);
+        // Asked again, it does not try again.
+        assert!(!conn.send(local, peer, &one, &[0], &mut ts, &mut scratch));
+        assert_eq!(conn.links.len(), 1);
+    }
+
+    #[test]
+    fn ipv6_needs_no_probe() {
+        let Ok(peer_sock) = UdpSocket::bind("[::1]:0") else {
+            eprintln!("skipped: no IPv6 loopback");
+            return;
+        };
+        // The link connects to port 4791; a socket there may not be free, so this only
+        // checks the rewrite and the absence of a probe (the datagram may be refused).
+        drop(peer_sock);
+        let local = IpAddr::V6(std::net::Ipv6Addr::LOCALHOST);
+        let mut conn = ConnTx::default();
+        let mut scratch = sys::SendScratch::default();
+        let mut ts = vec![packet(local, local, 0x04, 8, 1)];
+        let one = [msg(local, 0, &[24])];
+        assert!(conn.send(local, local, &one, &[0], &mut ts, &mut scratch));
+        assert_eq!(conn.probes, 0);
+        let port = conn.links[0].port;
+        let n = ts[0].payload.len() - 4;
+        let want = icrc::compute_addrs(local, local, 0, port, &ts[0].payload[..n]).unwrap();
+        assert_eq!(ts[0].payload[n..], want.to_le_bytes());
+    }
+}
