@@ -75,8 +75,8 @@ impl ConnTx {
     /// Sends `msgs` (all to `peer`; the packets of message `m` are
     /// `ts[order[m.first ..][..m.count]]`) from `local` through the peer's connected
     /// socket, first rewriting each packet's ICRC for that socket's source port and
-    /// IPv4 ID. Returns false, having sent nothing, when the peer has no usable
-    /// connected socket: the caller sends through the unconnected one.
+    /// IPv4 ID. Returns that port, or `None`, having sent nothing, when the peer has no
+    /// usable connected socket: the caller sends through the unconnected one.
     pub(crate) fn send(
         &mut self,
         local: IpAddr,
@@ -85,17 +85,15 @@ impl ConnTx {
         order: &[usize],
         ts: &mut [Transmit],
         scratch: &mut sys::SendScratch,
-    ) -> bool {
-        let Some(i) = self.link(local, peer) else {
-            return false;
-        };
+    ) -> Option<u16> {
+        let i = self.link(local, peer)?;
         if peer.is_ipv4() && self.links[i].next_id.is_none() {
             match self.probe(i) {
                 Some(id) => self.links[i].next_id = Some(id),
                 None => {
                     // The counter cannot be learned: never use this socket again.
                     self.links[i].sock = None;
-                    return false;
+                    return None;
                 }
             }
         }
@@ -123,9 +121,7 @@ impl ConnTx {
             }
         }
         let link = &mut self.links[i];
-        let Some(sock) = &link.sock else {
-            return false;
-        };
+        let sock = link.sock.as_ref()?;
         let sent = sys::send_batch(sock, msgs, &|k| &ts[order[k]].payload[..], scratch, false);
         link.next_id = if sent == msgs.len() {
             Some(first_id.wrapping_add(sent as u16))
@@ -134,7 +130,7 @@ impl ConnTx {
             // refused it: learn the counter again.
             None
         };
-        true
+        Some(port)
     }
 
     /// The index of `peer`'s link from `local`, set up on first use; `None` when it
@@ -426,7 +422,9 @@ mod tests {
         ];
         let order = [0, 1, 2, 3, 4];
         let first = [msg(peer, 0, &[24])];
-        assert!(conn.send(local, peer, &first, &order, &mut ts, &mut scratch));
+        assert!(conn
+            .send(local, peer, &first, &order, &mut ts, &mut scratch)
+            .is_some());
         assert_eq!(conn.connected(), 1);
         assert_eq!(conn.probes, 1, "one probe learns the counter");
         // From here on every sent skb is looped back with its real header.
@@ -434,7 +432,9 @@ mod tests {
         sys::set_tx_loop(sock, true).unwrap();
         let predicted = conn.links[0].next_id.unwrap();
         let rest = [msg(peer, 1, &[24, 24, 20]), msg(peer, 4, &[116])];
-        assert!(conn.send(local, peer, &rest, &order, &mut ts, &mut scratch));
+        assert!(conn
+            .send(local, peer, &rest, &order, &mut ts, &mut scratch)
+            .is_some());
         let got = looped(&conn, local, peer);
         // TX_SCHED and TX_SOFTWARE: each skb may come back twice; keep one per ID.
         let mut skbs: Vec<_> = got.into_iter().collect();
@@ -459,7 +459,9 @@ mod tests {
         conn.links[0].next_id = None;
         let old = predicted.wrapping_add(2);
         let before = conn.probes;
-        assert!(conn.send(local, peer, &first, &order, &mut ts, &mut scratch));
+        assert!(conn
+            .send(local, peer, &first, &order, &mut ts, &mut scratch)
+            .is_some());
         assert_eq!(conn.probes, before + 1);
         assert_eq!(
             conn.links[0].next_id,
@@ -476,13 +478,17 @@ mod tests {
         let mut scratch = sys::SendScratch::default();
         let mut ts = vec![packet(local, peer, 0x04, 8, 1)];
         let one = [msg(peer, 0, &[24])];
-        assert!(conn.send(local, peer, &one, &[0], &mut ts, &mut scratch));
+        assert!(conn
+            .send(local, peer, &one, &[0], &mut ts, &mut scratch)
+            .is_some());
         // The peer goes away: the next datagram draws an ICMP port unreachable, and
         // the send after it is refused (ECONNREFUSED) without taking an ID.
         drop(peer_sock);
         let mut refused = false;
         for _ in 0..20 {
-            assert!(conn.send(local, peer, &one, &[0], &mut ts, &mut scratch));
+            assert!(conn
+                .send(local, peer, &one, &[0], &mut ts, &mut scratch)
+                .is_some());
             if conn.links[0].next_id.is_none() {
                 refused = true;
                 break;
@@ -495,12 +501,16 @@ mod tests {
         let sock = conn.links[0].sock.as_ref().unwrap();
         sys::set_tx_loop(sock, true).unwrap();
         // (The probe turns the loop-back off when it is done; turn it on again after.)
-        assert!(conn.send(local, peer, &one, &[0], &mut ts, &mut scratch));
+        assert!(conn
+            .send(local, peer, &one, &[0], &mut ts, &mut scratch)
+            .is_some());
         assert!(conn.probes > probes);
         let sock = conn.links[0].sock.as_ref().unwrap();
         sys::set_tx_loop(sock, true).unwrap();
         let predicted = conn.links[0].next_id.unwrap();
-        assert!(conn.send(local, peer, &one, &[0], &mut ts, &mut scratch));
+        assert!(conn
+            .send(local, peer, &one, &[0], &mut ts, &mut scratch)
+            .is_some());
         let got = looped(&conn, local, peer);
         assert_eq!(got[0].0, predicted);
         check_icrc(got[0].0, &got[0].1, &got[0].2, 24);
@@ -518,11 +528,15 @@ mod tests {
         let mut ts = vec![packet(local, peer, 0x04, 8, 1)];
         let before = ts[0].payload.clone();
         let one = [msg(peer, 0, &[24])];
-        assert!(!conn.send(local, peer, &one, &[0], &mut ts, &mut scratch));
+        assert!(conn
+            .send(local, peer, &one, &[0], &mut ts, &mut scratch)
+            .is_none());
         assert_eq!(ts[0].payload, before, "nothing rewritten");
         assert_eq!(conn.connected(), 0);
         // Asked again, it does not try again.
-        assert!(!conn.send(local, peer, &one, &[0], &mut ts, &mut scratch));
+        assert!(conn
+            .send(local, peer, &one, &[0], &mut ts, &mut scratch)
+            .is_none());
         assert_eq!(conn.links.len(), 1);
     }
 
@@ -540,7 +554,9 @@ mod tests {
         let mut scratch = sys::SendScratch::default();
         let mut ts = vec![packet(local, local, 0x04, 8, 1)];
         let one = [msg(local, 0, &[24])];
-        assert!(conn.send(local, local, &one, &[0], &mut ts, &mut scratch));
+        assert!(conn
+            .send(local, local, &one, &[0], &mut ts, &mut scratch)
+            .is_some());
         assert_eq!(conn.probes, 0);
         let port = conn.links[0].port;
         let n = ts[0].payload.len() - 4;

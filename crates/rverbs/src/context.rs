@@ -263,8 +263,9 @@ impl Shared {
     /// Sends everything the engine has to send, and wakes event waiters.
     pub(crate) fn flush(&self, engine: &mut Engine, now: Nanos) {
         self.flush_pending.store(0, Ordering::Relaxed);
-        // Raw-mode RoCE v2 leaves frame by frame through the raw device (`rawnet.rs`).
-        if self.faults.is_some() || self.pcap.is_some() || self.net().is_some() {
+        // Raw-mode RoCE v2 leaves frame by frame through the raw device (`rawnet.rs`),
+        // and with faults datagram by datagram through the fault injector.
+        if self.faults.is_some() || self.net().is_some() {
             while let Some(t) = engine.poll_transmit(now) {
                 self.send(&t);
                 engine.recycle(t.payload);
@@ -404,8 +405,32 @@ impl Shared {
                 let dst = msgs[at].dst;
                 let end = at + msgs[at..].iter().take_while(|m| m.dst == dst).count();
                 let run = &msgs[at..end];
-                if !conn.send(*addr, dst.ip(), run, order, ts, scratch) {
-                    sys::send_batch(&**sock, run, &|k| &ts[order[k]].payload[..], scratch, true);
+                let port = match conn.send(*addr, dst.ip(), run, order, ts, scratch) {
+                    Some(port) => port,
+                    None => {
+                        sys::send_batch(
+                            &**sock,
+                            run,
+                            &|k| &ts[order[k]].payload[..],
+                            scratch,
+                            true,
+                        );
+                        ROCE_PORT
+                    }
+                };
+                if self.pcap.is_some() {
+                    // As sent: from this socket's address and the port it left from,
+                    // with the default TTL and TOS (`plain`).
+                    let meta = IpMeta {
+                        hop_limit: 64,
+                        traffic_class: 0,
+                        flow_label: 0,
+                    };
+                    for m in run {
+                        for &k in &order[m.first..m.first + m.count] {
+                            self.record(*addr, ts[k].dst, port, meta, &ts[k].payload);
+                        }
+                    }
                 }
                 at = end;
             }
