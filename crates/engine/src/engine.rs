@@ -175,6 +175,8 @@ pub struct Engine {
     cfg: Config,
     /// Datagram buffers to reuse (see [`Engine::recycle`]).
     spare: std::cell::RefCell<Vec<Vec<u8>>>,
+    /// Finished work requests not freed yet (see [`Engine::reclaim`]).
+    dead: Vec<crate::qp::Dead>,
     /// CRC states of recent masked IP + UDP header prefixes, shared by the ICRCs of
     /// outgoing and incoming packets (`rverbs_wire::icrc::PrefixCache`).
     icrc: std::cell::RefCell<rverbs_wire::icrc::PrefixCache>,
@@ -219,6 +221,7 @@ macro_rules! ctx {
             now: $now,
             spare: &$s.spare,
             icrc: &$s.icrc,
+            dead: &mut $s.dead,
         }
     };
 }
@@ -241,6 +244,7 @@ impl Engine {
         };
         Engine {
             spare: std::cell::RefCell::new(Vec::new()),
+            dead: Vec::with_capacity(crate::qp::DEAD_MAX),
             icrc: Default::default(),
             cfg,
             rng,
@@ -1147,6 +1151,16 @@ impl Engine {
             buf.clear();
             spare.push(buf);
         }
+    }
+
+    /// Frees the work requests that completed since the last call (their SGE lists,
+    /// INLINE data and memory-region references). Completing a request does not free
+    /// it at once, so that the frees stay off the path between a packet's arrival and
+    /// the answer the application sends: call this once that answer has left (the
+    /// `rverbs` device does after each send). Optional; at most
+    /// 64 are kept, older ones are freed as new ones come.
+    pub fn reclaim(&mut self) {
+        self.dead.clear();
     }
 
     /// When [`Engine::handle_timeout`] should next be called.

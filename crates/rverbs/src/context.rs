@@ -285,6 +285,9 @@ impl Shared {
                 }
             }
         }
+        // Work requests completed since the last flush are freed now, after the
+        // packets left (`Engine::reclaim`): a ping-pong's reply does not wait for them.
+        engine.reclaim();
         self.activity.fetch_add(1, Ordering::Release);
         self.hub.dispatch(engine);
     }
