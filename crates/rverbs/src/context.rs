@@ -292,6 +292,23 @@ impl Shared {
         self.hub.dispatch(engine);
     }
 
+    /// Builds the deferred answers (`progress.rs`) into the send queue without sending
+    /// them: the next flush sends them together with what it adds, as it would have
+    /// built them. A ping-pong reposts its receive between the round trips, so the
+    /// ACK it owes the peer is ready when its next request is posted instead of being
+    /// built on that request's way out. (Fast path only; `flush_pending` stays set, so
+    /// the deferral keeps its bound.)
+    pub(crate) fn prebuild(&self, engine: &mut Engine) {
+        if self.faults.is_some() || self.net().is_some() {
+            return;
+        }
+        let now = self.now();
+        let mut tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
+        while let Some(t) = engine.poll_transmit(now) {
+            tx.queue.push(t);
+        }
+    }
+
     fn send(&self, t: &Transmit) {
         if t.roce_v1 {
             // RoCE v1 leaves through the raw device (`raw.rs`, `rawnet.rs`).

@@ -86,11 +86,13 @@ impl Shared {
 
     /// After a verb that may have completed work but rarely sends anything: lets
     /// pollers and event waiters see it, and flushes unless answers are deferred
-    /// (they then leave with the next flush).
+    /// (they then leave with the next flush, already built: see
+    /// [`Shared::prebuild`]).
     pub(crate) fn settle(&self, engine: &mut Engine, now: Nanos) {
         if self.flush_pending.load(Ordering::Relaxed) == 0 {
             self.flush(engine, now);
         } else {
+            self.prebuild(engine);
             self.activity.fetch_add(1, Ordering::Release);
             self.hub.dispatch(engine);
         }
