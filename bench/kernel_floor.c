@@ -20,7 +20,12 @@
  *   roce-ack  as roce, each message carrying the ACK of the previous one (20 bytes:
  *             BTH 12 + AETH 4 + ICRC 4) as a second UDP_SEGMENT segment of one
  *             sendmsg: what every hop of an RC SEND ping-pong with every SEND signaled
- *             is on the device.
+ *             was on the device before it sent through connected sockets.
+ *   conn      as roce, but sent through a second socket connected to the peer (an
+ *             ephemeral port; send without an address, the route kept): the device's
+ *             calls now (crates/rverbs/src/conn_tx.rs). Received as in roce.
+ *   conn-ack  as conn, with the ACK segment of roce-ack: every hop of the device's RC
+ *             SEND ping-pong with every SEND signaled.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -47,7 +52,7 @@
 #define UDP_GRO 104
 #endif
 
-enum mode { TCP, UDP, ROCE, ROCE_ACK };
+enum mode { TCP, UDP, ROCE, ROCE_ACK, CONN, CONN_ACK };
 
 /* A side that hears nothing for this long gives up (the other one has died). */
 #define STALL_S 30
@@ -114,6 +119,9 @@ static int tcp_socket(int me, int port)
 	return s;
 }
 
+/* conn, conn-ack: the socket that sends, connected to the peer's receiving socket. */
+static int tx_sock = -1;
+
 static int udp_socket(enum mode m, int me, int port)
 {
 	int one = 1, pmtu = IP_PMTUDISC_DO;
@@ -130,6 +138,17 @@ static int udp_socket(enum mode m, int me, int port)
 	} else if (setsockopt(s, SOL_UDP, UDP_GRO, &one, sizeof one)) {
 		die("UDP_GRO");
 	}
+	if (m == CONN || m == CONN_ACK) {
+		struct sockaddr_in any = mine;
+		any.sin_port = 0;
+		tx_sock = socket(AF_INET, SOCK_DGRAM, 0);
+		if (tx_sock < 0)
+			die("socket");
+		setsockopt(tx_sock, IPPROTO_IP, IP_MTU_DISCOVER, &pmtu, sizeof pmtu);
+		if (bind(tx_sock, (void *)&any, sizeof any) ||
+		    connect(tx_sock, (void *)&peer, sizeof peer))
+			die("bind/connect (tx)");
+	}
 	return s;
 }
 
@@ -143,6 +162,8 @@ static void send_one(enum mode m, int s, const struct sockaddr_in *peer)
 		r = send(s, msg, 24, 0);
 	} else if (m == ROCE) {
 		r = sendto(s, msg, 24, 0, (const void *)peer, sizeof *peer);
+	} else if (m == CONN) {
+		r = send(tx_sock, msg, 24, 0);
 	} else {
 		/* The message and the ACK behind it: 24 + 20 bytes, segments of 24. */
 		struct iovec io = { msg, 44 };
@@ -153,8 +174,10 @@ static void send_one(enum mode m, int s, const struct sockaddr_in *peer)
 		struct msghdr h;
 		memset(&h, 0, sizeof h);
 		memset(&c, 0, sizeof c);
-		h.msg_name = (void *)peer;
-		h.msg_namelen = sizeof *peer;
+		if (m == ROCE_ACK) {
+			h.msg_name = (void *)peer;
+			h.msg_namelen = sizeof *peer;
+		}
 		h.msg_iov = &io;
 		h.msg_iovlen = 1;
 		h.msg_control = c.buf;
@@ -165,7 +188,7 @@ static void send_one(enum mode m, int s, const struct sockaddr_in *peer)
 		cm->cmsg_len = CMSG_LEN(sizeof(uint16_t));
 		uint16_t seg = 24;
 		memcpy(CMSG_DATA(cm), &seg, sizeof seg);
-		r = sendmsg(s, &h, 0);
+		r = sendmsg(m == ROCE_ACK ? s : tx_sock, &h, 0);
 	}
 	if (r < 0)
 		die("send");
@@ -212,7 +235,7 @@ static void recv_one(enum mode m, int s)
 int main(int argc, char **argv)
 {
 	if (argc < 3) {
-		fprintf(stderr, "usage: %s tcp|udp|roce|roce-ack PORT [ITERS]\n", argv[0]);
+		fprintf(stderr, "usage: %s tcp|udp|roce|roce-ack|conn|conn-ack PORT [ITERS]\n", argv[0]);
 		return 2;
 	}
 	enum mode m;
@@ -224,6 +247,10 @@ int main(int argc, char **argv)
 		m = ROCE;
 	else if (!strcmp(argv[1], "roce-ack"))
 		m = ROCE_ACK;
+	else if (!strcmp(argv[1], "conn"))
+		m = CONN;
+	else if (!strcmp(argv[1], "conn-ack"))
+		m = CONN_ACK;
 	else {
 		fprintf(stderr, "unknown mode %s\n", argv[1]);
 		return 2;

@@ -3,9 +3,10 @@
 # kernel's, in one run on this machine: the TCP baseline of bench/compare.sh, plain
 # connected UDP, the soft device's own socket calls without and with the ACK riding
 # behind each message (bench/kernel_floor.c, no RDMA software), and rverbs itself in
-# the spin policy. The gap between rverbs and `roce-ack` is what rverbs' code adds to
-# a hop (every SEND signaled); between rverbs -Q 100 and `roce`, with the ACKs
-# coalesced away.
+# the spin policy. The gap between rverbs and `conn-ack` is what rverbs' code adds to
+# a hop (every SEND signaled); between rverbs -Q 100 and `conn`, with the ACKs
+# coalesced away. `roce` and `roce-ack` are the same with unconnected `sendto`, as the
+# device sent until it kept a connected socket per peer.
 #
 #   cargo build --release -p rverbs-cli && bench/kernel_floor.sh
 #
@@ -45,7 +46,7 @@ rverbs_lat() {
     echo "$p50"
 }
 
-modes=(tcp udp roce roce-ack)
+modes=(tcp udp conn conn-ack roce roce-ack)
 declare -A V
 have_rverbs=0
 [[ -x $BIN ]] && have_rverbs=1
@@ -58,8 +59,8 @@ for ((i = 0; i < REPS; i++)); do
         V[$m]="${V[$m]:-} $v"; line+=" $m $v"
     done
     if ((have_rverbs)); then
-        v=$(rverbs_lat $((PORT + 4))); V[rverbs]="${V[rverbs]:-} $v"; line+=" rverbs $v"
-        v=$(rverbs_lat $((PORT + 5)) -Q 100); V[rverbs_q]="${V[rverbs_q]:-} $v"; line+=" rverbs-Q100 $v"
+        v=$(rverbs_lat $((PORT + 6))); V[rverbs]="${V[rverbs]:-} $v"; line+=" rverbs $v"
+        v=$(rverbs_lat $((PORT + 7)) -Q 100); V[rverbs_q]="${V[rverbs_q]:-} $v"; line+=" rverbs-Q100 $v"
     fi
     echo "$line" >&2
 done
@@ -80,8 +81,10 @@ report() {
 printf "%-58s %8s %7s\n" "ping-pong, 8 B message, spin (medians)" "p50 us" "/ TCP"
 report "TCP, TCP_NODELAY (the baseline of compare.sh)" tcp
 report "UDP, connected send/recv of 24 bytes" udp
-report "UDP, the device's calls (sendto, recvmsg + address)" roce
-report "  the same, the ACK riding as a UDP_SEGMENT segment" roce-ack
+report "UDP, the device's calls (connected send, recvmsg + address)" conn
+report "  the same, the ACK riding as a UDP_SEGMENT segment" conn-ack
+report "UDP, unconnected sendto instead (the device until 2026-11)" roce
+report "  the same, with the ACK segment" roce-ack
 if ((have_rverbs)); then
     report "rverbs RC SEND, every SEND signaled" rverbs
     report "rverbs RC SEND, -Q 100" rverbs_q

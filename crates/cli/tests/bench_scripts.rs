@@ -19,7 +19,7 @@ fn kernel_floor_script_runs_every_mode() {
         .env("REPS", "1")
         .env("ITERS", "2000")
         .env("DUR", "1")
-        .env("PORT", "19380")
+        .env("PORT", "19372")
         .env("CC", "gcc")
         .output()
         .unwrap();
@@ -40,8 +40,10 @@ fn kernel_floor_script_runs_every_mode() {
     for prefix in [
         "TCP,",
         "UDP, connected",
-        "UDP, the device's calls",
+        "UDP, the device's calls (connected",
         "  the same, the ACK riding",
+        "UDP, unconnected sendto",
+        "  the same, with the ACK segment",
         "rverbs RC SEND, every SEND signaled",
         "rverbs RC SEND, -Q 100",
     ] {

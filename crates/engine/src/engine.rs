@@ -70,6 +70,12 @@ pub struct Config {
     pub src_port: Option<u16>,
     /// When RC requesters set AckReq ([`AckPolicy`]; default [`AckPolicy::Coalesce`]).
     pub ack_policy: AckPolicy,
+    /// Leave the ICRC of RoCE v2 packets zero in [`Transmit::payload`]: the driver
+    /// computes it when it sends, because only then does it know the UDP source port
+    /// and IPv4 Identification the packet leaves with (a connected socket's; see the
+    /// `rverbs` device). RoCE v1 packets always get theirs. Default: false (the engine
+    /// fills every ICRC for `src_port` and ID 0).
+    pub sender_fills_icrc: bool,
 }
 
 /// When an RC requester sets the BTH AckReq bit, asking the responder for an
@@ -114,6 +120,7 @@ impl Default for Config {
             seed: 0x5eed_1234_abcd_0001,
             first_qpn: FIRST_QPN,
             src_port: None,
+            sender_fills_icrc: false,
             ack_policy: AckPolicy::default(),
         }
     }
@@ -217,6 +224,7 @@ macro_rules! ctx {
             gids: &$s.cfg.gids,
             gid_roce_v1: &$s.cfg.gid_roce_v1,
             src_port: $s.cfg.src_port,
+            sender_fills_icrc: $s.cfg.sender_fills_icrc,
             ack_policy: $s.cfg.ack_policy,
             now: $now,
             spare: &$s.spare,

@@ -33,7 +33,8 @@ pub struct Transmit {
     /// RoCE v1 GID entry; the ICRC in `payload` is then the v1 one
     /// ([`rverbs_wire::icrc::compute_grh_parts`]) and `src_port` is unused.
     pub roce_v1: bool,
-    /// BTH through ICRC.
+    /// BTH through ICRC (a RoCE v2 packet's ICRC is zero when the driver fills it,
+    /// [`crate::Config::sender_fills_icrc`]).
     pub payload: Vec<u8>,
 }
 
@@ -236,7 +237,8 @@ pub fn icrc_ok(d: &Datagram<'_>) -> bool {
 /// [`icrc_ok`] continuing from `cache`'s CRC state for the datagram's masked IP and UDP
 /// headers ([`icrc::compute_addrs_cached`]). For IPv4 with an unknown Identification the
 /// ICRC with ID 0 comes from the cache and the ID is solved from it
-/// ([`icrc::ipv4_id_from_crcs`], the second half of `recover_ipv4_id`): the same answer.
+/// ([`icrc::PrefixCache::solve_ipv4_id`], the second half of `recover_ipv4_id`): the
+/// same answer.
 pub(crate) fn icrc_ok_cached(cache: &mut icrc::PrefixCache, d: &Datagram<'_>) -> bool {
     if d.roce_v1 || d.payload.len() < icrc::ICRC_LEN + 12 {
         return icrc_ok(d);
@@ -252,7 +254,9 @@ pub(crate) fn icrc_ok_cached(cache: &mut icrc::PrefixCache, d: &Datagram<'_>) ->
         else {
             return false;
         };
-        return icrc::ipv4_id_from_crcs(carried, c0, ipv4::HEADER_LEN, n).is_some();
+        return cache
+            .solve_ipv4_id(carried, c0, ipv4::HEADER_LEN, n)
+            .is_some();
     }
     // The IPv4 ID is used only for an IPv4 header (`compute_addrs` ignores it for IPv6).
     let id = d.ipv4_id.unwrap_or(0);

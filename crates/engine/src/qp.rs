@@ -124,6 +124,8 @@ pub(crate) struct Ctx<'a> {
     /// Which `gids` entries are RoCE v1 ([`crate::Config::gid_roce_v1`]).
     pub(crate) gid_roce_v1: &'a [bool],
     pub(crate) src_port: Option<u16>,
+    /// The driver computes RoCE v2 ICRCs ([`crate::Config::sender_fills_icrc`]).
+    pub(crate) sender_fills_icrc: bool,
     /// When RC requesters set AckReq ([`crate::Config::ack_policy`]).
     pub(crate) ack_policy: crate::engine::AckPolicy,
     pub(crate) now: Nanos,
@@ -1121,14 +1123,16 @@ impl Qp {
             .get(usize::from(av.sgid_index))
             .copied()
             .unwrap_or(false);
-        net::fill_icrc_for_cached(
-            &mut ctx.icrc.borrow_mut(),
-            roce_v1,
-            src,
-            dst,
-            src_port,
-            &mut payload,
-        );
+        if roce_v1 || !ctx.sender_fills_icrc {
+            net::fill_icrc_for_cached(
+                &mut ctx.icrc.borrow_mut(),
+                roce_v1,
+                src,
+                dst,
+                src_port,
+                &mut payload,
+            );
+        }
         Transmit {
             src,
             dst,
@@ -1616,6 +1620,7 @@ mod tests {
             gids: &gids,
             gid_roce_v1: &[],
             src_port: None,
+            sender_fills_icrc: false,
             ack_policy: crate::engine::AckPolicy::default(),
             now: 0,
             spare: &std::cell::RefCell::new(Vec::new()),

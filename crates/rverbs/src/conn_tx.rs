@@ -47,6 +47,9 @@ const PROBE_WAIT: Duration = Duration::from_millis(50);
 struct Link {
     local: IpAddr,
     peer: IpAddr,
+    /// The TTL / hop limit and TOS / traffic class the socket sends with (set on the
+    /// socket; the ICRC masks both).
+    meta: Meta,
     /// `None`: the socket could not be set up (or its IPv4 ID not learned); the peer's
     /// datagrams use the unconnected socket.
     sock: Option<Socket>,
@@ -55,6 +58,37 @@ struct Link {
     /// IPv4: the Identification the kernel gives the socket's next datagram, once
     /// known (`None`: probe before the next send). IPv6: unused.
     next_id: Option<u16>,
+}
+
+/// A datagram's TTL / hop limit (0: the default, 64) and TOS / traffic class: part of a
+/// link's key, since a connected socket sends all its datagrams with the same ones.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Meta {
+    pub(crate) hop_limit: u8,
+    pub(crate) traffic_class: u8,
+}
+
+impl Meta {
+    /// The meta of an outgoing packet, its hop limit 0 read as the unicast default.
+    pub(crate) fn of(t: &Transmit) -> Meta {
+        Meta {
+            hop_limit: if t.hop_limit == 0 { 64 } else { t.hop_limit },
+            traffic_class: t.traffic_class,
+        }
+    }
+
+    /// What a socket does with no option set.
+    pub(crate) fn is_default(self) -> bool {
+        self.hop_limit == 64 && self.traffic_class == 0
+    }
+}
+
+/// Where a batch goes: from `local` to `peer` with `meta`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Path {
+    pub(crate) local: IpAddr,
+    pub(crate) peer: IpAddr,
+    pub(crate) meta: Meta,
 }
 
 /// The connected sockets of a device, with the probe's receiving socket and the ICRC
@@ -69,24 +103,27 @@ pub(crate) struct ConnTx {
     nonce: u64,
     /// Probes sent (each learns one socket's IPv4 counter), for tests and counters.
     pub(crate) probes: u64,
+    /// A probe's copy never came back (the kernel does not loop sent data back to this
+    /// process: `net.core.tstamp_allow_data` = 0 without CAP_NET_RAW): IPv4 peers get
+    /// no connected socket, and no probe waits again.
+    no_loop: bool,
 }
 
 impl ConnTx {
-    /// Sends `msgs` (all to `peer`; the packets of message `m` are
-    /// `ts[order[m.first ..][..m.count]]`) from `local` through the peer's connected
-    /// socket, first rewriting each packet's ICRC for that socket's source port and
+    /// Sends `msgs` (all along `path`; the packets of message `m` are
+    /// `ts[order[m.first ..][..m.count]]`) through the path's connected socket, first rewriting each packet's ICRC for that socket's source port and
     /// IPv4 ID. Returns that port, or `None`, having sent nothing, when the peer has no
     /// usable connected socket: the caller sends through the unconnected one.
     pub(crate) fn send(
         &mut self,
-        local: IpAddr,
-        peer: IpAddr,
+        path: Path,
         msgs: &[sys::Outgoing],
         order: &[usize],
         ts: &mut [Transmit],
         scratch: &mut sys::SendScratch,
     ) -> Option<u16> {
-        let i = self.link(local, peer)?;
+        let Path { local, peer, meta } = path;
+        let i = self.link(local, peer, meta)?;
         if peer.is_ipv4() && self.links[i].next_id.is_none() {
             match self.probe(i) {
                 Some(id) => self.links[i].next_id = Some(id),
@@ -133,26 +170,38 @@ impl ConnTx {
         Some(port)
     }
 
+    /// Fills the ICRC of a packet that leaves from the device's unconnected socket:
+    /// port 4791, IPv4 ID 0 (DF), as [`rverbs_engine::net::fill_icrc`] does, from the
+    /// cached header prefix.
+    pub(crate) fn fill_unconnected(&mut self, t: &mut Transmit) {
+        let p = &mut t.payload[..];
+        let n = p.len().saturating_sub(icrc::ICRC_LEN);
+        let crc = icrc::compute_addrs_cached(&mut self.cache, t.src, t.dst, 0, ROCE_PORT, &p[..n])
+            .unwrap_or(0);
+        p[n..].copy_from_slice(&crc.to_le_bytes());
+    }
+
     /// The index of `peer`'s link from `local`, set up on first use; `None` when it
     /// has no usable socket.
-    fn link(&mut self, local: IpAddr, peer: IpAddr) -> Option<usize> {
+    fn link(&mut self, local: IpAddr, peer: IpAddr, meta: Meta) -> Option<usize> {
         if let Some(i) = self
             .links
             .iter()
-            .position(|l| l.peer == peer && l.local == local)
+            .position(|l| l.peer == peer && l.local == local && l.meta == meta)
         {
             return self.links[i].sock.is_some().then_some(i);
         }
-        if self.links.len() >= MAX_CONNECTED {
+        if self.links.len() >= MAX_CONNECTED || (peer.is_ipv4() && self.no_loop) {
             return None;
         }
-        let (sock, port) = match connected_socket(local, peer) {
+        let (sock, port) = match connected_socket(local, peer, meta) {
             Ok(x) => (Some(x.0), x.1),
             Err(_) => (None, 0),
         };
         self.links.push(Link {
             local,
             peer,
+            meta,
             sock,
             port,
             next_id: None,
@@ -191,6 +240,11 @@ impl ConnTx {
             if found.is_some() {
                 break;
             }
+            // Sent, but no copy came back.
+            self.no_loop = true;
+        }
+        if found.is_some() {
+            self.no_loop = false;
         }
         let off = sys::set_tx_loop(sock, false);
         // The other copies (one per timestamp kind), and the probes themselves, are of
@@ -212,8 +266,9 @@ impl ConnTx {
 }
 
 /// A socket bound to an ephemeral port of `local`, connected to `peer`'s port 4791,
-/// with the device socket's IPv4 settings (DF: the ICRC assumes it), and its port.
-fn connected_socket(local: IpAddr, peer: IpAddr) -> io::Result<(Socket, u16)> {
+/// with the device socket's IPv4 settings (DF: the ICRC assumes it) and `meta`'s TTL /
+/// hop limit and TOS / traffic class, and its port.
+fn connected_socket(local: IpAddr, peer: IpAddr, meta: Meta) -> io::Result<(Socket, u16)> {
     let domain = if local.is_ipv4() {
         Domain::IPV4
     } else {
@@ -225,8 +280,16 @@ fn connected_socket(local: IpAddr, peer: IpAddr) -> io::Result<(Socket, u16)> {
     let s = Socket::new(domain, Type::DGRAM.cloexec(), Some(Protocol::UDP))?;
     if local.is_ipv6() {
         s.set_only_v6(true)?;
+        if !meta.is_default() {
+            s.set_unicast_hops_v6(meta.hop_limit.into())?;
+            s.set_tclass_v6(meta.traffic_class.into())?;
+        }
     } else {
         sys::set_pmtudisc_do(&s)?;
+        if !meta.is_default() {
+            s.set_ttl_v4(meta.hop_limit.into())?;
+            s.set_tos_v4(meta.traffic_class.into())?;
+        }
     }
     let _ = s.set_send_buffer_size(4 << 20);
     // Nothing is received here (peers send to port 4791), but the receive buffer also
@@ -307,10 +370,20 @@ fn looped_id(
 mod tests {
     use super::*;
 
-    /// A "peer": a UDP socket on a free 127.0.0.x:4791 (the device's own addresses are
-    /// 127.0.0.2..=254 too; any free one will do).
-    fn peer() -> (Ipv4Addr, UdpSocket) {
-        for x in (100..=250u8).rev() {
+    fn to(local: IpAddr, peer: IpAddr, meta: Meta) -> Path {
+        Path { local, peer, meta }
+    }
+
+    const DEF: Meta = Meta {
+        hop_limit: 64,
+        traffic_class: 0,
+    };
+
+    /// A "peer": a UDP socket on a free 127.0.0.x:4791, x at most `top` (the device's
+    /// own addresses are 127.0.0.2..=254 too; any free one will do). Tests that free
+    /// and take their address again start from their own `top`.
+    fn peer_below(top: u8) -> (Ipv4Addr, UdpSocket) {
+        for x in (100..=top).rev() {
             let a = Ipv4Addr::new(127, 0, 0, x);
             if let Ok(s) = UdpSocket::bind(SocketAddr::new(IpAddr::V4(a), ROCE_PORT)) {
                 s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
@@ -318,6 +391,10 @@ mod tests {
             }
         }
         panic!("no free 127.0.0.x:4791");
+    }
+
+    fn peer() -> (Ipv4Addr, UdpSocket) {
+        peer_below(250)
     }
 
     /// A packet as the engine hands it over: a BTH (opcode `op`), `n` payload bytes, an
@@ -423,7 +500,7 @@ mod tests {
         let order = [0, 1, 2, 3, 4];
         let first = [msg(peer, 0, &[24])];
         assert!(conn
-            .send(local, peer, &first, &order, &mut ts, &mut scratch)
+            .send(to(local, peer, DEF), &first, &order, &mut ts, &mut scratch)
             .is_some());
         assert_eq!(conn.connected(), 1);
         assert_eq!(conn.probes, 1, "one probe learns the counter");
@@ -433,7 +510,7 @@ mod tests {
         let predicted = conn.links[0].next_id.unwrap();
         let rest = [msg(peer, 1, &[24, 24, 20]), msg(peer, 4, &[116])];
         assert!(conn
-            .send(local, peer, &rest, &order, &mut ts, &mut scratch)
+            .send(to(local, peer, DEF), &rest, &order, &mut ts, &mut scratch)
             .is_some());
         let got = looped(&conn, local, peer);
         // TX_SCHED and TX_SOFTWARE: each skb may come back twice; keep one per ID.
@@ -460,7 +537,7 @@ mod tests {
         let old = predicted.wrapping_add(2);
         let before = conn.probes;
         assert!(conn
-            .send(local, peer, &first, &order, &mut ts, &mut scratch)
+            .send(to(local, peer, DEF), &first, &order, &mut ts, &mut scratch)
             .is_some());
         assert_eq!(conn.probes, before + 1);
         assert_eq!(
@@ -471,15 +548,65 @@ mod tests {
     }
 
     #[test]
-    fn a_refused_send_relearns_the_counter() {
+    fn a_link_per_ttl_and_tos_sends_with_them() {
         let (peer_ip, peer_sock) = peer();
+        let (local, peer) = (IpAddr::V4(Ipv4Addr::LOCALHOST), IpAddr::V4(peer_ip));
+        let mut conn = ConnTx::default();
+        let mut scratch = sys::SendScratch::default();
+        let hop1 = Meta {
+            hop_limit: 1,
+            traffic_class: 0x10,
+        };
+        let mut ts = vec![packet(local, peer, 0x04, 8, 1)];
+        let one = [msg(peer, 0, &[24])];
+        assert!(conn
+            .send(to(local, peer, hop1), &one, &[0], &mut ts, &mut scratch)
+            .is_some());
+        assert!(conn
+            .send(to(local, peer, DEF), &one, &[0], &mut ts, &mut scratch)
+            .is_some());
+        assert_eq!(conn.connected(), 2, "one socket per (peer, TTL, TOS)");
+        let i = conn.links.iter().position(|l| l.meta == hop1).unwrap();
+        sys::set_tx_loop(conn.links[i].sock.as_ref().unwrap(), true).unwrap();
+        let predicted = conn.links[i].next_id.unwrap();
+        assert!(conn
+            .send(to(local, peer, hop1), &one, &[0], &mut ts, &mut scratch)
+            .is_some());
+        let link = &conn.links[i];
+        let sock = link.sock.as_ref().unwrap();
+        let mut buf = [0u8; 256];
+        let mut got = None;
+        for _ in 0..2000 {
+            if let Ok(n) = sys::recv_error_queue(sock, &mut buf) {
+                got = Some(n);
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let n = got.expect("the copy came back");
+        let ip = &buf[14..n];
+        assert_eq!((ip[8], ip[1]), (1, 0x10), "TTL 1, TOS 0x10 on the wire");
+        assert_eq!(u16::from_be_bytes([ip[4], ip[5]]), predicted);
+        let mut h = [0u8; 28];
+        h.copy_from_slice(&ip[..28]);
+        check_icrc(predicted, &h, &ip[28..28 + 24], 24);
+        let mut b = [0u8; 64];
+        for _ in 0..3 {
+            peer_sock.recv_from(&mut b).unwrap();
+        }
+    }
+
+    #[test]
+    fn a_refused_send_relearns_the_counter() {
+        // (Its address is freed and taken again: away from the other tests' range.)
+        let (peer_ip, peer_sock) = peer_below(180);
         let (local, peer) = (IpAddr::V4(Ipv4Addr::LOCALHOST), IpAddr::V4(peer_ip));
         let mut conn = ConnTx::default();
         let mut scratch = sys::SendScratch::default();
         let mut ts = vec![packet(local, peer, 0x04, 8, 1)];
         let one = [msg(peer, 0, &[24])];
         assert!(conn
-            .send(local, peer, &one, &[0], &mut ts, &mut scratch)
+            .send(to(local, peer, DEF), &one, &[0], &mut ts, &mut scratch)
             .is_some());
         // The peer goes away: the next datagram draws an ICMP port unreachable, and
         // the send after it is refused (ECONNREFUSED) without taking an ID.
@@ -487,7 +614,7 @@ mod tests {
         let mut refused = false;
         for _ in 0..20 {
             assert!(conn
-                .send(local, peer, &one, &[0], &mut ts, &mut scratch)
+                .send(to(local, peer, DEF), &one, &[0], &mut ts, &mut scratch)
                 .is_some());
             if conn.links[0].next_id.is_none() {
                 refused = true;
@@ -502,14 +629,14 @@ mod tests {
         sys::set_tx_loop(sock, true).unwrap();
         // (The probe turns the loop-back off when it is done; turn it on again after.)
         assert!(conn
-            .send(local, peer, &one, &[0], &mut ts, &mut scratch)
+            .send(to(local, peer, DEF), &one, &[0], &mut ts, &mut scratch)
             .is_some());
         assert!(conn.probes > probes);
         let sock = conn.links[0].sock.as_ref().unwrap();
         sys::set_tx_loop(sock, true).unwrap();
         let predicted = conn.links[0].next_id.unwrap();
         assert!(conn
-            .send(local, peer, &one, &[0], &mut ts, &mut scratch)
+            .send(to(local, peer, DEF), &one, &[0], &mut ts, &mut scratch)
             .is_some());
         let got = looped(&conn, local, peer);
         assert_eq!(got[0].0, predicted);
@@ -529,15 +656,58 @@ mod tests {
         let before = ts[0].payload.clone();
         let one = [msg(peer, 0, &[24])];
         assert!(conn
-            .send(local, peer, &one, &[0], &mut ts, &mut scratch)
+            .send(to(local, peer, DEF), &one, &[0], &mut ts, &mut scratch)
             .is_none());
         assert_eq!(ts[0].payload, before, "nothing rewritten");
         assert_eq!(conn.connected(), 0);
         // Asked again, it does not try again.
         assert!(conn
-            .send(local, peer, &one, &[0], &mut ts, &mut scratch)
+            .send(to(local, peer, DEF), &one, &[0], &mut ts, &mut scratch)
             .is_none());
         assert_eq!(conn.links.len(), 1);
+    }
+
+    #[test]
+    fn without_looped_copies_ipv4_peers_use_the_unconnected_socket() {
+        let (peer_ip, _peer_sock) = peer();
+        let (local, peer) = (IpAddr::V4(Ipv4Addr::LOCALHOST), IpAddr::V4(peer_ip));
+        let mut conn = ConnTx {
+            no_loop: true,
+            ..ConnTx::default()
+        };
+        let mut scratch = sys::SendScratch::default();
+        let mut ts = vec![packet(local, peer, 0x04, 8, 1)];
+        let one = [msg(peer, 0, &[24])];
+        assert!(conn
+            .send(to(local, peer, DEF), &one, &[0], &mut ts, &mut scratch)
+            .is_none());
+        assert_eq!(
+            (conn.probes, conn.links.len()),
+            (0, 0),
+            "no socket, no probe"
+        );
+    }
+
+    #[test]
+    fn at_most_max_connected_peers_get_a_socket() {
+        // Peers need not listen for the first datagram: only the cap is checked.
+        let local = IpAddr::V4(Ipv4Addr::LOCALHOST);
+        let mut conn = ConnTx::default();
+        let mut scratch = sys::SendScratch::default();
+        let mut connected = 0;
+        for x in 0..=MAX_CONNECTED as u8 {
+            let peer = IpAddr::V4(Ipv4Addr::new(127, 1, 2, x + 1));
+            let mut ts = vec![packet(local, peer, 0x04, 8, 1)];
+            let one = [msg(peer, 0, &[24])];
+            if conn
+                .send(to(local, peer, DEF), &one, &[0], &mut ts, &mut scratch)
+                .is_some()
+            {
+                connected += 1;
+            }
+        }
+        assert_eq!(connected, MAX_CONNECTED);
+        assert_eq!(conn.connected(), MAX_CONNECTED);
     }
 
     #[test]
@@ -555,7 +725,7 @@ mod tests {
         let mut ts = vec![packet(local, local, 0x04, 8, 1)];
         let one = [msg(local, 0, &[24])];
         assert!(conn
-            .send(local, local, &one, &[0], &mut ts, &mut scratch)
+            .send(to(local, local, DEF), &one, &[0], &mut ts, &mut scratch)
             .is_some());
         assert_eq!(conn.probes, 0);
         let port = conn.links[0].port;

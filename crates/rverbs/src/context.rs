@@ -22,7 +22,7 @@
 //! there). With `RVERBS_FAULTS` or `RVERBS_PCAP` every datagram goes out on its own.
 
 use crate::capture::PcapWriter;
-use crate::conn_tx::ConnTx;
+use crate::conn_tx::{ConnTx, Meta, Path};
 use crate::device::DeviceInfo;
 use crate::error::{Error, Result};
 use crate::faults::{FaultState, FaultStats, Faults};
@@ -178,6 +178,10 @@ pub(crate) struct Shared {
     /// over loopback it even receives the train whole (`UDP_GRO`) — but a peer that
     /// checks the ICRC against the real header (rxe) would drop all but the first.
     gso: bool,
+    /// The engine leaves RoCE v2 ICRCs to us (`Config::sender_fills_icrc`): every send
+    /// path fills them for the port and IPv4 ID the datagram leaves with. (Not in raw
+    /// RoCE v2 mode, whose frames the engine completes itself.)
+    fills_icrc: bool,
     /// Datagrams collected by `flush` for one `sendmmsg`, and the sender's reused
     /// scratch (under the engine lock).
     tx: Mutex<TxBatch>,
@@ -266,8 +270,8 @@ impl Shared {
         // Raw-mode RoCE v2 leaves frame by frame through the raw device (`rawnet.rs`),
         // and with faults datagram by datagram through the fault injector.
         if self.faults.is_some() || self.net().is_some() {
-            while let Some(t) = engine.poll_transmit(now) {
-                self.send(&t);
+            while let Some(mut t) = engine.poll_transmit(now) {
+                self.send(&mut t);
                 engine.recycle(t.payload);
             }
         } else {
@@ -309,7 +313,12 @@ impl Shared {
         }
     }
 
-    fn send(&self, t: &Transmit) {
+    fn send(&self, t: &mut Transmit) {
+        if self.fills_icrc && !t.roce_v1 {
+            // The engine left the ICRC to us (`sender_fills_icrc`): this datagram leaves
+            // from the device's socket, port 4791, ID 0.
+            rverbs_engine::net::fill_icrc(t.src, t.dst, ROCE_PORT, &mut t.payload);
+        }
         if t.roce_v1 {
             // RoCE v1 leaves through the raw device (`raw.rs`, `rawnet.rs`).
             self.v1_send(t);
@@ -364,18 +373,11 @@ impl Shared {
     /// (`conn_tx.rs`; else per local socket), trains of same-size ones to one peer as
     /// `UDP_SEGMENT` buffers on the loopback device.
     fn send_all(&self, ts: &mut [Transmit], plan: &mut TxPlan, conn: &mut ConnTx) {
-        let plain = |t: &Transmit| {
-            sys::default_meta(
-                t.dst,
-                IpMeta {
-                    hop_limit: t.hop_limit,
-                    traffic_class: t.traffic_class,
-                    flow_label: 0,
-                },
-            ) && !t.dst.is_multicast()
-                && !t.roce_v1
-        };
-        for t in ts.iter().filter(|t| !plain(t)) {
+        // Unicast RoCE v2 leaves in batches, whatever its TTL and TOS (a connected
+        // socket carries them; the unconnected fallback sends such datagrams one by
+        // one with control messages).
+        let plain = |t: &Transmit| !t.dst.is_multicast() && !t.roce_v1;
+        for t in ts.iter_mut().filter(|t| !plain(t)) {
             self.send(t);
         }
         let socks = self.sockets.read().unwrap_or_else(|e| e.into_inner());
@@ -422,30 +424,58 @@ impl Shared {
             } = plan;
             let mut at = 0;
             while at < msgs.len() {
-                let dst = msgs[at].dst;
-                let end = at + msgs[at..].iter().take_while(|m| m.dst == dst).count();
+                // (A message's packets share their destination and meta, `trains`.)
+                let key = |m: &sys::Outgoing| (m.dst, Meta::of(&ts[order[m.first]]));
+                let (dst, meta) = key(&msgs[at]);
+                let end = at
+                    + msgs[at..]
+                        .iter()
+                        .take_while(|m| key(m) == (dst, meta))
+                        .count();
                 let run = &msgs[at..end];
-                let port = match conn.send(*addr, dst.ip(), run, order, ts, scratch) {
+                let ip_meta = IpMeta {
+                    hop_limit: meta.hop_limit,
+                    traffic_class: meta.traffic_class,
+                    flow_label: 0,
+                };
+                let path = Path {
+                    local: *addr,
+                    peer: dst.ip(),
+                    meta,
+                };
+                let port = match conn.send(path, run, order, ts, scratch) {
                     Some(port) => port,
                     None => {
-                        sys::send_batch(
-                            &**sock,
-                            run,
-                            &|k| &ts[order[k]].payload[..],
-                            scratch,
-                            true,
-                        );
+                        if self.fills_icrc {
+                            for m in run {
+                                for &k in &order[m.first..m.first + m.count] {
+                                    conn.fill_unconnected(&mut ts[k]);
+                                }
+                            }
+                        }
+                        if meta.is_default() {
+                            sys::send_batch(
+                                &**sock,
+                                run,
+                                &|k| &ts[order[k]].payload[..],
+                                scratch,
+                                true,
+                            );
+                        } else {
+                            // One by one, each with its TTL / TOS control messages. A
+                            // send error is a lost packet, as in `send_raw`.
+                            for m in run {
+                                for &k in &order[m.first..m.first + m.count] {
+                                    let _ = sys::send_with_meta(sock, &ts[k].payload, dst, ip_meta);
+                                }
+                            }
+                        }
                         ROCE_PORT
                     }
                 };
                 if self.pcap.is_some() {
-                    // As sent: from this socket's address and the port it left from,
-                    // with the default TTL and TOS (`plain`).
-                    let meta = IpMeta {
-                        hop_limit: 64,
-                        traffic_class: 0,
-                        flow_label: 0,
-                    };
+                    // As sent: from this socket's address and the port it left from.
+                    let meta = ip_meta;
                     for m in run {
                         for &k in &order[m.first..m.first + m.count] {
                             self.record(*addr, ts[k].dst, port, meta, &ts[k].payload);
@@ -474,7 +504,10 @@ impl Shared {
             let pair = if swap && is_ack(t) {
                 mine.get(i + 1).copied().filter(|&u| {
                     let u = &ts[u];
-                    u.dst == t.dst && !is_ack(u) && u.payload.len() >= t.payload.len()
+                    u.dst == t.dst
+                        && Meta::of(u) == Meta::of(t)
+                        && !is_ack(u)
+                        && u.payload.len() >= t.payload.len()
                 })
             } else {
                 None
@@ -501,6 +534,7 @@ impl Shared {
                     let seg = last.first_len;
                     if self.gso
                         && last.dst == dst
+                        && Meta::of(&ts[order[last.first]]) == Meta::of(t)
                         && last.last_len == seg
                         && len <= seg
                         && last.count < GSO_MAX_SEGMENTS
@@ -1234,6 +1268,7 @@ impl Context {
             // (`conn_tx.rs`). Raw-mode frames leave from the QP's entropy port, as rxe
             // does.
             src_port: if raw_v2 { None } else { Some(ROCE_PORT) },
+            sender_fills_icrc: !raw_v2,
             ack_policy: opts.ack_policy,
             ..Config::default()
         };
@@ -1264,6 +1299,7 @@ impl Context {
                 steer: (Vec::new(), rverbs_flow::classify::Verdict::default()),
             }),
             gso,
+            fills_icrc: !raw_v2,
             tx: Mutex::new(TxBatch::default()),
             app_poll_at: std::sync::atomic::AtomicU64::new(0),
             flush_pending: std::sync::atomic::AtomicU64::new(0),

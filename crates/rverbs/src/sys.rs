@@ -711,7 +711,9 @@ pub(crate) fn send_batch<'b>(
     while start < msgs.len() {
         let chunk = &msgs[start..(start + MAX).min(msgs.len())];
         addrs.clear();
-        addrs.extend(chunk.iter().map(|m| socket2::SockAddr::from(m.dst)));
+        if named {
+            addrs.extend(chunk.iter().map(|m| socket2::SockAddr::from(m.dst)));
+        }
         iovs.clear();
         for m in chunk {
             iovs.extend((m.first..m.first + m.count).map(|i| {
@@ -773,13 +775,6 @@ pub(crate) fn send_batch<'b>(
     iovs.clear();
     hdrs.clear();
     sent
-}
-
-/// True when `meta` is what the socket does anyway (TTL 64 to a unicast address, TOS 0):
-/// such datagrams need no control message and can leave in a batch.
-pub(crate) fn default_meta(dst: std::net::IpAddr, meta: IpMeta) -> bool {
-    let default_ttl = meta.hop_limit == 0 || (meta.hop_limit == 64 && !dst.is_multicast());
-    default_ttl && meta.traffic_class == 0
 }
 
 /// The MAC address of `ifname` in the calling thread's network namespace
