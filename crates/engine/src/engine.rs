@@ -182,6 +182,8 @@ pub struct Engine {
     cfg: Config,
     /// Datagram buffers to reuse (see [`Engine::recycle`]).
     spare: std::cell::RefCell<Vec<Vec<u8>>>,
+    /// Finished work requests not freed yet (see [`Engine::reclaim`]).
+    dead: Vec<crate::qp::Dead>,
     /// CRC states of recent masked IP + UDP header prefixes, shared by the ICRCs of
     /// outgoing and incoming packets (`rverbs_wire::icrc::PrefixCache`).
     icrc: std::cell::RefCell<rverbs_wire::icrc::PrefixCache>,
@@ -227,6 +229,7 @@ macro_rules! ctx {
             now: $now,
             spare: &$s.spare,
             icrc: &$s.icrc,
+            dead: &mut $s.dead,
         }
     };
 }
@@ -249,6 +252,7 @@ impl Engine {
         };
         Engine {
             spare: std::cell::RefCell::new(Vec::new()),
+            dead: Vec::with_capacity(crate::qp::DEAD_MAX),
             icrc: Default::default(),
             cfg,
             rng,
@@ -824,9 +828,10 @@ impl Engine {
     /// (EINVAL, ENOMEM); failures while executing come back as completions.
     pub fn post_send(&mut self, qpn: u32, wr: SendWr, now: Nanos) -> VerbResult<()> {
         const VERB: &str = "post_send";
+        // One lookup for the whole post (the checks below borrow other fields).
         let qp = self
             .qps
-            .get(&qpn)
+            .get_mut(&qpn)
             .ok_or(err(VERB, Errno::Inval, "no such QP"))?;
         match qp.state {
             QpState::Rts | QpState::Sqd | QpState::Err => {}
@@ -907,12 +912,13 @@ impl Engine {
         };
         // INLINE: copy now, so the caller may reuse its buffer at once.
         let inline_data = if inline {
-            let (data, _) = resolve_sges(&self.mrs, qp.pd, &wr.sg_list, Access::NONE)
-                .map_err(|_| err(VERB, Errno::Inval, "inline SGE outside a registered region"))?;
-            // One allocation (the iterator's length is known), filled in place.
+            // One allocation (the iterator's length is known), filled in place straight
+            // from the regions (no gather list).
             let mut buf: Arc<[u8]> = std::iter::repeat_n(0u8, len as usize).collect();
             if let Some(b) = Arc::get_mut(&mut buf) {
-                data.read(0, b);
+                gather_sges(&self.mrs, qp.pd, &wr.sg_list, Access::NONE, b).map_err(|_| {
+                    err(VERB, Errno::Inval, "inline SGE outside a registered region")
+                })?;
             }
             Some(buf)
         } else {
@@ -932,18 +938,19 @@ impl Engine {
             read_from: 0,
             rd_counted: false,
         };
-        let mut ctx = ctx!(self, now);
-        let Some(qp) = self.qps.get_mut(&qpn) else {
-            unreachable!("checked above")
-        };
         if matches!(state, QpState::Err | QpState::Sqe) {
             // Posted to a QP in error: completes at once with a flush error.
             let wc = qp.send_wc(&wqe, WcStatus::WrFlushErr);
+            let mut ctx = ctx!(self, now);
             ctx.push_wc(qp.send_cq, wc, false);
             return Ok(());
         }
         qp.sq.push_back(wqe);
-        self.wake(qpn);
+        // (`Engine::wake` without a second lookup.)
+        if !qp.active {
+            qp.active = true;
+            self.active.push_back(qpn);
+        }
         Ok(())
     }
 
@@ -1152,6 +1159,16 @@ impl Engine {
             buf.clear();
             spare.push(buf);
         }
+    }
+
+    /// Frees the work requests that completed since the last call (their SGE lists,
+    /// INLINE data and memory-region references). Completing a request does not free
+    /// it at once, so that the frees stay off the path between a packet's arrival and
+    /// the answer the application sends: call this once that answer has left (the
+    /// `rverbs` device does after each send). Optional; at most
+    /// 64 are kept, older ones are freed as new ones come.
+    pub fn reclaim(&mut self) {
+        self.dead.clear();
     }
 
     /// When [`Engine::handle_timeout`] should next be called.

@@ -127,6 +127,26 @@ pub(crate) fn resolve_sges(
     need: Access,
 ) -> Result<(Data, usize), WcStatus> {
     let mut segs = Vec::with_capacity(sges.len());
+    let total = for_each_sge(mrs, pd, sges, need, |mr, offset, len| {
+        segs.push(Seg {
+            mem: mr.mem.clone(),
+            offset,
+            len,
+        });
+    })?;
+    Ok((Data::Segs(segs), total))
+}
+
+/// The checks of [`resolve_sges`], calling `f(mr, offset, len)` for each non-empty SGE
+/// that passes them (in order, stopping at the first that fails). Returns the total
+/// length.
+fn for_each_sge<'m>(
+    mrs: &'m crate::slab::Slab<Mr>,
+    pd: u32,
+    sges: &[Sge],
+    need: Access,
+    mut f: impl FnMut(&'m Mr, usize, usize),
+) -> Result<usize, WcStatus> {
     let mut total = 0usize;
     for s in sges {
         if s.length == 0 {
@@ -142,14 +162,36 @@ pub(crate) fn resolve_sges(
         let offset = mr
             .offset_of(s.addr, u64::from(s.length))
             .ok_or(WcStatus::LocProtErr)?;
-        segs.push(Seg {
-            mem: mr.mem.clone(),
-            offset,
-            len: s.length as usize,
-        });
+        f(mr, offset, s.length as usize);
         total += s.length as usize;
     }
-    Ok((Data::Segs(segs), total))
+    Ok(total)
+}
+
+/// Gathers the bytes of `sges` (with [`resolve_sges`]' checks and `need` rights)
+/// into `dst`, which is as long as their total: INLINE data copied at post time,
+/// without building a gather list. On a failed check `dst` is partly written.
+pub(crate) fn gather_sges(
+    mrs: &crate::slab::Slab<Mr>,
+    pd: u32,
+    sges: &[Sge],
+    need: Access,
+    dst: &mut [u8],
+) -> Result<(), WcStatus> {
+    let mut at = 0usize;
+    let mut fits = true;
+    for_each_sge(mrs, pd, sges, need, |mr, offset, len| {
+        match dst.get_mut(at..at + len) {
+            Some(d) => mr.mem.read(offset, d),
+            None => fits = false,
+        }
+        at += len;
+    })?;
+    if fits && at == dst.len() {
+        Ok(())
+    } else {
+        Err(WcStatus::LocLenErr)
+    }
 }
 
 /// Checks an R_Key for `[va, va + len)` with `need` rights (IBTA 9.7.4.1.3/4/5): a
@@ -297,5 +339,48 @@ mod tests {
             lkey: key,
         }];
         assert!(resolve_sges(&mrs, 1, &wrong_right, Access::REMOTE_WRITE).is_err());
+    }
+
+    #[test]
+    fn gather_copies_what_resolve_reads_and_fails_alike() {
+        let (mrs, key, _) = table();
+        let sge = |addr, length, lkey| Sge { addr, length, lkey };
+        let sges = [
+            sge(0x1004, 2, key),
+            sge(0x1010, 0, 0xdead),
+            sge(0x1030, 3, key),
+        ];
+        let (data, total) = resolve_sges(&mrs, 1, &sges, Access::NONE).unwrap();
+        let mut want = vec![0u8; total];
+        data.read(0, &mut want);
+        let mut got = vec![0u8; total];
+        gather_sges(&mrs, 1, &sges, Access::NONE, &mut got).unwrap();
+        assert_eq!(got, want);
+        assert_eq!(got, [4, 5, 48, 49, 50]);
+        // The same checks as resolve_sges: region bounds, key, PD, rights.
+        let mut one = [0u8; 1];
+        for (bad, pd, need) in [
+            (sge(0x103f, 2, key), 1, Access::NONE),
+            (sge(0x1000, 1, key ^ 1), 1, Access::NONE),
+            (sge(0x1000, 1, key), 2, Access::NONE),
+            (sge(0x1000, 1, key), 1, Access::REMOTE_WRITE),
+        ] {
+            let mut dst = vec![0u8; bad.length as usize];
+            assert_eq!(
+                gather_sges(&mrs, pd, &[bad], need, &mut dst),
+                Err(WcStatus::LocProtErr)
+            );
+            assert!(resolve_sges(&mrs, pd, &[bad], need).is_err());
+        }
+        // A destination of another length than the SGEs' total is refused.
+        assert_eq!(
+            gather_sges(&mrs, 1, &sges, Access::NONE, &mut one),
+            Err(WcStatus::LocLenErr)
+        );
+        let mut long = [0u8; 6];
+        assert_eq!(
+            gather_sges(&mrs, 1, &sges, Access::NONE, &mut long),
+            Err(WcStatus::LocLenErr)
+        );
     }
 }

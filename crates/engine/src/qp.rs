@@ -133,9 +133,32 @@ pub(crate) struct Ctx<'a> {
     pub(crate) spare: &'a std::cell::RefCell<Vec<Vec<u8>>>,
     /// CRC states of recent masked IP + UDP header prefixes, for outgoing ICRCs.
     pub(crate) icrc: &'a std::cell::RefCell<rverbs_wire::icrc::PrefixCache>,
+    /// Finished work requests whose memory is freed later ([`crate::Engine::reclaim`]).
+    pub(crate) dead: &'a mut Vec<Dead>,
 }
 
+/// A work request the engine is done with, kept until [`crate::Engine::reclaim`] so
+/// its buffers (SGE lists, INLINE data, region references) are not freed between a
+/// packet's arrival and the answer the application sends to it.
+pub(crate) enum Dead {
+    Send(#[allow(dead_code)] SendWqe),
+    Recv(#[allow(dead_code)] RecvWqe, #[allow(dead_code)] Data),
+}
+
+/// Most finished work requests kept for [`crate::Engine::reclaim`]; past that they are
+/// freed at once (an engine whose user never reclaims stays bounded).
+pub(crate) const DEAD_MAX: usize = 64;
+
 impl Ctx<'_> {
+    /// Keeps `d` for [`crate::Engine::reclaim`] (freeing the older ones when
+    /// [`DEAD_MAX`] are kept).
+    pub(crate) fn bury(&mut self, d: Dead) {
+        if self.dead.len() >= DEAD_MAX {
+            self.dead.clear();
+        }
+        self.dead.push(d);
+    }
+
     /// Adds a completion; on overflow the completion is counted as lost, the CQ is put
     /// in error and `false` is returned (the caller moves the QP to the error state).
     pub(crate) fn push_wc(&mut self, cq: CqId, wc: Wc, solicited: bool) -> bool {
@@ -613,6 +636,8 @@ impl Qp {
         } else if !ok {
             self.fail(ctx);
         }
+        // Freed after the answer leaves, not on the way to it.
+        ctx.bury(Dead::Send(w));
     }
 
     // ---------------------------------------------------------------- requester
@@ -1600,6 +1625,7 @@ mod tests {
             now: 0,
             spare: &std::cell::RefCell::new(Vec::new()),
             icrc: &Default::default(),
+            dead: &mut Vec::new(),
         };
         let av = AddressVector {
             dgid: Gid::from(std::net::Ipv4Addr::new(10, 0, 0, 2)),

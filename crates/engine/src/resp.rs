@@ -393,7 +393,9 @@ impl Qp {
         let info = pkt.info().expect("checked packet");
         let solicited = pkt.bth().solicited();
         match self.in_msg.take() {
-            Some(InMsg::Send { wqe, offset, .. }) => {
+            Some(InMsg::Send {
+                wqe, offset, data, ..
+            }) => {
                 let mut wc =
                     self.recv_wc(wqe.wr_id, WcStatus::Success, WcOpcode::Recv, offset as u32);
                 if let Some(imm) = pkt.immediate() {
@@ -408,6 +410,8 @@ impl Qp {
                 if !ctx.push_wc(self.recv_cq, wc, solicited) {
                     self.fail(ctx);
                 }
+                // Freed after the answer leaves, not on the way to it.
+                ctx.bury(crate::qp::Dead::Recv(wqe, data));
             }
             Some(InMsg::Write { len, .. }) if info.has_immediate() => {
                 let Some(wqe) = self.take_recv(ctx) else {

@@ -70,6 +70,12 @@ struct RxBatch {
     /// (`receive`: polls, the driver) asks for, and whether the last one filled them
     /// all. See [`PollBatch`].
     poll: Vec<PollBatch>,
+    /// The socket list `receive` reads, and the `Shared::sockets_gen` it was taken
+    /// at: a poll that finds the list unchanged (one atomic load) takes neither the
+    /// list's lock nor a reference count. `SocketsMut` replaces it when it can, so a
+    /// removed socket closes as soon as it did when receivers took their own copy.
+    socks: Arc<SocketList>,
+    socks_gen: u64,
 }
 
 /// How many buffers a non-sleeping receive asks one socket for. With more buffers
@@ -150,6 +156,9 @@ pub(crate) struct Shared {
     /// (Shared as one `Arc`, so a receiver takes a snapshot with one reference
     /// count instead of copying the list on every poll.)
     sockets: RwLock<Arc<SocketList>>,
+    /// Bumped (under the write lock) whenever `sockets` may have changed, so
+    /// `receive` knows when its snapshot (`RxBatch::socks`) is stale.
+    sockets_gen: std::sync::atomic::AtomicU64,
     /// Set when a verb changed `sockets` (a multicast group joined): the driver
     /// re-reads the list.
     pub(crate) sockets_changed: AtomicBool,
@@ -280,8 +289,28 @@ impl Shared {
                 }
             }
         }
+        // Work requests completed since the last flush are freed now, after the
+        // packets left (`Engine::reclaim`): a ping-pong's reply does not wait for them.
+        engine.reclaim();
         self.activity.fetch_add(1, Ordering::Release);
         self.hub.dispatch(engine);
+    }
+
+    /// Builds the deferred answers (`progress.rs`) into the send queue without sending
+    /// them: the next flush sends them together with what it adds, as it would have
+    /// built them. A ping-pong reposts its receive between the round trips, so the
+    /// ACK it owes the peer is ready when its next request is posted instead of being
+    /// built on that request's way out. (Fast path only; `flush_pending` stays set, so
+    /// the deferral keeps its bound.)
+    pub(crate) fn prebuild(&self, engine: &mut Engine) {
+        if self.faults.is_some() || self.net().is_some() {
+            return;
+        }
+        let now = self.now();
+        let mut tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
+        while let Some(t) = engine.poll_transmit(now) {
+            tx.queue.push(t);
+        }
     }
 
     fn send(&self, t: &mut Transmit) {
@@ -627,7 +656,6 @@ impl Shared {
         budget: usize,
         defer: bool,
     ) -> usize {
-        let socks = Arc::clone(&self.sockets.read().unwrap_or_else(|e| e.into_inner()));
         // A thread asleep in `sleep_receive` holds the buffers: it feeds what it gets
         // to the engine as soon as it has the engine lock, and datagrams behind it
         // must wait for that (socket order).
@@ -644,7 +672,17 @@ impl Shared {
             wake_batch,
             after_wake,
             poll,
+            socks,
+            socks_gen,
         } = &mut *rx;
+        // The generation first, then the list: a change made after the load is
+        // seen next time at the latest.
+        let gen = self.sockets_gen.load(Ordering::Acquire);
+        if gen != *socks_gen {
+            *socks = Arc::clone(&self.sockets.read().unwrap_or_else(|e| e.into_inner()));
+            *socks_gen = gen;
+        }
+        let socks = &**socks;
         let buf = &mut buf[..];
         let mut got = 0;
         // Datagrams queued right after a one-buffer sleeping receive: a stream, whose
@@ -884,7 +922,10 @@ impl Shared {
 
     /// The device's sockets, for changing them (write lock).
     pub(crate) fn sockets(&self) -> SocketsMut<'_> {
-        SocketsMut(self.sockets.write().unwrap_or_else(|e| e.into_inner()))
+        SocketsMut(
+            self.sockets.write().unwrap_or_else(|e| e.into_inner()),
+            self,
+        )
     }
 
     /// Counts a user of the received datagrams' TTL / TOS / flow label in (`add`) or
@@ -926,7 +967,22 @@ impl Shared {
 
 /// The device's socket list under its write lock ([`Shared::sockets`]): changing it
 /// copies it first if a receiver still holds a snapshot.
-pub(crate) struct SocketsMut<'a>(std::sync::RwLockWriteGuard<'a, Arc<SocketList>>);
+pub(crate) struct SocketsMut<'a>(std::sync::RwLockWriteGuard<'a, Arc<SocketList>>, &'a Shared);
+
+impl Drop for SocketsMut<'_> {
+    /// Marks `receive`'s snapshot stale (still under the write lock), and replaces it
+    /// at once unless a receive is running (it then refreshes it next time): a
+    /// removed socket does not stay open in it.
+    fn drop(&mut self) {
+        let shared = self.1;
+        shared.sockets_gen.fetch_add(1, Ordering::AcqRel);
+        // (try_lock: the lock order is rx -> sockets in `receive`.)
+        if let Ok(mut rx) = shared.rx.try_lock() {
+            rx.socks = Arc::clone(&self.0);
+            rx.socks_gen = shared.sockets_gen.load(Ordering::Acquire);
+        }
+    }
+}
 
 impl std::ops::Deref for SocketsMut<'_> {
     type Target = SocketList;
@@ -1229,6 +1285,7 @@ impl Context {
             sockets: RwLock::new(Arc::new(
                 sockets.into_iter().map(|(a, s)| (a, Arc::new(s))).collect(),
             )),
+            sockets_gen: std::sync::atomic::AtomicU64::new(0),
             sockets_changed: AtomicBool::new(false),
             recv_meta_users: std::sync::atomic::AtomicUsize::new(0),
             recv_meta_on: AtomicBool::new(false),
@@ -1240,6 +1297,8 @@ impl Context {
                 wake_batch: RX_BATCH,
                 after_wake: false,
                 poll: Vec::new(),
+                socks: Arc::new(Vec::new()),
+                socks_gen: u64::MAX,
                 steer: (Vec::new(), rverbs_flow::classify::Verdict::default()),
             }),
             gso,

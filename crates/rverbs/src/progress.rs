@@ -64,8 +64,8 @@ impl Shared {
     /// What the engine answers to the datagrams (ACKs) is deferred: the caller flushes
     /// it when it found no completion ([`Shared::flush_deferred`]), and otherwise the
     /// application's next verb sends it, usually together with the reply it posts.
-    pub(crate) fn progress(&self, engine: &mut Engine) -> bool {
-        let now = self.now();
+    /// `now` is the caller's fresh clock reading ([`Shared::now`]).
+    pub(crate) fn progress(&self, engine: &mut Engine, now: Nanos) -> bool {
         self.app_poll_at.store(now, Ordering::Relaxed);
         if self.flush_pending.load(Ordering::Relaxed) != 0 {
             self.flush(engine, now);
@@ -86,11 +86,13 @@ impl Shared {
 
     /// After a verb that may have completed work but rarely sends anything: lets
     /// pollers and event waiters see it, and flushes unless answers are deferred
-    /// (they then leave with the next flush).
+    /// (they then leave with the next flush, already built: see
+    /// [`Shared::prebuild`]).
     pub(crate) fn settle(&self, engine: &mut Engine, now: Nanos) {
         if self.flush_pending.load(Ordering::Relaxed) == 0 {
             self.flush(engine, now);
         } else {
+            self.prebuild(engine);
             self.activity.fetch_add(1, Ordering::Release);
             self.hub.dispatch(engine);
         }
@@ -144,8 +146,9 @@ impl crate::Cq {
         let shared = self.shared();
         let as_ns = |d: std::time::Duration| d.as_nanos().min(u128::from(u64::MAX)) as Nanos;
         let (spin, timeout) = (as_ns(spin), as_ns(timeout));
-        // One clock read per pass (the first pass reuses the start's): a ping-pong
-        // waits once per message, and clock reads showed in its profile.
+        // One clock read per pass, which the pass's receive uses too (the first pass
+        // reuses the start's): a ping-pong waits once per message, and clock reads
+        // showed in its profile.
         let start = shared.now();
         let mut now = start;
         loop {
@@ -155,7 +158,7 @@ impl crate::Cq {
             }
             let waited = now - start;
             if waited < spin {
-                let n = self.poll_progress(out)?;
+                let n = self.poll_progress(out, now)?;
                 if n > 0 {
                     return Ok(n);
                 }

@@ -632,7 +632,7 @@ impl Cq {
         if n > 0 {
             return Ok(n);
         }
-        self.poll_progress(out)
+        self.poll_progress(out, shared.now())
     }
 
     /// True if a RoCE QP (not RAW_PACKET) uses this CQ.
@@ -657,8 +657,9 @@ impl Cq {
         Ok(0)
     }
 
-    /// Receives and runs timers on this thread, then polls the CQ.
-    pub(crate) fn poll_progress(&self, out: &mut [Wc]) -> Result<usize> {
+    /// Receives and runs timers on this thread, then polls the CQ (`now`: a fresh
+    /// clock reading, [`crate::context::Shared::now`]).
+    pub(crate) fn poll_progress(&self, out: &mut [Wc], now: rverbs_engine::Nanos) -> Result<usize> {
         use std::sync::atomic::Ordering;
         let shared = self.inner.ctx.shared();
         // Receive and run timers on this thread rather than wait for the driver
@@ -666,7 +667,7 @@ impl Cq {
         let Ok(mut e) = shared.engine.try_lock() else {
             return Ok(0);
         };
-        if !shared.progress(&mut e) {
+        if !shared.progress(&mut e, now) {
             return Ok(0);
         }
         if shared.raw.is_some() && shared.drain_raw(&mut e) {
@@ -1281,12 +1282,21 @@ impl Qp {
             return self.post_recv_raw(r, wr_id, bufs);
         }
         let s = self.shared();
-        let now = s.now();
         let wr = RecvWr {
             wr_id,
             sg_list: bufs.iter().map(LocalBuf::sge).collect(),
         };
         let mut e = s.lock_verb("post_recv")?;
+        // Posting a receive starts no timer and sends nothing (the engine only
+        // queues it, or completes it at once on a QP in error), so the clock is read
+        // only when `settle` flushes; while answers are deferred (flush_pending,
+        // written under the engine lock held here) the time they were deferred at
+        // stands for it. (A ping-pong reposts a receive between taking the request
+        // and answering it: one clock read less on its critical path.)
+        let now = match s.flush_pending.load(std::sync::atomic::Ordering::Relaxed) {
+            0 => s.now(),
+            at => at,
+        };
         e.post_recv(self.qpn, wr, now)?;
         // A receive posted to a QP in error completes at once: let pollers see it.
         // Deferred acknowledgements stay deferred: a receive is usually reposted

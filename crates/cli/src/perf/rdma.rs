@@ -336,28 +336,43 @@ impl Bench for Rdma {
         // The WRITE ping-pong marker: the last byte of the message, never 0.
         let mark = |i: u64| (i % 255) as u8 + 1;
         let (mut iters, mut rx) = (0u64, 0u64);
-        let mut last_progress = Instant::now();
-        // Polls the CQ once: error completions fail, receives are counted and reposted,
-        // and `want` (if given) reports whether a completion of that opcode arrived.
-        let reap =
-            |me: &Self, wcs: &mut [Wc], rx: &mut u64, want: WcOpcode| -> Result<bool, String> {
-                let n = me
-                    .cq
-                    .wait(wcs, me.spin, Duration::from_millis(1))
-                    .map_err(e)?;
-                let mut got = false;
-                for wc in &wcs[..n] {
-                    if wc.status != WcStatus::Success {
-                        return Err(wc_error(wc));
-                    }
-                    if wc.opcode == WcOpcode::Recv {
-                        *rx += 1;
-                        me.repost_recv(wc.wr_id)?;
-                    }
-                    got |= wc.opcode == want;
+        // Receives completed and not reposted yet. They are reposted once the round
+        // trip is over (client) or the echo has left (server), not between the
+        // message's arrival and the answer: the receive queue holds `rx_depth`
+        // buffers and a ping-pong has one message in flight, so none is missed.
+        let mut done_recvs: Vec<u64> = Vec::with_capacity(wcs.len());
+        // Polls the CQ once: error completions fail, receives are counted (and queued
+        // in `done`), and `want` (if given) reports whether a completion of that
+        // opcode arrived.
+        let reap = |me: &Self,
+                    wcs: &mut [Wc],
+                    rx: &mut u64,
+                    done: &mut Vec<u64>,
+                    want: WcOpcode|
+         -> Result<bool, String> {
+            let n = me
+                .cq
+                .wait(wcs, me.spin, Duration::from_millis(1))
+                .map_err(e)?;
+            let mut got = false;
+            for wc in &wcs[..n] {
+                if wc.status != WcStatus::Success {
+                    return Err(wc_error(wc));
                 }
-                Ok(got)
-            };
+                if wc.opcode == WcOpcode::Recv {
+                    *rx += 1;
+                    done.push(wc.wr_id);
+                }
+                got |= wc.opcode == want;
+            }
+            Ok(got)
+        };
+        let repost = |me: &Self, done: &mut Vec<u64>| -> Result<(), String> {
+            for wr_id in done.drain(..) {
+                me.repost_recv(wr_id)?;
+            }
+            Ok(())
+        };
         let stalled = |since: Instant| -> Result<(), String> {
             if since.elapsed() > STALL {
                 Err(format!("no answer for {}s", STALL.as_secs()))
@@ -375,12 +390,12 @@ impl Bench for Rdma {
                         // As perftest (`run_iter_lat_send`): a signaled SEND's own
                         // completion is awaited before the answer is looked for.
                         if post(self, iters)? {
-                            while !reap(self, &mut wcs, &mut rx, WcOpcode::Send)? {
+                            while !reap(self, &mut wcs, &mut rx, &mut done_recvs, WcOpcode::Send)? {
                                 stalled(t0)?;
                             }
                         }
                         while rx == before {
-                            reap(self, &mut wcs, &mut rx, WcOpcode::Recv)?;
+                            reap(self, &mut wcs, &mut rx, &mut done_recvs, WcOpcode::Recv)?;
                             stalled(t0)?;
                         }
                     }
@@ -390,7 +405,7 @@ impl Bench for Rdma {
                         post(self, iters)?;
                         let h = self.half;
                         while self.mr.with(|b| b[h + size - 1]) != m {
-                            reap(self, &mut wcs, &mut rx, WcOpcode::Send)?;
+                            reap(self, &mut wcs, &mut rx, &mut done_recvs, WcOpcode::Send)?;
                             stalled(t0)?;
                         }
                     }
@@ -401,7 +416,7 @@ impl Bench for Rdma {
                             WcOpcode::FetchAdd
                         };
                         post(self, iters)?;
-                        while !reap(self, &mut wcs, &mut rx, want)? {
+                        while !reap(self, &mut wcs, &mut rx, &mut done_recvs, want)? {
                             stalled(t0)?;
                         }
                     }
@@ -411,6 +426,7 @@ impl Bench for Rdma {
                     Op::Send | Op::Write => dt / 2,
                     _ => dt,
                 });
+                repost(self, &mut done_recvs)?;
                 iters += 1;
                 if plan.progress {
                     p.tick(iters, plan.iters);
@@ -422,47 +438,58 @@ impl Bench for Rdma {
                 std::thread::yield_now();
             }
             // Let the last unsignaled work drain before the next size.
-            let _ = reap(self, &mut wcs, &mut rx, WcOpcode::Send);
+            let _ = reap(self, &mut wcs, &mut rx, &mut done_recvs, WcOpcode::Send);
+            repost(self, &mut done_recvs)?;
             return Ok((meter.side(iters, rx, secs), samples));
         }
         // The server answers SENDs and WRITEs; READs and atomics need no CPU of it.
         ctrl::send(ctrl_w, &Msg::new("done").with("sent", 0))?;
         let mut answered = 0u64;
+        // The stall clocks start when a wait first comes back empty (a reap waits at
+        // most 1 ms), not at every message: clock reads between a message's arrival
+        // and its echo would be on the measured round trip.
+        let mut idle_since = Some(Instant::now());
         loop {
             let target = peer.get()?;
             if target.is_some_and(|t| answered >= t) {
                 break;
             }
+            let mut progressed = false;
             match self.op {
                 Op::Send => {
                     // (A message may have come while the last echo's completion was
                     // awaited: it is answered before anything else is waited for.)
-                    if rx <= answered && reap(self, &mut wcs, &mut rx, WcOpcode::Send)? {
-                        last_progress = Instant::now();
+                    if rx <= answered
+                        && reap(self, &mut wcs, &mut rx, &mut done_recvs, WcOpcode::Send)?
+                    {
+                        progressed = true;
                     }
                     if rx > answered {
                         // The echo's completion is awaited as the client's is
                         // (perftest's server runs the same loop).
-                        let since = Instant::now();
+                        let mut since = None;
                         let signaled = post(self, answered)?;
                         answered += 1;
-                        while signaled && !reap(self, &mut wcs, &mut rx, WcOpcode::Send)? {
-                            stalled(since)?;
+                        repost(self, &mut done_recvs)?;
+                        while signaled
+                            && !reap(self, &mut wcs, &mut rx, &mut done_recvs, WcOpcode::Send)?
+                        {
+                            stalled(*since.get_or_insert_with(Instant::now))?;
                         }
                         // The idle stall check runs from the echo's completion, not
                         // from its post (a slow completion must not shorten it).
-                        last_progress = Instant::now();
+                        progressed = true;
                     }
                 }
                 Op::Write => {
                     let m = mark(answered);
                     let h = self.half;
-                    let _ = reap(self, &mut wcs, &mut rx, WcOpcode::Send)?;
+                    let _ = reap(self, &mut wcs, &mut rx, &mut done_recvs, WcOpcode::Send)?;
                     if self.mr.with(|b| b[h + size - 1]) == m {
                         self.mr.write(size - 1, &[m]);
                         post(self, answered)?;
                         answered += 1;
-                        last_progress = Instant::now();
+                        progressed = true;
                     }
                 }
                 _ => {
@@ -473,11 +500,14 @@ impl Bench for Rdma {
                     break;
                 }
             }
-            if target.is_none() {
-                stalled(last_progress)?;
+            if progressed {
+                idle_since = None;
+            } else if target.is_none() {
+                stalled(*idle_since.get_or_insert_with(Instant::now))?;
             }
         }
-        let _ = reap(self, &mut wcs, &mut rx, WcOpcode::Send);
+        let _ = reap(self, &mut wcs, &mut rx, &mut done_recvs, WcOpcode::Send);
+        repost(self, &mut done_recvs)?;
         Ok((meter.side(0, rx, 0.0), Vec::new()))
     }
 }
