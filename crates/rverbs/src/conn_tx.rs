@@ -300,26 +300,40 @@ impl ConnTx {
         let sock = self.links[i].sock.as_ref().ok_or(unusable)?;
         sys::set_tx_loop(sock, true).map_err(|_| unusable)?;
         let (mut found, mut sent) = (None, false);
+        let dst = SockAddr::from(SocketAddr::new(local, to_port));
         // Two tries: a socket may hold an error from an ICMP message (the peer's port
         // was closed), which the first send reports instead of sending.
         for _ in 0..2 {
             self.nonce = self.nonce.wrapping_add(1);
             self.probes += 1;
             let probe = probe_datagram(self.nonce);
-            let dst = SockAddr::from(SocketAddr::new(local, to_port));
             if sock.send_to(&probe, &dst).is_err() {
                 continue;
             }
             sent = true;
             found = looped_id(sock, l4, port, to_port, &probe);
-            if found.is_some() {
-                break;
+            if found.is_none() {
+                // Sent, but no copy came back: none will (no second wait).
+                self.no_loop = true;
             }
-            // Sent, but no copy came back.
-            self.no_loop = true;
+            break;
         }
-        if found.is_some() {
+        if let Some(id) = found {
             self.no_loop = false;
+            // A second probe checks the model the prediction rests on: the next
+            // datagram takes the next ID. A kernel that numbers otherwise (a constant
+            // ID, steps of more than one) gets no connected socket.
+            self.nonce = self.nonce.wrapping_add(1);
+            self.probes += 1;
+            let probe = probe_datagram(self.nonce);
+            match sock.send_to(&probe, &dst) {
+                Ok(_) => {
+                    let next = looped_id(sock, l4, port, to_port, &probe);
+                    found = (next == Some(id.wrapping_add(1))).then_some(id.wrapping_add(1));
+                }
+                // Refused (full buffer, pending error): try again with a later batch.
+                Err(_) => (found, sent) = (None, false),
+            }
         }
         let off = sys::set_tx_loop(sock, false);
         // The other copies (one per timestamp kind), and the probes themselves, are of
@@ -591,7 +605,7 @@ mod tests {
             .send(to(local, peer, DEF), &first, &order, &mut ts, &mut scratch)
             .is_some());
         assert_eq!(conn.connected(), 1);
-        assert_eq!(conn.probes, 1, "one probe learns the counter");
+        assert_eq!(conn.probes, 2, "a probe learns the counter, a second confirms it");
         // From here on every sent skb is looped back with its real header.
         let sock = conn.links[0].sock.as_ref().unwrap();
         sys::set_tx_loop(sock, true).unwrap();
@@ -627,11 +641,11 @@ mod tests {
         assert!(conn
             .send(to(local, peer, DEF), &first, &order, &mut ts, &mut scratch)
             .is_some());
-        assert_eq!(conn.probes, before + 1);
+        assert_eq!(conn.probes, before + 2);
         assert_eq!(
             conn.links[0].next_id,
-            Some(old.wrapping_add(2)),
-            "the probe took ID {old}, the datagram after it the next"
+            Some(old.wrapping_add(3)),
+            "the probes took IDs {old} and the next, the datagram after them the next"
         );
     }
 
