@@ -495,8 +495,18 @@ mod tests {
         panic!("no free 127.0.0.x:4791");
     }
 
-    fn peer() -> (Ipv4Addr, UdpSocket) {
-        peer_below(250)
+    /// The set-up of most tests: 127.0.0.1 sending to a fresh peer (its address at most
+    /// 127.0.0.`top`), an empty `ConnTx` and send scratch.
+    fn rig(top: u8) -> (IpAddr, IpAddr, UdpSocket, ConnTx, sys::SendScratch) {
+        let (peer_ip, peer_sock) = peer_below(top);
+        let (local, peer) = (IpAddr::V4(Ipv4Addr::LOCALHOST), IpAddr::V4(peer_ip));
+        (
+            local,
+            peer,
+            peer_sock,
+            ConnTx::default(),
+            sys::SendScratch::default(),
+        )
     }
 
     /// A packet as the engine hands it over: a BTH (opcode `op`), `n` payload bytes, an
@@ -587,10 +597,7 @@ mod tests {
 
     #[test]
     fn sends_carry_the_icrc_of_their_real_ipv4_header() {
-        let (peer_ip, peer_sock) = peer();
-        let (local, peer) = (IpAddr::V4(Ipv4Addr::LOCALHOST), IpAddr::V4(peer_ip));
-        let mut conn = ConnTx::default();
-        let mut scratch = sys::SendScratch::default();
+        let (local, peer, peer_sock, mut conn, mut scratch) = rig(250);
         // A single datagram, a train of three (24, 24, 20 bytes) and another single.
         let mut ts = vec![
             packet(local, peer, 0x04, 8, 1),
@@ -605,7 +612,10 @@ mod tests {
             .send(to(local, peer, DEF), &first, &order, &mut ts, &mut scratch)
             .is_some());
         assert_eq!(conn.connected(), 1);
-        assert_eq!(conn.probes, 2, "a probe learns the counter, a second confirms it");
+        assert_eq!(
+            conn.probes, 2,
+            "a probe learns the counter, a second confirms it"
+        );
         // From here on every sent skb is looped back with its real header.
         let sock = conn.links[0].sock.as_ref().unwrap();
         sys::set_tx_loop(sock, true).unwrap();
@@ -651,10 +661,7 @@ mod tests {
 
     #[test]
     fn a_link_per_ttl_and_tos_sends_with_them() {
-        let (peer_ip, peer_sock) = peer();
-        let (local, peer) = (IpAddr::V4(Ipv4Addr::LOCALHOST), IpAddr::V4(peer_ip));
-        let mut conn = ConnTx::default();
-        let mut scratch = sys::SendScratch::default();
+        let (local, peer, peer_sock, mut conn, mut scratch) = rig(250);
         let hop1 = Meta {
             hop_limit: 1,
             traffic_class: 0x10,
@@ -701,10 +708,7 @@ mod tests {
     #[test]
     fn a_refused_send_relearns_the_counter() {
         // (Its address is freed and taken again: away from the other tests' range.)
-        let (peer_ip, peer_sock) = peer_below(180);
-        let (local, peer) = (IpAddr::V4(Ipv4Addr::LOCALHOST), IpAddr::V4(peer_ip));
-        let mut conn = ConnTx::default();
-        let mut scratch = sys::SendScratch::default();
+        let (local, peer, peer_sock, mut conn, mut scratch) = rig(180);
         let mut ts = vec![packet(local, peer, 0x04, 8, 1)];
         let one = [msg(peer, 0, &[24])];
         assert!(conn
@@ -757,10 +761,7 @@ mod tests {
     #[test]
     fn no_datagram_leaves_after_a_refused_one() {
         // (Its address is freed and taken again: away from the other tests' ranges.)
-        let (peer_ip, peer_sock) = peer_below(150);
-        let (local, peer) = (IpAddr::V4(Ipv4Addr::LOCALHOST), IpAddr::V4(peer_ip));
-        let mut conn = ConnTx::default();
-        let mut scratch = sys::SendScratch::default();
+        let (local, peer, peer_sock, mut conn, mut scratch) = rig(150);
         let mut one = vec![packet(local, peer, 0x04, 8, 1)];
         let single = [msg(peer, 0, &[24])];
         assert!(conn
@@ -828,10 +829,7 @@ mod tests {
 
     #[test]
     fn a_socket_that_refuses_its_probes_is_given_up_only_after_several() {
-        let (peer_ip, _peer_sock) = peer();
-        let (local, peer) = (IpAddr::V4(Ipv4Addr::LOCALHOST), IpAddr::V4(peer_ip));
-        let mut conn = ConnTx::default();
-        let mut scratch = sys::SendScratch::default();
+        let (local, peer, _peer_sock, mut conn, mut scratch) = rig(250);
         let mut ts = vec![packet(local, peer, 0x04, 8, 1)];
         let one = [msg(peer, 0, &[24])];
         assert!(conn
@@ -858,7 +856,7 @@ mod tests {
 
     #[test]
     fn sockets_are_made_only_in_the_devices_namespace() {
-        let (peer_ip, _peer_sock) = peer();
+        let (peer_ip, _peer_sock) = peer_below(250);
         let (local, peer) = (IpAddr::V4(Ipv4Addr::LOCALHOST), IpAddr::V4(peer_ip));
         let mut scratch = sys::SendScratch::default();
         let mut ts = vec![packet(local, peer, 0x04, 8, 1)];
@@ -911,7 +909,7 @@ mod tests {
 
     #[test]
     fn without_looped_copies_ipv4_peers_use_the_unconnected_socket() {
-        let (peer_ip, _peer_sock) = peer();
+        let (peer_ip, _peer_sock) = peer_below(250);
         let (local, peer) = (IpAddr::V4(Ipv4Addr::LOCALHOST), IpAddr::V4(peer_ip));
         let mut conn = ConnTx {
             no_loop: true,
