@@ -106,8 +106,9 @@ impl PcapWriter {
                 };
                 repr(id).emit(&mut ipv4::Ipv4Packet::new_unchecked(&mut pkt[..]));
                 self.udp(&mut pkt[ipv4::HEADER_LEN..], ports, payload);
-                // Sent packets carry ID 0 (DF, unconnected socket); for received ones the
-                // real ID is the one that makes the ICRC verify.
+                // The real ID is the one that makes the ICRC verify: ID 0 for datagrams
+                // from the device's unconnected socket (DF), the connected socket's
+                // count for the others (`conn_tx.rs`), the peer's for received ones.
                 let (h, rest) = pkt.split_at(ipv4::HEADER_LEN);
                 if let Ok(Some(found)) =
                     icrc::recover_ipv4_id(h, &rest[..udp::HEADER_LEN], &rest[udp::HEADER_LEN..])
