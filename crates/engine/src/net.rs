@@ -187,9 +187,24 @@ pub(crate) fn fill_icrc_for_cached(
     if roce_v1 {
         return fill_icrc_for(true, src, dst, src_port, payload);
     }
+    fill_icrc_cached(cache, src, dst, 0, src_port, payload);
+}
+
+/// [`fill_icrc`] for a datagram that leaves with IPv4 Identification `ipv4_id` (a
+/// connected socket numbers its datagrams; unused for IPv6), continuing from `cache`'s
+/// CRC state for the packet's masked IP and UDP headers ([`icrc::compute_addrs_cached`]).
+pub fn fill_icrc_cached(
+    cache: &mut icrc::PrefixCache,
+    src: IpAddr,
+    dst: IpAddr,
+    ipv4_id: u16,
+    src_port: u16,
+    payload: &mut [u8],
+) {
     let n = payload.len().saturating_sub(icrc::ICRC_LEN);
     // As in `fill_icrc`: our own layouts always hold a BTH; a failure leaves a zero ICRC.
-    let crc = icrc::compute_addrs_cached(cache, src, dst, 0, src_port, &payload[..n]).unwrap_or(0);
+    let crc =
+        icrc::compute_addrs_cached(cache, src, dst, ipv4_id, src_port, &payload[..n]).unwrap_or(0);
     payload[n..].copy_from_slice(&crc.to_le_bytes());
 }
 

@@ -1,6 +1,6 @@
-//! Connected send sockets: one UDP socket per (local address, peer address), connected
-//! to the peer's port 4791, through which [`crate::context::Shared`]'s batched sends
-//! leave.
+//! Connected send sockets: one UDP socket per (local address, peer address, TTL / hop
+//! limit, TOS / traffic class), connected to the peer's port 4791, through which
+//! [`crate::context::Shared`]'s batched sends leave.
 //!
 //! **Why.** `sendmsg` on an unconnected socket looks the route up for every datagram;
 //! a connected socket keeps it. On loopback that is 0.4 µs of kernel time per
@@ -27,6 +27,7 @@
 //! IPv6 has no Identification: its connected sockets need no probe.
 
 use crate::sys;
+use rverbs_engine::net::fill_icrc_cached;
 use rverbs_engine::Transmit;
 use rverbs_wire::icrc;
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
@@ -118,7 +119,8 @@ pub(crate) struct ConnTx {
     cache: icrc::PrefixCache,
     /// Told apart from a stale probe that came back after its sender gave up.
     nonce: u64,
-    /// Probes sent (each learns one socket's IPv4 counter), for tests and counters.
+    /// Probe datagrams sent (two learn and check one socket's IPv4 counter); read by
+    /// the tests.
     pub(crate) probes: u64,
     /// A probe's copy never came back (the kernel does not loop sent data back to this
     /// process: `net.core.tstamp_allow_data` = 0 without CAP_NET_RAW): IPv4 peers get
@@ -219,20 +221,14 @@ impl ConnTx {
         for (j, m) in msgs.iter().enumerate() {
             let id = first_id.wrapping_add(j as u16);
             for k in 0..m.count {
-                let p = &mut ts[order[m.first + k]].payload[..];
-                let n = p.len().saturating_sub(icrc::ICRC_LEN);
-                // Our own layouts always hold a BTH; a failure leaves a zero ICRC (a
-                // dropped packet), as `fill_icrc` does.
-                let crc = icrc::compute_addrs_cached(
+                fill_icrc_cached(
                     &mut self.cache,
                     local,
                     peer,
                     id.wrapping_add(k as u16),
                     port,
-                    &p[..n],
-                )
-                .unwrap_or(0);
-                p[n..].copy_from_slice(&crc.to_le_bytes());
+                    &mut ts[order[m.first + k]].payload,
+                );
             }
         }
     }
@@ -241,11 +237,7 @@ impl ConnTx {
     /// port 4791, IPv4 ID 0 (DF), as [`rverbs_engine::net::fill_icrc`] does, from the
     /// cached header prefix.
     pub(crate) fn fill_unconnected(&mut self, t: &mut Transmit) {
-        let p = &mut t.payload[..];
-        let n = p.len().saturating_sub(icrc::ICRC_LEN);
-        let crc = icrc::compute_addrs_cached(&mut self.cache, t.src, t.dst, 0, ROCE_PORT, &p[..n])
-            .unwrap_or(0);
-        p[n..].copy_from_slice(&crc.to_le_bytes());
+        fill_icrc_cached(&mut self.cache, t.src, t.dst, 0, ROCE_PORT, &mut t.payload);
     }
 
     /// The index of `peer`'s link from `local`, set up on first use; `None` when it

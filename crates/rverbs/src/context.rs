@@ -122,6 +122,12 @@ impl PollBatch {
     }
 }
 
+/// The packets of `msgs` (indices into the batch, through `order`), in order.
+fn packets<'a>(msgs: &'a [sys::Outgoing], order: &'a [usize]) -> impl Iterator<Item = usize> + 'a {
+    msgs.iter()
+        .flat_map(move |m| order[m.first..m.first + m.count].iter().copied())
+}
+
 /// A device's sockets: its addresses' and its multicast groups'.
 pub(crate) type SocketList = Vec<(IpAddr, Arc<Socket>)>;
 
@@ -451,10 +457,8 @@ impl Shared {
                 let rest = &run[done..];
                 if !rest.is_empty() {
                     if self.fills_icrc {
-                        for m in rest {
-                            for &k in &order[m.first..m.first + m.count] {
-                                conn.fill_unconnected(&mut ts[k]);
-                            }
+                        for k in packets(rest, order) {
+                            conn.fill_unconnected(&mut ts[k]);
                         }
                     }
                     if meta.is_default() {
@@ -468,20 +472,17 @@ impl Shared {
                     } else {
                         // One by one, each with its TTL / TOS control messages. A
                         // send error is a lost packet, as in `send_raw`.
-                        for m in rest {
-                            for &k in &order[m.first..m.first + m.count] {
-                                let _ = sys::send_with_meta(sock, &ts[k].payload, dst, ip_meta);
-                            }
+                        for k in packets(rest, order) {
+                            let _ = sys::send_with_meta(sock, &ts[k].payload, dst, ip_meta);
                         }
                     }
                 }
                 if self.pcap.is_some() {
                     // As sent: from this socket's address and the port it left from.
-                    let meta = ip_meta;
                     for (j, m) in run.iter().enumerate() {
                         let port = if j < done { port } else { ROCE_PORT };
-                        for &k in &order[m.first..m.first + m.count] {
-                            self.record(*addr, ts[k].dst, port, meta, &ts[k].payload);
+                        for k in packets(std::slice::from_ref(m), order) {
+                            self.record(*addr, ts[k].dst, port, ip_meta, &ts[k].payload);
                         }
                     }
                 }
