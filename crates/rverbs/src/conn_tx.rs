@@ -132,6 +132,10 @@ pub(crate) struct ConnTx {
     /// would send into that thread's namespace (where the same loopback addresses
     /// exist).
     netns: Option<(u64, u64)>,
+    /// Tests: one more datagram leaves between the two probes, as if the kernel
+    /// numbered in steps of two.
+    #[cfg(test)]
+    skew_probes: bool,
 }
 
 impl ConnTx {
@@ -318,6 +322,10 @@ impl ConnTx {
             self.nonce = self.nonce.wrapping_add(1);
             self.probes += 1;
             let probe = probe_datagram(self.nonce);
+            #[cfg(test)]
+            if self.skew_probes {
+                let _ = sock.send_to(&probe_datagram(0), &dst);
+            }
             match sock.send_to(&probe, &dst) {
                 Ok(_) => {
                     let next = looped_id(sock, l4, port, to_port, &probe);
@@ -940,6 +948,25 @@ mod tests {
         }
         assert_eq!(connected, MAX_CONNECTED);
         assert_eq!(conn.connected(), MAX_CONNECTED);
+    }
+
+    #[test]
+    fn a_counter_that_does_not_step_by_one_gets_no_socket() {
+        let (local, peer, _peer_sock, mut conn, mut scratch) = rig(250);
+        conn.skew_probes = true;
+        let mut ts = vec![packet(local, peer, 0x04, 8, 1)];
+        let before = ts[0].payload.clone();
+        let one = [msg(peer, 0, &[24])];
+        assert!(conn
+            .send(to(local, peer, DEF), &one, &[0], &mut ts, &mut scratch)
+            .is_none());
+        assert_eq!(ts[0].payload, before, "nothing rewritten");
+        assert_eq!((conn.probes, conn.links.len(), conn.connected()), (2, 1, 0));
+        // Given up: no further probe for this path.
+        assert!(conn
+            .send(to(local, peer, DEF), &one, &[0], &mut ts, &mut scratch)
+            .is_none());
+        assert_eq!(conn.probes, 2);
     }
 
     #[test]
