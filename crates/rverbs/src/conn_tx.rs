@@ -476,6 +476,36 @@ mod tests {
         Path { local, peer, meta }
     }
 
+    /// Sends one 8-byte SEND ONLY from `local` to `peer` (default TTL and TOS) through
+    /// `conn`.
+    fn send_one(
+        conn: &mut ConnTx,
+        scratch: &mut sys::SendScratch,
+        local: IpAddr,
+        peer: IpAddr,
+    ) -> Option<(u16, usize)> {
+        let mut ts = vec![packet(local, peer, 0x04, 8, 1)];
+        let one = [msg(peer, 0, &[24])];
+        conn.send(to(local, peer, DEF), &one, &[0], &mut ts, scratch)
+    }
+
+    /// Checks that `conn` refuses a packet from `local` to `peer` (the caller sends it
+    /// through the unconnected socket) without rewriting it.
+    fn assert_goes_unconnected(
+        conn: &mut ConnTx,
+        scratch: &mut sys::SendScratch,
+        local: IpAddr,
+        peer: IpAddr,
+    ) {
+        let mut ts = vec![packet(local, peer, 0x04, 8, 1)];
+        let before = ts[0].payload.clone();
+        let one = [msg(peer, 0, &[24])];
+        assert!(conn
+            .send(to(local, peer, DEF), &one, &[0], &mut ts, scratch)
+            .is_none());
+        assert_eq!(ts[0].payload, before, "nothing rewritten");
+    }
+
     const DEF: Meta = Meta {
         hop_limit: 64,
         traffic_class: 0,
@@ -671,9 +701,7 @@ mod tests {
         assert!(conn
             .send(to(local, peer, hop1), &one, &[0], &mut ts, &mut scratch)
             .is_some());
-        assert!(conn
-            .send(to(local, peer, DEF), &one, &[0], &mut ts, &mut scratch)
-            .is_some());
+        assert!(send_one(&mut conn, &mut scratch, local, peer).is_some());
         assert_eq!(conn.connected(), 2, "one socket per (peer, TTL, TOS)");
         let i = conn.links.iter().position(|l| l.meta == hop1).unwrap();
         sys::set_tx_loop(conn.links[i].sock.as_ref().unwrap(), true).unwrap();
@@ -709,19 +737,13 @@ mod tests {
     fn a_refused_send_relearns_the_counter() {
         // (Its address is freed and taken again: away from the other tests' range.)
         let (local, peer, peer_sock, mut conn, mut scratch) = rig(180);
-        let mut ts = vec![packet(local, peer, 0x04, 8, 1)];
-        let one = [msg(peer, 0, &[24])];
-        assert!(conn
-            .send(to(local, peer, DEF), &one, &[0], &mut ts, &mut scratch)
-            .is_some());
+        assert!(send_one(&mut conn, &mut scratch, local, peer).is_some());
         // The peer goes away: the next datagram draws an ICMP port unreachable, and
         // the send after it is refused (ECONNREFUSED) without taking an ID.
         drop(peer_sock);
         let mut refused = false;
         for _ in 0..20 {
-            assert!(conn
-                .send(to(local, peer, DEF), &one, &[0], &mut ts, &mut scratch)
-                .is_some());
+            assert!(send_one(&mut conn, &mut scratch, local, peer).is_some());
             if conn.links[0].next_id.is_none() {
                 refused = true;
                 break;
@@ -734,16 +756,12 @@ mod tests {
         let sock = conn.links[0].sock.as_ref().unwrap();
         sys::set_tx_loop(sock, true).unwrap();
         // (The probe turns the loop-back off when it is done; turn it on again after.)
-        assert!(conn
-            .send(to(local, peer, DEF), &one, &[0], &mut ts, &mut scratch)
-            .is_some());
+        assert!(send_one(&mut conn, &mut scratch, local, peer).is_some());
         assert!(conn.probes > probes);
         let sock = conn.links[0].sock.as_ref().unwrap();
         sys::set_tx_loop(sock, true).unwrap();
         let predicted = conn.links[0].next_id.unwrap();
-        assert!(conn
-            .send(to(local, peer, DEF), &one, &[0], &mut ts, &mut scratch)
-            .is_some());
+        assert!(send_one(&mut conn, &mut scratch, local, peer).is_some());
         let got = looped(&conn, local, peer);
         assert_eq!(got[0].0, predicted);
         check_icrc(got[0].0, &got[0].1, &got[0].2, 24);
@@ -832,9 +850,7 @@ mod tests {
         let (local, peer, _peer_sock, mut conn, mut scratch) = rig(250);
         let mut ts = vec![packet(local, peer, 0x04, 8, 1)];
         let one = [msg(peer, 0, &[24])];
-        assert!(conn
-            .send(to(local, peer, DEF), &one, &[0], &mut ts, &mut scratch)
-            .is_some());
+        assert!(send_one(&mut conn, &mut scratch, local, peer).is_some());
         // From now on the socket refuses every datagram (EPIPE), as a full send buffer
         // refuses them for a while; the counter must be learned again.
         let sock = conn.links[0].sock.as_ref().unwrap();
@@ -848,9 +864,7 @@ mod tests {
             );
             assert_eq!(conn.connected(), 1, "kept after {n} refused probes");
         }
-        assert!(conn
-            .send(to(local, peer, DEF), &one, &[0], &mut ts, &mut scratch)
-            .is_none());
+        assert_goes_unconnected(&mut conn, &mut scratch, local, peer);
         assert_eq!(conn.connected(), 0, "given up");
     }
 
@@ -859,16 +873,12 @@ mod tests {
         let (peer_ip, _peer_sock) = peer_below(250);
         let (local, peer) = (IpAddr::V4(Ipv4Addr::LOCALHOST), IpAddr::V4(peer_ip));
         let mut scratch = sys::SendScratch::default();
-        let mut ts = vec![packet(local, peer, 0x04, 8, 1)];
-        let one = [msg(peer, 0, &[24])];
         // A device of another namespace (no namespace has device and inode 0).
         let mut conn = ConnTx {
             netns: Some((0, 0)),
             ..ConnTx::default()
         };
-        assert!(conn
-            .send(to(local, peer, DEF), &one, &[0], &mut ts, &mut scratch)
-            .is_none());
+        assert_goes_unconnected(&mut conn, &mut scratch, local, peer);
         assert_eq!(
             (conn.links.len(), conn.probes),
             (0, 0),
@@ -877,9 +887,7 @@ mod tests {
         // Back on a thread of the device's namespace, the socket is made.
         conn.netns = current_netns();
         assert!(conn.netns.is_some());
-        assert!(conn
-            .send(to(local, peer, DEF), &one, &[0], &mut ts, &mut scratch)
-            .is_some());
+        assert!(send_one(&mut conn, &mut scratch, local, peer).is_some());
         assert_eq!(conn.connected(), 1);
     }
 
@@ -892,18 +900,10 @@ mod tests {
             IpAddr::V6(std::net::Ipv6Addr::LOCALHOST),
             IpAddr::V4(Ipv4Addr::LOCALHOST),
         );
-        let mut ts = vec![packet(local, peer, 0x04, 8, 1)];
-        let before = ts[0].payload.clone();
-        let one = [msg(peer, 0, &[24])];
-        assert!(conn
-            .send(to(local, peer, DEF), &one, &[0], &mut ts, &mut scratch)
-            .is_none());
-        assert_eq!(ts[0].payload, before, "nothing rewritten");
+        assert_goes_unconnected(&mut conn, &mut scratch, local, peer);
         assert_eq!(conn.connected(), 0);
         // Asked again, it does not try again.
-        assert!(conn
-            .send(to(local, peer, DEF), &one, &[0], &mut ts, &mut scratch)
-            .is_none());
+        assert_goes_unconnected(&mut conn, &mut scratch, local, peer);
         assert_eq!(conn.links.len(), 1);
     }
 
@@ -916,11 +916,7 @@ mod tests {
             ..ConnTx::default()
         };
         let mut scratch = sys::SendScratch::default();
-        let mut ts = vec![packet(local, peer, 0x04, 8, 1)];
-        let one = [msg(peer, 0, &[24])];
-        assert!(conn
-            .send(to(local, peer, DEF), &one, &[0], &mut ts, &mut scratch)
-            .is_none());
+        assert_goes_unconnected(&mut conn, &mut scratch, local, peer);
         assert_eq!(
             (conn.probes, conn.links.len()),
             (0, 0),
@@ -954,18 +950,10 @@ mod tests {
     fn a_counter_that_does_not_step_by_one_gets_no_socket() {
         let (local, peer, _peer_sock, mut conn, mut scratch) = rig(250);
         conn.skew_probes = true;
-        let mut ts = vec![packet(local, peer, 0x04, 8, 1)];
-        let before = ts[0].payload.clone();
-        let one = [msg(peer, 0, &[24])];
-        assert!(conn
-            .send(to(local, peer, DEF), &one, &[0], &mut ts, &mut scratch)
-            .is_none());
-        assert_eq!(ts[0].payload, before, "nothing rewritten");
+        assert_goes_unconnected(&mut conn, &mut scratch, local, peer);
         assert_eq!((conn.probes, conn.links.len(), conn.connected()), (2, 1, 0));
         // Given up: no further probe for this path.
-        assert!(conn
-            .send(to(local, peer, DEF), &one, &[0], &mut ts, &mut scratch)
-            .is_none());
+        assert_goes_unconnected(&mut conn, &mut scratch, local, peer);
         assert_eq!(conn.probes, 2);
     }
 
