@@ -647,6 +647,8 @@ pub(crate) struct Outgoing {
 /// reused from call to call (no allocation per batch).
 #[derive(Default)]
 pub(crate) struct SendScratch {
+    /// A small train gathered into one buffer (see [`send_batch`]).
+    gather: Vec<u8>,
     addrs: Vec<socket2::SockAddr>,
     iovs: Vec<libc::iovec>,
     control: Vec<[u64; 4]>,
@@ -658,6 +660,10 @@ pub(crate) struct SendScratch {
 // returns, so no pointer outlives the buffers it points at, and the scratch may move
 // to (and be used from) another thread.
 unsafe impl Send for SendScratch {}
+
+/// Most datagrams and bytes of a train [`send_batch`] gathers into one buffer.
+const GATHER_MAX_COUNT: usize = 8;
+const GATHER_MAX_BYTES: usize = 512;
 
 /// Sends with `sendmmsg(2)` (as many calls as the kernel needs); `buf(i)` is the i-th
 /// buffer of the batch. A message the kernel refuses (no route, buffer full) is
@@ -704,6 +710,7 @@ pub(crate) fn send_batch<'b>(
     // SAFETY (for CMSG_SPACE/CMSG_LEN): pure arithmetic on the length given.
     let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<u16>() as u32) } as usize;
     let SendScratch {
+        gather,
         addrs,
         iovs,
         control,
@@ -717,14 +724,39 @@ pub(crate) fn send_batch<'b>(
             addrs.extend(chunk.iter().map(|m| socket2::SockAddr::from(m.dst)));
         }
         iovs.clear();
-        for m in chunk {
-            iovs.extend((m.first..m.first + m.count).map(|i| {
-                let b = buf(i);
-                libc::iovec {
-                    iov_base: b.as_ptr() as *mut libc::c_void,
-                    iov_len: b.len(),
+        // One small train (a reply with the ACK behind it): one buffer, which the
+        // kernel copies in one piece, instead of an iovec per datagram.
+        let gathered = match chunk {
+            [m] if m.count > 1
+                && m.count <= GATHER_MAX_COUNT
+                && (m.first..m.first + m.count)
+                    .map(|i| buf(i).len())
+                    .sum::<usize>()
+                    <= GATHER_MAX_BYTES =>
+            {
+                gather.clear();
+                for i in m.first..m.first + m.count {
+                    gather.extend_from_slice(buf(i));
                 }
-            }));
+                true
+            }
+            _ => false,
+        };
+        if gathered {
+            iovs.push(libc::iovec {
+                iov_base: gather.as_ptr() as *mut libc::c_void,
+                iov_len: gather.len(),
+            });
+        } else {
+            for m in chunk {
+                iovs.extend((m.first..m.first + m.count).map(|i| {
+                    let b = buf(i);
+                    libc::iovec {
+                        iov_base: b.as_ptr() as *mut libc::c_void,
+                        iov_len: b.len(),
+                    }
+                }));
+            }
         }
         if control.len() < chunk.len() {
             control.resize(chunk.len(), [0u64; 4]);
@@ -740,8 +772,9 @@ pub(crate) fn send_batch<'b>(
                 mh.msg_namelen = addrs[i].len();
             }
             mh.msg_iov = iovs[at..].as_mut_ptr();
-            mh.msg_iovlen = m.count as _;
-            at += m.count;
+            let n = if gathered { 1 } else { m.count };
+            mh.msg_iovlen = n as _;
+            at += n;
             if m.segment > 0 {
                 mh.msg_control = control[i].as_mut_ptr().cast();
                 mh.msg_controllen = space as _;
@@ -761,13 +794,26 @@ pub(crate) fn send_batch<'b>(
         // own `count` iovecs (in bounds of `iovs`, which is not resized until the call
         // returns) over live byte slices (read only by the kernel) and at a live
         // control buffer; all outlive the call.
-        let rc = unsafe {
-            libc::sendmmsg(
-                fd.as_raw_fd(),
-                hdrs.as_mut_ptr(),
-                hdrs.len() as libc::c_uint,
-                libc::MSG_DONTWAIT,
-            )
+        let rc = if let [h] = &hdrs[..] {
+            // One message: `sendmsg` spares the kernel sendmmsg's loop and the
+            // write-back of the message length.
+            // SAFETY: as above, for the one header.
+            let len = unsafe { libc::sendmsg(fd.as_raw_fd(), &h.msg_hdr, libc::MSG_DONTWAIT) };
+            if len >= 0 {
+                1
+            } else {
+                -1
+            }
+        } else {
+            // SAFETY: see above.
+            unsafe {
+                libc::sendmmsg(
+                    fd.as_raw_fd(),
+                    hdrs.as_mut_ptr(),
+                    hdrs.len() as libc::c_uint,
+                    libc::MSG_DONTWAIT,
+                )
+            }
         };
         // rc < 0: the first message failed; skip it. Otherwise rc were sent.
         sent += rc.max(0) as usize;
