@@ -1152,11 +1152,12 @@ impl Engine {
 
     /// Hands back the buffer of a [`Transmit`] the driver has sent, so a later packet
     /// reuses it instead of allocating (and faulting in) a new one. Optional; at most
-    /// [`SPARE_BUFFERS`] are kept, and larger-than-needed ones are fine.
-    pub fn recycle(&mut self, mut buf: Vec<u8>) {
+    /// [`SPARE_BUFFERS`] are kept, and larger-than-needed ones are fine. The buffer
+    /// keeps its length and bytes: the next packet built in it overwrites every byte
+    /// it uses, so one as long as the last one needs no zeroing.
+    pub fn recycle(&mut self, buf: Vec<u8>) {
         let spare = self.spare.get_mut();
         if spare.len() < SPARE_BUFFERS && buf.capacity() > 0 {
-            buf.clear();
             spare.push(buf);
         }
     }
@@ -1225,6 +1226,6 @@ mod tests {
         }
         let spare = e.spare.get_mut();
         assert_eq!(spare.len(), SPARE_BUFFERS);
-        assert!(spare.iter().all(|b| b.is_empty() && b.capacity() >= 100));
+        assert!(spare.iter().all(|b| b.capacity() >= 100));
     }
 }

@@ -95,6 +95,9 @@ impl Data {
                     dst = rest;
                     off = 0;
                 }
+                // Beyond the segments (never asked for): zeros, not what the buffer
+                // held (packets are built in recycled buffers).
+                dst.fill(0);
             }
         }
     }
