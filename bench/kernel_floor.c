@@ -26,6 +26,10 @@
  *             calls now (crates/rverbs/src/conn_tx.rs). Received as in roce.
  *   conn-ack  as conn, with the ACK segment of roce-ack: every hop of the device's RC
  *             SEND ping-pong with every SEND signaled.
+ *   conn-ack-mt  as conn-ack, from processes that have a second (idle) thread, as an
+ *             rverbs process has (the device's driver thread): the kernel then takes a
+ *             reference on the socket's file for every call (fdget: only a process
+ *             whose file table no other thread shares skips it).
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -44,6 +48,7 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include <pthread.h>
 
 #ifndef UDP_SEGMENT
 #define UDP_SEGMENT 103
@@ -52,7 +57,7 @@
 #define UDP_GRO 104
 #endif
 
-enum mode { TCP, UDP, ROCE, ROCE_ACK, CONN, CONN_ACK };
+enum mode { TCP, UDP, ROCE, ROCE_ACK, CONN, CONN_ACK, CONN_ACK_MT };
 
 /* A side that hears nothing for this long gives up (the other one has died). */
 #define STALL_S 30
@@ -138,7 +143,7 @@ static int udp_socket(enum mode m, int me, int port)
 	} else if (setsockopt(s, SOL_UDP, UDP_GRO, &one, sizeof one)) {
 		die("UDP_GRO");
 	}
-	if (m == CONN || m == CONN_ACK) {
+	if (m == CONN || m == CONN_ACK || m == CONN_ACK_MT) {
 		struct sockaddr_in any = mine;
 		any.sin_port = 0;
 		tx_sock = socket(AF_INET, SOCK_DGRAM, 0);
@@ -150,6 +155,15 @@ static int udp_socket(enum mode m, int me, int port)
 			die("bind/connect (tx)");
 	}
 	return s;
+}
+
+/* conn-ack-mt: a thread that only exists (blocked for good), as a driver thread. */
+static void *idle_thread(void *arg)
+{
+	(void)arg;
+	for (;;)
+		pause();
+	return NULL;
 }
 
 static void send_one(enum mode m, int s, const struct sockaddr_in *peer)
@@ -235,7 +249,8 @@ static void recv_one(enum mode m, int s)
 int main(int argc, char **argv)
 {
 	if (argc < 3) {
-		fprintf(stderr, "usage: %s tcp|udp|roce|roce-ack|conn|conn-ack PORT [ITERS]\n", argv[0]);
+		fprintf(stderr, "usage: %s tcp|udp|roce|roce-ack|conn|conn-ack|conn-ack-mt PORT [ITERS]\n",
+			argv[0]);
 		return 2;
 	}
 	enum mode m;
@@ -251,6 +266,8 @@ int main(int argc, char **argv)
 		m = CONN;
 	else if (!strcmp(argv[1], "conn-ack"))
 		m = CONN_ACK;
+	else if (!strcmp(argv[1], "conn-ack-mt"))
+		m = CONN_ACK_MT;
 	else {
 		fprintf(stderr, "unknown mode %s\n", argv[1]);
 		return 2;
@@ -276,6 +293,11 @@ int main(int argc, char **argv)
 	} else {
 		/* A child that dies before it is ready closes the pipe: EOF, not a hang. */
 		close(ready[1]);
+	}
+	if (m == CONN_ACK_MT) {
+		pthread_t t;
+		if (pthread_create(&t, NULL, idle_thread, NULL))
+			die("pthread_create");
 	}
 	int s = m == TCP ? tcp_socket(me, port) : udp_socket(m, me, port);
 	/* The echoing side's socket exists before the first datagram (UDP has no

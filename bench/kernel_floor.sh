@@ -23,7 +23,7 @@ DUR=${DUR:-2}
 PORT=${PORT:-18960}
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
-"${CC:-gcc}" -O2 -Wall -Wextra -o "$TMP/kernel_floor" bench/kernel_floor.c
+"${CC:-gcc}" -O2 -Wall -Wextra -pthread -o "$TMP/kernel_floor" bench/kernel_floor.c
 
 # rverbs_lat PORT ARGS...: p50 (us, half RTT) of `rverbs perf send lat -s 8`, spin policy.
 # It runs in a command substitution (no errexit, no EXIT trap there), so it checks each
@@ -46,7 +46,7 @@ rverbs_lat() {
     echo "$p50"
 }
 
-modes=(tcp udp conn conn-ack roce roce-ack)
+modes=(tcp udp conn conn-ack conn-ack-mt roce roce-ack)
 declare -A V
 have_rverbs=0
 [[ -x $BIN ]] && have_rverbs=1
@@ -59,8 +59,8 @@ for ((i = 0; i < REPS; i++)); do
         V[$m]="${V[$m]:-} $v"; line+=" $m $v"
     done
     if ((have_rverbs)); then
-        v=$(rverbs_lat $((PORT + 6))); V[rverbs]="${V[rverbs]:-} $v"; line+=" rverbs $v"
-        v=$(rverbs_lat $((PORT + 7)) -Q 100); V[rverbs_q]="${V[rverbs_q]:-} $v"; line+=" rverbs-Q100 $v"
+        v=$(rverbs_lat $((PORT + 7))); V[rverbs]="${V[rverbs]:-} $v"; line+=" rverbs $v"
+        v=$(rverbs_lat $((PORT + 8)) -Q 100); V[rverbs_q]="${V[rverbs_q]:-} $v"; line+=" rverbs-Q100 $v"
     fi
     echo "$line" >&2
 done
@@ -83,6 +83,7 @@ report "TCP, TCP_NODELAY (the baseline of compare.sh)" tcp
 report "UDP, connected send/recv of 24 bytes" udp
 report "UDP, the device's calls (connected send, recvmsg + address)" conn
 report "  the same, the ACK riding as a UDP_SEGMENT segment" conn-ack
+report "    the same, from processes with a second thread (as rverbs)" conn-ack-mt
 report "UDP, unconnected sendto instead (the device until 2026-11)" roce
 report "  the same, with the ACK segment" roce-ack
 if ((have_rverbs)); then

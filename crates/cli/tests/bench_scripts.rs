@@ -42,6 +42,7 @@ fn kernel_floor_script_runs_every_mode() {
         "UDP, connected",
         "UDP, the device's calls (connected",
         "  the same, the ACK riding",
+        "    the same, from processes with a second thread",
         "UDP, unconnected sendto",
         "  the same, with the ACK segment",
         "rverbs RC SEND, every SEND signaled",
@@ -58,7 +59,7 @@ fn build_kernel_floor(name: &str) -> std::path::PathBuf {
     let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
     let bin = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
     let st = Command::new("gcc")
-        .args(["-O2", "-Wall", "-Wextra", "-o"])
+        .args(["-O2", "-Wall", "-Wextra", "-pthread", "-o"])
         .arg(&bin)
         .arg(format!("{root}/bench/kernel_floor.c"))
         .status()
