@@ -83,7 +83,7 @@ report "TCP, TCP_NODELAY (the baseline of compare.sh)" tcp
 report "UDP, connected send/recv of 24 bytes" udp
 report "UDP, the device's calls (connected send, recvmsg + address)" conn
 report "  the same, the ACK riding as a UDP_SEGMENT segment" conn-ack
-report "    the same, from processes with a second thread (as rverbs)" conn-ack-mt
+report "    the same, from processes with two threads (as rverbs)" conn-ack-mt
 report "UDP, unconnected sendto instead (the device until 2026-11)" roce
 report "  the same, with the ACK segment" roce-ack
 if ((have_rverbs)); then

@@ -42,7 +42,7 @@ fn kernel_floor_script_runs_every_mode() {
         "UDP, connected",
         "UDP, the device's calls (connected",
         "  the same, the ACK riding",
-        "    the same, from processes with a second thread",
+        "    the same, from processes with two threads",
         "UDP, unconnected sendto",
         "  the same, with the ACK segment",
         "rverbs RC SEND, every SEND signaled",
