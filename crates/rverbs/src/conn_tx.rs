@@ -25,6 +25,10 @@
 //! peer's datagrams leave through the unconnected socket, as before.
 //!
 //! IPv6 has no Identification: its connected sockets need no probe.
+//!
+//! **How many.** At most [`MAX_CONNECTED`] paths have a socket; when all are taken, a
+//! new path takes the slot of one unused for [`IDLE_BATCHES`] send batches (closing
+//! its socket), and otherwise sends through the unconnected socket.
 
 use crate::sys;
 use rverbs_engine::net::fill_icrc_cached;
@@ -41,6 +45,12 @@ const ROCE_PORT: u16 = 4791;
 /// Most connected sockets one device keeps (a UD QP talking to thousands of peers
 /// sends to the rest through the unconnected socket).
 pub(crate) const MAX_CONNECTED: usize = 64;
+
+/// When all [`MAX_CONNECTED`] slots are taken, a path that has not been used for this
+/// many of the device's send batches gives its slot (and closes its socket) to a new
+/// one. Paths in use keep theirs: more peers than slots, all active, send the rest
+/// through the unconnected socket rather than make and probe a socket per batch.
+pub(crate) const IDLE_BATCHES: u64 = 4096;
 
 /// How long a probe waits for its own datagram (it comes back over loopback at once).
 const PROBE_WAIT: Duration = Duration::from_millis(50);
@@ -62,6 +72,8 @@ struct Link {
     next_id: Option<u16>,
     /// Probes in a row that could not be sent (see [`REFUSED_PROBES`]).
     refused_probes: u8,
+    /// [`ConnTx::batches`] when the path was last sent along.
+    used: u64,
 }
 
 /// Probes in a row whose datagrams the socket refused (a full send buffer, a pending
@@ -122,6 +134,8 @@ pub(crate) struct ConnTx {
     /// Probe datagrams sent (two learn and check one socket's IPv4 counter); read by
     /// the tests.
     pub(crate) probes: u64,
+    /// Send batches so far (the clock of [`IDLE_BATCHES`]).
+    batches: u64,
     /// A probe's copy never came back (the kernel does not loop sent data back to this
     /// process: `net.core.tstamp_allow_data` = 0 without CAP_NET_RAW): IPv4 peers get
     /// no connected socket, and no probe waits again.
@@ -247,26 +261,36 @@ impl ConnTx {
     /// The index of `peer`'s link from `local`, set up on first use; `None` when it
     /// has no usable socket.
     fn link(&mut self, local: IpAddr, peer: IpAddr, meta: Meta) -> Option<usize> {
+        self.batches += 1;
         if let Some(i) = self
             .links
             .iter()
             .position(|l| l.peer == peer && l.local == local && l.meta == meta)
         {
+            self.links[i].used = self.batches;
             return self.links[i].sock.is_some().then_some(i);
         }
-        if self.links.len() >= MAX_CONNECTED
-            || (peer.is_ipv4() && self.no_loop)
-            || !self.in_device_netns()
-        {
+        if (peer.is_ipv4() && self.no_loop) || !self.in_device_netns() {
             // (A thread in another namespace does not decide for the device's: the
             // link is not recorded, and a thread inside it makes it later.)
             return None;
         }
+        // A free slot, or the longest-idle path's if it has been idle long enough
+        // (its socket closes; used again, it is set up again like a new path).
+        let slot = if self.links.len() < MAX_CONNECTED {
+            None
+        } else {
+            let (j, l) = self.links.iter().enumerate().min_by_key(|(_, l)| l.used)?;
+            if self.batches - l.used < IDLE_BATCHES {
+                return None;
+            }
+            Some(j)
+        };
         let (sock, port) = match connected_socket(local, peer, meta) {
             Ok(x) => (Some(x.0), x.1),
             Err(_) => (None, 0),
         };
-        self.links.push(Link {
+        let link = Link {
             local,
             peer,
             meta,
@@ -274,8 +298,18 @@ impl ConnTx {
             port,
             next_id: None,
             refused_probes: 0,
-        });
-        let i = self.links.len() - 1;
+            used: self.batches,
+        };
+        let i = match slot {
+            Some(j) => {
+                self.links[j] = link;
+                j
+            }
+            None => {
+                self.links.push(link);
+                self.links.len() - 1
+            }
+        };
         self.links[i].sock.is_some().then_some(i)
     }
 
@@ -944,6 +978,74 @@ mod tests {
         }
         assert_eq!(connected, MAX_CONNECTED);
         assert_eq!(conn.connected(), MAX_CONNECTED);
+    }
+
+    /// With every slot taken, a new path gets the slot of one idle for
+    /// `IDLE_BATCHES` batches (its socket closed), never that of a path in use; the
+    /// evicted path, used again, is set up afresh (a new port, a new probe) and its
+    /// packets carry the ICRC of their real header.
+    #[test]
+    fn an_idle_path_gives_its_slot_to_a_new_one() {
+        let (local, hot, hot_sock, mut conn, mut scratch) = rig(250);
+        assert!(send_one(&mut conn, &mut scratch, local, hot).is_some());
+        let hot_port = conn.links[0].port;
+        let idle = |x: u8| IpAddr::V4(Ipv4Addr::new(127, 1, 3, x));
+        // The path that comes back has a listener (no ICMP error refuses its sends).
+        let back = UdpSocket::bind(SocketAddr::new(idle(1), ROCE_PORT)).unwrap();
+        for x in 1..MAX_CONNECTED as u8 {
+            let peer = idle(x);
+            let mut ts = vec![packet(local, peer, 0x04, 8, 1)];
+            let one = [msg(peer, 0, &[24])];
+            assert!(conn
+                .send(to(local, peer, DEF), &one, &[0], &mut ts, &mut scratch)
+                .is_some());
+        }
+        assert_eq!(conn.connected(), MAX_CONNECTED);
+        let newcomer = IpAddr::V4(Ipv4Addr::new(127, 1, 3, 200));
+        let one = [msg(newcomer, 0, &[24])];
+        let try_newcomer = |conn: &mut ConnTx, scratch: &mut sys::SendScratch| {
+            let mut ts = vec![packet(local, newcomer, 0x04, 8, 1)];
+            conn.send(to(local, newcomer, DEF), &one, &[0], &mut ts, scratch)
+        };
+        assert!(
+            try_newcomer(&mut conn, &mut scratch).is_none(),
+            "every path was used within the last IDLE_BATCHES batches"
+        );
+        // The hot path stays busy while the others idle.
+        let mut b = [0u8; 64];
+        for _ in 0..IDLE_BATCHES {
+            assert!(send_one(&mut conn, &mut scratch, local, hot).is_some());
+            hot_sock.recv_from(&mut b).unwrap();
+        }
+        let probes = conn.probes;
+        assert!(try_newcomer(&mut conn, &mut scratch).is_some());
+        assert_eq!(conn.probes, probes + 2, "the new socket was probed");
+        assert_eq!(conn.connected(), MAX_CONNECTED);
+        assert_eq!(conn.links.len(), MAX_CONNECTED);
+        assert!(
+            !conn.links.iter().any(|l| l.peer == idle(1)),
+            "the longest-idle path gave its slot"
+        );
+        let h = conn.links.iter().find(|l| l.peer == hot).unwrap();
+        assert_eq!(h.port, hot_port, "the path in use kept its socket");
+        // The evicted path comes back as a new one (evicting the next idle one), and
+        // what it sends is right on the wire.
+        assert!(send_one(&mut conn, &mut scratch, local, idle(1)).is_some());
+        let i = conn.links.iter().position(|l| l.peer == idle(1)).unwrap();
+        assert!(!conn.links.iter().any(|l| l.peer == idle(2)));
+        sys::set_tx_loop(conn.links[i].sock.as_ref().unwrap(), true).unwrap();
+        let predicted = conn.links[i].next_id.unwrap();
+        assert!(send_one(&mut conn, &mut scratch, local, idle(1)).is_some());
+        // (TX_SCHED and TX_SOFTWARE: the skb may come back twice.)
+        let mut copies = looped(&conn, local, idle(1));
+        copies.dedup_by_key(|(id, _, _)| *id);
+        assert_eq!(copies.len(), 1);
+        let (id, h, body) = &copies[0];
+        assert_eq!(*id, predicted);
+        check_icrc(*id, h, body, 24);
+        for _ in 0..3 {
+            assert_eq!(back.recv_from(&mut b).unwrap().0, 24);
+        }
     }
 
     #[test]
