@@ -1687,14 +1687,16 @@ mod tests {
                     ..whole
                 };
                 let a = qp.transmit(&whole, &av, &ctx);
-                let b = qp.transmit_with(
-                    &split,
-                    len,
-                    |buf| buf.copy_from_slice(&data[..len]),
-                    &av,
-                    &ctx,
-                );
-                assert_eq!(a, b, "{opcode:?} len {len}");
+                let built = || {
+                    qp.transmit_with(
+                        &split,
+                        len,
+                        |buf| buf.copy_from_slice(&data[..len]),
+                        &av,
+                        &ctx,
+                    )
+                };
+                assert_eq!(a, built(), "{opcode:?} len {len}");
                 // A recycled buffer, dirty and larger than needed, gives the same bytes.
                 ctx.spare.borrow_mut().push(vec![0xAA; 4096]);
                 let c = qp.transmit(&whole, &av, &ctx);
@@ -1704,14 +1706,7 @@ mod tests {
                 let mut short = vec![0x55u8; 4096];
                 short.truncate(9);
                 ctx.spare.borrow_mut().push(short);
-                let c = qp.transmit_with(
-                    &split,
-                    len,
-                    |buf| buf.copy_from_slice(&data[..len]),
-                    &av,
-                    &ctx,
-                );
-                assert_eq!(a, c, "{opcode:?} len {len}, short recycled buffer");
+                assert_eq!(a, built(), "{opcode:?} len {len}, short recycled buffer");
                 let mut expect = vec![0u8; whole.buffer_len()];
                 whole.emit(&mut expect).unwrap();
                 let n = expect.len() - 4;
