@@ -791,9 +791,10 @@ pub(crate) fn send_batch<'b>(
             hdrs.push(h);
         }
         // SAFETY: each header points at a live address of the length given, at its
-        // own `count` iovecs (in bounds of `iovs`, which is not resized until the call
-        // returns) over live byte slices (read only by the kernel) and at a live
-        // control buffer; all outlive the call.
+        // own `count` iovecs (one when gathered; in bounds of `iovs`, which is not
+        // resized until the call returns) over live byte slices (the batch's buffers
+        // or `gather`, neither changed until the call returns; read only by the
+        // kernel) and at a live control buffer; all outlive the call.
         let rc = if let [h] = &hdrs[..] {
             // One message: `sendmsg` spares the kernel sendmmsg's loop and the
             // write-back of the message length.
