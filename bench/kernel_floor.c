@@ -57,7 +57,12 @@
 #define UDP_GRO 104
 #endif
 
-enum mode { TCP, UDP, ROCE, ROCE_ACK, CONN, CONN_ACK, CONN_ACK_MT };
+/* CONN and every mode after it send through a connected socket (tx_sock). */
+enum mode { TCP, UDP, ROCE, ROCE_ACK, CONN, CONN_ACK, CONN_ACK_MT, N_MODES };
+/* The command-line names, by mode. */
+static const char *const mode_names[N_MODES] = {
+	"tcp", "udp", "roce", "roce-ack", "conn", "conn-ack", "conn-ack-mt",
+};
 
 /* A side that hears nothing for this long gives up (the other one has died). */
 #define STALL_S 30
@@ -143,7 +148,7 @@ static int udp_socket(enum mode m, int me, int port)
 	} else if (setsockopt(s, SOL_UDP, UDP_GRO, &one, sizeof one)) {
 		die("UDP_GRO");
 	}
-	if (m == CONN || m == CONN_ACK || m == CONN_ACK_MT) {
+	if (m >= CONN) { /* (see enum mode) */
 		struct sockaddr_in any = mine;
 		any.sin_port = 0;
 		tx_sock = socket(AF_INET, SOCK_DGRAM, 0);
@@ -248,28 +253,15 @@ static void recv_one(enum mode m, int s)
 
 int main(int argc, char **argv)
 {
-	if (argc < 3) {
-		fprintf(stderr, "usage: %s tcp|udp|roce|roce-ack|conn|conn-ack|conn-ack-mt PORT [ITERS]\n",
-			argv[0]);
-		return 2;
-	}
-	enum mode m;
-	if (!strcmp(argv[1], "tcp"))
-		m = TCP;
-	else if (!strcmp(argv[1], "udp"))
-		m = UDP;
-	else if (!strcmp(argv[1], "roce"))
-		m = ROCE;
-	else if (!strcmp(argv[1], "roce-ack"))
-		m = ROCE_ACK;
-	else if (!strcmp(argv[1], "conn"))
-		m = CONN;
-	else if (!strcmp(argv[1], "conn-ack"))
-		m = CONN_ACK;
-	else if (!strcmp(argv[1], "conn-ack-mt"))
-		m = CONN_ACK_MT;
-	else {
-		fprintf(stderr, "unknown mode %s\n", argv[1]);
+	int m = -1;
+	for (int k = 0; argc >= 3 && k < N_MODES; k++)
+		if (!strcmp(argv[1], mode_names[k]))
+			m = k;
+	if (m < 0) {
+		fprintf(stderr, "usage: %s MODE PORT [ITERS]; MODE:", argv[0]);
+		for (int k = 0; k < N_MODES; k++)
+			fprintf(stderr, " %s", mode_names[k]);
+		fprintf(stderr, "\n");
 		return 2;
 	}
 	int port = atoi(argv[2]);
