@@ -256,9 +256,8 @@ fn completed_requests_are_freed_by_reclaim_and_stay_bounded_without_it() {
 }
 
 /// INLINE data is copied when the request is posted: the source may change at once.
-/// Sizes on both sides of the in-place limit (64 bytes held in the work request,
-/// longer ones in a shared buffer), and one that needs two packets (MTU 256) and is
-/// read from that copy once per packet.
+/// Sizes from 1 to 400 bytes; the 400-byte one needs two packets (MTU 256), each read
+/// from that copy.
 #[test]
 fn rc_inline_send_copies_at_post() {
     let mut sim = Sim::new(2, false, LinkConfig::default(), 11);

@@ -27,8 +27,8 @@
 //! IPv6 has no Identification: its connected sockets need no probe.
 //!
 //! **How many.** At most [`MAX_CONNECTED`] paths have a socket; when all are taken, a
-//! new path takes the slot of one unused for [`IDLE_BATCHES`] send batches (closing
-//! its socket), and otherwise sends through the unconnected socket.
+//! new path takes the slot of one unused for [`IDLE_BATCHES`] sends (closing its
+//! socket), and otherwise sends through the unconnected socket.
 
 use crate::sys;
 use rverbs_engine::net::fill_icrc_cached;
@@ -47,8 +47,8 @@ const ROCE_PORT: u16 = 4791;
 pub(crate) const MAX_CONNECTED: usize = 64;
 
 /// When all [`MAX_CONNECTED`] slots are taken, a path that has not been used for this
-/// many of the device's send batches gives its slot (and closes its socket) to a new
-/// one. Paths in use keep theirs: more peers than slots, all active, send the rest
+/// many sends (one per path a flush sends along, [`ConnTx::send`]) gives its slot
+/// (and closes its socket) to a new one. Paths in use keep theirs: more peers than slots, all active, send the rest
 /// through the unconnected socket rather than make and probe a socket per batch.
 pub(crate) const IDLE_BATCHES: u64 = 4096;
 
@@ -134,7 +134,7 @@ pub(crate) struct ConnTx {
     /// Probe datagrams sent (two learn and check one socket's IPv4 counter); read by
     /// the tests.
     pub(crate) probes: u64,
-    /// Send batches so far (the clock of [`IDLE_BATCHES`]).
+    /// Calls of [`ConnTx::send`] so far (the clock of [`IDLE_BATCHES`]).
     batches: u64,
     /// A probe's copy never came back (the kernel does not loop sent data back to this
     /// process: `net.core.tstamp_allow_data` = 0 without CAP_NET_RAW): IPv4 peers get

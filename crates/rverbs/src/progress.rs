@@ -16,11 +16,12 @@
 //!
 //! **Deferred acknowledgements.** What the engine answers to datagrams received on
 //! an application thread (ACKs, mostly) leaves with the application's next verb — a
-//! ping-pong's reply then carries its ACK in the same `sendmmsg` (on the loopback
+//! ping-pong's reply then carries its ACK in the same system call (on the loopback
 //! device in the same `UDP_SEGMENT` buffer, the ACK as its last segment, which the
-//! receiver handles first), and the peer wakes once instead of twice — or, when the poll found no completion, at once. If the
-//! application makes no further call, the driver thread sends it when it next looks
-//! (it sleeps at most [`DEFER_NS`] while it knows of one, and at most the stand-off
+//! receiver handles first), and the peer wakes once instead of twice — or, when the
+//! poll found no completion, at once. If the application makes no further call, the
+//! driver thread sends it when it next looks (it sleeps at most [`DEFER_NS`] while it
+//! knows of one — rounded up to `poll(2)`'s millisecond — and at most the stand-off
 //! otherwise). ACKs are cumulative (IBTA 9.7.5.1.1 allows coalescing them), so a
 //! late ACK only delays the requester's completions, never loses anything.
 //!

@@ -665,8 +665,9 @@ unsafe impl Send for SendScratch {}
 const GATHER_MAX_COUNT: usize = 8;
 const GATHER_MAX_BYTES: usize = 512;
 
-/// Sends with `sendmmsg(2)` (as many calls as the kernel needs); `buf(i)` is the i-th
-/// buffer of the batch. A message the kernel refuses (no route, buffer full) is
+/// Sends with `sendmmsg(2)` (as many calls as the kernel needs; one datagram with
+/// `sendto`, one train with `sendmsg`, a small one gathered into one buffer); `buf(i)`
+/// is the i-th buffer of the batch. A message the kernel refuses (no route, buffer full) is
 /// skipped: lost packets, which the transport's retransmission covers. Without
 /// `named`, the messages carry no destination (a connected socket's own peer, whose
 /// route the socket keeps; naming it would look the route up again), and the send
