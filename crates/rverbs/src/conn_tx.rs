@@ -812,8 +812,34 @@ mod tests {
 
     #[test]
     fn no_datagram_leaves_after_a_refused_one() {
+        // Three messages (one `sendmmsg`), the first of them refused.
+        refused_batch_leaves_nothing(150, &[msg_at(0, &[24]), msg_at(1, &[24]), msg_at(2, &[24])]);
+    }
+
+    #[test]
+    fn a_refused_train_leaves_nothing() {
+        // One 3-segment train (gathered into one buffer, one `sendmsg`), refused.
+        refused_batch_leaves_nothing(140, &[msg_at(0, &[24, 24, 24])]);
+    }
+
+    /// `msg` to the peer `refused_batch_leaves_nothing` fills in.
+    fn msg_at(first: usize, lens: &[usize]) -> sys::Outgoing {
+        msg(IpAddr::V4(Ipv4Addr::UNSPECIFIED), first, lens)
+    }
+
+    /// With an ICMP error pending on the path's socket, `batch` (3 packets of 24
+    /// bytes) is refused at its first message: none of it leaves the connected
+    /// socket (it would carry ICRCs for guessed IDs), the counter is learned again.
+    fn refused_batch_leaves_nothing(top: u8, batch: &[sys::Outgoing]) {
         // (Its address is freed and taken again: away from the other tests' ranges.)
-        let (local, peer, peer_sock, mut conn, mut scratch) = rig(150);
+        let (local, peer, peer_sock, mut conn, mut scratch) = rig(top);
+        let batch: Vec<_> = batch
+            .iter()
+            .map(|m| sys::Outgoing {
+                dst: SocketAddr::new(peer, ROCE_PORT),
+                ..*m
+            })
+            .collect();
         let mut one = vec![packet(local, peer, 0x04, 8, 1)];
         let single = [msg(peer, 0, &[24])];
         assert!(conn
@@ -833,18 +859,13 @@ mod tests {
             }
         }
         assert!(pending, "an ICMP error is pending on the socket");
-        // The peer is back (the error stays pending): three datagrams in one batch,
-        // every skb that leaves looped back with its real header.
+        // The peer is back (the error stays pending): every skb that leaves is looped
+        // back with its real header.
         let _peer_sock = UdpSocket::bind(SocketAddr::new(peer, ROCE_PORT)).unwrap();
         sys::set_tx_loop(conn.links[0].sock.as_ref().unwrap(), true).unwrap();
         let mut ts: Vec<_> = (0..3)
             .map(|x| packet(local, peer, 0x04, 8, 10 + x))
             .collect();
-        let batch = [
-            msg(peer, 0, &[24]),
-            msg(peer, 1, &[24]),
-            msg(peer, 2, &[24]),
-        ];
         let (port, sent) = conn
             .send(
                 to(local, peer, DEF),
@@ -870,7 +891,7 @@ mod tests {
             let mut h = [0u8; 28];
             h.copy_from_slice(&ip[..28]);
             let id = u16::from_be_bytes([ip[4], ip[5]]);
-            check_icrc(id, &h, &ip[28..28 + 24], 24);
+            check_icrc(id, &h, &ip[28..], 24);
             left.push(id);
         }
         assert!(
