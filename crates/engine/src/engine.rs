@@ -503,6 +503,12 @@ impl Engine {
         Ok(())
     }
 
+    /// True while some CQ is armed ([`Engine::req_notify_cq`]) and its event has not
+    /// fired yet: a thread probably waits for that event rather than polling.
+    pub fn any_cq_armed(&self) -> bool {
+        self.cqs.iter().any(|c| c.armed.is_some())
+    }
+
     /// True when [`Engine::poll_completion_event`] has something.
     pub fn has_completion_events(&self) -> bool {
         !self.comp_events.is_empty()

@@ -224,6 +224,11 @@ pub(crate) struct Shared {
     pub(crate) flush_pending: std::sync::atomic::AtomicU64,
     /// When the driver thread will wake up on its own (engine-lock protected writes).
     pub(crate) driver_wake_at: std::sync::atomic::AtomicU64,
+    /// The driver thread sleeps in its stand-off (`progress::Standoff`).
+    pub(crate) driver_standoff: AtomicBool,
+    /// Some CQ may be armed (`Cq::req_notify` sets it; the driver clears it under the
+    /// engine lock when none is).
+    pub(crate) cq_armed: AtomicBool,
     wake: OwnedFd,
     epoch: Instant,
     shutdown: AtomicBool,
@@ -730,7 +735,8 @@ impl Shared {
                         if self.flush_pending.load(Ordering::Relaxed) == 0 {
                             self.flush_pending.store(now.max(1), Ordering::Relaxed);
                             // The driver bounds the deferral only if it wakes soon: in
-                            // a long sleep (not in its stand-off rhythm) it is woken,
+                            // a long sleep (not in its stand-off, where it publishes 0
+                            // and looks within the stand-off) it is woken,
                             // so an application that stops calling verbs cannot hold
                             // an ACK back until the peer gives up.
                             let planned = self.driver_wake_at.load(Ordering::Acquire);
@@ -1333,6 +1339,8 @@ impl Context {
             app_poll_at: std::sync::atomic::AtomicU64::new(0),
             flush_pending: std::sync::atomic::AtomicU64::new(0),
             driver_wake_at: std::sync::atomic::AtomicU64::new(0),
+            driver_standoff: AtomicBool::new(false),
+            cq_armed: AtomicBool::new(false),
             wake: sys::eventfd().map_err(|e| Error::io("creating the driver's eventfd", e))?,
             epoch: Instant::now(),
             shutdown: AtomicBool::new(false),
@@ -1500,6 +1508,7 @@ fn driver(shared: Arc<Shared>) {
     let mut ready = Vec::new();
     let mut next_rescan: Nanos = RESCAN_NS;
     let mut reload = true;
+    let mut standoff = crate::progress::Standoff::default();
     while !shared.shutdown.load(Ordering::SeqCst) {
         if shared.now() >= next_rescan {
             rescan(&shared);
@@ -1528,46 +1537,59 @@ fn driver(shared: Arc<Shared>) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
-        let (timeout_ms, standoff) = {
-            let e = shared.lock();
+        // While an application thread makes progress itself, sleep on the eventfd only,
+        // without the engine lock (`progress.rs`, "Driver stand-off").
+        if let Some(until) = standoff.until(
+            &shared,
+            shared.now(),
+            next_due.unwrap_or(next_rescan).min(next_rescan),
+        ) {
             let now = shared.now();
-            let deadline = match (e.poll_timeout(), next_due) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
-            // While an application thread receives for us, sleep on the eventfd and
-            // the deadline only, and look again when the stand-off may have ended.
-            let standoff = shared.app_polling(now);
-            let mut until = deadline.unwrap_or(next_rescan).min(next_rescan);
-            if standoff {
-                until = until.min(now + crate::progress::STANDOFF_NS);
+            let ms = until.saturating_sub(now).div_ceil(1_000_000).min(1000) as i32;
+            let wake = &fds[fds.len() - 1..];
+            if sys::poll_readable(wake, ms, &mut ready).is_err() {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+                continue;
             }
-            let deferred = shared.flush_pending.load(Ordering::Relaxed);
-            if deferred != 0 {
-                // A deferred answer waits at most this long for the application.
-                until = until.min(deferred + crate::progress::DEFER_NS);
+            if ready.last() != Some(&true) {
+                continue;
             }
-            // Published under the engine lock: a verb that makes the deadline earlier
-            // than this wakes us (`Shared::wake_if_needed`).
-            shared.driver_wake_at.store(until, Ordering::Release);
-            let ms = if until <= now {
-                0
-            } else {
-                ((until - now).div_ceil(1_000_000)).min(1000) as i32
-            };
-            (ms, standoff)
-        };
-        let watch = if standoff {
-            &fds[fds.len() - 1..]
-        } else {
-            &fds[..]
-        };
-        if sys::poll_readable(watch, timeout_ms, &mut ready).is_err() {
-            std::thread::sleep(std::time::Duration::from_millis(1));
-            continue;
-        }
-        if ready.last() == Some(&true) {
+            // Asked to look (a deferred destruction, an armed CQ, ...): one pass under
+            // the lock, then the stand-off is judged again.
             sys::eventfd_drain(&shared.wake);
+        } else {
+            let timeout_ms = {
+                let e = shared.lock();
+                if !e.any_cq_armed() {
+                    shared.cq_armed.store(false, Ordering::SeqCst);
+                }
+                let now = shared.now();
+                let deadline = match (e.poll_timeout(), next_due) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                };
+                let mut until = deadline.unwrap_or(next_rescan).min(next_rescan);
+                let deferred = shared.flush_pending.load(Ordering::Relaxed);
+                if deferred != 0 {
+                    // A deferred answer waits at most this long for the application.
+                    until = until.min(deferred + crate::progress::DEFER_NS);
+                }
+                // Published under the engine lock: a verb that makes the deadline
+                // earlier than this wakes us (`Shared::wake_if_needed`).
+                shared.driver_wake_at.store(until, Ordering::Release);
+                if until <= now {
+                    0
+                } else {
+                    ((until - now).div_ceil(1_000_000)).min(1000) as i32
+                }
+            };
+            if sys::poll_readable(&fds, timeout_ms, &mut ready).is_err() {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+                continue;
+            }
+            if ready.last() == Some(&true) {
+                sys::eventfd_drain(&shared.wake);
+            }
         }
         let mut engine = shared.lock();
         shared.run_deferred(&mut engine);

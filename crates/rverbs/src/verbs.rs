@@ -689,12 +689,18 @@ impl Cq {
     /// on the CQ's channel ([`CompChannel::get_cq_event`], or
     /// [`Context::get_cq_event`] for a CQ made without a channel).
     pub fn req_notify(&self, solicited_only: bool) -> Result<()> {
-        Ok(self
-            .inner
-            .ctx
-            .shared()
+        use std::sync::atomic::Ordering;
+        let shared = self.inner.ctx.shared();
+        shared
             .lock_verb("req_notify_cq")?
-            .req_notify_cq(self.inner.id, solicited_only)?)
+            .req_notify_cq(self.inner.id, solicited_only)?;
+        // The event needs the driver thread to receive: end its stand-off (the other
+        // half of the handshake is in `progress::Standoff::until`).
+        shared.cq_armed.store(true, Ordering::SeqCst);
+        if shared.driver_standoff.load(Ordering::SeqCst) {
+            shared.wake();
+        }
+        Ok(())
     }
 
     /// `ibv_ack_cq_events`: acknowledges `n` of the events [`CompChannel::get_cq_event`]
