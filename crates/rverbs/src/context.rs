@@ -1458,6 +1458,16 @@ fn seed() -> u64 {
 /// How often a device re-reads its interface's addresses.
 const RESCAN_NS: Nanos = 1_000_000_000;
 
+/// While the engine has had a timer running within the last `BUSY_NS` (1 s), the
+/// driver thread, watching the sockets, sleeps at most `BUSY_SLEEP_NS` (10 ms) between
+/// looks. A verb whose deadline comes before the driver's planned look wakes it
+/// (`Shared::wake_if_needed`): on a QP that keeps going idle (an event-driven
+/// ping-pong: every ACK stops the retransmit timer, every post starts it again) that
+/// was a wake-up of the driver per post; with looks at most 10 ms apart, the
+/// retransmit deadline of the usual timeouts (14 and up: 67 ms) is never earlier.
+const BUSY_NS: Nanos = 1_000_000_000;
+pub(crate) const BUSY_SLEEP_NS: Nanos = 10_000_000;
+
 /// Re-reads the interface's addresses: binds sockets for new ones, updates the GID
 /// table (entries in use stay until released, `gid.rs`) and the engine's copy of it,
 /// and closes the sockets of addresses whose entry is gone.
@@ -1509,6 +1519,8 @@ fn driver(shared: Arc<Shared>) {
     let mut next_rescan: Nanos = RESCAN_NS;
     let mut reload = true;
     let mut standoff = crate::progress::Standoff::default();
+    // When the engine last had a timer running (see `BUSY_SLEEP_NS`).
+    let mut busy_at: Nanos = 0;
     while !shared.shutdown.load(Ordering::SeqCst) {
         if shared.now() >= next_rescan {
             rescan(&shared);
@@ -1569,6 +1581,12 @@ fn driver(shared: Arc<Shared>) {
                     (a, b) => a.or(b),
                 };
                 let mut until = deadline.unwrap_or(next_rescan).min(next_rescan);
+                if e.poll_timeout().is_some() {
+                    busy_at = now;
+                }
+                if now.saturating_sub(busy_at) < BUSY_NS {
+                    until = until.min(now + BUSY_SLEEP_NS);
+                }
                 let deferred = shared.flush_pending.load(Ordering::Relaxed);
                 if deferred != 0 {
                     // A deferred answer waits at most this long for the application.

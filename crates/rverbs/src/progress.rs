@@ -383,12 +383,57 @@ mod tests {
         assert!(s.judge(newer, at, FAR).is_some());
     }
 
-    fn wait_for(what: &str, f: impl Fn() -> bool) {
+    fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
         let until = Instant::now() + Duration::from_secs(5);
         while !f() {
             assert!(Instant::now() < until, "{what}");
             std::thread::sleep(Duration::from_millis(1));
         }
+    }
+
+    /// After a timer ran (a SEND waiting for its ACK), the driver thread watching the
+    /// sockets plans its next look at most `BUSY_SLEEP_NS` ahead: the next post's
+    /// retransmit deadline (67 ms at the default timeout) is later, so posting does not
+    /// have to wake it (it did on every post of an event-driven ping-pong).
+    #[test]
+    fn after_a_timer_ran_the_driver_looks_often_enough_that_posts_need_not_wake_it() {
+        use crate::{AccessFlags, ConnectOpts, PeerInfo, QpInitAttr, QpType, SendRequest};
+        let dev = crate::device(None).unwrap();
+        let (a, b) = (dev.open().unwrap(), dev.open().unwrap());
+        let ch = a.create_comp_channel().unwrap();
+        let (pda, pdb) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
+        let (cqa, cqb) = (a.create_cq_on(4, &ch).unwrap(), b.create_cq(4).unwrap());
+        let mra = pda.reg_mr(64, AccessFlags::ALL).unwrap();
+        let mrb = pdb.reg_mr(64, AccessFlags::ALL).unwrap();
+        let qa = pda.create_qp(&QpInitAttr::new(QpType::Rc, &cqa)).unwrap();
+        let qb = pdb.create_qp(&QpInitAttr::new(QpType::Rc, &cqb)).unwrap();
+        let peer = |q: &crate::Qp| PeerInfo {
+            qpn: q.qp_num(),
+            psn: 0,
+            gid: q.context().gid(1).unwrap(),
+        };
+        qa.connect(&peer(&qb), &ConnectOpts::default()).unwrap();
+        qb.connect(&peer(&qa), &ConnectOpts::default()).unwrap();
+        qb.post_recv(1, &[mrb.slice(0..8)]).unwrap();
+        // a's completion comes as an event: no thread of a polls, so a's driver
+        // receives the ACK and does not stand off.
+        cqa.req_notify(false).unwrap();
+        qa.post_send(&SendRequest::send(2, &[mra.slice(0..8)]))
+            .unwrap();
+        assert!(ch.get_cq_event(Some(Duration::from_secs(5))).is_some());
+        // The driver published 0 in the pass that delivered the event; the next
+        // non-zero value is the plan it made after it.
+        let shared = a.shared();
+        let mut planned = 0;
+        wait_for("the driver never planned its next look", || {
+            planned = shared.driver_wake_at.load(Ordering::Acquire);
+            planned != 0
+        });
+        assert!(
+            planned <= shared.now() + crate::context::BUSY_SLEEP_NS,
+            "the driver plans to sleep {} ms",
+            (planned - shared.now()) / 1_000_000
+        );
     }
 
     /// A thread that arms a CQ will wait for its event, which only the driver thread
