@@ -200,3 +200,57 @@ fn kernel_floor_script_stops_its_server_when_the_client_fails() {
     }
     assert!(!left, "the server (PID {pid}) was left running");
 }
+
+/// `bench/compare.sh` in its smoke mode (one pair of a few hundred messages per
+/// figure): every row is there with the medians, the ratio and its range as numbers,
+/// and says whether its goal is met. (The figures are not judged.)
+#[test]
+fn compare_script_prints_every_row() {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+    let out = Command::new("bash")
+        .arg("bench/compare.sh")
+        .current_dir(root)
+        .env("RVERBS", env!("CARGO_BIN_EXE_rverbs"))
+        .env("SMOKE", "1")
+        .env("PORT", "18720")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    for prefix in [
+        "RC SEND bw, 64 KiB",
+        "RC WRITE bw, 64 KiB",
+        "RC SEND 8 B lat p50, sleep policy",
+        "RC SEND 8 B lat p50, spin policy",
+        "  its p99",
+        "  the same, sleep, -Q 100",
+        "  the same, spin, -Q 100",
+        "64 B WRITE rate, 1 QP, -l 32",
+        "CPU per GB, SEND 64 KiB vs TCP",
+        "CPU per GB, WRITE 64 KiB vs TCP",
+    ] {
+        let row = stdout
+            .lines()
+            .find(|l| l.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no row {prefix:?} in\n{stdout}"));
+        // "NAME [UNIT]  ours  theirs  ratio  lo-hi  goal...  met|NOT met"
+        let rest = &row[row.find(']').unwrap() + 1..];
+        let nums: Vec<&str> = rest.split_whitespace().take(4).collect();
+        for n in &nums[..3] {
+            let v: f64 = n
+                .parse()
+                .unwrap_or_else(|_| panic!("{prefix}: {n:?} in {row:?}"));
+            assert!(v > 0.0, "{prefix}: {row:?}");
+        }
+        let (lo, hi) = nums[3].split_once('-').unwrap();
+        assert!(
+            lo.parse::<f64>().is_ok() && hi.parse::<f64>().is_ok(),
+            "{row:?}"
+        );
+        assert!(
+            row.ends_with(" met") || row.ends_with(" NOT met"),
+            "{row:?}"
+        );
+    }
+}
