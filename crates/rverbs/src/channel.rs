@@ -125,6 +125,63 @@ impl ChannelInner {
         }
     }
 
+    /// [`ChannelInner::next`] for a channel of `shared`'s context that receives on the
+    /// waiting thread: it sleeps in `poll(2)` on the channel's eventfd and the device's
+    /// sockets, and when a datagram comes it runs the engine itself
+    /// (`Shared::progress`), as [`Cq::wait`] does, instead of waiting for the driver
+    /// thread to receive it and wake this one: one wake-up per event instead of two. The
+    /// driver stands off meanwhile. (Raw-mode contexts wait for the driver.)
+    pub(crate) fn next_receiving(&self, shared: &Shared, timeout: Option<Duration>) -> Option<Cq> {
+        use std::sync::atomic::Ordering;
+        if shared.net().is_some() {
+            return self.next(timeout);
+        }
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let mut fds = Vec::new();
+        let mut ready = Vec::new();
+        loop {
+            if let Some(cq) = self.try_next() {
+                return Some(cq);
+            }
+            let left = match deadline {
+                None => crate::progress::STANDOFF_NS,
+                Some(d) => {
+                    let left = d.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return None;
+                    }
+                    left.as_nanos().min(u128::from(u64::MAX)) as u64
+                }
+            };
+            let now = shared.now();
+            let due = {
+                let mut e = shared.lock();
+                // What this thread deferred must not wait for its sleep.
+                shared.flush_deferred(&mut e);
+                e.poll_timeout().map(|t| t.saturating_sub(now))
+            };
+            // As `Cq::wait`: at most half a stand-off per sleep, so the driver, which
+            // leaves the sockets to a thread asleep on them, never waits long for us.
+            let sleep = left
+                .min(due.unwrap_or(u64::MAX))
+                .min(crate::progress::STANDOFF_NS / 2);
+            shared.app_poll_at.store(now + sleep, Ordering::Relaxed);
+            fds.clear();
+            fds.push(self.events.fd.as_raw_fd());
+            fds.extend(shared.socket_fds());
+            let ms = sleep.div_ceil(1_000_000) as i32;
+            if sys::poll_readable(&fds, ms, &mut ready).is_err() {
+                std::thread::sleep(Duration::from_millis(1));
+                continue;
+            }
+            if ready.first() == Some(&true) {
+                continue;
+            }
+            let mut e = shared.lock();
+            shared.progress(&mut e, shared.now());
+        }
+    }
+
     fn try_next(&self) -> Option<Cq> {
         loop {
             let id = self.events.try_pop()?;
@@ -223,7 +280,7 @@ impl CompChannel {
     /// completion event and returns its CQ. The CQ is disarmed: call
     /// [`Cq::req_notify`] again for the next event, and [`Cq::ack_events`] for this one.
     pub fn get_cq_event(&self, timeout: Option<Duration>) -> Option<Cq> {
-        self.inner.next(timeout)
+        self.inner.next_receiving(self.ctx.shared(), timeout)
     }
 
     /// The next completion event if one is waiting (never blocks).
@@ -342,11 +399,16 @@ impl Context {
     /// CQ armed with [`Cq::req_notify`] got a completion. Returns the CQ's handle
     /// number ([`Cq::handle`]), or `None` after `timeout`.
     pub fn get_cq_event(&self, timeout: Duration) -> Option<u32> {
-        self.hub().default_channel.next(Some(timeout)).map(|cq| {
-            // This legacy form returns no handle to acknowledge with.
-            let _ = cq.ack_events(1);
-            cq.handle()
-        })
+        let shared = self.shared();
+        shared
+            .hub
+            .default_channel
+            .next_receiving(shared, Some(timeout))
+            .map(|cq| {
+                // This legacy form returns no handle to acknowledge with.
+                let _ = cq.ack_events(1);
+                cq.handle()
+            })
     }
 
     /// `ibv_get_async_event`: waits up to `timeout` (forever with `None`) for the next

@@ -42,6 +42,14 @@
 //! queued behind it (a stream) it takes whole batches again. The driver thread leaves
 //! the socket to it meanwhile.
 //!
+//! **Waiting for a completion event** ([`crate::CompChannel::get_cq_event`],
+//! [`crate::Context::get_cq_event`]) sleeps the same way, in `poll(2)` on the
+//! channel's eventfd and the device's sockets, and runs the engine on the waiting
+//! thread when a datagram comes: one wake-up per event, not the driver's and then the
+//! waiter's (an event-driven 8-byte `rverbs pingpong rc -e`: 78 → 42–49 µs per
+//! iteration). The asynchronous form waits on the eventfd and leaves receiving to the
+//! driver.
+//!
 //! **Wake-ups on demand.** A verb that creates work wakes the driver only when the
 //! engine's next deadline is earlier than the time the driver will wake up anyway
 //! (published under the engine lock as `driver_wake_at`), not on every post.
@@ -434,6 +442,51 @@ mod tests {
             "the driver plans to sleep {} ms",
             (planned - shared.now()) / 1_000_000
         );
+    }
+
+    /// A thread waiting in `get_cq_event` sleeps on the device's sockets and receives
+    /// itself: the driver stands off while it waits (before, the driver received the
+    /// datagram and woke the waiter, two wake-ups per event), and the event comes.
+    #[test]
+    fn a_thread_waiting_for_an_event_receives_itself() {
+        use crate::{AccessFlags, ConnectOpts, PeerInfo, QpInitAttr, QpType, SendRequest};
+        let dev = crate::device(None).unwrap();
+        let (a, b) = (dev.open().unwrap(), dev.open().unwrap());
+        let ch = b.create_comp_channel().unwrap();
+        let (pda, pdb) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
+        let (cqa, cqb) = (a.create_cq(4).unwrap(), b.create_cq_on(4, &ch).unwrap());
+        let mra = pda.reg_mr(64, AccessFlags::ALL).unwrap();
+        let mrb = pdb.reg_mr(64, AccessFlags::ALL).unwrap();
+        let qa = pda.create_qp(&QpInitAttr::new(QpType::Rc, &cqa)).unwrap();
+        let qb = pdb.create_qp(&QpInitAttr::new(QpType::Rc, &cqb)).unwrap();
+        let peer = |q: &crate::Qp| PeerInfo {
+            qpn: q.qp_num(),
+            psn: 0,
+            gid: q.context().gid(1).unwrap(),
+        };
+        qa.connect(&peer(&qb), &ConnectOpts::default()).unwrap();
+        qb.connect(&peer(&qa), &ConnectOpts::default()).unwrap();
+        qb.post_recv(1, &[mrb.slice(0..8)]).unwrap();
+        cqb.req_notify(false).unwrap();
+        let shared = b.shared();
+        std::thread::scope(|sc| {
+            let waiter = sc.spawn(|| ch.get_cq_event(Some(Duration::from_secs(10))));
+            // (Past the first looks after the context opened and the CQ was armed.)
+            std::thread::sleep(Duration::from_millis(50));
+            wait_for(
+                "the driver did not leave the sockets to the waiting thread",
+                || shared.driver_standoff.load(Ordering::SeqCst),
+            );
+            mra.write(0, b"event!!!");
+            qa.post_send(&SendRequest::send(2, &[mra.slice(0..8)]))
+                .unwrap();
+            let got = waiter.join().unwrap().expect("no completion event");
+            assert!(got.same_as(&cqb));
+        });
+        let mut wc = [Wc::default()];
+        assert_eq!(cqb.poll(&mut wc).unwrap(), 1);
+        assert_eq!((wc[0].wr_id, wc[0].byte_len), (1, 8));
+        assert_eq!(&mrb.to_vec()[..8], b"event!!!");
     }
 
     /// A thread that arms a CQ will wait for its event, which only the driver thread
