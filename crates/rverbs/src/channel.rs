@@ -139,8 +139,15 @@ impl ChannelInner {
         let deadline = timeout.map(|t| Instant::now() + t);
         let mut fds = Vec::new();
         let mut ready = Vec::new();
+        // No longer asleep on the sockets (the driver may take them at once).
+        let awake = || {
+            shared
+                .app_poll_at
+                .fetch_min(shared.now(), Ordering::Relaxed)
+        };
         loop {
             if let Some(cq) = self.try_next() {
+                awake();
                 return Some(cq);
             }
             let left = match deadline {
@@ -148,6 +155,7 @@ impl ChannelInner {
                 Some(d) => {
                     let left = d.saturating_duration_since(Instant::now());
                     if left.is_zero() {
+                        awake();
                         return None;
                     }
                     left.as_nanos().min(u128::from(u64::MAX)) as u64
