@@ -399,39 +399,62 @@ mod tests {
         }
     }
 
+    /// One end of [`rc_pair`]: an RC QP whose CQ is on its context's channel.
+    struct End {
+        ctx: crate::Context,
+        ch: crate::CompChannel,
+        cq: crate::Cq,
+        mr: crate::Mr,
+        qp: crate::Qp,
+    }
+
+    /// Two contexts on the loopback device with one RC QP each, connected.
+    fn rc_pair() -> (End, End) {
+        use crate::{AccessFlags, ConnectOpts, PeerInfo, QpInitAttr, QpType};
+        let dev = crate::device(None).unwrap();
+        let end = || {
+            let ctx = dev.open().unwrap();
+            let ch = ctx.create_comp_channel().unwrap();
+            let pd = ctx.alloc_pd().unwrap();
+            let cq = ctx.create_cq_on(4, &ch).unwrap();
+            let mr = pd.reg_mr(64, AccessFlags::ALL).unwrap();
+            let qp = pd.create_qp(&QpInitAttr::new(QpType::Rc, &cq)).unwrap();
+            End {
+                ctx,
+                ch,
+                cq,
+                mr,
+                qp,
+            }
+        };
+        let (a, b) = (end(), end());
+        let peer = |q: &crate::Qp| PeerInfo {
+            qpn: q.qp_num(),
+            psn: 0,
+            gid: q.context().gid(1).unwrap(),
+        };
+        a.qp.connect(&peer(&b.qp), &ConnectOpts::default()).unwrap();
+        b.qp.connect(&peer(&a.qp), &ConnectOpts::default()).unwrap();
+        (a, b)
+    }
+
     /// After a timer ran (a SEND waiting for its ACK), the driver thread watching the
     /// sockets plans its next look at most `BUSY_SLEEP_NS` ahead: the next post's
     /// retransmit deadline (67 ms at the default timeout) is later, so posting does not
     /// have to wake it (it did on every post of an event-driven ping-pong).
     #[test]
     fn after_a_timer_ran_the_driver_looks_often_enough_that_posts_need_not_wake_it() {
-        use crate::{AccessFlags, ConnectOpts, PeerInfo, QpInitAttr, QpType, SendRequest};
-        let dev = crate::device(None).unwrap();
-        let (a, b) = (dev.open().unwrap(), dev.open().unwrap());
-        let ch = a.create_comp_channel().unwrap();
-        let (pda, pdb) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
-        let (cqa, cqb) = (a.create_cq_on(4, &ch).unwrap(), b.create_cq(4).unwrap());
-        let mra = pda.reg_mr(64, AccessFlags::ALL).unwrap();
-        let mrb = pdb.reg_mr(64, AccessFlags::ALL).unwrap();
-        let qa = pda.create_qp(&QpInitAttr::new(QpType::Rc, &cqa)).unwrap();
-        let qb = pdb.create_qp(&QpInitAttr::new(QpType::Rc, &cqb)).unwrap();
-        let peer = |q: &crate::Qp| PeerInfo {
-            qpn: q.qp_num(),
-            psn: 0,
-            gid: q.context().gid(1).unwrap(),
-        };
-        qa.connect(&peer(&qb), &ConnectOpts::default()).unwrap();
-        qb.connect(&peer(&qa), &ConnectOpts::default()).unwrap();
-        qb.post_recv(1, &[mrb.slice(0..8)]).unwrap();
+        let (a, b) = rc_pair();
+        b.qp.post_recv(1, &[b.mr.slice(0..8)]).unwrap();
         // a's completion comes as an event: no thread of a polls, so a's driver
         // receives the ACK and does not stand off.
-        cqa.req_notify(false).unwrap();
-        qa.post_send(&SendRequest::send(2, &[mra.slice(0..8)]))
+        a.cq.req_notify(false).unwrap();
+        a.qp.post_send(&crate::SendRequest::send(2, &[a.mr.slice(0..8)]))
             .unwrap();
-        assert!(ch.get_cq_event(Some(Duration::from_secs(5))).is_some());
+        assert!(a.ch.get_cq_event(Some(Duration::from_secs(5))).is_some());
         // The driver published 0 in the pass that delivered the event; the next
         // non-zero value is the plan it made after it.
-        let shared = a.shared();
+        let shared = a.ctx.shared();
         let mut planned = 0;
         wait_for("the driver never planned its next look", || {
             planned = shared.driver_wake_at.load(Ordering::Acquire);
@@ -449,44 +472,28 @@ mod tests {
     /// datagram and woke the waiter, two wake-ups per event), and the event comes.
     #[test]
     fn a_thread_waiting_for_an_event_receives_itself() {
-        use crate::{AccessFlags, ConnectOpts, PeerInfo, QpInitAttr, QpType, SendRequest};
-        let dev = crate::device(None).unwrap();
-        let (a, b) = (dev.open().unwrap(), dev.open().unwrap());
-        let ch = b.create_comp_channel().unwrap();
-        let (pda, pdb) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
-        let (cqa, cqb) = (a.create_cq(4).unwrap(), b.create_cq_on(4, &ch).unwrap());
-        let mra = pda.reg_mr(64, AccessFlags::ALL).unwrap();
-        let mrb = pdb.reg_mr(64, AccessFlags::ALL).unwrap();
-        let qa = pda.create_qp(&QpInitAttr::new(QpType::Rc, &cqa)).unwrap();
-        let qb = pdb.create_qp(&QpInitAttr::new(QpType::Rc, &cqb)).unwrap();
-        let peer = |q: &crate::Qp| PeerInfo {
-            qpn: q.qp_num(),
-            psn: 0,
-            gid: q.context().gid(1).unwrap(),
-        };
-        qa.connect(&peer(&qb), &ConnectOpts::default()).unwrap();
-        qb.connect(&peer(&qa), &ConnectOpts::default()).unwrap();
-        qb.post_recv(1, &[mrb.slice(0..8)]).unwrap();
-        cqb.req_notify(false).unwrap();
-        let shared = b.shared();
+        let (a, b) = rc_pair();
+        b.qp.post_recv(1, &[b.mr.slice(0..8)]).unwrap();
+        b.cq.req_notify(false).unwrap();
+        let shared = b.ctx.shared();
         std::thread::scope(|sc| {
-            let waiter = sc.spawn(|| ch.get_cq_event(Some(Duration::from_secs(10))));
+            let waiter = sc.spawn(|| b.ch.get_cq_event(Some(Duration::from_secs(10))));
             // (Past the first looks after the context opened and the CQ was armed.)
             std::thread::sleep(Duration::from_millis(50));
             wait_for(
                 "the driver did not leave the sockets to the waiting thread",
                 || shared.driver_standoff.load(Ordering::SeqCst),
             );
-            mra.write(0, b"event!!!");
-            qa.post_send(&SendRequest::send(2, &[mra.slice(0..8)]))
+            a.mr.write(0, b"event!!!");
+            a.qp.post_send(&crate::SendRequest::send(2, &[a.mr.slice(0..8)]))
                 .unwrap();
             let got = waiter.join().unwrap().expect("no completion event");
-            assert!(got.same_as(&cqb));
+            assert!(got.same_as(&b.cq));
         });
         let mut wc = [Wc::default()];
-        assert_eq!(cqb.poll(&mut wc).unwrap(), 1);
+        assert_eq!(b.cq.poll(&mut wc).unwrap(), 1);
         assert_eq!((wc[0].wr_id, wc[0].byte_len), (1, 8));
-        assert_eq!(&mrb.to_vec()[..8], b"event!!!");
+        assert_eq!(&b.mr.to_vec()[..8], b"event!!!");
     }
 
     /// A thread that arms a CQ will wait for its event, which only the driver thread
