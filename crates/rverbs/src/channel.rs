@@ -143,7 +143,7 @@ impl ChannelInner {
         let awake = || {
             shared
                 .app_poll_at
-                .fetch_min(shared.now(), Ordering::Relaxed)
+                .fetch_min(shared.now().max(1), Ordering::Relaxed)
         };
         loop {
             if let Some(cq) = self.try_next() {

@@ -216,7 +216,8 @@ pub(crate) struct Shared {
     /// Datagrams collected by `flush` for one `sendmmsg`, and the sender's reused
     /// scratch (under the engine lock).
     tx: Mutex<TxBatch>,
-    /// When an application thread last made progress itself (`progress.rs`).
+    /// When an application thread last made progress itself (`progress.rs`; 0: never,
+    /// in the future: it sleeps on the sockets until then).
     pub(crate) app_poll_at: std::sync::atomic::AtomicU64,
     /// Received datagrams were handled but what the engine answers was not sent yet
     /// (deferred acknowledgements, `progress.rs`; engine-lock protected writes).
@@ -854,7 +855,7 @@ impl Shared {
         }
         let mut engine = self.engine.lock().unwrap_or_else(|e| e.into_inner());
         let now = self.now();
-        self.app_poll_at.store(now, Ordering::Relaxed);
+        self.app_poll_at.store(now.max(1), Ordering::Relaxed);
         self.ingest_batch(&mut engine, now, local, list, &mut buf[..], steer);
         if n < RX_BATCH && self.flush_pending.load(Ordering::Relaxed) == 0 {
             // Deferred like `receive(.., defer)`: the driver is in its stand-off

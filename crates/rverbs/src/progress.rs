@@ -88,7 +88,7 @@ impl Shared {
     /// application's next verb sends it, usually together with the reply it posts.
     /// `now` is the caller's fresh clock reading ([`Shared::now`]).
     pub(crate) fn progress(&self, engine: &mut Engine, now: Nanos) -> bool {
-        self.app_poll_at.store(now, Ordering::Relaxed);
+        self.app_poll_at.store(now.max(1), Ordering::Relaxed);
         if self.flush_pending.load(Ordering::Relaxed) != 0 {
             self.flush(engine, now);
         }
@@ -199,7 +199,8 @@ impl Standoff {
     fn judge(&mut self, app: AppState, now: Nanos, bound: Nanos) -> Option<Nanos> {
         let len = self.len.max(STANDOFF_NS);
         let sleeping = app.polled > now;
-        let polling = !app.armed && now.saturating_sub(app.polled) < len;
+        // (0: no application thread has polled yet.)
+        let polling = !app.armed && app.polled != 0 && now.saturating_sub(app.polled) < len;
         let overdue = app.deferred != 0 && now >= app.deferred + DEFER_NS;
         if !(sleeping || polling) || overdue {
             *self = Standoff::default();
@@ -347,8 +348,9 @@ mod tests {
         assert_eq!(s.judge(polled(now), now, FAR), Some(now + 2 * MS));
         // Never past the caller's bound (a timer of the driver's own).
         assert_eq!(s.judge(polled(now), now, now + 100), Some(now + 100));
-        // Never polled at all: no stand-off.
+        // Never polled at all: no stand-off, also in the first 2 ms of the context.
         assert_eq!(Standoff::default().judge(polled(0), 10 * MS, FAR), None);
+        assert_eq!(Standoff::default().judge(polled(0), MS, FAR), None);
     }
 
     #[test]
