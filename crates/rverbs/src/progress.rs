@@ -127,8 +127,9 @@ impl Shared {
         }
     }
 
-    /// True while an application thread sleeps in [`crate::Cq::wait`] on the
-    /// device's sockets (it set `app_poll_at` to the end of its sleep).
+    /// True while an application thread sleeps on the device's sockets in
+    /// [`crate::Cq::wait`] or `get_cq_event` (it set `app_poll_at` to the end of its
+    /// sleep).
     pub(crate) fn app_sleeping(&self, now: Nanos) -> bool {
         self.app_poll_at.load(Ordering::Relaxed) > now
     }
@@ -158,7 +159,8 @@ pub(crate) struct Standoff {
 pub(crate) struct AppState {
     /// Some CQ is armed: a thread waits for its event, which needs the driver.
     armed: bool,
-    /// `Shared::app_poll_at` (in the future while a thread sleeps in `Cq::wait`).
+    /// `Shared::app_poll_at` (0: no poll yet; in the future while a thread sleeps on
+    /// the sockets in `Cq::wait` or `get_cq_event`).
     polled: Nanos,
     /// `Shared::flush_pending` (0: no deferred answer).
     deferred: Nanos,
@@ -189,9 +191,9 @@ impl Standoff {
     }
 
     /// The rule. The stand-off lasts while an application thread has polled within its
-    /// length or sleeps on the sockets in [`crate::Cq::wait`], no CQ is armed (unless
-    /// that thread sleeps on the sockets: it receives) and no deferred answer has
-    /// waited longer than [`DEFER_NS`]. Its length doubles, up to
+    /// length or sleeps on the sockets ([`crate::Cq::wait`], `get_cq_event`), no CQ
+    /// is armed (unless that thread sleeps on the sockets: it receives) and no
+    /// deferred answer has waited longer than [`DEFER_NS`]. Its length doubles, up to
     /// [`STANDOFF_MAX_NS`], each time the application polled during the driver's last
     /// sleep, and starts again at [`STANDOFF_NS`] after the stand-off ends. A pending
     /// deferred answer shortens the sleep to its bound: whether it is still pending
