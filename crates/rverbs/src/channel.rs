@@ -162,23 +162,12 @@ impl ChannelInner {
                 }
             };
             let now = shared.now();
-            let due = {
-                let mut e = shared.lock();
-                // What this thread deferred must not wait for its sleep.
-                shared.flush_deferred(&mut e);
-                e.poll_timeout().map(|t| t.saturating_sub(now))
-            };
-            // As `Cq::wait`: at most half a stand-off per sleep, so the driver, which
-            // leaves the sockets to a thread asleep on them, never waits long for us.
-            let sleep = left
-                .min(due.unwrap_or(u64::MAX))
-                .min(crate::progress::STANDOFF_NS / 2);
+            let sleep = shared.plan_sleep(now, left);
             shared.app_poll_at.store(now + sleep, Ordering::Relaxed);
             fds.clear();
             fds.push(self.events.fd.as_raw_fd());
             fds.extend(shared.socket_fds());
-            let ms = sleep.div_ceil(1_000_000) as i32;
-            if sys::poll_readable(&fds, ms, &mut ready).is_err() {
+            if sys::poll_readable(&fds, sys::poll_ms(sleep), &mut ready).is_err() {
                 std::thread::sleep(Duration::from_millis(1));
                 continue;
             }

@@ -1550,66 +1550,32 @@ fn driver(shared: Arc<Shared>) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
+        // The driver's own next duty (a held datagram, a neighbour probe, the rescan).
+        let bound = next_due.map_or(next_rescan, |d| d.min(next_rescan));
         // While an application thread makes progress itself, sleep on the eventfd only,
-        // without the engine lock (`progress.rs`, "Driver stand-off").
-        if let Some(until) = standoff.until(
-            &shared,
-            shared.now(),
-            next_due.unwrap_or(next_rescan).min(next_rescan),
-        ) {
-            let now = shared.now();
-            let ms = until.saturating_sub(now).div_ceil(1_000_000).min(1000) as i32;
-            let wake = &fds[fds.len() - 1..];
-            if sys::poll_readable(wake, ms, &mut ready).is_err() {
-                std::thread::sleep(std::time::Duration::from_millis(1));
-                continue;
-            }
-            if ready.last() != Some(&true) {
-                continue;
-            }
-            // Asked to look (a deferred destruction, an armed CQ, ...): one pass under
-            // the lock, then the stand-off is judged again.
-            sys::eventfd_drain(&shared.wake);
-        } else {
-            let timeout_ms = {
-                let e = shared.lock();
-                if !e.any_cq_armed() {
-                    shared.cq_armed.store(false, Ordering::SeqCst);
-                }
-                let now = shared.now();
-                let deadline = match (e.poll_timeout(), next_due) {
-                    (Some(a), Some(b)) => Some(a.min(b)),
-                    (a, b) => a.or(b),
-                };
-                let mut until = deadline.unwrap_or(next_rescan).min(next_rescan);
-                if e.poll_timeout().is_some() {
-                    busy_at = now;
-                }
-                if now.saturating_sub(busy_at) < BUSY_NS {
-                    until = until.min(now + BUSY_SLEEP_NS);
-                }
-                let deferred = shared.flush_pending.load(Ordering::Relaxed);
-                if deferred != 0 {
-                    // A deferred answer waits at most this long for the application.
-                    until = until.min(deferred + crate::progress::DEFER_NS);
-                }
-                // Published under the engine lock: a verb that makes the deadline
-                // earlier than this wakes us (`Shared::wake_if_needed`).
-                shared.driver_wake_at.store(until, Ordering::Release);
-                if until <= now {
-                    0
-                } else {
-                    ((until - now).div_ceil(1_000_000)).min(1000) as i32
-                }
-            };
-            if sys::poll_readable(&fds, timeout_ms, &mut ready).is_err() {
-                std::thread::sleep(std::time::Duration::from_millis(1));
-                continue;
-            }
-            if ready.last() == Some(&true) {
-                sys::eventfd_drain(&shared.wake);
-            }
+        // without the engine lock (`progress.rs`, "Driver stand-off"); otherwise watch
+        // the sockets too, until the engine's next deadline.
+        let (watch, until, standing_off) = match standoff.until(&shared, shared.now(), bound) {
+            Some(until) => (&fds[fds.len() - 1..], until, true),
+            None => (
+                &fds[..],
+                plan(&shared, &shared.lock(), bound, &mut busy_at),
+                false,
+            ),
+        };
+        let ms = sys::poll_ms(until.saturating_sub(shared.now()));
+        if sys::poll_readable(watch, ms, &mut ready).is_err() {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+            continue;
         }
+        let poked = ready.last() == Some(&true);
+        if poked {
+            sys::eventfd_drain(&shared.wake);
+        } else if standing_off {
+            continue;
+        }
+        // (Poked in the stand-off — a deferred destruction, an armed CQ, ... —: one
+        // pass under the lock, then the stand-off is judged again.)
         let mut engine = shared.lock();
         shared.run_deferred(&mut engine);
         shared.driver_wake_at.store(0, Ordering::Release);
@@ -1638,6 +1604,33 @@ fn driver(shared: Arc<Shared>) {
         }
         shared.flush(&mut engine, now);
     }
+}
+
+/// When the driver thread, watching the sockets, looks again at the latest: the
+/// engine's next timer, a deferred answer's bound, `bound` (its own next duty), and at
+/// most [`BUSY_SLEEP_NS`] while timers run (`busy_at`: when one last did). Published
+/// under the engine lock `e` holds: a verb that makes the deadline earlier than this
+/// wakes the driver (`Shared::wake_if_needed`).
+fn plan(shared: &Shared, e: &Engine, bound: Nanos, busy_at: &mut Nanos) -> Nanos {
+    if !e.any_cq_armed() {
+        shared.cq_armed.store(false, Ordering::SeqCst);
+    }
+    let now = shared.now();
+    let mut until = bound;
+    if let Some(t) = e.poll_timeout() {
+        until = until.min(t);
+        *busy_at = now;
+    }
+    if now.saturating_sub(*busy_at) < BUSY_NS {
+        until = until.min(now + BUSY_SLEEP_NS);
+    }
+    let deferred = shared.flush_pending.load(Ordering::Relaxed);
+    if deferred != 0 {
+        // A deferred answer waits at most this long for the application.
+        until = until.min(deferred + crate::progress::DEFER_NS);
+    }
+    shared.driver_wake_at.store(until, Ordering::Release);
+    until
 }
 
 #[cfg(test)]

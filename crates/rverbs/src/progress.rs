@@ -127,6 +127,20 @@ impl Shared {
         }
     }
 
+    /// Before an application thread sleeps (in [`crate::Cq::wait`] or `get_cq_event`):
+    /// sends what it deferred (which must not wait for its sleep) and returns how long
+    /// it may sleep: at most `left`, until the engine's next timer, and at most half a
+    /// stand-off, so the driver thread, which leaves the sockets to a thread asleep on
+    /// them (both would wake for the same datagram), never waits long for it.
+    pub(crate) fn plan_sleep(&self, now: Nanos, left: Nanos) -> Nanos {
+        let mut e = self.lock();
+        self.flush_deferred(&mut e);
+        let due = e
+            .poll_timeout()
+            .map_or(left, |t| t.saturating_sub(now).min(left));
+        due.min(STANDOFF_NS / 2)
+    }
+
     /// True while an application thread sleeps on the device's sockets in
     /// [`crate::Cq::wait`] or `get_cq_event` (it set `app_poll_at` to the end of its
     /// sleep).
@@ -265,22 +279,12 @@ impl crate::Cq {
             if waited >= timeout {
                 return Ok(0);
             }
-            let left = timeout - waited;
-            let due = {
-                let mut e = shared.lock();
-                // Answers deferred for this thread must not wait for its sleep.
-                shared.flush_deferred(&mut e);
-                e.poll_timeout()
-                    .map_or(left, |t| t.saturating_sub(now).min(left))
-            };
-            // Keep the driver thread off the sockets while this thread sleeps on them
-            // (both would wake for the same datagram), for at most one stand-off.
-            let sleep = due.min(STANDOFF_NS / 2);
+            let sleep = shared.plan_sleep(now, timeout - waited);
             if let Some(net) = shared.net() {
                 // Raw mode: the engine's packets come from the RoCE socket (the UDP
                 // sockets only carry this host's own traffic); `poll` reads it. A CQ
                 // of RAW_PACKET QPs only leaves the sockets to the driver thread.
-                let ms = sleep.div_ceil(1_000_000) as i32;
+                let ms = crate::sys::poll_ms(sleep);
                 let mut fds = Vec::new();
                 if self.carries_roce() {
                     shared.app_poll_at.store(now + sleep, Ordering::Relaxed);
@@ -296,7 +300,7 @@ impl crate::Cq {
             // per wake-up); otherwise, or when another thread is receiving, in
             // poll(2), which returns at once when a datagram is already waiting.
             if sleep < SLEEP_RECV_NS || shared.sleep_receive().is_none() {
-                let ms = sleep.div_ceil(1_000_000) as i32;
+                let ms = crate::sys::poll_ms(sleep);
                 let mut ready = Vec::new();
                 let _ = crate::sys::poll_readable(&shared.socket_fds(), ms, &mut ready);
             }

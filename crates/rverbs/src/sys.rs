@@ -157,6 +157,12 @@ pub(crate) fn eventfd_drain(fd: &OwnedFd) {
 
 /// Waits until one of `fds` is readable or `timeout_ms` passes (-1: forever). Returns
 /// the readiness of each fd.
+/// A `poll(2)` timeout for a sleep of `ns` nanoseconds: whole milliseconds, rounded up
+/// (waking early would only mean another look), at most a second.
+pub(crate) fn poll_ms(ns: u64) -> i32 {
+    ns.div_ceil(1_000_000).min(1000) as i32
+}
+
 pub(crate) fn poll_readable(
     fds: &[RawFd],
     timeout_ms: i32,
