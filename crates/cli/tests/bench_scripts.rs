@@ -5,24 +5,41 @@
 
 use std::process::Command;
 
+/// Runs `bench/SCRIPT` from the repository root with `RVERBS` set to `rverbs` and the
+/// environment `env`.
+fn run_script(
+    script: &str,
+    rverbs: impl AsRef<std::ffi::OsStr>,
+    env: &[(&str, &dyn AsRef<std::ffi::OsStr>)],
+) -> std::process::Output {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+    let mut c = Command::new("bash");
+    c.arg(format!("bench/{script}"))
+        .current_dir(root)
+        .env("RVERBS", rverbs);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.output().unwrap()
+}
+
 #[test]
 fn kernel_floor_script_runs_every_mode() {
     if Command::new("gcc").arg("--version").output().is_err() {
         eprintln!("SKIPPED: no gcc to build bench/kernel_floor.c");
         return;
     }
-    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
-    let out = Command::new("bash")
-        .arg("bench/kernel_floor.sh")
-        .current_dir(root)
-        .env("RVERBS", env!("CARGO_BIN_EXE_rverbs"))
-        .env("REPS", "1")
-        .env("ITERS", "2000")
-        .env("DUR", "1")
-        .env("PORT", "19372")
-        .env("CC", "gcc")
-        .output()
-        .unwrap();
+    let out = run_script(
+        "kernel_floor.sh",
+        env!("CARGO_BIN_EXE_rverbs"),
+        &[
+            ("REPS", &"1"),
+            ("ITERS", &"2000"),
+            ("DUR", &"1"),
+            ("PORT", &"19372"),
+            ("CC", &"gcc"),
+        ],
+    );
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stdout}\n{stderr}");
@@ -170,19 +187,18 @@ fn kernel_floor_script_stops_its_server_when_the_client_fails() {
     .unwrap();
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
-    let out = Command::new("bash")
-        .arg("bench/kernel_floor.sh")
-        .current_dir(root)
-        .env("RVERBS", &fake)
-        .env("FAKE_PIDFILE", &pidfile)
-        .env("REPS", "1")
-        .env("ITERS", "200")
-        .env("DUR", "1")
-        .env("PORT", "19390")
-        .env("CC", "gcc")
-        .output()
-        .unwrap();
+    let out = run_script(
+        "kernel_floor.sh",
+        &fake,
+        &[
+            ("FAKE_PIDFILE", &pidfile),
+            ("REPS", &"1"),
+            ("ITERS", &"200"),
+            ("DUR", &"1"),
+            ("PORT", &"19390"),
+            ("CC", &"gcc"),
+        ],
+    );
     assert!(
         !out.status.success(),
         "the client failed: so does the script"
@@ -206,15 +222,11 @@ fn kernel_floor_script_stops_its_server_when_the_client_fails() {
 /// and says whether its goal is met. (The figures are not judged.)
 #[test]
 fn compare_script_prints_every_row() {
-    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
-    let out = Command::new("bash")
-        .arg("bench/compare.sh")
-        .current_dir(root)
-        .env("RVERBS", env!("CARGO_BIN_EXE_rverbs"))
-        .env("SMOKE", "1")
-        .env("PORT", "18720")
-        .output()
-        .unwrap();
+    let out = run_script(
+        "compare.sh",
+        env!("CARGO_BIN_EXE_rverbs"),
+        &[("SMOKE", &"1"), ("PORT", &"18720")],
+    );
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stdout}\n{stderr}");
