@@ -424,10 +424,27 @@ pub fn compute_addrs_cached(
     src_port: u16,
     ib_packet: &[u8],
 ) -> Result<u32> {
+    compute_addrs_cached_parts(cache, src, dst, ipv4_id, src_port, [ib_packet, &[], &[]])
+}
+
+/// [`compute_addrs_cached`] of a packet given in three pieces, `parts[0]` (holding at
+/// least the BTH), `parts[1]` and `parts[2]`, as if they were one: a sender that takes
+/// a packet's payload straight from registered memory computes the ICRC without
+/// gathering the packet first.
+pub fn compute_addrs_cached_parts(
+    cache: &mut PrefixCache,
+    src: IpAddr,
+    dst: IpAddr,
+    ipv4_id: u16,
+    src_port: u16,
+    parts: [&[u8]; 3],
+) -> Result<u32> {
+    let ib_packet = parts[0];
     if ib_packet.len() < BTH_LEN {
         return Err(Error::Truncated("BTH"));
     }
-    let state = cache.state(src, dst, ipv4_id, src_port, ib_packet.len());
+    let ib_len = parts.iter().map(|p| p.len()).sum();
+    let state = cache.state(src, dst, ipv4_id, src_port, ib_len);
     let mut h = Hasher::new_with_initial(state);
     // BTH (byte 4 masked) and a short rest in one update: short updates take the CRC's
     // byte-wise path, so one of 12 + n bytes beats two.
@@ -443,6 +460,8 @@ pub fn compute_addrs_cached(
         h.update(&buf[..BTH_LEN]);
         h.update(tail);
     }
+    h.update(parts[1]);
+    h.update(parts[2]);
     Ok(h.finalize())
 }
 
@@ -1203,6 +1222,31 @@ mod tests {
             }
         }
         assert!(compute_addrs_cached(&mut cache, s, t, 0, 0xc000, &ib[..11]).is_err());
+    }
+
+    /// A packet in three pieces has the ICRC of the whole, wherever it is cut (after
+    /// the BTH), for both families; a first piece shorter than the BTH is an error.
+    #[test]
+    fn icrc_of_parts_is_the_icrc_of_the_whole() {
+        let mut cache = PrefixCache::new();
+        let ib: std::vec::Vec<u8> = (0..300u32).map(|i| (i * 7 + 3) as u8).collect();
+        for (s, t) in [
+            (IpAddr::from([10, 0, 0, 1]), IpAddr::from([10, 0, 0, 2])),
+            (IpAddr::from([0xfd; 16]), IpAddr::from([0xfe; 16])),
+        ] {
+            for a in (BTH_LEN..=ib.len()).step_by(7) {
+                for b in (a..=ib.len()).step_by(11).chain([ib.len()]) {
+                    let parts = [&ib[..a], &ib[a..b], &ib[b..]];
+                    assert_eq!(
+                        compute_addrs_cached_parts(&mut cache, s, t, 9, 0xc123, parts).unwrap(),
+                        compute_addrs(s, t, 9, 0xc123, &ib).unwrap(),
+                        "cut at {a} and {b}"
+                    );
+                }
+            }
+            let short = [&ib[..BTH_LEN - 1], &ib[BTH_LEN - 1..], &[][..]];
+            assert!(compute_addrs_cached_parts(&mut cache, s, t, 0, 0xc000, short).is_err());
+        }
     }
 
     /// `ipv4_id_from_crcs` with the cached ID-0 ICRC finds what `recover_ipv4_id` finds,
