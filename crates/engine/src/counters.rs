@@ -84,6 +84,9 @@ counters! {
     /// because nothing that would ask for an ACK followed it (`AckPolicy::Coalesce`).
     /// Not counted as retries or in `retransmitted_packets`.
     ack_nudges,
+    /// Packets whose payload the driver was to send straight from registered memory
+    /// (`Config::lend_payloads`, `Transmit::body`) instead of a copy in the datagram.
+    tx_payloads_in_place,
 }
 
 #[cfg(test)]
@@ -95,6 +98,6 @@ mod tests {
             ..Default::default()
         };
         assert!(c.iter().any(|(n, v)| n == "rx_icrc_errors" && v == 3));
-        assert_eq!(c.iter().count(), 30);
+        assert_eq!(c.iter().count(), 31);
     }
 }

@@ -76,7 +76,17 @@ pub struct Config {
     /// `rverbs` device). RoCE v1 packets always get theirs. Default: false (the engine
     /// fills every ICRC for `src_port` and ID 0).
     pub sender_fills_icrc: bool,
+    /// With [`Config::sender_fills_icrc`]: leave the payload of a RoCE v2 request or
+    /// READ response of at least [`LEND_MIN`] bytes that lies in one memory region in
+    /// that region ([`Transmit::body`]) instead of copying it into the datagram; the
+    /// driver sends it from there (`sendmmsg` gathers it) and hashes it into the ICRC.
+    /// Default: false (every [`Transmit::payload`] is the whole packet).
+    pub lend_payloads: bool,
 }
+
+/// The shortest payload a packet leaves in registered memory ([`Config::lend_payloads`]):
+/// below it, a copy costs less than the region's lock and the extra iovecs.
+pub const LEND_MIN: usize = 1024;
 
 /// When an RC requester sets the BTH AckReq bit, asking the responder for an
 /// acknowledgement (IBTA 9.7.5.1.1: ACKs are cumulative, so one ACK completes every
@@ -121,6 +131,7 @@ impl Default for Config {
             first_qpn: FIRST_QPN,
             src_port: None,
             sender_fills_icrc: false,
+            lend_payloads: false,
             ack_policy: AckPolicy::default(),
         }
     }
@@ -225,6 +236,7 @@ macro_rules! ctx {
             gid_roce_v1: &$s.cfg.gid_roce_v1,
             src_port: $s.cfg.src_port,
             sender_fills_icrc: $s.cfg.sender_fills_icrc,
+            lend_payloads: $s.cfg.lend_payloads && $s.cfg.sender_fills_icrc,
             ack_policy: $s.cfg.ack_policy,
             now: $now,
             spare: &$s.spare,

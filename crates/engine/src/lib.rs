@@ -27,9 +27,9 @@ mod slab;
 pub mod types;
 
 pub use counters::Counters;
-pub use engine::{AckPolicy, Config, Engine, MrKeys, QpInit, SPARE_BUFFERS};
-pub use memory::{AtomicOp, Memory, VecMemory};
-pub use net::{Datagram, Transmit};
+pub use engine::{AckPolicy, Config, Engine, MrKeys, QpInit, LEND_MIN, SPARE_BUFFERS};
+pub use memory::{AtomicOp, Lent, Memory, VecMemory};
+pub use net::{Body, Datagram, Transmit};
 pub use objects::{KEY_TAG_BITS, MAX_MR};
 pub use qp::{
     ack_nudge_ns, ack_timeout_ns, ACK_NUDGE_MAX_NS, ACK_NUDGE_MIN_NS, MAX_PKT_PER_ACK,

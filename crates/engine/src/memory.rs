@@ -54,6 +54,50 @@ pub trait Memory: Send + Sync {
     /// Performs `op` on the native-endian u64 at `offset` (8-byte aligned in the
     /// region's virtual address space) and returns the value it held before.
     fn atomic(&self, offset: usize, op: AtomicOp) -> u64;
+    /// Lends the whole region for reading in place until the returned guard drops
+    /// (writers wait meanwhile): a driver sends a packet's payload straight from
+    /// registered memory ([`crate::net::Body`]) instead of copying it into the
+    /// datagram first. `None` (the default) when the memory cannot lend; the driver
+    /// then copies through [`Memory::read`] ([`crate::Transmit::materialize`]).
+    ///
+    /// A thread must not lend a region twice at once, nor call the other methods of a
+    /// region it has lent (for [`VecMemory`], both would deadlock).
+    fn lend(&self) -> Option<Lent<'_>> {
+        None
+    }
+}
+
+/// A region's bytes lent for reading in place ([`Memory::lend`]).
+pub struct Lent<'a>(Box<dyn std::ops::Deref<Target = [u8]> + 'a>);
+
+impl<'a> Lent<'a> {
+    /// Lends `bytes` for as long as `guard` (whatever keeps them still) lives.
+    pub fn new(guard: impl std::ops::Deref<Target = [u8]> + 'a) -> Self {
+        Lent(Box::new(guard))
+    }
+}
+
+impl std::ops::Deref for Lent<'_> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Lent<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lent").field("len", &self.0.len()).finish()
+    }
+}
+
+/// A locked [`VecMemory`] as a byte slice.
+struct VecLent<'a>(std::sync::MutexGuard<'a, Vec<u8>>);
+
+impl std::ops::Deref for VecLent<'_> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.0
+    }
 }
 
 /// Heap memory behind a mutex: the backing of the `rverbs` device's memory regions,
@@ -113,6 +157,10 @@ impl Memory for VecMemory {
         let word: &mut [u8; 8] = (&mut b[offset..offset + 8]).try_into().expect("8 bytes");
         op.apply(word)
     }
+
+    fn lend(&self) -> Option<Lent<'_>> {
+        Some(Lent::new(VecLent(self.lock())))
+    }
 }
 
 #[cfg(test)]
@@ -149,5 +197,43 @@ mod tests {
         m.read(0, &mut out);
         assert_eq!(&out, b"abc");
         assert_eq!(m.len(), 16);
+    }
+
+    /// A lent region reads as it is, and a writer waits until it is given back.
+    #[test]
+    fn a_lent_region_holds_still() {
+        let m = std::sync::Arc::new(VecMemory::from_vec(b"abcdef".to_vec()));
+        let lent = m.lend().expect("a VecMemory lends");
+        assert_eq!(&lent[..], b"abcdef");
+        let (m2, wrote) = (
+            m.clone(),
+            std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false)),
+        );
+        let w = wrote.clone();
+        let writer = std::thread::spawn(move || {
+            m2.write(0, b"X");
+            w.store(true, std::sync::atomic::Ordering::SeqCst);
+        });
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert!(
+            !wrote.load(std::sync::atomic::Ordering::SeqCst),
+            "the writer waits"
+        );
+        assert_eq!(&lent[..], b"abcdef");
+        drop(lent);
+        writer.join().unwrap();
+        assert_eq!(m.snapshot(), b"Xbcdef");
+        struct NoLend;
+        impl Memory for NoLend {
+            fn len(&self) -> usize {
+                0
+            }
+            fn read(&self, _: usize, _: &mut [u8]) {}
+            fn write(&self, _: usize, _: &[u8]) {}
+            fn atomic(&self, _: usize, _: AtomicOp) -> u64 {
+                0
+            }
+        }
+        assert!(NoLend.lend().is_none(), "by default a memory does not lend");
     }
 }

@@ -34,9 +34,89 @@ pub struct Transmit {
     /// ([`rverbs_wire::icrc::compute_grh_parts`]) and `src_port` is unused.
     pub roce_v1: bool,
     /// BTH through ICRC (a RoCE v2 packet's ICRC is zero when the driver fills it,
-    /// [`crate::Config::sender_fills_icrc`]).
+    /// [`crate::Config::sender_fills_icrc`]), without the bytes of `body` if it has
+    /// one: they belong at `body.at()`.
     pub payload: Vec<u8>,
+    /// Payload bytes the packet takes straight from registered memory when it is sent
+    /// ([`crate::Config::lend_payloads`]); `None` when `payload` is the whole packet.
+    pub body: Option<Body>,
 }
+
+/// The payload of a [`Transmit`] left in registered memory: `len` bytes at `offset`
+/// of a region, to go between the packet's headers and its pad and ICRC (at byte
+/// `at` of [`Transmit::payload`]). The driver sends them from there
+/// ([`crate::Memory::lend`], [`Transmit::parts`]) and computes the ICRC over them
+/// (a RoCE v2 packet with a body always leaves its ICRC to the driver), or copies them
+/// in first ([`Transmit::materialize`]).
+#[derive(Clone)]
+pub struct Body {
+    mem: std::sync::Arc<dyn crate::Memory>,
+    offset: usize,
+    len: usize,
+    at: usize,
+}
+
+impl Body {
+    pub(crate) fn new(
+        mem: std::sync::Arc<dyn crate::Memory>,
+        offset: usize,
+        len: usize,
+        at: usize,
+    ) -> Self {
+        Body {
+            mem,
+            offset,
+            len,
+            at,
+        }
+    }
+
+    /// The region the bytes are in.
+    pub fn memory(&self) -> &std::sync::Arc<dyn crate::Memory> {
+        &self.mem
+    }
+
+    /// How many bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True for no bytes (the engine never makes such a body).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Where they go in the packet: after this many bytes of [`Transmit::payload`].
+    pub fn at(&self) -> usize {
+        self.at
+    }
+
+    /// The bytes, from the region [`Body::memory`] lent ([`crate::Memory::lend`]);
+    /// empty if `lent` is shorter than the region was when the request was posted (a
+    /// packet that short is dropped by its receiver, never sent with other bytes).
+    pub fn bytes<'a>(&self, lent: &'a [u8]) -> &'a [u8] {
+        lent.get(self.offset..self.offset + self.len).unwrap_or(&[])
+    }
+}
+
+impl std::fmt::Debug for Body {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Body")
+            .field("offset", &self.offset)
+            .field("len", &self.len)
+            .field("at", &self.at)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PartialEq for Body {
+    fn eq(&self, o: &Body) -> bool {
+        std::sync::Arc::ptr_eq(&self.mem, &o.mem)
+            && (self.offset, self.len, self.at) == (o.offset, o.len, o.at)
+    }
+}
+
+impl Eq for Body {}
 
 /// A datagram received on UDP port 4791.
 #[derive(Debug, Clone, Copy)]
@@ -69,10 +149,46 @@ pub struct Datagram<'a> {
 }
 
 impl Transmit {
+    /// The packet's length in bytes, its body's included.
+    pub fn len(&self) -> usize {
+        self.payload.len() + self.body.as_ref().map_or(0, Body::len)
+    }
+
+    /// True for an empty packet (never made by the engine).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Copies the body (if any) into `payload`, which then holds the whole packet:
+    /// for every path that needs the packet's bytes in one piece (fault injection,
+    /// captures, raw frames). The region must not be lent by this thread.
+    pub fn materialize(&mut self) {
+        let Some(b) = self.body.take() else { return };
+        let (at, n) = (b.at.min(self.payload.len()), b.len);
+        let old = self.payload.len();
+        self.payload.resize(old + n, 0);
+        self.payload.copy_within(at..old, at + n);
+        b.mem.read(b.offset, &mut self.payload[at..at + n]);
+    }
+
+    /// The packet in three pieces to be sent (or hashed) one after the other: the
+    /// payload before the body, `body` (the body's bytes, from [`Body::bytes`]; empty
+    /// when there is no body) and the rest of the payload.
+    pub fn parts<'a>(&'a self, body: &'a [u8]) -> [&'a [u8]; 3] {
+        match &self.body {
+            Some(b) => {
+                let (head, tail) = self.payload.split_at(b.at.min(self.payload.len()));
+                [head, body, tail]
+            }
+            None => [&self.payload, &[], &[]],
+        }
+    }
+
     /// The datagram a receiver sees when this one arrives unchanged: the same
     /// addresses, port, IP header fields and network type, with the IPv4
     /// Identification 0 that a Linux unconnected socket with DF set sends (DESIGN §3).
-    /// Simulators, benchmarks and tests deliver transmits with it.
+    /// Simulators, benchmarks and tests deliver transmits with it. A transmit with a
+    /// body must be [materialized](Transmit::materialize) first.
     pub fn as_received(&self) -> Datagram<'_> {
         Datagram {
             src: self.src,
@@ -206,6 +322,30 @@ pub fn fill_icrc_cached(
     let crc =
         icrc::compute_addrs_cached(cache, src, dst, ipv4_id, src_port, &payload[..n]).unwrap_or(0);
     payload[n..].copy_from_slice(&crc.to_le_bytes());
+}
+
+/// [`fill_icrc_cached`] of a packet whose body (if any) is `body` ([`Body::bytes`]):
+/// the ICRC of the whole packet, written into the last four bytes of its payload.
+pub fn fill_icrc_cached_parts(
+    cache: &mut icrc::PrefixCache,
+    src: IpAddr,
+    dst: IpAddr,
+    ipv4_id: u16,
+    src_port: u16,
+    t: &mut Transmit,
+    body: &[u8],
+) {
+    if t.body.is_none() {
+        return fill_icrc_cached(cache, src, dst, ipv4_id, src_port, &mut t.payload);
+    }
+    let [head, body, tail] = t.parts(body);
+    let tail = &tail[..tail.len().saturating_sub(icrc::ICRC_LEN)];
+    // As in `fill_icrc`: a failure leaves a zero ICRC.
+    let crc =
+        icrc::compute_addrs_cached_parts(cache, src, dst, ipv4_id, src_port, [head, body, tail])
+            .unwrap_or(0);
+    let n = t.payload.len().saturating_sub(icrc::ICRC_LEN);
+    t.payload[n..].copy_from_slice(&crc.to_le_bytes());
 }
 
 /// Computes and stores the ICRC of an outgoing packet (the last four bytes of

@@ -102,6 +102,24 @@ impl Data {
         }
     }
 
+    /// The region and offset in it of the `len` bytes at `off` of the gathered data,
+    /// when they lie in one segment (a packet's payload left in registered memory,
+    /// [`crate::Config::lend_payloads`]).
+    pub(crate) fn within_one(
+        &self,
+        mut off: usize,
+        len: usize,
+    ) -> Option<(&Arc<dyn Memory>, usize)> {
+        let Data::Segs(segs) = self else { return None };
+        for s in segs {
+            if off < s.len {
+                return (len <= s.len - off).then_some((&s.mem, s.offset + off));
+            }
+            off -= s.len;
+        }
+        None
+    }
+
     /// Scatters `src` starting at offset `off`.
     pub(crate) fn write(&self, mut off: usize, mut src: &[u8]) {
         let Data::Segs(segs) = self else { return };

@@ -3,6 +3,7 @@
 //! in `resp.rs`.
 
 use crate::counters::Counters;
+use crate::memory::Memory;
 use crate::modify::{QpAttr, QpAttrMask};
 use crate::net::{self, Transmit};
 use crate::objects::{resolve_sges, Cq, Data, Mr, RecvWqe, Srq};
@@ -126,6 +127,8 @@ pub(crate) struct Ctx<'a> {
     pub(crate) src_port: Option<u16>,
     /// The driver computes RoCE v2 ICRCs ([`crate::Config::sender_fills_icrc`]).
     pub(crate) sender_fills_icrc: bool,
+    /// Large payloads stay in their region ([`crate::Config::lend_payloads`]).
+    pub(crate) lend_payloads: bool,
     /// When RC requesters set AckReq ([`crate::Config::ack_policy`]).
     pub(crate) ack_policy: crate::engine::AckPolicy,
     pub(crate) now: Nanos,
@@ -718,7 +721,8 @@ impl Qp {
         let t = self.build_request(idx, w.npkts - 1, last, true, ctx);
         ctx.counters.ack_nudges += 1;
         ctx.counters.tx_packets += 1;
-        ctx.counters.tx_bytes += t.payload.len() as u64;
+        ctx.counters.tx_bytes += t.len() as u64;
+        ctx.counters.tx_payloads_in_place += u64::from(t.body.is_some());
         Some(t)
     }
 
@@ -833,7 +837,8 @@ impl Qp {
                 self.retransmit_at = ack_timeout_ns(self.attr.timeout).map(|d| ctx.now + d);
             }
             ctx.counters.tx_packets += 1;
-            ctx.counters.tx_bytes += t.payload.len() as u64;
+            ctx.counters.tx_bytes += t.len() as u64;
+            ctx.counters.tx_payloads_in_place += u64::from(t.body.is_some());
             return Some(t);
         }
     }
@@ -1015,7 +1020,7 @@ impl Qp {
         };
         let (off, len) = payload_range;
         let data = w.data.as_ref();
-        self.transmit_with(
+        self.transmit_from(
             &repr,
             len,
             |buf| match data {
@@ -1024,6 +1029,7 @@ impl Qp {
                 // the buffer may hold a recycled packet's bytes.)
                 None => buf.fill(0),
             },
+            data.and_then(|d| d.within_one(off, len)),
             &av,
             ctx,
         )
@@ -1090,6 +1096,22 @@ impl Qp {
         av: &AddressVector,
         ctx: &Ctx<'_>,
     ) -> Transmit {
+        self.transmit_from(repr, len, fill, None, av, ctx)
+    }
+
+    /// [`Qp::transmit_with`] of a packet whose payload is also `len` bytes at `offset`
+    /// of `mem`: with [`crate::Config::lend_payloads`], a RoCE v2 packet of at least
+    /// [`crate::LEND_MIN`] payload bytes leaves them there ([`Transmit::body`]) and
+    /// `fill` is not called.
+    pub(crate) fn transmit_from(
+        &self,
+        repr: &PacketRepr<'_>,
+        len: usize,
+        fill: impl FnOnce(&mut [u8]),
+        lend: Option<(&Arc<dyn Memory>, usize)>,
+        av: &AddressVector,
+        ctx: &Ctx<'_>,
+    ) -> Transmit {
         let empty = PacketRepr {
             payload: &[],
             ..*repr
@@ -1102,7 +1124,16 @@ impl Qp {
         // overwrite it showed in profiles): every byte is written below — the header
         // room zeroed and emitted, the payload by `fill` (which writes all of it), the
         // pad and ICRC zeroed.
-        let n = hdr + len + pad + rverbs_wire::icrc::ICRC_LEN;
+        let roce_v1 = ctx
+            .gid_roce_v1
+            .get(usize::from(av.sgid_index))
+            .copied()
+            .unwrap_or(false);
+        // (`lend_payloads` holds only with `sender_fills_icrc`: the driver hashes the
+        // body into the ICRC as it sends it.)
+        let lend = lend.filter(|_| ctx.lend_payloads && !roce_v1 && len >= crate::LEND_MIN);
+        let inline = if lend.is_some() { 0 } else { len };
+        let n = hdr + inline + pad + rverbs_wire::icrc::ICRC_LEN;
         let mut payload = ctx.spare.borrow_mut().pop().unwrap_or_default();
         if payload.len() < n {
             payload.resize(n, 0);
@@ -1114,11 +1145,13 @@ impl Qp {
         // their opcode; a failure here is a bug, so send what we have rather than
         // panic in the data path.
         let _ = empty.emit(&mut payload[..hdr + rverbs_wire::icrc::ICRC_LEN]);
+        if inline > 0 {
+            fill(&mut payload[hdr..hdr + inline]);
+        }
         if len > 0 {
-            fill(&mut payload[hdr..hdr + len]);
             Bth::new_unchecked(&mut payload[..rverbs_wire::bth::BTH_LEN]).set_pad(pad as u8);
         }
-        payload[hdr + len..].fill(0);
+        payload[hdr + inline..].fill(0);
         let src = net::gid_to_ip(
             ctx.gids
                 .get(usize::from(av.sgid_index))
@@ -1127,11 +1160,6 @@ impl Qp {
         );
         let dst = net::gid_to_ip(av.dgid);
         let src_port = ctx.src_port.unwrap_or(self.src_port);
-        let roce_v1 = ctx
-            .gid_roce_v1
-            .get(usize::from(av.sgid_index))
-            .copied()
-            .unwrap_or(false);
         if roce_v1 || !ctx.sender_fills_icrc {
             net::fill_icrc_for_cached(
                 &mut ctx.icrc.borrow_mut(),
@@ -1151,6 +1179,7 @@ impl Qp {
             flow_label: av.flow_label,
             roce_v1,
             payload,
+            body: lend.map(|(mem, offset)| net::Body::new(mem.clone(), offset, len, hdr)),
         }
     }
 
@@ -1630,6 +1659,7 @@ mod tests {
             gid_roce_v1: &[],
             src_port: None,
             sender_fills_icrc: false,
+            lend_payloads: false,
             ack_policy: crate::engine::AckPolicy::default(),
             now: 0,
             spare: &std::cell::RefCell::new(Vec::new()),
@@ -1711,6 +1741,71 @@ mod tests {
                 whole.emit(&mut expect).unwrap();
                 let n = expect.len() - 4;
                 assert_eq!(&a.payload[..n], &expect[..n], "{opcode:?} len {len}");
+            }
+        }
+        // With `lend_payloads` (and the ICRC left to the sender), a payload of at
+        // least LEND_MIN bytes stays in its region: the packet is the headers, pad
+        // and ICRC around a body, and materializes to the copied packet; shorter ones
+        // and RoCE v1 packets are copied as before.
+        let big: Vec<u8> = (0..crate::LEND_MIN + 8)
+            .map(|i| (i * 13 + 1) as u8)
+            .collect();
+        let mem: Arc<dyn Memory> = Arc::new(crate::VecMemory::from_vec(big.clone()));
+        let mut ctx = Ctx {
+            sender_fills_icrc: true,
+            lend_payloads: true,
+            ..ctx
+        };
+        for v1 in [false, true] {
+            ctx.gid_roce_v1 = if v1 { &[true] } else { &[] };
+            for len in crate::LEND_MIN - 1..crate::LEND_MIN + 4 {
+                let bth = BthRepr {
+                    opcode: Opcode::RC_SEND_ONLY,
+                    solicited: false,
+                    mig_req: false,
+                    pad: 0,
+                    pkey: DEFAULT_PKEY,
+                    fecn: false,
+                    becn: false,
+                    dest_qp: 0x22,
+                    ack_req: false,
+                    psn: Psn::new(7),
+                };
+                let repr = PacketRepr::new(bth, &[]);
+                let copied = qp.transmit_with(
+                    &repr,
+                    len,
+                    |buf| buf.copy_from_slice(&big[3..3 + len]),
+                    &av,
+                    &ctx,
+                );
+                assert!(copied.body.is_none());
+                let filled = std::cell::Cell::new(false);
+                let mut lent = qp.transmit_from(
+                    &repr,
+                    len,
+                    |buf| {
+                        filled.set(true);
+                        buf.copy_from_slice(&big[3..3 + len]);
+                    },
+                    Some((&mem, 3)),
+                    &av,
+                    &ctx,
+                );
+                if v1 || len < crate::LEND_MIN {
+                    assert_eq!(lent, copied, "len {len}, v1 {v1}: copied");
+                    assert!(filled.get());
+                    continue;
+                }
+                assert!(!filled.get(), "len {len}: a lent payload is not copied");
+                let b = lent.body.clone().expect("a body");
+                assert_eq!((b.len(), b.at()), (len, 12), "len {len}");
+                assert_eq!(lent.len(), copied.len(), "len {len}");
+                assert_eq!(b.bytes(&big), &big[3..3 + len]);
+                let parts = lent.parts(b.bytes(&big)).concat();
+                assert_eq!(parts, copied.payload, "len {len}: the pieces");
+                lent.materialize();
+                assert_eq!(lent, copied, "len {len}: materialized");
             }
         }
     }

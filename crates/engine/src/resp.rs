@@ -644,11 +644,12 @@ impl Qp {
                     ..PacketRepr::new(self.resp_bth(opcode, psn), &[])
                 };
                 let read = |buf: &mut [u8]| mem.read(at, buf);
-                self.transmit_with(&repr, len, read, &self.peer_av(), ctx)
+                self.transmit_from(&repr, len, read, Some((&mem, at)), &self.peer_av(), ctx)
             }
         };
         ctx.counters.tx_packets += 1;
-        ctx.counters.tx_bytes += t.payload.len() as u64;
+        ctx.counters.tx_bytes += t.len() as u64;
+        ctx.counters.tx_payloads_in_place += u64::from(t.body.is_some());
         Some(t)
     }
 

@@ -31,7 +31,7 @@
 //! socket), and otherwise sends through the unconnected socket.
 
 use crate::sys;
-use rverbs_engine::net::fill_icrc_cached;
+use rverbs_engine::net::fill_icrc_cached_parts;
 use rverbs_engine::Transmit;
 use rverbs_wire::icrc;
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
@@ -174,12 +174,13 @@ impl ConnTx {
     /// at a refused message, and the caller sends it and the rest through the
     /// unconnected socket. `None`, having sent nothing, when the peer has no usable
     /// connected socket.
-    pub(crate) fn send(
+    pub(crate) fn send<'b>(
         &mut self,
         path: Path,
         msgs: &[sys::Outgoing],
         order: &[usize],
         ts: &mut [Transmit],
+        body: &dyn Fn(usize) -> &'b [u8],
         scratch: &mut sys::SendScratch,
     ) -> Option<(u16, usize)> {
         let Path { local, peer, meta } = path;
@@ -205,11 +206,12 @@ impl ConnTx {
             }
         }
         let first_id = self.links[i].next_id.unwrap_or(0);
-        self.fill(i, first_id, msgs, order, ts);
+        self.fill(i, first_id, msgs, order, ts, body);
         let link = &mut self.links[i];
         let sock = link.sock.as_ref()?;
         // Stops at the first refused message (`named` false).
-        let sent = sys::send_batch(sock, msgs, &|k| &ts[order[k]].payload[..], scratch, false);
+        let parts = |k: usize| ts[order[k]].parts(body(order[k]));
+        let sent = sys::send_batch(sock, msgs, &parts, scratch, false);
         link.next_id = if sent == msgs.len() {
             Some(first_id.wrapping_add(sent as u16))
         } else {
@@ -224,13 +226,15 @@ impl ConnTx {
 
     /// Rewrites the ICRC of each packet of `msgs` for link `i`'s port and the IPv4 IDs
     /// its datagrams get from `first_id` on.
-    fn fill(
+    #[allow(clippy::too_many_arguments)]
+    fn fill<'b>(
         &mut self,
         i: usize,
         first_id: u16,
         msgs: &[sys::Outgoing],
         order: &[usize],
         ts: &mut [Transmit],
+        body: &dyn Fn(usize) -> &'b [u8],
     ) {
         let (local, peer, port) = (self.links[i].local, self.links[i].peer, self.links[i].port);
         // Each message is one skb: one ID; a train's segment k gets that ID plus k
@@ -239,13 +243,15 @@ impl ConnTx {
         for (j, m) in msgs.iter().enumerate() {
             let id = first_id.wrapping_add(j as u16);
             for k in 0..m.count {
-                fill_icrc_cached(
+                let t = order[m.first + k];
+                fill_icrc_cached_parts(
                     &mut self.cache,
                     local,
                     peer,
                     id.wrapping_add(k as u16),
                     port,
-                    &mut ts[order[m.first + k]].payload,
+                    &mut ts[t],
+                    body(t),
                 );
             }
         }
@@ -254,8 +260,10 @@ impl ConnTx {
     /// Fills the ICRC of a packet that leaves from the device's unconnected socket:
     /// port 4791, IPv4 ID 0 (DF), as [`rverbs_engine::net::fill_icrc`] does, from the
     /// cached header prefix.
-    pub(crate) fn fill_unconnected(&mut self, t: &mut Transmit) {
-        fill_icrc_cached(&mut self.cache, t.src, t.dst, 0, ROCE_PORT, &mut t.payload);
+    /// `body`: the packet's body bytes ([`rverbs_engine::Body::bytes`]; empty without).
+    pub(crate) fn fill_unconnected(&mut self, t: &mut Transmit, body: &[u8]) {
+        let (src, dst) = (t.src, t.dst);
+        fill_icrc_cached_parts(&mut self.cache, src, dst, 0, ROCE_PORT, t, body);
     }
 
     /// The index of `peer`'s link from `local`, set up on first use; `None` when it
@@ -520,7 +528,7 @@ mod tests {
     ) -> Option<(u16, usize)> {
         let mut ts = vec![packet(local, peer, 0x04, 8, 1)];
         let one = [msg(peer, 0, &[24])];
-        conn.send(to(local, peer, DEF), &one, &[0], &mut ts, scratch)
+        conn.send(to(local, peer, DEF), &one, &[0], &mut ts, &|_| &[], scratch)
     }
 
     /// Checks that `conn` refuses a packet from `local` to `peer` (the caller sends it
@@ -535,7 +543,7 @@ mod tests {
         let before = ts[0].payload.clone();
         let one = [msg(peer, 0, &[24])];
         assert!(conn
-            .send(to(local, peer, DEF), &one, &[0], &mut ts, scratch)
+            .send(to(local, peer, DEF), &one, &[0], &mut ts, &|_| &[], scratch)
             .is_none());
         assert_eq!(ts[0].payload, before, "nothing rewritten");
     }
@@ -590,6 +598,7 @@ mod tests {
             flow_label: 0,
             roce_v1: false,
             payload,
+            body: None,
         }
     }
 
@@ -673,7 +682,14 @@ mod tests {
         let order = [0, 1, 2, 3, 4];
         let first = [msg(peer, 0, &[24])];
         assert!(conn
-            .send(to(local, peer, DEF), &first, &order, &mut ts, &mut scratch)
+            .send(
+                to(local, peer, DEF),
+                &first,
+                &order,
+                &mut ts,
+                &|_| &[],
+                &mut scratch
+            )
             .is_some());
         assert_eq!(conn.connected(), 1);
         assert_eq!(
@@ -686,7 +702,14 @@ mod tests {
         let predicted = conn.links[0].next_id.unwrap();
         let rest = [msg(peer, 1, &[24, 24, 20]), msg(peer, 4, &[116])];
         assert!(conn
-            .send(to(local, peer, DEF), &rest, &order, &mut ts, &mut scratch)
+            .send(
+                to(local, peer, DEF),
+                &rest,
+                &order,
+                &mut ts,
+                &|_| &[],
+                &mut scratch
+            )
             .is_some());
         let got = looped(&conn, local, peer);
         // TX_SCHED and TX_SOFTWARE: each skb may come back twice; keep one per ID.
@@ -713,7 +736,14 @@ mod tests {
         let old = predicted.wrapping_add(2);
         let before = conn.probes;
         assert!(conn
-            .send(to(local, peer, DEF), &first, &order, &mut ts, &mut scratch)
+            .send(
+                to(local, peer, DEF),
+                &first,
+                &order,
+                &mut ts,
+                &|_| &[],
+                &mut scratch
+            )
             .is_some());
         assert_eq!(conn.probes, before + 2);
         assert_eq!(
@@ -733,7 +763,14 @@ mod tests {
         let mut ts = vec![packet(local, peer, 0x04, 8, 1)];
         let one = [msg(peer, 0, &[24])];
         assert!(conn
-            .send(to(local, peer, hop1), &one, &[0], &mut ts, &mut scratch)
+            .send(
+                to(local, peer, hop1),
+                &one,
+                &[0],
+                &mut ts,
+                &|_| &[],
+                &mut scratch
+            )
             .is_some());
         assert!(send_one(&mut conn, &mut scratch, local, peer).is_some());
         assert_eq!(conn.connected(), 2, "one socket per (peer, TTL, TOS)");
@@ -741,7 +778,14 @@ mod tests {
         sys::set_tx_loop(conn.links[i].sock.as_ref().unwrap(), true).unwrap();
         let predicted = conn.links[i].next_id.unwrap();
         assert!(conn
-            .send(to(local, peer, hop1), &one, &[0], &mut ts, &mut scratch)
+            .send(
+                to(local, peer, hop1),
+                &one,
+                &[0],
+                &mut ts,
+                &|_| &[],
+                &mut scratch
+            )
             .is_some());
         let link = &conn.links[i];
         let sock = link.sock.as_ref().unwrap();
@@ -843,7 +887,14 @@ mod tests {
         let mut one = vec![packet(local, peer, 0x04, 8, 1)];
         let single = [msg(peer, 0, &[24])];
         assert!(conn
-            .send(to(local, peer, DEF), &single, &[0], &mut one, &mut scratch)
+            .send(
+                to(local, peer, DEF),
+                &single,
+                &[0],
+                &mut one,
+                &|_| &[],
+                &mut scratch
+            )
             .is_some());
         // The peer goes away; a datagram to it leaves an ECONNREFUSED pending on the
         // socket, which the next send (the batch's first message) reports without
@@ -851,7 +902,14 @@ mod tests {
         drop(peer_sock);
         let mut pending = false;
         for _ in 0..20 {
-            conn.send(to(local, peer, DEF), &single, &[0], &mut one, &mut scratch);
+            conn.send(
+                to(local, peer, DEF),
+                &single,
+                &[0],
+                &mut one,
+                &|_| &[],
+                &mut scratch,
+            );
             let link = &conn.links[0];
             if link.next_id.is_some() && error_pending(link.sock.as_ref().unwrap()) {
                 pending = true;
@@ -872,6 +930,7 @@ mod tests {
                 &batch,
                 &[0, 1, 2],
                 &mut ts,
+                &|_| &[],
                 &mut scratch,
             )
             .unwrap();
@@ -913,8 +972,15 @@ mod tests {
         conn.links[0].next_id = None;
         for n in 1..REFUSED_PROBES {
             assert!(
-                conn.send(to(local, peer, DEF), &one, &[0], &mut ts, &mut scratch)
-                    .is_none(),
+                conn.send(
+                    to(local, peer, DEF),
+                    &one,
+                    &[0],
+                    &mut ts,
+                    &|_| &[],
+                    &mut scratch
+                )
+                .is_none(),
                 "batch {n} goes through the unconnected socket"
             );
             assert_eq!(conn.connected(), 1, "kept after {n} refused probes");
@@ -991,7 +1057,14 @@ mod tests {
             let mut ts = vec![packet(local, peer, 0x04, 8, 1)];
             let one = [msg(peer, 0, &[24])];
             if conn
-                .send(to(local, peer, DEF), &one, &[0], &mut ts, &mut scratch)
+                .send(
+                    to(local, peer, DEF),
+                    &one,
+                    &[0],
+                    &mut ts,
+                    &|_| &[],
+                    &mut scratch,
+                )
                 .is_some()
             {
                 connected += 1;
@@ -1018,7 +1091,14 @@ mod tests {
             let mut ts = vec![packet(local, peer, 0x04, 8, 1)];
             let one = [msg(peer, 0, &[24])];
             assert!(conn
-                .send(to(local, peer, DEF), &one, &[0], &mut ts, &mut scratch)
+                .send(
+                    to(local, peer, DEF),
+                    &one,
+                    &[0],
+                    &mut ts,
+                    &|_| &[],
+                    &mut scratch
+                )
                 .is_some());
         }
         assert_eq!(conn.connected(), MAX_CONNECTED);
@@ -1026,7 +1106,14 @@ mod tests {
         let one = [msg(newcomer, 0, &[24])];
         let try_newcomer = |conn: &mut ConnTx, scratch: &mut sys::SendScratch| {
             let mut ts = vec![packet(local, newcomer, 0x04, 8, 1)];
-            conn.send(to(local, newcomer, DEF), &one, &[0], &mut ts, scratch)
+            conn.send(
+                to(local, newcomer, DEF),
+                &one,
+                &[0],
+                &mut ts,
+                &|_| &[],
+                scratch,
+            )
         };
         assert!(
             try_newcomer(&mut conn, &mut scratch).is_none(),
@@ -1095,7 +1182,14 @@ mod tests {
         let mut ts = vec![packet(local, local, 0x04, 8, 1)];
         let one = [msg(local, 0, &[24])];
         assert!(conn
-            .send(to(local, local, DEF), &one, &[0], &mut ts, &mut scratch)
+            .send(
+                to(local, local, DEF),
+                &one,
+                &[0],
+                &mut ts,
+                &|_| &[],
+                &mut scratch
+            )
             .is_some());
         assert_eq!(conn.probes, 0);
         let port = conn.links[0].port;

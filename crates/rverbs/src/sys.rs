@@ -657,6 +657,7 @@ pub(crate) struct SendScratch {
     gather: Vec<u8>,
     addrs: Vec<socket2::SockAddr>,
     iovs: Vec<libc::iovec>,
+    iov_counts: Vec<usize>,
     control: Vec<[u64; 4]>,
     hdrs: Vec<libc::mmsghdr>,
 }
@@ -673,7 +674,9 @@ const GATHER_MAX_BYTES: usize = 512;
 
 /// Sends with `sendmmsg(2)` (as many calls as the kernel needs; one datagram with
 /// `sendto`, one train with `sendmsg`, a small one gathered into one buffer); `buf(i)`
-/// is the i-th buffer of the batch. A message the kernel refuses (no route, buffer full) is
+/// is the i-th datagram of the batch, in up to three pieces sent one after the other
+/// (a packet whose payload stays in registered memory, `Transmit::parts`; empty pieces
+/// are skipped). A message the kernel refuses (no route, buffer full) is
 /// skipped: lost packets, which the transport's retransmission covers. Without
 /// `named`, the messages carry no destination (a connected socket's own peer, whose
 /// route the socket keeps; naming it would look the route up again), and the send
@@ -683,17 +686,16 @@ const GATHER_MAX_BYTES: usize = 512;
 pub(crate) fn send_batch<'b>(
     fd: &impl AsRawFd,
     msgs: &[Outgoing],
-    buf: &dyn Fn(usize) -> &'b [u8],
+    buf: &dyn Fn(usize) -> [&'b [u8]; 3],
     scratch: &mut SendScratch,
     named: bool,
 ) -> usize {
     const MAX: usize = 64;
     if let [m] = msgs {
-        if m.count == 1 && m.segment == 0 {
-            // One datagram (a ping-pong's message): `sendto` passes the address and
-            // the bytes directly, where `sendmmsg` makes the kernel copy in and check
-            // an mmsghdr and an iovec array first.
-            let b = buf(m.first);
+        if let (1, 0, [b, [], []]) = (m.count, m.segment, buf(m.first)) {
+            // One datagram in one piece (a ping-pong's message): `sendto` passes the
+            // address and the bytes directly, where `sendmmsg` makes the kernel copy in
+            // and check an mmsghdr and an iovec array first.
             let addr = socket2::SockAddr::from(m.dst);
             let (name, name_len) = if named {
                 (addr.as_ptr().cast(), addr.len())
@@ -720,6 +722,7 @@ pub(crate) fn send_batch<'b>(
         gather,
         addrs,
         iovs,
+        iov_counts,
         control,
         hdrs,
     } = scratch;
@@ -737,32 +740,40 @@ pub(crate) fn send_batch<'b>(
             [m] if m.count > 1
                 && m.count <= GATHER_MAX_COUNT
                 && (m.first..m.first + m.count)
-                    .map(|i| buf(i).len())
+                    .flat_map(buf)
+                    .map(<[u8]>::len)
                     .sum::<usize>()
                     <= GATHER_MAX_BYTES =>
             {
                 gather.clear();
-                for i in m.first..m.first + m.count {
-                    gather.extend_from_slice(buf(i));
+                for part in (m.first..m.first + m.count).flat_map(buf) {
+                    gather.extend_from_slice(part);
                 }
                 true
             }
             _ => false,
         };
+        // How many iovecs each message has.
+        iov_counts.clear();
         if gathered {
             iovs.push(libc::iovec {
                 iov_base: gather.as_ptr() as *mut libc::c_void,
                 iov_len: gather.len(),
             });
+            iov_counts.push(1);
         } else {
             for m in chunk {
-                iovs.extend((m.first..m.first + m.count).map(|i| {
-                    let b = buf(i);
-                    libc::iovec {
-                        iov_base: b.as_ptr() as *mut libc::c_void,
-                        iov_len: b.len(),
-                    }
-                }));
+                let before = iovs.len();
+                iovs.extend(
+                    (m.first..m.first + m.count)
+                        .flat_map(buf)
+                        .filter(|b| !b.is_empty())
+                        .map(|b| libc::iovec {
+                            iov_base: b.as_ptr() as *mut libc::c_void,
+                            iov_len: b.len(),
+                        }),
+                );
+                iov_counts.push(iovs.len() - before);
             }
         }
         if control.len() < chunk.len() {
@@ -779,7 +790,7 @@ pub(crate) fn send_batch<'b>(
                 mh.msg_namelen = addrs[i].len();
             }
             mh.msg_iov = iovs[at..].as_mut_ptr();
-            let n = if gathered { 1 } else { m.count };
+            let n = iov_counts[i];
             mh.msg_iovlen = n as _;
             at += n;
             if m.segment > 0 {
@@ -798,10 +809,11 @@ pub(crate) fn send_batch<'b>(
             hdrs.push(h);
         }
         // SAFETY: each header points at a live address of the length given, at its
-        // own `count` iovecs (one when gathered; in bounds of `iovs`, which is not
-        // resized until the call returns) over live byte slices (the batch's buffers
-        // or `gather`, neither changed until the call returns; read only by the
-        // kernel) and at a live control buffer; all outlive the call.
+        // own iovecs (`iov_counts`; one when gathered; in bounds of `iovs`, which is not
+        // resized until the call returns) over live byte slices (the batch's pieces,
+        // borrowed for the whole call — a lent region's bytes stay locked by the
+        // caller — or `gather`, neither changed until the call returns; read only by
+        // the kernel) and at a live control buffer; all outlive the call.
         let rc = if let [h] = &hdrs[..] {
             // One message: `sendmsg` spares the kernel sendmmsg's loop and the
             // write-back of the message length.
@@ -994,6 +1006,67 @@ mod tests {
                 "{addr}"
             );
             assert_eq!(m.dst, Some(to.ip()));
+        }
+    }
+
+    /// Datagrams given in pieces (a packet whose payload stays in its memory region)
+    /// arrive whole: alone, in a small train gathered into one buffer, and in a
+    /// `UDP_SEGMENT` train with an iovec per piece; empty pieces are skipped.
+    #[test]
+    fn datagrams_in_pieces_arrive_whole() {
+        use socket2::{Domain, Socket, Type};
+        let a: std::net::SocketAddr = "127.0.0.1:0".parse().unwrap();
+        let rx = Socket::new(Domain::IPV4, Type::DGRAM, None).unwrap();
+        rx.bind(&a.into()).unwrap();
+        let to = rx.local_addr().unwrap().as_socket().unwrap();
+        let tx = Socket::new(Domain::IPV4, Type::DGRAM, None).unwrap();
+        tx.bind(&a.into()).unwrap();
+        // Datagram i: a 12-byte head, a body (its length depends on the test below)
+        // and a 4-byte tail, each byte telling its datagram and place.
+        let piece = |i: usize, part: u8, len: usize| -> Vec<u8> {
+            (0..len)
+                .map(|k| (i * 64) as u8 ^ (part * 16) ^ k as u8)
+                .collect()
+        };
+        for (count, body_len, segment) in [(1, 300, 0u16), (3, 40, 56), (5, 1000, 1016)] {
+            let d: Vec<[Vec<u8>; 3]> = (0..count)
+                .map(|i| [piece(i, 1, 12), piece(i, 2, body_len), piece(i, 3, 4)])
+                .collect();
+            let bytes = 16 + body_len;
+            let m = Outgoing {
+                dst: to,
+                first: 0,
+                count,
+                segment: if count > 1 { segment } else { 0 },
+                first_len: bytes,
+                last_len: bytes,
+                bytes: bytes * count,
+            };
+            let mut scratch = SendScratch::default();
+            // (Odd ones with the head and body joined and an empty last piece.)
+            let joined: Vec<Vec<u8>> = d.iter().map(|p| [&p[0][..], &p[1][..]].concat()).collect();
+            let parts = |i: usize| -> [&[u8]; 3] {
+                if i % 2 == 0 {
+                    [&d[i][0], &d[i][1], &d[i][2]]
+                } else {
+                    [&joined[i], &d[i][2], &[]]
+                }
+            };
+            assert_eq!(send_batch(&tx, &[m], &parts, &mut scratch, true), 1);
+            let mut buf = vec![0u8; count * 2048];
+            let mut got = Vec::new();
+            let mut rs = RecvScratch::new(count);
+            let mut n = 0;
+            while n < count {
+                n += recv_batch(&rx, &mut buf, 2048, &mut got, &mut rs).unwrap();
+            }
+            for (i, r) in got.iter().enumerate() {
+                assert_eq!(
+                    buf[r.offset..r.offset + r.len],
+                    d[i].concat()[..],
+                    "{count} datagrams: datagram {i}"
+                );
+            }
         }
     }
 }

@@ -166,3 +166,119 @@ fn unusable_capture_path_is_an_error() {
     assert!(e.to_string().contains("RVERBS_PCAP"), "{e}");
     assert_eq!(e.errno(), 2, "ENOENT");
 }
+
+/// Payloads of 1 KiB and more (SEND and WRITE packets, READ responses) leave straight
+/// from their memory regions: the device gathers them into its `sendmmsg` and hashes
+/// them into the ICRC without copying them into the datagram first. Every byte arrives
+/// (a wrong ICRC would drop the packets), a packet whose payload straddles two SGEs'
+/// regions is copied as before, and a capture holds every packet whole, with a good
+/// ICRC.
+#[test]
+fn large_payloads_leave_from_their_regions_and_captures_hold_them_whole() {
+    let dir = std::env::temp_dir().join(format!("rverbs-inplace-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pcap = dir.join("a.pcap");
+    let dev = device(None).unwrap();
+    let opts = OpenOptions {
+        pcap: Some(pcap.clone()),
+        ..OpenOptions::default()
+    };
+    let a = Context::open_with(dev.clone(), &opts).unwrap();
+    let (ea, eb) = (end(a.clone(), 1 << 20), end(dev.open().unwrap(), 1 << 20));
+    let mtu4k = ConnectOpts {
+        mtu: Mtu::M4096,
+        ..ConnectOpts::default()
+    };
+    connect(&ea, &eb, &mtu4k);
+    let (qa, qb, ma, mb) = (&ea.qp, &eb.qp, &ea.mr, &eb.mr);
+    let data: Vec<u8> = (0..200_000u32).map(|i| (i * 31 + i / 977) as u8).collect();
+    ma.write(0, &data);
+    let done = |cq: &Cq| assert_eq!(wait(cq).status, WcStatus::Success);
+
+    // SEND of 100,000 bytes from an odd offset: 24 full packets and one of 1,699
+    // bytes (pad 1), all in place.
+    let before = ea.ctx.counters().tx_payloads_in_place;
+    qb.post_recv(1, &[mb.slice(0..200_000)]).unwrap();
+    qa.post_send(&SendRequest::send(2, &[ma.slice(3..100_003)]))
+        .unwrap();
+    let wc = wait(&eb.cq);
+    assert_eq!((wc.status, wc.byte_len), (WcStatus::Success, 100_000));
+    done(&ea.cq);
+    assert_eq!(mb.to_vec()[..100_000], data[3..100_003]);
+    assert!(ea.ctx.counters().tx_payloads_in_place - before >= 25);
+
+    // WRITE of 64 KiB: 16 packets in place.
+    let before = ea.ctx.counters().tx_payloads_in_place;
+    qa.post_send(&SendRequest::write(
+        3,
+        &[ma.slice(100_000..165_536)],
+        mb.remote(300_000..365_536),
+    ))
+    .unwrap();
+    done(&ea.cq);
+    assert_eq!(mb.to_vec()[300_000..365_536], data[100_000..165_536]);
+    assert!(ea.ctx.counters().tx_payloads_in_place - before >= 16);
+
+    // READ of 50,000 bytes: the responder sends its 12 full responses in place, the
+    // last (848 bytes) copied.
+    let before = eb.ctx.counters().tx_payloads_in_place;
+    qa.post_send(&SendRequest::read(
+        4,
+        &[ma.slice(500_000..550_000)],
+        mb.remote(300_000..350_000),
+    ))
+    .unwrap();
+    done(&ea.cq);
+    assert_eq!(ma.to_vec()[500_000..550_000], data[100_000..150_000]);
+    assert!(eb.ctx.counters().tx_payloads_in_place - before >= 12);
+
+    // Two SGEs in two regions: the packet across their border is copied, the two
+    // others go in place.
+    let other = ea.pd.reg_mr(8192, AccessFlags::ALL).unwrap();
+    other.write(0, &data[..8192]);
+    let before = ea.ctx.counters().tx_payloads_in_place;
+    qb.post_recv(5, &[mb.slice(0..200_000)]).unwrap();
+    qa.post_send(&SendRequest::send(
+        6,
+        &[ma.slice(150_000..155_000), other.slice(0..5000)],
+    ))
+    .unwrap();
+    let wc = wait(&eb.cq);
+    assert_eq!((wc.status, wc.byte_len), (WcStatus::Success, 10_000));
+    done(&ea.cq);
+    let got = mb.to_vec();
+    assert_eq!(got[..5000], data[150_000..155_000]);
+    assert_eq!(got[5000..10_000], data[..5000]);
+    let in_place = ea.ctx.counters().tx_payloads_in_place - before;
+    let retried = ea.ctx.counters().retransmitted_packets;
+    assert!(
+        in_place == 2 || (in_place >= 2 && retried > 0),
+        "{in_place} in place"
+    );
+
+    assert_eq!(
+        ea.ctx.counters().rx_icrc_errors + eb.ctx.counters().rx_icrc_errors,
+        0
+    );
+    drop((other, ea, eb, a));
+    // The capture: every packet a sent or received, whole (IP, UDP and RoCE lengths
+    // agree), with the ICRC of its bytes; the long ones carry the data.
+    let cap = std::fs::read(&pcap).unwrap();
+    let (mut off, mut long) = (24, 0);
+    while off + 16 <= cap.len() {
+        let n = u32::from_le_bytes(cap[off + 8..off + 12].try_into().unwrap()) as usize;
+        let ip = &cap[off + 16..off + 16 + n];
+        assert_eq!(usize::from(u16::from_be_bytes([ip[2], ip[3]])), n);
+        assert_eq!(usize::from(u16::from_be_bytes([ip[24], ip[25]])), n - 20);
+        assert_eq!(
+            rverbs_wire::icrc::verify(ip),
+            Ok(true),
+            "packet at {off} ({n} bytes)"
+        );
+        long += usize::from(n >= 20 + 8 + 12 + 4096 + 4);
+        off += 16 + n;
+    }
+    assert_eq!(off, cap.len(), "the capture ends with a whole packet");
+    assert!(long >= 24 + 16 + 12, "{long} full-size packets");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -189,6 +189,7 @@ impl Gsi {
             flow_label: 0,
             roce_v1,
             payload,
+            body: None,
         });
     }
 

@@ -121,6 +121,7 @@ pub fn craft(sim: &Sim, from: usize, to: usize, repr: &PacketRepr<'_>) -> Pkt {
             flow_label: 0,
             roce_v1: false,
             payload,
+            body: None,
         },
     }
 }
