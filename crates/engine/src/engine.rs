@@ -82,6 +82,14 @@ pub struct Config {
     /// driver sends it from there (`sendmmsg` gathers it) and hashes it into the ICRC.
     /// Default: false (every [`Transmit::payload`] is the whole packet).
     pub lend_payloads: bool,
+    /// How many PSNs an RC requester may have outstanding (sent, not acknowledged):
+    /// rxe's 128 ([`crate::MAX_UNACKED_PSNS`]) by default. A driver whose peers take
+    /// longer bursts may allow more: a bulk stream then asks for (and waits on) fewer
+    /// ACKs. Kept within 128 ..= 2^23: a long message asks for an ACK only every 64
+    /// packets ([`crate::MAX_PKT_PER_ACK`]), so a smaller window would fill before
+    /// the answer to its last request came; past 2^23 (half the 24-bit PSN space) a
+    /// responder could not tell a new PSN from a duplicate.
+    pub max_unacked_psns: u32,
 }
 
 /// The shortest payload a packet leaves in registered memory ([`Config::lend_payloads`]):
@@ -105,7 +113,7 @@ pub enum AckPolicy {
     /// brings the unacknowledged messages sent since the last AckReq to half of
     /// `max_send_wr` (so a queue of unsignaled work never fills without an ACK on the
     /// way), a message end 16 packets after the last AckReq while a quarter of the
-    /// [`crate::MAX_UNACKED_PSNS`] window is unacknowledged (so a bulk stream's window
+    /// [`Config::max_unacked_psns`] window is unacknowledged (so a bulk stream's window
     /// slides in steps), a retransmitted message end, a message end sent while the QP drains (SQD),
     /// and a message end after the oldest unacknowledged packet (or the last progress)
     /// has waited a quarter of the ACK timeout without an ACK requested. When the
@@ -132,6 +140,7 @@ impl Default for Config {
             src_port: None,
             sender_fills_icrc: false,
             lend_payloads: false,
+            max_unacked_psns: crate::MAX_UNACKED_PSNS,
             ack_policy: AckPolicy::default(),
         }
     }
@@ -237,6 +246,10 @@ macro_rules! ctx {
             src_port: $s.cfg.src_port,
             sender_fills_icrc: $s.cfg.sender_fills_icrc,
             lend_payloads: $s.cfg.lend_payloads && $s.cfg.sender_fills_icrc,
+            max_unacked: $s
+                .cfg
+                .max_unacked_psns
+                .clamp(crate::MAX_UNACKED_PSNS, 1 << 23),
             ack_policy: $s.cfg.ack_policy,
             now: $now,
             spare: &$s.spare,

@@ -18,8 +18,8 @@ use rverbs_wire::psn::Psn;
 use std::collections::{BTreeSet, VecDeque};
 use std::sync::Arc;
 
-/// At most this many PSNs may be outstanding (sent, not acknowledged) (rxe
-/// `RXE_MAX_UNACKED_PSNS`).
+/// By default, at most this many PSNs may be outstanding (sent, not acknowledged)
+/// (rxe `RXE_MAX_UNACKED_PSNS`; [`crate::Config::max_unacked_psns`]).
 pub const MAX_UNACKED_PSNS: u32 = 128;
 /// The requester asks for an ACK at least every this many packets (rxe
 /// `RXE_MAX_PKT_PER_ACK`), besides the last packet of every message.
@@ -129,6 +129,8 @@ pub(crate) struct Ctx<'a> {
     pub(crate) sender_fills_icrc: bool,
     /// Large payloads stay in their region ([`crate::Config::lend_payloads`]).
     pub(crate) lend_payloads: bool,
+    /// The RC requester's window in PSNs ([`crate::Config::max_unacked_psns`]).
+    pub(crate) max_unacked: u32,
     /// When RC requesters set AckReq ([`crate::Config::ack_policy`]).
     pub(crate) ack_policy: crate::engine::AckPolicy,
     pub(crate) now: Nanos,
@@ -758,7 +760,7 @@ impl Qp {
                 if rc && rd_atomic && self.rd_outstanding >= max_rd {
                     return None;
                 }
-                if rc && self.next_psn.forward_from(self.comp_psn) >= MAX_UNACKED_PSNS {
+                if rc && self.next_psn.forward_from(self.comp_psn) >= ctx.max_unacked {
                     return None;
                 }
                 let pd = self.pd;
@@ -801,7 +803,7 @@ impl Qp {
             } else {
                 w.next_pkt
             });
-            if rc && psn.forward_from(self.comp_psn) >= MAX_UNACKED_PSNS {
+            if rc && psn.forward_from(self.comp_psn) >= ctx.max_unacked {
                 return None;
             }
             let t = self.build_request(idx, w.next_pkt, psn, false, ctx);
@@ -1059,8 +1061,8 @@ impl Qp {
                     // A stream with a quarter of the PSN window unacknowledged asks
                     // every eighth of the window, so ACKs free the window in steps
                     // and the requester never waits a round trip for half of it.
-                    || (psn.next().forward_from(self.comp_psn) >= MAX_UNACKED_PSNS / 4
-                        && self.noack_pkts >= MAX_UNACKED_PSNS / 8)
+                    || (psn.next().forward_from(self.comp_psn) >= ctx.max_unacked / 4
+                        && self.noack_pkts >= ctx.max_unacked / 8)
                     // A stream that has asked for nothing for a quarter of the ACK
                     // timeout: ask, so the retransmit timer (armed when the oldest
                     // unacknowledged packet went out, or at the last progress) does
@@ -1196,7 +1198,7 @@ impl Qp {
             ctx.counters.rx_ghost_responses += 1;
             if outstanding != 0
                 && self.retransmit_at.is_some()
-                && self.stale_rearms < 2 * outstanding.max(MAX_UNACKED_PSNS)
+                && self.stale_rearms < 2 * outstanding.max(ctx.max_unacked)
             {
                 // The peer is alive and answering (responses or ACKs we already
                 // have, sent before the ones our last retry asked for and still
@@ -1660,6 +1662,7 @@ mod tests {
             src_port: None,
             sender_fills_icrc: false,
             lend_payloads: false,
+            max_unacked: MAX_UNACKED_PSNS,
             ack_policy: crate::engine::AckPolicy::default(),
             now: 0,
             spare: &std::cell::RefCell::new(Vec::new()),

@@ -187,3 +187,57 @@ fn retransmitted_packets_counts_only_resent() {
     let c = sim.engines[0].counters();
     assert!(c.retransmitted_packets <= c.tx_packets, "{c:?}");
 }
+
+/// A requester allowed a larger window (`Config::max_unacked_psns`) sends that many
+/// PSNs before it waits for an ACK, asks for ACKs less often per packet (every eighth
+/// of the window once a quarter is out, and at least every 64 packets), and the
+/// stream completes; smaller values than 128 (whose window a long message would fill
+/// before it asks for an ACK) are raised to 128.
+#[test]
+fn a_larger_window_sends_more_before_waiting_and_asks_for_fewer_acks() {
+    let mut asks_per_packet = Vec::new();
+    for (window, expect) in [(128, 128), (512, 512), (0, 128), (100, 128)] {
+        let mut sim = Sim::new(2, false, LinkConfig::default(), 9);
+        sim.engines[0] = Engine::new(Config {
+            gids: vec![net::ip_to_gid(std::net::Ipv4Addr::new(10, 0, 0, 1).into())],
+            seed: 9 * 31 + 1,
+            max_unacked_psns: window,
+            ..Config::default()
+        });
+        let o = PairOpts {
+            mem_len: 1 << 21,
+            ..Default::default()
+        };
+        let (a, b) = pair(&mut sim, &o);
+        // 64 WRITEs of 16 packets (MTU 1024), only the last signaled: a bulk stream.
+        for i in 0..64u64 {
+            let mut w = wr(i, WrOpcode::RdmaWrite, vec![sge(&a, i << 14, 1 << 14)]);
+            w.remote_addr = b.base + (i << 14);
+            w.rkey = b.keys.rkey;
+            if i < 63 {
+                w.flags = SendFlags::default();
+            }
+            sim.engines[0].post_send(a.qpn, w, 0).unwrap();
+        }
+        let mut out = Vec::new();
+        while let Some(t) = sim.engines[0].poll_transmit(0) {
+            out.push(t);
+        }
+        assert_eq!(out.len(), expect, "window {window}");
+        // BTH byte 8, bit 7: AckReq.
+        let asks = out.iter().filter(|t| t.payload[8] & 0x80 != 0).count();
+        asks_per_packet.push(asks as f64 / out.len() as f64);
+        for t in &out {
+            sim.engines[1].handle_datagram(0, &t.as_received());
+        }
+        let wcs = wait_wcs(&mut sim, &a, 1, SEC);
+        assert_eq!(wcs.len(), 1, "window {window}");
+        assert_eq!(wcs[0].status, WcStatus::Success, "window {window}");
+        let c = sim.engines[0].counters();
+        assert_eq!(c.retransmitted_packets, 0, "window {window}: {c:?}");
+    }
+    assert!(
+        asks_per_packet[1] * 2.0 < asks_per_packet[0],
+        "{asks_per_packet:?}"
+    );
+}
