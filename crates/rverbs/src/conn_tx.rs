@@ -174,13 +174,13 @@ impl ConnTx {
     /// at a refused message, and the caller sends it and the rest through the
     /// unconnected socket. `None`, having sent nothing, when the peer has no usable
     /// connected socket.
-    pub(crate) fn send<'b>(
+    pub(crate) fn send(
         &mut self,
         path: Path,
         msgs: &[sys::Outgoing],
         order: &[usize],
         ts: &mut [Transmit],
-        body: &dyn Fn(usize) -> &'b [u8],
+        bodies: &[&[u8]],
         scratch: &mut sys::SendScratch,
     ) -> Option<(u16, usize)> {
         let Path { local, peer, meta } = path;
@@ -206,11 +206,11 @@ impl ConnTx {
             }
         }
         let first_id = self.links[i].next_id.unwrap_or(0);
-        self.fill(i, first_id, msgs, order, ts, body);
+        self.fill(i, first_id, msgs, order, ts, bodies);
         let link = &mut self.links[i];
         let sock = link.sock.as_ref()?;
         // Stops at the first refused message (`named` false).
-        let parts = |k: usize| ts[order[k]].parts(body(order[k]));
+        let parts = |k: usize| ts[order[k]].parts(body_of(bodies, order[k]));
         let sent = sys::send_batch(sock, msgs, &parts, scratch, false);
         link.next_id = if sent == msgs.len() {
             Some(first_id.wrapping_add(sent as u16))
@@ -227,14 +227,14 @@ impl ConnTx {
     /// Rewrites the ICRC of each packet of `msgs` for link `i`'s port and the IPv4 IDs
     /// its datagrams get from `first_id` on.
     #[allow(clippy::too_many_arguments)]
-    fn fill<'b>(
+    fn fill(
         &mut self,
         i: usize,
         first_id: u16,
         msgs: &[sys::Outgoing],
         order: &[usize],
         ts: &mut [Transmit],
-        body: &dyn Fn(usize) -> &'b [u8],
+        bodies: &[&[u8]],
     ) {
         let (local, peer, port) = (self.links[i].local, self.links[i].peer, self.links[i].port);
         // Each message is one skb: one ID; a train's segment k gets that ID plus k
@@ -251,7 +251,7 @@ impl ConnTx {
                     id.wrapping_add(k as u16),
                     port,
                     &mut ts[t],
-                    body(t),
+                    body_of(bodies, t),
                 );
             }
         }
@@ -403,6 +403,12 @@ impl ConnTx {
 /// The calling thread's network namespace: the device and inode numbers of its
 /// `/proc/thread-self/ns/net` (two namespaces are the same when both are; see
 /// namespaces(7)). `None` when it cannot be read.
+/// Packet `k`'s body bytes in a batch's `bodies` (empty when it has none: `bodies` is
+/// empty for a batch without bodies).
+pub(crate) fn body_of<'a>(bodies: &[&'a [u8]], k: usize) -> &'a [u8] {
+    bodies.get(k).copied().unwrap_or(&[])
+}
+
 fn current_netns() -> Option<(u64, u64)> {
     use std::os::unix::fs::MetadataExt;
     let m = std::fs::metadata("/proc/thread-self/ns/net").ok()?;
@@ -528,7 +534,7 @@ mod tests {
     ) -> Option<(u16, usize)> {
         let mut ts = vec![packet(local, peer, 0x04, 8, 1)];
         let one = [msg(peer, 0, &[24])];
-        conn.send(to(local, peer, DEF), &one, &[0], &mut ts, &|_| &[], scratch)
+        conn.send(to(local, peer, DEF), &one, &[0], &mut ts, &[], scratch)
     }
 
     /// Checks that `conn` refuses a packet from `local` to `peer` (the caller sends it
@@ -543,7 +549,7 @@ mod tests {
         let before = ts[0].payload.clone();
         let one = [msg(peer, 0, &[24])];
         assert!(conn
-            .send(to(local, peer, DEF), &one, &[0], &mut ts, &|_| &[], scratch)
+            .send(to(local, peer, DEF), &one, &[0], &mut ts, &[], scratch)
             .is_none());
         assert_eq!(ts[0].payload, before, "nothing rewritten");
     }
@@ -687,7 +693,7 @@ mod tests {
                 &first,
                 &order,
                 &mut ts,
-                &|_| &[],
+                &[],
                 &mut scratch
             )
             .is_some());
@@ -707,7 +713,7 @@ mod tests {
                 &rest,
                 &order,
                 &mut ts,
-                &|_| &[],
+                &[],
                 &mut scratch
             )
             .is_some());
@@ -741,7 +747,7 @@ mod tests {
                 &first,
                 &order,
                 &mut ts,
-                &|_| &[],
+                &[],
                 &mut scratch
             )
             .is_some());
@@ -768,7 +774,7 @@ mod tests {
                 &one,
                 &[0],
                 &mut ts,
-                &|_| &[],
+                &[],
                 &mut scratch
             )
             .is_some());
@@ -783,7 +789,7 @@ mod tests {
                 &one,
                 &[0],
                 &mut ts,
-                &|_| &[],
+                &[],
                 &mut scratch
             )
             .is_some());
@@ -892,7 +898,7 @@ mod tests {
                 &single,
                 &[0],
                 &mut one,
-                &|_| &[],
+                &[],
                 &mut scratch
             )
             .is_some());
@@ -907,7 +913,7 @@ mod tests {
                 &single,
                 &[0],
                 &mut one,
-                &|_| &[],
+                &[],
                 &mut scratch,
             );
             let link = &conn.links[0];
@@ -930,7 +936,7 @@ mod tests {
                 &batch,
                 &[0, 1, 2],
                 &mut ts,
-                &|_| &[],
+                &[],
                 &mut scratch,
             )
             .unwrap();
@@ -972,15 +978,8 @@ mod tests {
         conn.links[0].next_id = None;
         for n in 1..REFUSED_PROBES {
             assert!(
-                conn.send(
-                    to(local, peer, DEF),
-                    &one,
-                    &[0],
-                    &mut ts,
-                    &|_| &[],
-                    &mut scratch
-                )
-                .is_none(),
+                conn.send(to(local, peer, DEF), &one, &[0], &mut ts, &[], &mut scratch)
+                    .is_none(),
                 "batch {n} goes through the unconnected socket"
             );
             assert_eq!(conn.connected(), 1, "kept after {n} refused probes");
@@ -1057,14 +1056,7 @@ mod tests {
             let mut ts = vec![packet(local, peer, 0x04, 8, 1)];
             let one = [msg(peer, 0, &[24])];
             if conn
-                .send(
-                    to(local, peer, DEF),
-                    &one,
-                    &[0],
-                    &mut ts,
-                    &|_| &[],
-                    &mut scratch,
-                )
+                .send(to(local, peer, DEF), &one, &[0], &mut ts, &[], &mut scratch)
                 .is_some()
             {
                 connected += 1;
@@ -1091,14 +1083,7 @@ mod tests {
             let mut ts = vec![packet(local, peer, 0x04, 8, 1)];
             let one = [msg(peer, 0, &[24])];
             assert!(conn
-                .send(
-                    to(local, peer, DEF),
-                    &one,
-                    &[0],
-                    &mut ts,
-                    &|_| &[],
-                    &mut scratch
-                )
+                .send(to(local, peer, DEF), &one, &[0], &mut ts, &[], &mut scratch)
                 .is_some());
         }
         assert_eq!(conn.connected(), MAX_CONNECTED);
@@ -1106,14 +1091,7 @@ mod tests {
         let one = [msg(newcomer, 0, &[24])];
         let try_newcomer = |conn: &mut ConnTx, scratch: &mut sys::SendScratch| {
             let mut ts = vec![packet(local, newcomer, 0x04, 8, 1)];
-            conn.send(
-                to(local, newcomer, DEF),
-                &one,
-                &[0],
-                &mut ts,
-                &|_| &[],
-                scratch,
-            )
+            conn.send(to(local, newcomer, DEF), &one, &[0], &mut ts, &[], scratch)
         };
         assert!(
             try_newcomer(&mut conn, &mut scratch).is_none(),
@@ -1187,7 +1165,7 @@ mod tests {
                 &one,
                 &[0],
                 &mut ts,
-                &|_| &[],
+                &[],
                 &mut scratch
             )
             .is_some());

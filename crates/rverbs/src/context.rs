@@ -22,7 +22,7 @@
 //! there). With `RVERBS_FAULTS` or `RVERBS_PCAP` every datagram goes out on its own.
 
 use crate::capture::PcapWriter;
-use crate::conn_tx::{ConnTx, Meta, Path};
+use crate::conn_tx::{body_of, ConnTx, Meta, Path};
 use crate::device::DeviceInfo;
 use crate::error::{Error, Result};
 use crate::faults::{FaultState, FaultStats, Faults};
@@ -440,11 +440,14 @@ impl Shared {
         // READ responses) are hashed into the ICRC and sent from there: each region is
         // lent once for the whole batch (locked until the sends return; lending it
         // twice would deadlock), which spares copying every payload into its datagram
-        // (7% of a 64 KiB WRITE stream's sender in profiles).
+        // (7% of a 64 KiB WRITE stream's sender in profiles). `bodies[k]` is packet
+        // k's body (empty for a batch without bodies, as a ping-pong's).
         let mut regions: Vec<Arc<dyn Memory>> = Vec::new();
-        for b in ts.iter().filter_map(|t| t.body.as_ref()) {
-            if !regions.iter().any(|r| same_region(r, b.memory())) {
-                regions.push(b.memory().clone());
+        if ts.iter().any(|t| t.body.is_some()) {
+            for b in ts.iter().filter_map(|t| t.body.as_ref()) {
+                if !regions.iter().any(|r| same_region(r, b.memory())) {
+                    regions.push(b.memory().clone());
+                }
             }
         }
         let lent: Vec<Option<Lent<'_>>> = regions.iter().map(|r| r.lend()).collect();
@@ -454,15 +457,15 @@ impl Shared {
                 .position(|r| same_region(r, b.memory()))
                 .and_then(|i| lent[i].as_deref())
         };
-        for t in ts.iter_mut() {
-            if t.body.as_ref().is_some_and(|b| lent_of(b).is_none()) {
-                // A region that cannot lend (not ours): copied in.
-                t.materialize();
-            }
-        }
         let bodies: Vec<&[u8]> = if regions.is_empty() {
             Vec::new()
         } else {
+            for t in ts.iter_mut() {
+                if t.body.as_ref().is_some_and(|b| lent_of(b).is_none()) {
+                    // A region that cannot lend (not ours): copied in.
+                    t.materialize();
+                }
+            }
             ts.iter()
                 .map(|t| match (&t.body, t.body.as_ref().and_then(lent_of)) {
                     (Some(b), Some(bytes)) => b.bytes(bytes),
@@ -470,7 +473,7 @@ impl Shared {
                 })
                 .collect()
         };
-        let body = |k: usize| bodies.get(k).copied().unwrap_or(&[]);
+        let body = |k: usize| body_of(&bodies, k);
         let socks = self.sockets.read().unwrap_or_else(|e| e.into_inner());
         for (i, (addr, sock)) in socks.iter().enumerate() {
             if addr.is_multicast() {
@@ -537,7 +540,7 @@ impl Shared {
                 // What the connected socket did not send (none, or the messages
                 // from a refused one on) leaves through this socket.
                 let (port, done) = conn
-                    .send(path, run, order, ts, &body, scratch)
+                    .send(path, run, order, ts, &bodies, scratch)
                     .unwrap_or((ROCE_PORT, 0));
                 let rest = &run[done..];
                 if !rest.is_empty() {

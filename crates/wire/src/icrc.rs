@@ -460,8 +460,11 @@ pub fn compute_addrs_cached_parts(
         h.update(&buf[..BTH_LEN]);
         h.update(tail);
     }
-    h.update(parts[1]);
-    h.update(parts[2]);
+    for p in &parts[1..] {
+        if !p.is_empty() {
+            h.update(p);
+        }
+    }
     Ok(h.finalize())
 }
 
