@@ -41,7 +41,10 @@
 //!    only inside a [`Mr::with`] closure, and the device waits for that closure: no
 //!    aliasing `&mut`, no data race, no torn 8-byte atomic. The application sees the
 //!    device's writes as whole packets, not as a consistent message: wait for the
-//!    completion before reading what a peer sent, as with any verbs device.
+//!    completion before reading what a peer sent, as with any verbs device. Payloads
+//!    of 1 KiB or more leave straight from the region (no copy into a packet buffer):
+//!    the device holds the region's lock while the kernel copies them out in its
+//!    `sendmmsg`, so a [`Mr::with`] or [`Mr::write`] waits for that batch to be sent.
 //! 3. **Work requests borrow their regions.** A [`LocalBuf`] is a range of a live
 //!    `Mr` (`&Mr` inside), so a request cannot name a region that was dropped or a
 //!    range outside it (`Mr::slice` checks the range); the compiler rejects dropping
