@@ -534,7 +534,7 @@ mod tests {
     ) -> Option<(u16, usize)> {
         let mut ts = vec![packet(local, peer, 0x04, 8, 1)];
         let one = [msg(peer, 0, &[24])];
-        conn.send(to(local, peer, DEF), &one, &[0], &mut ts, &[], scratch)
+        conn.send_whole(to(local, peer, DEF), &one, &[0], &mut ts, scratch)
     }
 
     /// Checks that `conn` refuses a packet from `local` to `peer` (the caller sends it
@@ -549,7 +549,7 @@ mod tests {
         let before = ts[0].payload.clone();
         let one = [msg(peer, 0, &[24])];
         assert!(conn
-            .send(to(local, peer, DEF), &one, &[0], &mut ts, &[], scratch)
+            .send_whole(to(local, peer, DEF), &one, &[0], &mut ts, scratch)
             .is_none());
         assert_eq!(ts[0].payload, before, "nothing rewritten");
     }
@@ -585,6 +585,20 @@ mod tests {
             ConnTx::default(),
             sys::SendScratch::default(),
         )
+    }
+
+    impl ConnTx {
+        /// [`ConnTx::send`] of a batch without bodies (every test packet is whole).
+        fn send_whole(
+            &mut self,
+            path: Path,
+            msgs: &[sys::Outgoing],
+            order: &[usize],
+            ts: &mut [Transmit],
+            scratch: &mut sys::SendScratch,
+        ) -> Option<(u16, usize)> {
+            self.send(path, msgs, order, ts, &[], scratch)
+        }
     }
 
     /// A packet as the engine hands it over: a BTH (opcode `op`), `n` payload bytes, an
@@ -688,14 +702,7 @@ mod tests {
         let order = [0, 1, 2, 3, 4];
         let first = [msg(peer, 0, &[24])];
         assert!(conn
-            .send(
-                to(local, peer, DEF),
-                &first,
-                &order,
-                &mut ts,
-                &[],
-                &mut scratch
-            )
+            .send_whole(to(local, peer, DEF), &first, &order, &mut ts, &mut scratch)
             .is_some());
         assert_eq!(conn.connected(), 1);
         assert_eq!(
@@ -708,14 +715,7 @@ mod tests {
         let predicted = conn.links[0].next_id.unwrap();
         let rest = [msg(peer, 1, &[24, 24, 20]), msg(peer, 4, &[116])];
         assert!(conn
-            .send(
-                to(local, peer, DEF),
-                &rest,
-                &order,
-                &mut ts,
-                &[],
-                &mut scratch
-            )
+            .send_whole(to(local, peer, DEF), &rest, &order, &mut ts, &mut scratch)
             .is_some());
         let got = looped(&conn, local, peer);
         // TX_SCHED and TX_SOFTWARE: each skb may come back twice; keep one per ID.
@@ -742,14 +742,7 @@ mod tests {
         let old = predicted.wrapping_add(2);
         let before = conn.probes;
         assert!(conn
-            .send(
-                to(local, peer, DEF),
-                &first,
-                &order,
-                &mut ts,
-                &[],
-                &mut scratch
-            )
+            .send_whole(to(local, peer, DEF), &first, &order, &mut ts, &mut scratch)
             .is_some());
         assert_eq!(conn.probes, before + 2);
         assert_eq!(
@@ -769,14 +762,7 @@ mod tests {
         let mut ts = vec![packet(local, peer, 0x04, 8, 1)];
         let one = [msg(peer, 0, &[24])];
         assert!(conn
-            .send(
-                to(local, peer, hop1),
-                &one,
-                &[0],
-                &mut ts,
-                &[],
-                &mut scratch
-            )
+            .send_whole(to(local, peer, hop1), &one, &[0], &mut ts, &mut scratch)
             .is_some());
         assert!(send_one(&mut conn, &mut scratch, local, peer).is_some());
         assert_eq!(conn.connected(), 2, "one socket per (peer, TTL, TOS)");
@@ -784,14 +770,7 @@ mod tests {
         sys::set_tx_loop(conn.links[i].sock.as_ref().unwrap(), true).unwrap();
         let predicted = conn.links[i].next_id.unwrap();
         assert!(conn
-            .send(
-                to(local, peer, hop1),
-                &one,
-                &[0],
-                &mut ts,
-                &[],
-                &mut scratch
-            )
+            .send_whole(to(local, peer, hop1), &one, &[0], &mut ts, &mut scratch)
             .is_some());
         let link = &conn.links[i];
         let sock = link.sock.as_ref().unwrap();
@@ -893,14 +872,7 @@ mod tests {
         let mut one = vec![packet(local, peer, 0x04, 8, 1)];
         let single = [msg(peer, 0, &[24])];
         assert!(conn
-            .send(
-                to(local, peer, DEF),
-                &single,
-                &[0],
-                &mut one,
-                &[],
-                &mut scratch
-            )
+            .send_whole(to(local, peer, DEF), &single, &[0], &mut one, &mut scratch)
             .is_some());
         // The peer goes away; a datagram to it leaves an ECONNREFUSED pending on the
         // socket, which the next send (the batch's first message) reports without
@@ -908,14 +880,7 @@ mod tests {
         drop(peer_sock);
         let mut pending = false;
         for _ in 0..20 {
-            conn.send(
-                to(local, peer, DEF),
-                &single,
-                &[0],
-                &mut one,
-                &[],
-                &mut scratch,
-            );
+            conn.send_whole(to(local, peer, DEF), &single, &[0], &mut one, &mut scratch);
             let link = &conn.links[0];
             if link.next_id.is_some() && error_pending(link.sock.as_ref().unwrap()) {
                 pending = true;
@@ -931,12 +896,11 @@ mod tests {
             .map(|x| packet(local, peer, 0x04, 8, 10 + x))
             .collect();
         let (port, sent) = conn
-            .send(
+            .send_whole(
                 to(local, peer, DEF),
                 &batch,
                 &[0, 1, 2],
                 &mut ts,
-                &[],
                 &mut scratch,
             )
             .unwrap();
@@ -978,7 +942,7 @@ mod tests {
         conn.links[0].next_id = None;
         for n in 1..REFUSED_PROBES {
             assert!(
-                conn.send(to(local, peer, DEF), &one, &[0], &mut ts, &[], &mut scratch)
+                conn.send_whole(to(local, peer, DEF), &one, &[0], &mut ts, &mut scratch)
                     .is_none(),
                 "batch {n} goes through the unconnected socket"
             );
@@ -1056,7 +1020,7 @@ mod tests {
             let mut ts = vec![packet(local, peer, 0x04, 8, 1)];
             let one = [msg(peer, 0, &[24])];
             if conn
-                .send(to(local, peer, DEF), &one, &[0], &mut ts, &[], &mut scratch)
+                .send_whole(to(local, peer, DEF), &one, &[0], &mut ts, &mut scratch)
                 .is_some()
             {
                 connected += 1;
@@ -1083,7 +1047,7 @@ mod tests {
             let mut ts = vec![packet(local, peer, 0x04, 8, 1)];
             let one = [msg(peer, 0, &[24])];
             assert!(conn
-                .send(to(local, peer, DEF), &one, &[0], &mut ts, &[], &mut scratch)
+                .send_whole(to(local, peer, DEF), &one, &[0], &mut ts, &mut scratch)
                 .is_some());
         }
         assert_eq!(conn.connected(), MAX_CONNECTED);
@@ -1091,7 +1055,7 @@ mod tests {
         let one = [msg(newcomer, 0, &[24])];
         let try_newcomer = |conn: &mut ConnTx, scratch: &mut sys::SendScratch| {
             let mut ts = vec![packet(local, newcomer, 0x04, 8, 1)];
-            conn.send(to(local, newcomer, DEF), &one, &[0], &mut ts, &[], scratch)
+            conn.send_whole(to(local, newcomer, DEF), &one, &[0], &mut ts, scratch)
         };
         assert!(
             try_newcomer(&mut conn, &mut scratch).is_none(),
@@ -1160,14 +1124,7 @@ mod tests {
         let mut ts = vec![packet(local, local, 0x04, 8, 1)];
         let one = [msg(local, 0, &[24])];
         assert!(conn
-            .send(
-                to(local, local, DEF),
-                &one,
-                &[0],
-                &mut ts,
-                &[],
-                &mut scratch
-            )
+            .send_whole(to(local, local, DEF), &one, &[0], &mut ts, &mut scratch)
             .is_some());
         assert_eq!(conn.probes, 0);
         let port = conn.links[0].port;
