@@ -216,9 +216,10 @@ pub fn run(out: &mut impl Write, iters: usize, size: usize) -> std::result::Resu
     let (ca, cb) = (a.ctx.counters(), b.ctx.counters());
     w(writeln!(
         out,
-        "wire: A sent {} packets ({} bytes), B sent {} packets; ICRC errors {}; retransmissions {}",
+        "wire: A sent {} packets ({} bytes; {} with their payload sent straight from its memory region), B sent {} packets; ICRC errors {}; retransmissions {}",
         ca.tx_packets,
         ca.tx_bytes,
+        ca.tx_payloads_in_place,
         cb.tx_packets,
         ca.rx_icrc_errors + cb.rx_icrc_errors,
         ca.retransmitted_packets + cb.retransmitted_packets
@@ -239,6 +240,13 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("ICRC errors 0"), "{text}");
+        // 10,000-byte messages: most of A's SEND and WRITE packets leave from the region.
+        let in_place = text
+            .split("bytes; ")
+            .nth(1)
+            .and_then(|t| t.split(' ').next())
+            .and_then(|n| n.parse::<u64>().ok());
+        assert!(in_place.is_some_and(|n| n >= 40), "{text}");
         assert!(text.ends_with("demo passed\n"), "{text}");
     }
 }
