@@ -85,7 +85,8 @@ pub struct Config {
     /// How many PSNs an RC requester may have outstanding (sent, not acknowledged):
     /// rxe's 128 ([`crate::MAX_UNACKED_PSNS`]) by default. A driver whose peers take
     /// longer bursts may allow more: a bulk stream then runs further ahead of its ACKs
-    /// instead of stalling on each (it asks for them as often as with 128). Kept within 128 ..= 2^23: a long message asks for an ACK only every 64
+    /// instead of stalling whenever one is late (it asks for them as often as with
+    /// 128). Kept within 128 ..= 2^23: a long message asks for an ACK only every 64
     /// packets ([`crate::MAX_PKT_PER_ACK`]), so a smaller window would fill before
     /// the answer to its last request came; past 2^23 (half the 24-bit PSN space) a
     /// responder could not tell a new PSN from a duplicate.
@@ -113,8 +114,9 @@ pub enum AckPolicy {
     /// brings the unacknowledged messages sent since the last AckReq to half of
     /// `max_send_wr` (so a queue of unsignaled work never fills without an ACK on the
     /// way), a message end 16 packets after the last AckReq while a quarter of the
-    /// [`crate::MAX_UNACKED_PSNS`]-PSN window is unacknowledged (so a bulk stream's window
-    /// slides in steps), a retransmitted message end, a message end sent while the QP drains (SQD),
+    /// [`crate::MAX_UNACKED_PSNS`]-PSN window is unacknowledged, whatever
+    /// [`Config::max_unacked_psns`] allows (so a bulk stream's window slides in steps),
+    /// a retransmitted message end, a message end sent while the QP drains (SQD),
     /// and a message end after the oldest unacknowledged packet (or the last progress)
     /// has waited a quarter of the ACK timeout without an ACK requested. When the
     /// requester has nothing more to send and its last packet did not ask for an ACK,
