@@ -543,7 +543,7 @@ impl Qp {
         self.transmit(&repr, &self.peer_av(), ctx)
     }
 
-    fn resp_bth(&self, opcode: Opcode, psn: Psn) -> BthRepr {
+    pub(crate) fn resp_bth(&self, opcode: Opcode, psn: Psn) -> BthRepr {
         BthRepr {
             opcode,
             solicited: false,

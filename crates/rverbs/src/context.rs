@@ -443,11 +443,9 @@ impl Shared {
         // (7% of a 64 KiB WRITE stream's sender in profiles). `bodies[k]` is packet
         // k's body (empty for a batch without bodies, as a ping-pong's).
         let mut regions: Vec<Arc<dyn Memory>> = Vec::new();
-        if ts.iter().any(|t| t.body.is_some()) {
-            for b in ts.iter().filter_map(|t| t.body.as_ref()) {
-                if !regions.iter().any(|r| same_region(r, b.memory())) {
-                    regions.push(b.memory().clone());
-                }
+        for b in ts.iter().filter_map(|t| t.body.as_ref()) {
+            if !regions.iter().any(|r| same_region(r, b.memory())) {
+                regions.push(b.memory().clone());
             }
         }
         let lent: Vec<Option<Lent<'_>>> = regions.iter().map(|r| r.lend()).collect();
