@@ -99,6 +99,9 @@ pub struct Sim {
     pub hide_ipv4_id: bool,
     /// Network statistics.
     pub stats: NetStats,
+    /// The engines leave RoCE v2 ICRCs (and lent payloads) to the driver, played
+    /// by [`Sim::send`].
+    fills_icrc: bool,
     rng: u64,
     seq: u64,
     wire: BinaryHeap<InFlight>,
@@ -109,6 +112,15 @@ impl Sim {
     /// `n` engines on IPv4 (`ipv6 == false`) or IPv6 addresses, with `link` faults and a
     /// seed for both the faults and the engines' keys.
     pub fn new(n: usize, ipv6: bool, link: LinkConfig, seed: u64) -> Sim {
+        Sim::with_config(n, ipv6, link, seed, Config::default())
+    }
+
+    /// [`Sim::new`] with engines made from `base` (its GID table and seed are replaced
+    /// by each engine's own). With [`Config::sender_fills_icrc`] the simulator plays
+    /// the driver as the `rverbs` device does: when an engine hands a RoCE v2 packet
+    /// over, its payload left in a memory region ([`Config::lend_payloads`]) is read
+    /// and its ICRC computed right then, so a retransmission reads the region again.
+    pub fn with_config(n: usize, ipv6: bool, link: LinkConfig, seed: u64, base: Config) -> Sim {
         let addrs: Vec<IpAddr> = (0..n)
             .map(|i| {
                 if ipv6 {
@@ -125,11 +137,12 @@ impl Sim {
                 Engine::new(Config {
                     gids: vec![net::ip_to_gid(*a)],
                     seed: seed.wrapping_mul(31).wrapping_add(i as u64 + 1),
-                    ..Config::default()
+                    ..base.clone()
                 })
             })
             .collect();
         Sim {
+            fills_icrc: base.sender_fills_icrc,
             engines,
             link_free_at: vec![0; n],
             addrs,
@@ -172,6 +185,13 @@ impl Sim {
 
     fn send(&mut self, from: usize, mut t: Transmit) {
         self.stats.sent += 1;
+        if self.fills_icrc && !t.roce_v1 {
+            // What the device's driver does when it sends (`rverbs` context.rs,
+            // `send_all`): the body comes out of its region now, and the ICRC covers
+            // the port the datagram leaves from (here the QP's own).
+            t.materialize();
+            net::fill_icrc(t.src, t.dst, t.src_port, &mut t.payload);
+        }
         let Some(to) = self.addrs.iter().position(|a| *a == t.dst) else {
             self.stats.lost += 1;
             return;
