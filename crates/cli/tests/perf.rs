@@ -113,3 +113,43 @@ fn mismatched_tests_fail_on_both_sides() {
         .unwrap();
     assert!(String::from_utf8_lossy(&o.stderr).contains("bandwidth tests"));
 }
+
+/// Packets sent again are reported (`resent_packets`, both sides' sum, and a note on
+/// stderr): some when the writer's datagrams are lost
+/// (`RVERBS_FAULTS` on the client, which sends).
+#[test]
+fn resent_packets_are_reported() {
+    let bin = env!("CARGO_BIN_EXE_rverbs");
+    let args = ["perf", "write", "bw", "-n", "200", "-s", "3000", "-t", "16"];
+    let run = |port: &str, faults: &str| {
+        let server = Command::new(bin)
+            .args(args)
+            .args(["-p", port, "--json"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let c = Command::new(bin)
+            .args(args)
+            .args(["-p", port, "--json", "localhost"])
+            .env("RVERBS_FAULTS", faults)
+            .output()
+            .unwrap();
+        let s = server.wait_with_output().unwrap();
+        assert!(c.status.success() && s.status.success(), "{c:?} {s:?}");
+        let line = |o: &std::process::Output| {
+            let out = String::from_utf8_lossy(&o.stdout).to_string();
+            let n: u64 = field(out.trim(), "resent_packets").parse().unwrap();
+            (n, String::from_utf8_lossy(&o.stderr).to_string())
+        };
+        (line(&c), line(&s))
+    };
+    // (A clean run resends nothing unless an ACK is later than the retransmission
+    // timeout: a machine that stalls a process that long.)
+    let ((clean, _), (clean_s, _)) = run("19232", "");
+    assert_eq!(clean, clean_s);
+    let ((lossy, err), (lossy_s, _)) = run("19233", "loss=0.05,seed=3");
+    assert!(lossy > clean, "{lossy} {clean}: {err}");
+    assert_eq!(lossy, lossy_s, "both sides report the sum");
+    assert!(err.contains("packets sent again"), "{err}");
+}

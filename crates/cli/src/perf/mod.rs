@@ -173,6 +173,9 @@ pub struct Side {
     pub cpu: f64,
     /// Wall seconds over the test.
     pub wall: f64,
+    /// Packets this side sent again during the test ([`Bench::resent`]): loss, or a
+    /// receive buffer that overflowed.
+    pub resent: u64,
 }
 
 impl Side {
@@ -183,6 +186,7 @@ impl Side {
             .with("secs", self.secs)
             .with("cpu", self.cpu)
             .with("wall", self.wall)
+            .with("resent", self.resent)
     }
 
     fn from_msg(m: &Msg) -> Result<Side, String> {
@@ -192,6 +196,8 @@ impl Side {
             secs: m.f64("secs")?,
             cpu: m.f64("cpu")?,
             wall: m.f64("wall")?,
+            // (Absent from an older peer's report.)
+            resent: m.u64("resent").unwrap_or(0),
         })
     }
 }
@@ -255,6 +261,8 @@ pub struct Report {
     pub cpu_util: f64,
     /// Latencies (latency tests, on the client).
     pub lat: Option<Lat>,
+    /// Packets resent by both sides ([`Side::resent`]).
+    pub resent: u64,
 }
 
 impl Report {
@@ -270,6 +278,7 @@ impl Report {
             cpu_peer: peer.cpu,
             cpu_util: if me.wall > 0.0 { me.cpu / me.wall } else { 0.0 },
             lat,
+            resent: me.resent + peer.resent,
         }
     }
 
@@ -325,7 +334,8 @@ impl Report {
             .with("cpu_s_per_gb", self.cpu_per_gb())
             .with("depth", o.depth)
             .with("post_list", o.post_list)
-            .with("bidir", o.bidir);
+            .with("bidir", o.bidir)
+            .with("resent_packets", self.resent);
         if let Some(l) = &self.lat {
             j = j.with(
                 "lat_us",
@@ -370,6 +380,7 @@ impl Meter {
             secs,
             cpu: cpu_seconds() - self.cpu0,
             wall: self.secs(),
+            resent: 0,
         }
     }
 }
@@ -503,6 +514,10 @@ pub trait Bench {
         ctrl: &mut TcpStream,
         p: &mut Progress,
     ) -> Result<(Side, Vec<u64>), String>;
+    /// Packets this side has sent again so far (go-back-N retransmissions of the RC
+    /// requester; TCP's retransmitted segments); the difference over a test goes
+    /// into its [`Side`].
+    fn resent(&self) -> u64;
 }
 
 fn hello(o: &Opts) -> Msg {
@@ -657,12 +672,17 @@ pub fn run(o: &Opts, out: &mut impl Write) -> Result<Vec<Report>, String> {
                     Err(_) => peer.v.store(FAILED, Ordering::Release),
                 }
             });
+            let resent0 = bench.resent();
             let res = match o.kind {
                 Kind::Bw => bench
                     .bw(&plan, &peer, cw, &mut prog)
                     .map(|s| (s, Vec::new())),
                 Kind::Lat => bench.lat(&plan, &peer, cw, &mut prog),
-            };
+            }
+            .map(|(me, samples)| {
+                let resent = bench.resent().saturating_sub(resent0);
+                (Side { resent, ..me }, samples)
+            });
             if res.is_err() {
                 let _ = cw.shutdown(std::net::Shutdown::Both);
             }
@@ -678,6 +698,13 @@ pub fn run(o: &Opts, out: &mut impl Write) -> Result<Vec<Report>, String> {
             w(writeln!(out, "{}", r.json(o).render()))?;
         } else {
             w(writeln!(out, "{}", row(o, &r)))?;
+        }
+        if r.resent > 0 {
+            // Not a figure of the table, but it explains a low one.
+            eprintln!(
+                "# {} B: {} packets sent again (loss, or a receive buffer that overflowed)",
+                size, r.resent
+            );
         }
         reports.push(r);
     }

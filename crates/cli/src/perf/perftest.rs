@@ -304,6 +304,7 @@ impl BwReport {
             cpu_peer: 0.0,
             cpu_util: 0.0,
             lat: None,
+            resent: 0,
         }
     }
 }
@@ -650,6 +651,7 @@ impl Conn {
             secs,
             cpu: super::cpu_seconds() - cpu0,
             wall: secs,
+            resent: 0,
         })
     }
 
@@ -670,6 +672,7 @@ impl Conn {
             secs,
             cpu: super::cpu_seconds() - cpu0,
             wall: start.elapsed().as_secs_f64(),
+            resent: 0,
         })
     }
 
@@ -802,6 +805,7 @@ fn lat_report(o: &Opts, size: usize, t: &[Instant], halve: bool, cpu0: f64) -> R
         secs,
         cpu: super::cpu_seconds() - cpu0,
         wall: secs,
+        resent: 0,
     };
     Report::new(
         size,

@@ -193,6 +193,10 @@ impl Rdma {
 }
 
 impl Bench for Rdma {
+    fn resent(&self) -> u64 {
+        self._ctx.counters().retransmitted_packets
+    }
+
     fn bw(
         &mut self,
         plan: &Plan,

@@ -23,6 +23,31 @@ pub struct Tcp {
     spin: Duration,
 }
 
+/// Segments the connection has retransmitted (`TCP_INFO`'s `tcpi_total_retrans`);
+/// 0 if the kernel will not say.
+#[allow(unsafe_code)]
+fn total_retrans(s: &TcpStream) -> u32 {
+    // SAFETY: an all-zero tcp_info is a valid value (integers only).
+    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into `info`, which we own, and
+    // stores the length it wrote in `len`; the descriptor is open for `s`'s lifetime.
+    let rc = unsafe {
+        libc::getsockopt(
+            s.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            (&mut info as *mut libc::tcp_info).cast(),
+            &mut len,
+        )
+    };
+    if rc == 0 {
+        info.tcpi_total_retrans
+    } else {
+        0
+    }
+}
+
 /// One `recv(2)` with `MSG_DONTWAIT` on a blocking socket.
 #[allow(unsafe_code)]
 fn recv_nowait(s: &TcpStream, buf: &mut [u8]) -> std::io::Result<usize> {
@@ -127,6 +152,10 @@ fn read_full(
 }
 
 impl Bench for Tcp {
+    fn resent(&self) -> u64 {
+        u64::from(total_retrans(&self.s))
+    }
+
     fn bw(
         &mut self,
         plan: &Plan,
