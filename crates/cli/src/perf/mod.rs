@@ -804,6 +804,7 @@ mod tests {
             secs: 0.5,
             cpu: 0.25,
             wall: 0.5,
+            resent: 3,
         };
         let peer = Side {
             sent: 0,
@@ -811,14 +812,24 @@ mod tests {
             secs: 0.0,
             cpu: 0.75,
             wall: 0.5,
+            resent: 4,
         };
         let r = Report::new(1_000_000, &me, &peer, None);
+        assert_eq!(r.resent, 7);
         assert_eq!(r.bytes, 1_000_000_000);
         assert_eq!(r.gbps(), 16.0);
         assert_eq!(r.mpps(), 0.002);
         assert_eq!(r.cpu_per_gb(), 1.0);
         assert_eq!(r.cpu_util, 0.5);
         assert_eq!(Side::from_msg(&me.msg()).unwrap(), me);
+        // An older peer's report has no `resent`.
+        let old = Msg::new("stats")
+            .with("sent", 1)
+            .with("rx", 2)
+            .with("secs", 0.5)
+            .with("cpu", 0.25)
+            .with("wall", 0.5);
+        assert_eq!(Side::from_msg(&old).unwrap().resent, 0);
     }
 
     #[test]
