@@ -86,10 +86,13 @@ pub struct Config {
     /// rxe's 128 ([`crate::MAX_UNACKED_PSNS`]) by default. A driver whose peers take
     /// longer bursts may allow more: a bulk stream then runs further ahead of its ACKs
     /// instead of stalling whenever one is late (it asks for them as often as with
-    /// 128). Kept within 128 ..= 2^23: a long message asks for an ACK only every 64
-    /// packets ([`crate::MAX_PKT_PER_ACK`]), so a smaller window would fill before
-    /// the answer to its last request came; past 2^23 (half the 24-bit PSN space) a
-    /// responder could not tell a new PSN from a duplicate.
+    /// 128). A driver whose peer's receive buffer holds less than 128 packets should
+    /// allow fewer, or every burst overflows it and goes back N: the requester then
+    /// asks for ACKs in proportion (every half window within a long message instead of
+    /// every 64 packets, [`crate::MAX_PKT_PER_ACK`]; a quarter and an eighth of the
+    /// window at message ends), so the window never fills before an answer is on its
+    /// way. Kept within [`crate::MIN_UNACKED_PSNS`] (16) ..= 2^23: past 2^23 (half the
+    /// 24-bit PSN space) a responder could not tell a new PSN from a duplicate.
     pub max_unacked_psns: u32,
 }
 
@@ -114,8 +117,9 @@ pub enum AckPolicy {
     /// brings the unacknowledged messages sent since the last AckReq to half of
     /// `max_send_wr` (so a queue of unsignaled work never fills without an ACK on the
     /// way), a message end 16 packets after the last AckReq while a quarter of the
-    /// [`crate::MAX_UNACKED_PSNS`]-PSN window is unacknowledged, whatever
-    /// [`Config::max_unacked_psns`] allows (so a bulk stream's window slides in steps),
+    /// [`crate::MAX_UNACKED_PSNS`]-PSN window is unacknowledged, whatever larger
+    /// window [`Config::max_unacked_psns`] allows (so a bulk stream's window slides in
+    /// steps; an eighth and a quarter of a smaller window),
     /// a retransmitted message end, a message end sent while the QP drains (SQD),
     /// and a message end after the oldest unacknowledged packet (or the last progress)
     /// has waited a quarter of the ACK timeout without an ACK requested. When the
@@ -251,7 +255,7 @@ macro_rules! ctx {
             max_unacked: $s
                 .cfg
                 .max_unacked_psns
-                .clamp(crate::MAX_UNACKED_PSNS, 1 << 23),
+                .clamp(crate::qp::MIN_UNACKED_PSNS, 1 << 23),
             ack_policy: $s.cfg.ack_policy,
             now: $now,
             spare: &$s.spare,

@@ -22,10 +22,19 @@ use std::sync::Arc;
 /// (rxe `RXE_MAX_UNACKED_PSNS`; [`crate::Config::max_unacked_psns`]).
 pub const MAX_UNACKED_PSNS: u32 = 128;
 /// The requester asks for an ACK at least every this many packets (rxe
-/// `RXE_MAX_PKT_PER_ACK`), besides the last packet of every message.
+/// `RXE_MAX_PKT_PER_ACK`), besides the last packet of every message; every half
+/// window when the window ([`crate::Config::max_unacked_psns`]) is smaller than 128.
 pub const MAX_PKT_PER_ACK: u32 = 64;
+/// The smallest requester window [`crate::Config::max_unacked_psns`] may set.
+pub const MIN_UNACKED_PSNS: u32 = 16;
 /// The default P_Key (index 0 of the only P_Key table entry).
 pub const DEFAULT_PKEY: u16 = 0xffff;
+
+/// The window whose quarter and eighth pace a stream's ACK requests
+/// ([`crate::AckPolicy::Coalesce`]): rxe's, or the QP's own when smaller.
+fn pace_window(ctx: &Ctx<'_>) -> u32 {
+    ctx.max_unacked.min(MAX_UNACKED_PSNS)
+}
 
 /// Local ACK timeout: 4.096 µs · 2^timeout (IBTA 9.7.6.1.3); 0 means infinite.
 pub fn ack_timeout_ns(timeout: u8) -> Option<Nanos> {
@@ -961,7 +970,7 @@ impl Qp {
             self.noack_pkts += 1;
             let rd_atomic = w.is_rd_atomic();
             let ask = force_ack
-                || self.noack_pkts >= MAX_PKT_PER_ACK
+                || self.noack_pkts >= MAX_PKT_PER_ACK.min(ctx.max_unacked / 2)
                 || (ends_message && self.ack_wanted(w, rd_atomic, psn, ctx));
             if ask {
                 self.noack_pkts = 0;
@@ -1061,11 +1070,12 @@ impl Qp {
                     // A stream with a quarter of the PSN window unacknowledged asks
                     // every eighth of the window, so ACKs free the window in steps
                     // and the requester never waits a round trip for half of it.
-                    // (rxe's window sets the pace whatever ours is: asking every 64
-                    // packets of a 512-PSN window made a `-Q 100` ping-pong that
-                    // sleeps 0.7 µs slower per round trip, for no bandwidth.)
-                    || (psn.next().forward_from(self.comp_psn) >= MAX_UNACKED_PSNS / 4
-                        && self.noack_pkts >= MAX_UNACKED_PSNS / 8)
+                    // (rxe's window sets the pace for larger windows than rxe's:
+                    // asking every 64 packets of a 512-PSN window made a `-Q 100`
+                    // ping-pong that sleeps 0.7 µs slower per round trip, for no
+                    // bandwidth. A smaller window keeps the proportions.)
+                    || (psn.next().forward_from(self.comp_psn) >= pace_window(ctx) / 4
+                        && self.noack_pkts >= pace_window(ctx) / 8)
                     // A stream that has asked for nothing for a quarter of the ACK
                     // timeout: ask, so the retransmit timer (armed when the oldest
                     // unacknowledged packet went out, or at the last progress) does

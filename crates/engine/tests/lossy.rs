@@ -183,6 +183,28 @@ fn payloads_left_in_their_regions_survive_loss_and_retransmission() {
     }
 }
 
+/// Small requester windows (a peer with a small receive buffer) pace their ACK
+/// requests so that mixed traffic under loss still completes.
+#[test]
+fn small_windows_survive_loss() {
+    for (seed, window) in [(11, 16), (12, 16), (13, 40), (14, 64)] {
+        let link = LinkConfig {
+            loss: 0.05,
+            dup: 0.02,
+            reorder: 0.05,
+            corrupt: 0.01,
+            ..Default::default()
+        };
+        let base = Config {
+            max_unacked_psns: window,
+            ..Config::default()
+        };
+        let sim = Sim::with_config(2, seed % 2 == 0, link, seed, base);
+        run_in(sim, seed, 150, 40_000)
+            .unwrap_or_else(|e| panic!("seed {seed}, window {window}: {e}"));
+    }
+}
+
 /// Regression: `retransmitted_packets` added, on every retry, every packet of every
 /// started message from the gap on, sent or not (a 1 MiB WRITE with one lost packet
 /// counted 1024 while only the 128-PSN window had gone out), so on a reordering link
@@ -232,13 +254,22 @@ fn retransmitted_packets_counts_only_resent() {
 
 /// A requester allowed a larger window (`Config::max_unacked_psns`) sends that many
 /// PSNs before it waits for an ACK, asks for ACKs at rxe's pace all the same (every 16
-/// packets at a message end once 32 are out), and the stream completes; smaller
-/// values than 128 (whose window a long message would fill before it asks for an
-/// ACK) are raised to 128.
+/// packets at a message end once 32 are out), and the stream completes. A smaller
+/// window (for a peer whose receive buffer holds fewer packets) asks in proportion,
+/// at the latest every half window, so it never fills before an answer is on its way;
+/// windows under 16 PSNs are raised to 16.
 #[test]
-fn a_larger_window_sends_more_before_waiting_at_the_same_ack_pace() {
+fn the_window_sets_how_far_a_stream_runs_ahead_and_the_ack_pace_follows_small_ones() {
     let mut asked = Vec::new();
-    for (window, expect) in [(128, 128), (512, 512), (0, 128), (100, 128)] {
+    let windows = [
+        (128, 128),
+        (512, 512),
+        (0, 16),
+        (48, 48),
+        (100, 100),
+        (16, 16),
+    ];
+    for (window, expect) in windows {
         let mut sim = Sim::new(2, false, LinkConfig::default(), 9);
         sim.engines[0] = Engine::new(Config {
             gids: vec![net::ip_to_gid(std::net::Ipv4Addr::new(10, 0, 0, 1).into())],
@@ -281,9 +312,16 @@ fn a_larger_window_sends_more_before_waiting_at_the_same_ack_pace() {
         let c = sim.engines[0].counters();
         assert_eq!(c.retransmitted_packets, 0, "window {window}: {c:?}");
     }
-    // The same packets ask with either window (the last packets of messages 2, 3, ...),
-    // and the larger one keeps asking at that pace.
+    // The same packets ask with either large window (the last packets of messages 2,
+    // 3, ...), and the larger one keeps asking at that pace.
     assert_eq!(asked[0], [31, 47, 63, 79, 95, 111, 127]);
     assert_eq!(asked[1][..7], asked[0][..]);
     assert_eq!(asked[1].len(), (512 - 32) / 16 + 1);
+    // Smaller windows: a quarter out and an eighth since the last request (every
+    // message end of 16 packets from the first on); a 16-PSN window, whose first
+    // message fills it, asks in its middle too (every half window).
+    assert_eq!(asked[2], [7, 15]);
+    assert_eq!(asked[3], [15, 31, 47]);
+    assert_eq!(asked[4], [31, 47, 63, 79, 95]);
+    assert_eq!(asked[5], [7, 15]);
 }

@@ -1231,13 +1231,19 @@ fn udp_socket(addr: IpAddr) -> std::io::Result<Socket> {
 }
 
 /// The RC requester's window (`Config::max_unacked_psns`) for a device with these
-/// sockets: rxe's 128 PSNs, or up to 512 when the smallest receive buffer holds 16
-/// windows of 4 KiB packets. With 128 (eight 64 KiB messages), a stream stalls
-/// whenever an ACK is late; 512 lets it run further ahead (measured: 3% more 64 KiB
-/// bandwidth, the 64-byte message rate with a post list 1.5 → 2.2 M msg/s). The
-/// peer's buffer is what the burst must fit in; ours stands in for it, so this is for
-/// the loopback device only (the same machine's limit, `net.core.rmem_max` unless
-/// root forced it).
+/// sockets, from the smallest receive buffer (ours stands in for the peer's: over
+/// loopback the peer is this machine, with this machine's limit, `net.core.rmem_max`
+/// unless root forced it; this is for the loopback device only):
+/// - up to 512 PSNs when it holds 16 windows of 4 KiB packets: with rxe's 128 (eight
+///   64 KiB messages), a stream stalls whenever an ACK is late; 512 lets it run
+///   further ahead (measured: 3% more 64 KiB bandwidth, the 64-byte message rate with
+///   a post list 1.5 → 2.2 M msg/s);
+/// - rxe's 128 down to a window in three quarters of the buffer: an unprivileged
+///   process on a machine with the default `net.core.rmem_max` (208 KiB) gets
+///   416 KiB, where a 128-PSN burst of 4 KiB packets overflowed it and went back N
+///   (7,000–34,000 packets resent in three seconds of 64 KiB SENDs or WRITEs); 78 PSNs
+///   fit (none resent, the bandwidth of 128 without the resends: 27.2 / 24.5 Gb/s
+///   SEND / WRITE; half the buffer, 52 PSNs, 23.5 / 22.4).
 fn window_for(sockets: &[(IpAddr, Socket)]) -> u32 {
     const MTU_BYTES: usize = 4096;
     let smallest = sockets
@@ -1245,7 +1251,15 @@ fn window_for(sockets: &[(IpAddr, Socket)]) -> u32 {
         .filter_map(|(_, s)| s.recv_buffer_size().ok())
         .min()
         .unwrap_or(0);
-    ((smallest / 16 / MTU_BYTES) as u32).clamp(rverbs_engine::MAX_UNACKED_PSNS, 512)
+    let roomy = (smallest / 16 / MTU_BYTES) as u32;
+    if roomy >= rverbs_engine::MAX_UNACKED_PSNS {
+        roomy.min(512)
+    } else {
+        ((smallest / 4 * 3 / MTU_BYTES) as u32).clamp(
+            rverbs_engine::MIN_UNACKED_PSNS,
+            rverbs_engine::MAX_UNACKED_PSNS,
+        )
+    }
 }
 
 /// Binds a free loopback address 127.0.0.x:4791 (x in 2..=254), so that any number of
@@ -1783,8 +1797,9 @@ mod tests {
         assert_eq!(wants, [(1, 1), (1, 2), (2, 4), (4, 8)]);
     }
 
-    /// The requester's window follows the smallest receive buffer: rxe's 128 PSNs for
-    /// a default-sized one, 512 for one that holds 16 windows of 4 KiB packets.
+    /// The requester's window follows the smallest receive buffer: one window in three
+    /// quarters of a small one (at least 16 PSNs), rxe's 128 PSNs up to 8 MiB, 512 for
+    /// one that holds 16 windows of 4 KiB packets.
     #[test]
     fn the_window_follows_the_smallest_receive_buffer() {
         let sock = |bytes: usize, force: bool| {
@@ -1796,17 +1811,30 @@ mod tests {
             }
             (IpAddr::V4(Ipv4Addr::LOCALHOST), s)
         };
+        let one = |s: &(IpAddr, Socket)| window_for(std::slice::from_ref(s));
+        // (The kernel doubles what it is asked for.)
         let small = sock(64 << 10, false);
-        assert_eq!(window_for(std::slice::from_ref(&small)), 128);
+        assert_eq!(small.1.recv_buffer_size().unwrap(), 128 << 10);
+        assert_eq!(one(&small), 24);
+        // An unprivileged process under the default `net.core.rmem_max`.
+        let stock = sock(208 << 10, false);
+        assert_eq!(stock.1.recv_buffer_size().unwrap(), 416 << 10);
+        assert_eq!(one(&stock), 78);
+        let mid = sock(1 << 20, true);
+        if mid.1.recv_buffer_size().unwrap() == 2 << 20 {
+            assert_eq!(one(&mid), 128);
+        }
         let big = sock(64 << 20, true);
         let got = big.1.recv_buffer_size().unwrap();
         let want = if got >= 512 * 4096 * 16 {
             512
+        } else if got >= 128 * 4096 * 16 {
+            (got / 16 / 4096) as u32
         } else {
-            128.max(got / 16 / 4096) as u32
+            (got / 4 * 3 / 4096).min(128) as u32
         };
-        assert_eq!(window_for(std::slice::from_ref(&big)), want);
-        assert_eq!(window_for(&[small, big]), 128, "the smallest counts");
-        assert_eq!(window_for(&[]), 128);
+        assert_eq!(one(&big), want);
+        assert_eq!(window_for(&[small, big]), 24, "the smallest counts");
+        assert_eq!(window_for(&[]), 16);
     }
 }
