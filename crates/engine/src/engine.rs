@@ -94,6 +94,14 @@ pub struct Config {
     /// way. Kept within [`crate::MIN_UNACKED_PSNS`] (16) ..= 2^23: past 2^23 (half the
     /// 24-bit PSN space) a responder could not tell a new PSN from a duplicate.
     pub max_unacked_psns: u32,
+    /// Response packets one RDMA READ request asks for at most: a longer READ is
+    /// asked for in pieces, each sent once its responses fit in the window
+    /// ([`Config::max_unacked_psns`]; a piece is at most the window). 0 (the
+    /// default, as rxe and adapters do): one request per READ, whose responses come
+    /// as one burst. For a driver whose peer's receive buffer holds about a window:
+    /// each piece waits a round trip for the one before, which costs bandwidth when
+    /// the buffer is no limit.
+    pub read_piece_psns: u32,
 }
 
 /// The shortest payload a packet leaves in registered memory ([`Config::lend_payloads`]):
@@ -147,6 +155,7 @@ impl Default for Config {
             sender_fills_icrc: false,
             lend_payloads: false,
             max_unacked_psns: crate::MAX_UNACKED_PSNS,
+            read_piece_psns: 0,
             ack_policy: AckPolicy::default(),
         }
     }
@@ -256,6 +265,11 @@ macro_rules! ctx {
                 .cfg
                 .max_unacked_psns
                 .clamp(crate::qp::MIN_UNACKED_PSNS, 1 << 23),
+            read_piece: $s.cfg.read_piece_psns.min(
+                $s.cfg
+                    .max_unacked_psns
+                    .clamp(crate::qp::MIN_UNACKED_PSNS, 1 << 23),
+            ),
             ack_policy: $s.cfg.ack_policy,
             now: $now,
             spare: &$s.spare,

@@ -140,6 +140,9 @@ pub(crate) struct Ctx<'a> {
     pub(crate) lend_payloads: bool,
     /// The RC requester's window in PSNs ([`crate::Config::max_unacked_psns`]).
     pub(crate) max_unacked: u32,
+    /// Response packets one READ request asks for at most; 0: a whole READ
+    /// ([`crate::Config::read_piece_psns`]).
+    pub(crate) read_piece: u32,
     /// When RC requesters set AckReq ([`crate::Config::ack_policy`]).
     pub(crate) ack_policy: crate::engine::AckPolicy,
     pub(crate) now: Nanos,
@@ -209,9 +212,11 @@ pub(crate) struct SendWqe {
     pub(crate) first_psn: Psn,
     /// PSNs the WQE uses: packets for SEND/WRITE, response packets for READ, 1 for atomics.
     pub(crate) npkts: u32,
-    /// Packets sent (SEND/WRITE), or for READ/atomics whether the request is out.
+    /// Packets sent (SEND/WRITE); for a READ, the response packets asked for so far
+    /// (the end of the last piece requested, [`SendWqe::read_piece_end`]); for an
+    /// atomic, whether the request is out.
     pub(crate) next_pkt: u32,
-    /// READ: the response packet the (re)sent request starts at.
+    /// READ: the response packet the next (or re-sent) request starts at.
     pub(crate) read_from: u32,
     /// READ/atomic: counted against `max_rd_atomic`.
     pub(crate) rd_counted: bool,
@@ -232,6 +237,44 @@ impl SendWqe {
     fn fully_sent(&self) -> bool {
         self.next_pkt >= self.npkts
     }
+
+    /// READ: the end (exclusive, in response packets) of the piece that holds response
+    /// packet `k`: the READ's end, or with pieces ([`crate::Config::read_piece_psns`],
+    /// `piece` > 0) the next multiple of `piece`. Each piece is one READ request, sent
+    /// once all its responses fit in the requester's window (after the piece before
+    /// is answered): a READ's responses come as one burst the window does not
+    /// otherwise bound, and a peer whose receive buffer holds a window and no more
+    /// dropped most of a long READ's and went back again and again. The pieces are
+    /// ordinary READ requests, each with its own RETH, using the PSNs of its responses
+    /// (IBTA 9.4.3, 9.7.5.1.3: a re-sent READ request reads from the middle of a range
+    /// the same way), so any responder, rxe's included, serves them.
+    pub(crate) fn read_piece_end(&self, k: u32, piece: u32) -> u32 {
+        if piece == 0 {
+            return self.npkts;
+        }
+        (k / piece + 1).saturating_mul(piece).min(self.npkts)
+    }
+
+    /// Requests this WQE has out (READ pieces asked for; 1 for an atomic that is
+    /// out; 0 for SEND/WRITE), for `retransmitted_packets`.
+    fn requests_out(&self, piece: u32) -> u32 {
+        match self.wr.opcode {
+            // Whole pieces up to `next_pkt` (after a go-back, the piece holding the
+            // gap is no longer out).
+            WrOpcode::RdmaRead if piece > 0 => {
+                self.next_pkt / piece
+                    + u32::from(self.next_pkt == self.npkts && self.npkts % piece != 0)
+            }
+            _ if self.is_rd_atomic() => u32::from(self.fully_sent()),
+            _ => 0,
+        }
+    }
+}
+
+/// How many response packets one READ request asks for at most (0: all,
+/// [`SendWqe::read_piece_end`]).
+pub(crate) fn read_piece(ctx: &Ctx<'_>) -> u32 {
+    ctx.read_piece
 }
 
 /// Responder output waiting to be sent, in PSN order.
@@ -807,17 +850,25 @@ impl Qp {
                 self.sq_next += 1;
                 continue;
             }
-            let psn = w.first_psn.add(if w.wr.opcode == WrOpcode::RdmaRead {
-                w.read_from
-            } else {
-                w.next_pkt
-            });
+            let read = w.wr.opcode == WrOpcode::RdmaRead;
+            let psn = w.first_psn.add(if read { w.read_from } else { w.next_pkt });
             if rc && psn.forward_from(self.comp_psn) >= ctx.max_unacked {
+                return None;
+            }
+            // A READ piece goes when all its responses fit in the window: after the
+            // piece before it is answered.
+            let piece_end = w.read_piece_end(w.read_from, read_piece(ctx));
+            if read
+                && ctx.read_piece > 0
+                && w.first_psn.add(piece_end).forward_from(self.comp_psn) > ctx.max_unacked
+            {
                 return None;
             }
             let t = self.build_request(idx, w.next_pkt, psn, false, ctx);
             let w = &mut self.sq[idx];
-            let end = if w.is_rd_atomic() {
+            let end = if read {
+                w.first_psn.add(piece_end)
+            } else if w.is_rd_atomic() {
                 w.first_psn.add(w.npkts)
             } else {
                 psn.next()
@@ -828,8 +879,14 @@ impl Qp {
             if rc && self.unacked_since.is_none() {
                 self.unacked_since = Some(ctx.now);
             }
-            if w.wr.opcode == WrOpcode::RdmaRead || w.is_rd_atomic() {
-                w.next_pkt = w.npkts;
+            if w.is_rd_atomic() {
+                // (One piece of a READ is out at a time: the WQE counts once.)
+                if read {
+                    w.read_from = piece_end;
+                    w.next_pkt = piece_end;
+                } else {
+                    w.next_pkt = w.npkts;
+                }
                 if !w.rd_counted {
                     w.rd_counted = true;
                     self.rd_outstanding += 1;
@@ -939,11 +996,16 @@ impl Qp {
                 }
             }
             WrOpcode::RdmaRead => {
+                // This piece of the READ ([`SendWqe::read_piece_end`]): from the
+                // response packet `read_from` (a retry asks again from the gap,
+                // IBTA 9.7.5.1.3) to the piece's end.
                 let off = w.read_from as usize * mtu;
+                let end =
+                    (w.read_piece_end(w.read_from, read_piece(ctx)) as usize * mtu).min(w.len);
                 reth = Some(RethRepr {
                     va: w.wr.remote_addr.wrapping_add(off as u64),
                     rkey: w.wr.rkey,
-                    dma_len: (w.len - off) as u32,
+                    dma_len: end.saturating_sub(off) as u32,
                 });
                 0x0c
             }
@@ -975,8 +1037,16 @@ impl Qp {
             if ask {
                 self.noack_pkts = 0;
                 self.noack_wqes = 0;
-                // What the answer will acknowledge: this PSN, or a READ's last.
-                let covered = if rd_atomic { w.last_psn() } else { psn };
+                // What the answer will acknowledge: this PSN, or the last PSN of a
+                // READ piece or an atomic.
+                let covered = if w.wr.opcode == WrOpcode::RdmaRead {
+                    w.first_psn
+                        .add(w.read_piece_end(w.read_from, read_piece(ctx)) - 1)
+                } else if rd_atomic {
+                    w.last_psn()
+                } else {
+                    psn
+                };
                 self.ack_req_psn = Some(match self.ack_req_psn {
                     Some(p) if p.is_after(covered) && !p.is_before(self.comp_psn) => p,
                     _ => covered,
@@ -1338,7 +1408,8 @@ impl Qp {
                     let off = k as usize * mtu;
                     let want = (w.len - off).min(mtu);
                     let data = pkt.payload();
-                    let is_last = k + 1 == w.npkts;
+                    // The last response of its piece ends with LAST (or ONLY).
+                    let is_last = k + 1 == w.read_piece_end(k, read_piece(ctx));
                     let ends = matches!(
                         op,
                         Opcode::RC_RDMA_READ_RESPONSE_LAST | Opcode::RC_RDMA_READ_RESPONSE_ONLY
@@ -1466,7 +1537,7 @@ impl Qp {
             if k < w.npkts {
                 if w.wr.opcode == WrOpcode::RdmaRead {
                     w.read_from = k;
-                    w.next_pkt = 0;
+                    w.next_pkt = k;
                 } else if w.is_rd_atomic() {
                     w.next_pkt = 0;
                 } else {
@@ -1533,12 +1604,13 @@ impl Qp {
         // 9.7.5.2.5): not the unsent rest of a message, and for a READ/atomic its one
         // request packet, not the response PSNs it spans. (rxe only counts retries,
         // `RXE_CNT_COMP_RETRY`; that is `retransmit_timeouts` + `rx_nak_seq` here.)
+        let piece = read_piece(ctx);
         let sent = |q: &Qp| -> u32 {
             q.sq.iter()
                 .take_while(|w| w.started)
                 .map(|w| {
                     if w.is_rd_atomic() {
-                        u32::from(w.fully_sent())
+                        w.requests_out(piece)
                     } else {
                         w.next_pkt
                     }
@@ -1676,6 +1748,7 @@ mod tests {
             sender_fills_icrc: false,
             lend_payloads: false,
             max_unacked: MAX_UNACKED_PSNS,
+            read_piece: 0,
             ack_policy: crate::engine::AckPolicy::default(),
             now: 0,
             spare: &std::cell::RefCell::new(Vec::new()),

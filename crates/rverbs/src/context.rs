@@ -1243,8 +1243,12 @@ fn udp_socket(addr: IpAddr) -> std::io::Result<Socket> {
 ///   416 KiB, where a 128-PSN burst of 4 KiB packets overflowed it and went back N
 ///   (7,000–34,000 packets resent in three seconds of 64 KiB SENDs or WRITEs); 78 PSNs
 ///   fit (none resent, the bandwidth of 128 without the resends: 27.2 / 24.5 Gb/s
-///   SEND / WRITE; half the buffer, 52 PSNs, 23.5 / 22.4).
-fn window_for(sockets: &[(IpAddr, Socket)]) -> u32 {
+///   SEND / WRITE; half the buffer, 52 PSNs, 23.5 / 22.4). READs are then asked for
+///   in pieces of a window (`Config::read_piece_psns`): a 1 MiB READ's 256 responses
+///   as one burst overflowed the buffer every time.
+///
+/// Returns the window and the READ piece (0: whole READs).
+fn window_for(sockets: &[(IpAddr, Socket)]) -> (u32, u32) {
     const MTU_BYTES: usize = 4096;
     let smallest = sockets
         .iter()
@@ -1253,12 +1257,13 @@ fn window_for(sockets: &[(IpAddr, Socket)]) -> u32 {
         .unwrap_or(0);
     let roomy = (smallest / 16 / MTU_BYTES) as u32;
     if roomy >= rverbs_engine::MAX_UNACKED_PSNS {
-        roomy.min(512)
+        (roomy.min(512), 0)
     } else {
-        ((smallest / 4 * 3 / MTU_BYTES) as u32).clamp(
+        let w = ((smallest / 4 * 3 / MTU_BYTES) as u32).clamp(
             rverbs_engine::MIN_UNACKED_PSNS,
             rverbs_engine::MAX_UNACKED_PSNS,
-        )
+        );
+        (w, w)
     }
 }
 
@@ -1368,6 +1373,14 @@ impl Context {
         let roce_v1 = raw.as_ref().is_some_and(|r| r.v1.is_some());
         let gid_table = GidTable::with_types(1, info.ifindex, info.default_gid(), &bound, roce_v1);
         let seed = seed();
+        // Over loopback the peer is this machine, with this machine's buffers;
+        // elsewhere, rxe's window and whole READs (a remote peer's buffers are
+        // unknown; rxe and adapters take READ bursts in their rings).
+        let (window, read_piece) = if info.is_loopback() {
+            window_for(&sockets)
+        } else {
+            (rverbs_engine::MAX_UNACKED_PSNS, 0)
+        };
         let mut cfg = Config {
             gids: gid_table.engine_gids(),
             gid_roce_v1: gid_table.engine_gid_roce_v1(),
@@ -1383,13 +1396,8 @@ impl Context {
             sender_fills_icrc: !raw_v2,
             // Large payloads leave from their memory region (`send_all`).
             lend_payloads: !raw_v2,
-            // Over loopback the peer is this machine, with this machine's buffers;
-            // elsewhere, rxe's window (a remote peer's buffers are unknown).
-            max_unacked_psns: if info.is_loopback() {
-                window_for(&sockets)
-            } else {
-                rverbs_engine::MAX_UNACKED_PSNS
-            },
+            max_unacked_psns: window,
+            read_piece_psns: read_piece,
             ack_policy: opts.ack_policy,
             ..Config::default()
         };
@@ -1798,8 +1806,9 @@ mod tests {
     }
 
     /// The requester's window follows the smallest receive buffer: one window in three
-    /// quarters of a small one (at least 16 PSNs), rxe's 128 PSNs up to 8 MiB, 512 for
-    /// one that holds 16 windows of 4 KiB packets.
+    /// quarters of a small one (at least 16 PSNs, with READs in pieces of a window),
+    /// rxe's 128 PSNs up to 8 MiB, 512 for one that holds 16 windows of 4 KiB packets
+    /// (whole READs).
     #[test]
     fn the_window_follows_the_smallest_receive_buffer() {
         let sock = |bytes: usize, force: bool| {
@@ -1815,26 +1824,27 @@ mod tests {
         // (The kernel doubles what it is asked for.)
         let small = sock(64 << 10, false);
         assert_eq!(small.1.recv_buffer_size().unwrap(), 128 << 10);
-        assert_eq!(one(&small), 24);
+        assert_eq!(one(&small), (24, 24));
         // An unprivileged process under the default `net.core.rmem_max`.
         let stock = sock(208 << 10, false);
         assert_eq!(stock.1.recv_buffer_size().unwrap(), 416 << 10);
-        assert_eq!(one(&stock), 78);
+        assert_eq!(one(&stock), (78, 78));
         let mid = sock(1 << 20, true);
         if mid.1.recv_buffer_size().unwrap() == 2 << 20 {
-            assert_eq!(one(&mid), 128);
+            assert_eq!(one(&mid), (128, 128));
         }
         let big = sock(64 << 20, true);
         let got = big.1.recv_buffer_size().unwrap();
         let want = if got >= 512 * 4096 * 16 {
-            512
+            (512, 0)
         } else if got >= 128 * 4096 * 16 {
-            (got / 16 / 4096) as u32
+            ((got / 16 / 4096) as u32, 0)
         } else {
-            (got / 4 * 3 / 4096).min(128) as u32
+            let w = (got / 4 * 3 / 4096).min(128) as u32;
+            (w, w)
         };
         assert_eq!(one(&big), want);
-        assert_eq!(window_for(&[small, big]), 24, "the smallest counts");
-        assert_eq!(window_for(&[]), 16);
+        assert_eq!(window_for(&[small, big]), (24, 24), "the smallest counts");
+        assert_eq!(window_for(&[]), (16, 16));
     }
 }
