@@ -1080,7 +1080,12 @@ impl Qp {
         };
         let bth = BthRepr {
             opcode: Opcode(tbase | opcode),
-            solicited: last && w.wr.flags.contains(SendFlags::SOLICITED),
+            // Solicited Event: the last packet of a SEND or a WRITE with immediate
+            // (IBTA 9.2.3; rxe `rxe_req.c` `init_req_packet`), never a READ or atomic.
+            solicited: last
+                && w.wr.flags.contains(SendFlags::SOLICITED)
+                && !w.is_rd_atomic()
+                && w.wr.opcode != WrOpcode::RdmaWrite,
             // rxe sends M = 0 (golden captures; rxe_req.c bth_init).
             mig_req: false,
             pad: 0,

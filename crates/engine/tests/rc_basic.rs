@@ -292,3 +292,41 @@ fn rc_inline_send_copies_at_post() {
         assert_eq!((wcs[0].wr_id, wcs[0].status), (i as u64, WcStatus::Success));
     }
 }
+
+/// The Solicited Event bit goes on the last packet of a SEND or a WRITE with
+/// immediate that asked for it, never on a plain WRITE, a READ or an atomic request
+/// (IBTA 9.2.3; rxe `init_req_packet`).
+#[test]
+fn solicited_event_only_on_sends_and_writes_with_immediate() {
+    let mut sim = Sim::new(2, false, LinkConfig::default(), 5);
+    let (a, b) = pair(&mut sim, &PairOpts::default());
+    let cases = [
+        (WrOpcode::Send, 3000, true),
+        (WrOpcode::RdmaWriteWithImm, 100, true),
+        (WrOpcode::RdmaWrite, 100, false),
+        (WrOpcode::RdmaRead, 100, false),
+        (WrOpcode::AtomicFetchAndAdd, 8, false),
+    ];
+    for (i, (op, len, se)) in cases.into_iter().enumerate() {
+        let mut w = wr(i as u64, op, vec![sge(&a, 0, len)]);
+        w.flags = w.flags | SendFlags::SOLICITED;
+        w.remote_addr = b.base;
+        w.rkey = b.keys.rkey;
+        sim.engines[0].post_send(a.qpn, w, sim.now).unwrap();
+        let out: Vec<Transmit> =
+            std::iter::from_fn(|| sim.engines[0].poll_transmit(sim.now)).collect();
+        // BTH byte 1, bit 7: SE.
+        let bits: Vec<bool> = out.iter().map(|t| t.payload[1] & 0x80 != 0).collect();
+        let mut want = vec![false; out.len()];
+        *want.last_mut().unwrap() = se;
+        assert_eq!(bits, want, "{op:?}");
+        if op == WrOpcode::Send || op == WrOpcode::RdmaWriteWithImm {
+            let now = sim.now;
+            post_recv1(&mut sim, &b, i as u64, 0, 4096, now);
+        }
+        for t in &out {
+            sim.engines[1].handle_datagram(sim.now, &t.as_received());
+        }
+        assert_eq!(wait_wcs(&mut sim, &a, 1, SEC).len(), 1, "{op:?}");
+    }
+}
