@@ -195,6 +195,14 @@ struct TimerEntry {
     qpn: u32,
 }
 
+/// A requester window within [`crate::MIN_UNACKED_PSNS`] ..= 2^23 (past half the
+/// 24-bit PSN space a responder could not tell a new PSN from a duplicate), and a
+/// READ piece of at most that window.
+fn clamp_window(window: u32, piece: u32) -> (u32, u32) {
+    let w = window.clamp(crate::qp::MIN_UNACKED_PSNS, 1 << 23);
+    (w, piece.min(w))
+}
+
 /// Re-states QP `qpn`'s deadline in the timer set. Every packet in or out comes here and
 /// the deadline is mostly unchanged, so the QP remembers what the set holds for it
 /// (`Qp::timer_at`): no lookup at all in the common case.
@@ -261,15 +269,8 @@ macro_rules! ctx {
             src_port: $s.cfg.src_port,
             sender_fills_icrc: $s.cfg.sender_fills_icrc,
             lend_payloads: $s.cfg.lend_payloads && $s.cfg.sender_fills_icrc,
-            max_unacked: $s
-                .cfg
-                .max_unacked_psns
-                .clamp(crate::qp::MIN_UNACKED_PSNS, 1 << 23),
-            read_piece: $s.cfg.read_piece_psns.min(
-                $s.cfg
-                    .max_unacked_psns
-                    .clamp(crate::qp::MIN_UNACKED_PSNS, 1 << 23),
-            ),
+            max_unacked: clamp_window($s.cfg.max_unacked_psns, 0).0,
+            read_piece: clamp_window($s.cfg.max_unacked_psns, $s.cfg.read_piece_psns).1,
             ack_policy: $s.cfg.ack_policy,
             now: $now,
             spare: &$s.spare,
@@ -1247,6 +1248,30 @@ impl Engine {
                 self.active.push_back(t.qpn);
             }
         }
+    }
+
+    /// Gives RC QP `qpn` its own requester window and READ piece (see
+    /// [`Config::max_unacked_psns`] and [`Config::read_piece_psns`], which it
+    /// overrides; clamped the same way, the piece to the window): for a driver that
+    /// knows how many packets this QP's peer can take at once (the `rverbs` loopback
+    /// device reads the peer socket's receive buffer). `None` goes back to the
+    /// engine's.
+    pub fn set_qp_window(&mut self, qpn: u32, window: Option<(u32, u32)>) -> VerbResult<()> {
+        let qp = self
+            .qps
+            .get_mut(&qpn)
+            .ok_or(err("set_qp_window", Errno::Inval, "no such QP"))?;
+        qp.window = window.map(|(w, piece)| clamp_window(w, piece));
+        Ok(())
+    }
+
+    /// The requester window and READ piece QP `qpn` uses ([`Engine::set_qp_window`]).
+    pub fn qp_window(&self, qpn: u32) -> Option<(u32, u32)> {
+        let qp = self.qps.get(&qpn)?;
+        Some(qp.window.unwrap_or(clamp_window(
+            self.cfg.max_unacked_psns,
+            self.cfg.read_piece_psns,
+        )))
     }
 
     /// The state of a QP.

@@ -30,12 +30,6 @@ pub const MIN_UNACKED_PSNS: u32 = 16;
 /// The default P_Key (index 0 of the only P_Key table entry).
 pub const DEFAULT_PKEY: u16 = 0xffff;
 
-/// The window whose quarter and eighth pace a stream's ACK requests
-/// ([`crate::AckPolicy::Coalesce`]): rxe's, or the QP's own when smaller.
-fn pace_window(ctx: &Ctx<'_>) -> u32 {
-    ctx.max_unacked.min(MAX_UNACKED_PSNS)
-}
-
 /// Local ACK timeout: 4.096 µs · 2^timeout (IBTA 9.7.6.1.3); 0 means infinite.
 pub fn ack_timeout_ns(timeout: u8) -> Option<Nanos> {
     (timeout != 0).then(|| 4096u64 << timeout.min(31))
@@ -271,12 +265,6 @@ impl SendWqe {
     }
 }
 
-/// How many response packets one READ request asks for at most (0: all,
-/// [`SendWqe::read_piece_end`]).
-pub(crate) fn read_piece(ctx: &Ctx<'_>) -> u32 {
-    ctx.read_piece
-}
-
 /// Responder output waiting to be sent, in PSN order.
 pub(crate) enum RespOut {
     Ack {
@@ -362,6 +350,9 @@ pub(crate) struct Qp {
     /// Send the ACK nudge at the next chance.
     pub(crate) nudge_due: bool,
     pub(crate) rd_outstanding: u32,
+    /// This QP's own requester window and READ piece, when its driver set them
+    /// ([`crate::Engine::set_qp_window`]); otherwise the engine's.
+    pub(crate) window: Option<(u32, u32)>,
     pub(crate) retry_left: u8,
     pub(crate) rnr_left: u8,
     pub(crate) retransmit_at: Option<Nanos>,
@@ -403,6 +394,25 @@ pub(crate) struct Wake {
 }
 
 impl Qp {
+    /// The requester window in PSNs ([`crate::Config::max_unacked_psns`], or this
+    /// QP's own).
+    fn win(&self, ctx: &Ctx<'_>) -> u32 {
+        self.window.map_or(ctx.max_unacked, |w| w.0)
+    }
+
+    /// Response packets one READ request asks for at most (0: all,
+    /// [`SendWqe::read_piece_end`]; [`crate::Config::read_piece_psns`], or this QP's
+    /// own).
+    fn piece(&self, ctx: &Ctx<'_>) -> u32 {
+        self.window.map_or(ctx.read_piece, |w| w.1)
+    }
+
+    /// The window whose quarter and eighth pace a stream's ACK requests
+    /// ([`crate::AckPolicy::Coalesce`]): rxe's, or the QP's own when smaller.
+    fn pace_window(&self, ctx: &Ctx<'_>) -> u32 {
+        self.win(ctx).min(MAX_UNACKED_PSNS)
+    }
+
     pub(crate) fn new(qpn: u32, init: &crate::engine::QpInit) -> Self {
         let qp_type = init.qp_type;
         Qp {
@@ -437,6 +447,7 @@ impl Qp {
             nudge_at: None,
             nudge_due: false,
             rd_outstanding: 0,
+            window: None,
             retry_left: 0,
             rnr_left: 0,
             retransmit_at: None,
@@ -812,7 +823,7 @@ impl Qp {
                 if rc && rd_atomic && self.rd_outstanding >= max_rd {
                     return None;
                 }
-                if rc && self.next_psn.forward_from(self.comp_psn) >= ctx.max_unacked {
+                if rc && self.next_psn.forward_from(self.comp_psn) >= self.win(ctx) {
                     return None;
                 }
                 let pd = self.pd;
@@ -852,15 +863,15 @@ impl Qp {
             }
             let read = w.wr.opcode == WrOpcode::RdmaRead;
             let psn = w.first_psn.add(if read { w.read_from } else { w.next_pkt });
-            if rc && psn.forward_from(self.comp_psn) >= ctx.max_unacked {
+            if rc && psn.forward_from(self.comp_psn) >= self.win(ctx) {
                 return None;
             }
             // A READ piece goes when all its responses fit in the window: after the
             // piece before it is answered.
-            let piece_end = w.read_piece_end(w.read_from, read_piece(ctx));
+            let piece_end = w.read_piece_end(w.read_from, self.piece(ctx));
             if read
-                && ctx.read_piece > 0
-                && w.first_psn.add(piece_end).forward_from(self.comp_psn) > ctx.max_unacked
+                && self.piece(ctx) > 0
+                && w.first_psn.add(piece_end).forward_from(self.comp_psn) > self.win(ctx)
             {
                 return None;
             }
@@ -1001,7 +1012,7 @@ impl Qp {
                 // IBTA 9.7.5.1.3) to the piece's end.
                 let off = w.read_from as usize * mtu;
                 let end =
-                    (w.read_piece_end(w.read_from, read_piece(ctx)) as usize * mtu).min(w.len);
+                    (w.read_piece_end(w.read_from, self.piece(ctx)) as usize * mtu).min(w.len);
                 reth = Some(RethRepr {
                     va: w.wr.remote_addr.wrapping_add(off as u64),
                     rkey: w.wr.rkey,
@@ -1032,7 +1043,7 @@ impl Qp {
             self.noack_pkts += 1;
             let rd_atomic = w.is_rd_atomic();
             let ask = force_ack
-                || self.noack_pkts >= MAX_PKT_PER_ACK.min(ctx.max_unacked / 2)
+                || self.noack_pkts >= MAX_PKT_PER_ACK.min(self.win(ctx) / 2)
                 || (ends_message && self.ack_wanted(w, rd_atomic, psn, ctx));
             if ask {
                 self.noack_pkts = 0;
@@ -1041,7 +1052,7 @@ impl Qp {
                 // READ piece or an atomic.
                 let covered = if w.wr.opcode == WrOpcode::RdmaRead {
                     w.first_psn
-                        .add(w.read_piece_end(w.read_from, read_piece(ctx)) - 1)
+                        .add(w.read_piece_end(w.read_from, self.piece(ctx)) - 1)
                 } else if rd_atomic {
                     w.last_psn()
                 } else {
@@ -1149,8 +1160,8 @@ impl Qp {
                     // asking every 64 packets of a 512-PSN window made a `-Q 100`
                     // ping-pong that sleeps 0.7 µs slower per round trip, for no
                     // bandwidth. A smaller window keeps the proportions.)
-                    || (psn.next().forward_from(self.comp_psn) >= pace_window(ctx) / 4
-                        && self.noack_pkts >= pace_window(ctx) / 8)
+                    || (psn.next().forward_from(self.comp_psn) >= self.pace_window(ctx) / 4
+                        && self.noack_pkts >= self.pace_window(ctx) / 8)
                     // A stream that has asked for nothing for a quarter of the ACK
                     // timeout: ask, so the retransmit timer (armed when the oldest
                     // unacknowledged packet went out, or at the last progress) does
@@ -1286,7 +1297,7 @@ impl Qp {
             ctx.counters.rx_ghost_responses += 1;
             if outstanding != 0
                 && self.retransmit_at.is_some()
-                && self.stale_rearms < 2 * outstanding.max(ctx.max_unacked)
+                && self.stale_rearms < 2 * outstanding.max(self.win(ctx))
             {
                 // The peer is alive and answering (responses or ACKs we already
                 // have, sent before the ones our last retry asked for and still
@@ -1414,7 +1425,7 @@ impl Qp {
                     let want = (w.len - off).min(mtu);
                     let data = pkt.payload();
                     // The last response of its piece ends with LAST (or ONLY).
-                    let is_last = k + 1 == w.read_piece_end(k, read_piece(ctx));
+                    let is_last = k + 1 == w.read_piece_end(k, self.piece(ctx));
                     let ends = matches!(
                         op,
                         Opcode::RC_RDMA_READ_RESPONSE_LAST | Opcode::RC_RDMA_READ_RESPONSE_ONLY
@@ -1609,7 +1620,7 @@ impl Qp {
         // 9.7.5.2.5): not the unsent rest of a message, and for a READ/atomic its one
         // request packet, not the response PSNs it spans. (rxe only counts retries,
         // `RXE_CNT_COMP_RETRY`; that is `retransmit_timeouts` + `rx_nak_seq` here.)
-        let piece = read_piece(ctx);
+        let piece = self.piece(ctx);
         let sent = |q: &Qp| -> u32 {
             q.sq.iter()
                 .take_while(|w| w.started)

@@ -187,24 +187,51 @@ fn payloads_left_in_their_regions_survive_loss_and_retransmission() {
 /// time: each request's RETH covers at most the piece, the next goes once the piece
 /// before is answered, so the responder never has more than a window of responses
 /// in flight; the data arrives whole.
+/// The same window and pieces set for the one QP (`Engine::set_qp_window`) on
+/// engines configured for whole READs.
 #[test]
 fn long_reads_go_in_pieces_that_fit_the_window() {
-    let mut sim = Sim::with_config(
-        2,
-        false,
-        LinkConfig::default(),
-        21,
-        Config {
-            max_unacked_psns: 32,
-            read_piece_psns: 32,
-            ..Config::default()
-        },
+    let piecewise = Config {
+        max_unacked_psns: 32,
+        read_piece_psns: 32,
+        ..Config::default()
+    };
+    read_in_pieces(
+        Sim::with_config(2, false, LinkConfig::default(), 21, piecewise),
+        None,
     );
+    read_in_pieces(
+        Sim::new(2, false, LinkConfig::default(), 21),
+        Some((32, 32)),
+    );
+}
+
+/// Per-QP windows are clamped as the engine's are, and can be dropped again.
+#[test]
+fn a_qp_window_is_clamped_and_can_be_dropped() {
+    let mut sim = Sim::new(2, false, LinkConfig::default(), 22);
+    let (a, _) = pair(&mut sim, &PairOpts::default());
+    let e = &mut sim.engines[0];
+    assert_eq!(e.qp_window(a.qpn), Some((128, 0)));
+    e.set_qp_window(a.qpn, Some((4, 100))).unwrap();
+    assert_eq!(e.qp_window(a.qpn), Some((16, 16)));
+    e.set_qp_window(a.qpn, Some((78, 0))).unwrap();
+    assert_eq!(e.qp_window(a.qpn), Some((78, 0)));
+    e.set_qp_window(a.qpn, None).unwrap();
+    assert_eq!(e.qp_window(a.qpn), Some((128, 0)));
+    assert!(e.set_qp_window(a.qpn + 1000, None).is_err());
+    assert_eq!(e.qp_window(a.qpn + 1000), None);
+}
+
+fn read_in_pieces(mut sim: Sim, qp_window: Option<(u32, u32)>) {
     let o = PairOpts {
         mem_len: 1 << 20,
         ..Default::default()
     };
     let (a, b) = pair(&mut sim, &o);
+    if qp_window.is_some() {
+        sim.engines[0].set_qp_window(a.qpn, qp_window).unwrap();
+    }
     let len = 200 * 1024 + 100; // 201 response packets of MTU 1024: 7 pieces
     let src = pattern(len, 7);
     fill(&b, 0, &src);

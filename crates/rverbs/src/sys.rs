@@ -848,6 +848,142 @@ pub(crate) fn send_batch<'b>(
     sent
 }
 
+// Socket diagnostics (linux/sock_diag.h, linux/inet_diag.h): the request and
+// message layouts, written and read as bytes.
+const SOCK_DIAG_BY_FAMILY: u16 = 20;
+const INET_DIAG_SKMEMINFO: u16 = 7;
+/// `SK_MEMINFO_RCVBUF`: the second u32 of the `INET_DIAG_SKMEMINFO` attribute.
+const SK_MEMINFO_RCVBUF: usize = 1;
+const NLMSG_HDR_LEN: usize = 16;
+/// `struct inet_diag_sockid`: ports, two 16-byte addresses, interface, cookie.
+const DIAG_SOCKID_LEN: usize = 48;
+/// `struct inet_diag_msg`: family, state, timer, retrans, the socket id, then
+/// expires, rqueue, wqueue, uid and inode.
+const DIAG_MSG_LEN: usize = 4 + DIAG_SOCKID_LEN + 20;
+
+/// The receive buffer (`SO_RCVBUF`, bytes) of the UDP socket bound to `local` on this
+/// machine, from the kernel's socket diagnostics (`NETLINK_SOCK_DIAG`, as `ss -u -m`
+/// reads it; no privilege needed): what a loopback peer can take at once. `None` if
+/// no such socket exists or the kernel will not say.
+pub(crate) fn udp_rcvbuf_of(local: std::net::SocketAddr) -> Option<u32> {
+    let family = if local.is_ipv4() {
+        libc::AF_INET
+    } else {
+        libc::AF_INET6
+    };
+    // SAFETY: plain socket(2); the descriptor is owned at once.
+    let fd = unsafe {
+        libc::socket(
+            libc::AF_NETLINK,
+            libc::SOCK_DGRAM | libc::SOCK_CLOEXEC,
+            libc::NETLINK_SOCK_DIAG,
+        )
+    };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: `fd` is a new descriptor nobody else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // nlmsghdr + inet_diag_req_v2: every UDP socket of the family (a dump), with its
+    // memory counters.
+    let mut req = [0u8; NLMSG_HDR_LEN + 8 + DIAG_SOCKID_LEN];
+    let len = req.len() as u32;
+    req[0..4].copy_from_slice(&len.to_ne_bytes());
+    req[4..6].copy_from_slice(&SOCK_DIAG_BY_FAMILY.to_ne_bytes());
+    let flags = (libc::NLM_F_REQUEST | libc::NLM_F_DUMP) as u16;
+    req[6..8].copy_from_slice(&flags.to_ne_bytes());
+    req[8..12].copy_from_slice(&1u32.to_ne_bytes());
+    let body = &mut req[NLMSG_HDR_LEN..];
+    body[0] = family as u8;
+    body[1] = libc::IPPROTO_UDP as u8;
+    body[2] = 1 << (INET_DIAG_SKMEMINFO - 1);
+    body[4..8].copy_from_slice(&u32::MAX.to_ne_bytes());
+    // SAFETY: sends `req.len()` bytes of `req` on the netlink socket (kernel as peer).
+    let rc = unsafe { libc::send(fd.as_raw_fd(), req.as_ptr().cast(), req.len(), 0) };
+    if rc != req.len() as isize {
+        return None;
+    }
+    let mut buf = vec![0u8; 32 << 10];
+    let mut found = None;
+    // Read the whole dump (the socket must not be left with half of it), at most a
+    // bounded number of replies.
+    for _ in 0..4096 {
+        // SAFETY: receives at most `buf.len()` bytes into `buf`, which we own.
+        let n = unsafe { libc::recv(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
+        if n <= 0 {
+            return found;
+        }
+        match parse_diag_dump(&buf[..n as usize], local, &mut found) {
+            DiagRead::More => continue,
+            DiagRead::Done => return found,
+        }
+    }
+    found
+}
+
+/// Where a dump stands after one reply.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum DiagRead {
+    /// More replies follow.
+    More,
+    /// The dump ended (`NLMSG_DONE`), failed (`NLMSG_ERROR`) or made no sense.
+    Done,
+}
+
+/// Reads one reply of a UDP socket dump (netlink messages of `inet_diag_msg` and
+/// attributes), setting `found` to the receive buffer of the socket bound to
+/// `local`. Untrusted bytes in the sense that any length may be wrong: nothing is
+/// read past a message or an attribute.
+pub(crate) fn parse_diag_dump(
+    mut b: &[u8],
+    local: std::net::SocketAddr,
+    found: &mut Option<u32>,
+) -> DiagRead {
+    let u16_at = |b: &[u8], i: usize| u16::from_ne_bytes([b[i], b[i + 1]]);
+    let u32_at = |b: &[u8], i: usize| u32::from_ne_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+    while b.len() >= NLMSG_HDR_LEN {
+        let len = u32_at(b, 0) as usize;
+        let ty = u16_at(b, 4);
+        if len < NLMSG_HDR_LEN || len > b.len() {
+            return DiagRead::Done;
+        }
+        if ty == libc::NLMSG_DONE as u16 || ty == libc::NLMSG_ERROR as u16 {
+            return DiagRead::Done;
+        }
+        let msg = &b[NLMSG_HDR_LEN..len];
+        if ty == SOCK_DIAG_BY_FAMILY && msg.len() >= DIAG_MSG_LEN {
+            let id = &msg[4..4 + DIAG_SOCKID_LEN];
+            let sport = u16::from_be_bytes([id[0], id[1]]);
+            let src = &id[4..20];
+            let same = sport == local.port()
+                && match local.ip() {
+                    std::net::IpAddr::V4(a) => {
+                        msg[0] == libc::AF_INET as u8 && src[..4] == a.octets()
+                    }
+                    std::net::IpAddr::V6(a) => msg[0] == libc::AF_INET6 as u8 && src == a.octets(),
+                };
+            if same {
+                let mut attrs = &msg[DIAG_MSG_LEN..];
+                while attrs.len() >= 4 {
+                    let alen = u16_at(attrs, 0) as usize;
+                    if alen < 4 || alen > attrs.len() {
+                        break;
+                    }
+                    let data = &attrs[4..alen];
+                    if u16_at(attrs, 2) == INET_DIAG_SKMEMINFO
+                        && data.len() >= 4 * (SK_MEMINFO_RCVBUF + 1)
+                    {
+                        *found = Some(u32_at(data, 4 * SK_MEMINFO_RCVBUF));
+                    }
+                    attrs = &attrs[alen.next_multiple_of(4).min(attrs.len())..];
+                }
+            }
+        }
+        b = &b[len.next_multiple_of(4).min(b.len())..];
+    }
+    DiagRead::More
+}
+
 /// The MAC address of `ifname` in the calling thread's network namespace
 /// (`SIOCGIFHWADDR`; sysfs shows the namespace it was mounted in, not the thread's).
 pub(crate) fn interface_mac(ifname: &str) -> std::io::Result<[u8; 6]> {
@@ -1012,6 +1148,84 @@ mod tests {
     /// Datagrams given in pieces (a packet whose payload stays in its memory region)
     /// arrive whole: alone, in a small train gathered into one buffer, and in a
     /// `UDP_SEGMENT` train with an iovec per piece; empty pieces are skipped.
+    /// The socket diagnostics find a bound UDP socket's receive buffer (what
+    /// `getsockopt(SO_RCVBUF)` says) by its address, and nothing for an address no
+    /// socket holds.
+    #[test]
+    fn the_receive_buffer_of_a_local_socket_is_found_by_address() {
+        for ip in [
+            std::net::IpAddr::from([127, 0, 0, 1]),
+            std::net::IpAddr::from(std::net::Ipv6Addr::LOCALHOST),
+        ] {
+            let Ok(s) = std::net::UdpSocket::bind((ip, 0)) else {
+                continue; // (no IPv6 on this machine)
+            };
+            let s2 = socket2::SockRef::from(&s);
+            s2.set_recv_buffer_size(96 << 10).unwrap();
+            let want = s2.recv_buffer_size().unwrap() as u32;
+            let at = s.local_addr().unwrap();
+            assert_eq!(udp_rcvbuf_of(at), Some(want), "{at}");
+            drop(s);
+            assert_eq!(udp_rcvbuf_of(at), None, "{at} after close");
+        }
+    }
+
+    /// The dump parser reads nothing past a message or an attribute, whatever their
+    /// lengths say.
+    #[test]
+    fn a_diag_dump_with_bad_lengths_is_read_safely() {
+        let local: std::net::SocketAddr = "127.0.0.9:4791".parse().unwrap();
+        let msg = |nl_len: Option<u32>, attr_len: u16| {
+            let mut m = vec![0u8; NLMSG_HDR_LEN + DIAG_MSG_LEN];
+            m[4..6].copy_from_slice(&SOCK_DIAG_BY_FAMILY.to_ne_bytes());
+            let d = &mut m[NLMSG_HDR_LEN..];
+            d[0] = libc::AF_INET as u8;
+            d[4..6].copy_from_slice(&4791u16.to_be_bytes());
+            d[8..12].copy_from_slice(&[127, 0, 0, 9]);
+            m.extend_from_slice(&attr_len.to_ne_bytes());
+            m.extend_from_slice(&INET_DIAG_SKMEMINFO.to_ne_bytes());
+            for v in [10u32, 4242, 0, 0] {
+                m.extend_from_slice(&v.to_ne_bytes());
+            }
+            let len = nl_len.unwrap_or(m.len() as u32);
+            m[0..4].copy_from_slice(&len.to_ne_bytes());
+            m
+        };
+        let mut found = None;
+        assert_eq!(
+            parse_diag_dump(&msg(None, 20), local, &mut found),
+            DiagRead::More
+        );
+        assert_eq!(found, Some(4242));
+        for (nl, attr) in [
+            (Some(5000), 20),
+            (Some(3), 20),
+            (None, 200),
+            (None, 2),
+            (None, 8),
+        ] {
+            let mut found = None;
+            let m = msg(nl, attr);
+            parse_diag_dump(&m, local, &mut found);
+            assert_eq!(found, None, "{nl:?} {attr}");
+            for cut in 0..m.len() {
+                parse_diag_dump(&m[..cut], local, &mut found);
+            }
+        }
+        // Another socket's message, then the end of the dump.
+        let other: std::net::SocketAddr = "127.0.0.8:4791".parse().unwrap();
+        let mut found = None;
+        assert_eq!(
+            parse_diag_dump(&msg(None, 20), other, &mut found),
+            DiagRead::More
+        );
+        assert_eq!(found, None);
+        let mut done = vec![0u8; NLMSG_HDR_LEN];
+        done[0..4].copy_from_slice(&(NLMSG_HDR_LEN as u32).to_ne_bytes());
+        done[4..6].copy_from_slice(&(libc::NLMSG_DONE as u16).to_ne_bytes());
+        assert_eq!(parse_diag_dump(&done, other, &mut found), DiagRead::Done);
+    }
+
     #[test]
     fn datagrams_in_pieces_arrive_whole() {
         use socket2::{Domain, Socket, Type};

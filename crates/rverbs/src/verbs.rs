@@ -1021,13 +1021,33 @@ impl Qp {
             return self.modify_raw_packet(r, attr, mask);
         }
         let s = self.shared();
+        let av = attr.ah_attr.filter(|_| mask.contains(QpAttrMask::AV));
+        // Over loopback an RC peer is a socket on this machine whose receive buffer
+        // the kernel shows (asked before the engine lock is taken): a peer with less
+        // room than ours gets a window its buffer takes (`peer_window`).
+        let peer_window = match av {
+            Some(h) if self.qp_type == QpType::Rc && s.info.is_loopback() => {
+                crate::context::peer_window(h.av.dgid)
+            }
+            _ => None,
+        };
         let mut e = s.lock_verb("modify_qp")?;
         // Under the engine lock, as in `Pd::create_ah` (the re-scan may reuse a slot).
-        if let (Some(h), true) = (&attr.ah_attr, mask.contains(QpAttrMask::AV)) {
+        if let Some(h) = &av {
             self.pd.ctx.check_sgid(h.av.sgid_index, "modify_qp")?;
         }
         let now = s.now();
         e.modify_qp(self.qpn, attr, mask, now)?;
+        if av.is_some() && self.qp_type == QpType::Rc {
+            // The engine's own window and READ pieces (our buffer), then the peer's
+            // limit if it is tighter.
+            e.set_qp_window(self.qpn, None)?;
+            if let (Some(peer), Some((own, piece))) = (peer_window, e.qp_window(self.qpn)) {
+                if peer < own {
+                    e.set_qp_window(self.qpn, Some((peer, piece)))?;
+                }
+            }
+        }
         s.flush(&mut e, now);
         drop(e);
         s.wake();

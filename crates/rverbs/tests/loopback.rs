@@ -282,3 +282,52 @@ fn large_payloads_leave_from_their_regions_and_captures_hold_them_whole() {
     assert!(long >= 24 + 16 + 12, "{long} full-size packets");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// An RC peer on this machine whose socket has a small receive buffer (an
+/// unprivileged process under the default `net.core.rmem_max`, beside a root one)
+/// gets a window its buffer takes: the requester stops after that many PSNs
+/// without an ACK, whatever its own buffer allows. The peer here is a plain UDP
+/// socket at a free 127.0.0.x:4791 with 128 KiB of buffer, which never answers:
+/// three quarters of it in 4 KiB packets is 24 PSNs.
+#[test]
+fn the_window_fits_the_peer_sockets_receive_buffer() {
+    use std::net::{Ipv4Addr, UdpSocket};
+    let dev = device(None).unwrap();
+    let (peer, ip) = (200..=250u8)
+        .find_map(|x| {
+            let ip = Ipv4Addr::new(127, 0, 0, x);
+            UdpSocket::bind((ip, 4791)).ok().map(|s| (s, ip))
+        })
+        .expect("a free 127.0.0.x:4791");
+    let sock = socket2::SockRef::from(&peer);
+    sock.set_recv_buffer_size(64 << 10).unwrap();
+    assert_eq!(sock.recv_buffer_size().unwrap(), 128 << 10);
+    peer.set_read_timeout(Some(std::time::Duration::from_millis(100)))
+        .unwrap();
+    let e = end(dev.open().unwrap(), 1 << 20);
+    let to_peer = PeerInfo {
+        qpn: 0x123,
+        psn: 0,
+        gid: Gid::from(ip),
+    };
+    // MTU 1024: small packets, so the peer's buffer holds the whole window.
+    e.qp.connect(&to_peer, &ConnectOpts::default()).unwrap();
+    let remote = RemoteBuf {
+        addr: 0x1000,
+        rkey: 0x99,
+        len: 1 << 16,
+    };
+    for i in 0..8 {
+        e.qp.post_send(&SendRequest::write(i, &[e.mr.slice(0..1 << 16)], remote))
+            .unwrap();
+    }
+    let mut psns = std::collections::BTreeSet::new();
+    let mut buf = [0u8; 2048];
+    while let Ok(n) = peer.recv(&mut buf) {
+        assert!(n > 12);
+        // BTH bytes 9..12: the PSN.
+        psns.insert(u32::from_be_bytes([0, buf[9], buf[10], buf[11]]));
+    }
+    assert_eq!(psns.len(), 24, "{psns:?}");
+    assert_eq!(psns.iter().copied().max(), Some(23));
+}
