@@ -113,6 +113,17 @@ fn run_in(mut sim: Sim, seed: u64, n: usize, max_len: usize) -> Result<Sim, Stri
     Ok(sim)
 }
 
+/// 5 % loss, 2 % duplicates, 5 % reordered, 1 % corrupted.
+fn lossy_link() -> LinkConfig {
+    LinkConfig {
+        loss: 0.05,
+        dup: 0.02,
+        reorder: 0.05,
+        corrupt: 0.01,
+        ..Default::default()
+    }
+}
+
 #[test]
 fn clean_mix() {
     run(LinkConfig::default(), 1, 300, 9000).unwrap();
@@ -121,13 +132,7 @@ fn clean_mix() {
 #[test]
 fn lossy_mix() {
     for seed in 1..6 {
-        let link = LinkConfig {
-            loss: 0.05,
-            dup: 0.02,
-            reorder: 0.05,
-            corrupt: 0.01,
-            ..Default::default()
-        };
+        let link = lossy_link();
         run(link, seed, 200, 9000).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
     }
 }
@@ -154,13 +159,7 @@ fn heavy_loss() {
 #[test]
 fn payloads_left_in_their_regions_survive_loss_and_retransmission() {
     for seed in 1..5 {
-        let link = LinkConfig {
-            loss: 0.05,
-            dup: 0.02,
-            reorder: 0.05,
-            corrupt: 0.01,
-            ..Default::default()
-        };
+        let link = lossy_link();
         let base = Config {
             sender_fills_icrc: true,
             lend_payloads: true,
@@ -284,13 +283,7 @@ fn small_windows_and_read_pieces_survive_loss() {
         (14, 64, 0),
         (15, 24, 24),
     ] {
-        let link = LinkConfig {
-            loss: 0.05,
-            dup: 0.02,
-            reorder: 0.05,
-            corrupt: 0.01,
-            ..Default::default()
-        };
+        let link = lossy_link();
         let base = Config {
             max_unacked_psns: window,
             read_piece_psns: piece,
