@@ -265,4 +265,14 @@ fn compare_script_prints_every_row() {
             "{row:?}"
         );
     }
+    // The footer counts the packets resent in the bandwidth runs, four numbers.
+    let resent = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("packets resent in the bandwidth runs: "))
+        .unwrap_or_else(|| panic!("no resent line in\n{stdout}"));
+    let counts: Vec<u64> = resent
+        .split(", ")
+        .map(|part| part.rsplit(' ').next().unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(counts.len(), 4, "{resent}");
 }
