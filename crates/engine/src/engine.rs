@@ -989,6 +989,7 @@ impl Engine {
             next_pkt: 0,
             read_from: 0,
             rd_counted: false,
+            piece: 0,
         };
         if matches!(state, QpState::Err | QpState::Sqe) {
             // Posted to a QP in error: completes at once with a flush error.

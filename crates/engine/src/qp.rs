@@ -214,6 +214,10 @@ pub(crate) struct SendWqe {
     pub(crate) read_from: u32,
     /// READ/atomic: counted against `max_rd_atomic`.
     pub(crate) rd_counted: bool,
+    /// READ: response packets one request asks for at most (0: all), fixed when the
+    /// WQE starts ([`Qp::piece`]), so a later change of the QP's window cannot move
+    /// the boundaries of requests already out.
+    pub(crate) piece: u32,
 }
 
 impl SendWqe {
@@ -242,16 +246,19 @@ impl SendWqe {
     /// ordinary READ requests, each with its own RETH, using the PSNs of its responses
     /// (IBTA 9.4.3, 9.7.5.1.3: a re-sent READ request reads from the middle of a range
     /// the same way), so any responder, rxe's included, serves them.
-    pub(crate) fn read_piece_end(&self, k: u32, piece: u32) -> u32 {
-        if piece == 0 {
+    pub(crate) fn read_piece_end(&self, k: u32) -> u32 {
+        if self.piece == 0 {
             return self.npkts;
         }
-        (k / piece + 1).saturating_mul(piece).min(self.npkts)
+        (k / self.piece + 1)
+            .saturating_mul(self.piece)
+            .min(self.npkts)
     }
 
     /// Requests this WQE has out (READ pieces asked for; 1 for an atomic that is
     /// out; 0 for SEND/WRITE), for `retransmitted_packets`.
-    fn requests_out(&self, piece: u32) -> u32 {
+    fn requests_out(&self) -> u32 {
+        let piece = self.piece;
         match self.wr.opcode {
             // Whole pieces up to `next_pkt` (after a go-back, the piece holding the
             // gap is no longer out).
@@ -827,6 +834,7 @@ impl Qp {
                     return None;
                 }
                 let pd = self.pd;
+                let piece = self.piece(ctx);
                 let w = self.sq.get_mut(idx)?;
                 if w.inline.is_none() {
                     let need = if rd_atomic {
@@ -854,28 +862,57 @@ impl Qp {
                 w.started = true;
                 w.next_pkt = 0;
                 w.read_from = 0;
+                w.piece = if w.wr.opcode == WrOpcode::RdmaRead {
+                    piece
+                } else {
+                    0
+                };
                 self.next_psn = self.next_psn.add(w.npkts);
             }
-            let w = &self.sq[idx];
+            let (comp_psn, win) = (self.comp_psn, self.win(ctx));
+            let w = &mut self.sq[idx];
+            let read = w.wr.opcode == WrOpcode::RdmaRead;
+            if read && w.piece > 0 {
+                // Responses may have filled what a retry was to ask for again (a late
+                // one closed the gap, the rest were kept): ask from what is still
+                // missing, or the next piece. (`comp_psn` only passes responses that
+                // all arrived.)
+                let done = comp_psn.forward_from(w.first_psn);
+                if done > w.read_from && done < w.npkts {
+                    w.read_from = done;
+                    w.next_pkt = w.next_pkt.max(done);
+                }
+            }
             if w.fully_sent() {
                 self.sq_next += 1;
                 continue;
             }
-            let read = w.wr.opcode == WrOpcode::RdmaRead;
             let psn = w.first_psn.add(if read { w.read_from } else { w.next_pkt });
-            if rc && psn.forward_from(self.comp_psn) >= self.win(ctx) {
+            let piece_end = w.read_piece_end(w.read_from);
+            let pieces = read && w.piece > 0;
+            if rc && psn.forward_from(comp_psn) >= win {
                 return None;
             }
-            // A READ piece goes when all its responses fit in the window: after the
-            // piece before it is answered.
-            let piece_end = w.read_piece_end(w.read_from, self.piece(ctx));
-            if read
-                && self.piece(ctx) > 0
-                && w.first_psn.add(piece_end).forward_from(self.comp_psn) > self.win(ctx)
-            {
+            // READ pieces: one out at a time (the WQE counts once against
+            // `max_rd_atomic`), so a later piece (or a retry within one) goes once
+            // everything before it is answered; the first goes once all its responses
+            // fit in the window. Unacknowledged requests before a READ hold its first
+            // piece back: if nothing asked for their ACK, ask now (a nudge) instead of
+            // waiting for the nudge timer.
+            let held = pieces
+                && if w.read_from > 0 {
+                    psn != comp_psn
+                } else {
+                    w.first_psn.add(piece_end).forward_from(comp_psn) > win
+                };
+            if held {
+                if self.needs_nudge() {
+                    self.nudge_due = true;
+                }
                 return None;
             }
-            let t = self.build_request(idx, w.next_pkt, psn, false, ctx);
+            let next_pkt = w.next_pkt;
+            let t = self.build_request(idx, next_pkt, psn, false, ctx);
             let w = &mut self.sq[idx];
             let end = if read {
                 w.first_psn.add(piece_end)
@@ -1011,8 +1048,7 @@ impl Qp {
                 // response packet `read_from` (a retry asks again from the gap,
                 // IBTA 9.7.5.1.3) to the piece's end.
                 let off = w.read_from as usize * mtu;
-                let end =
-                    (w.read_piece_end(w.read_from, self.piece(ctx)) as usize * mtu).min(w.len);
+                let end = (w.read_piece_end(w.read_from) as usize * mtu).min(w.len);
                 reth = Some(RethRepr {
                     va: w.wr.remote_addr.wrapping_add(off as u64),
                     rkey: w.wr.rkey,
@@ -1051,8 +1087,7 @@ impl Qp {
                 // What the answer will acknowledge: this PSN, or the last PSN of a
                 // READ piece or an atomic.
                 let covered = if w.wr.opcode == WrOpcode::RdmaRead {
-                    w.first_psn
-                        .add(w.read_piece_end(w.read_from, self.piece(ctx)) - 1)
+                    w.first_psn.add(w.read_piece_end(w.read_from) - 1)
                 } else if rd_atomic {
                     w.last_psn()
                 } else {
@@ -1425,7 +1460,7 @@ impl Qp {
                     let want = (w.len - off).min(mtu);
                     let data = pkt.payload();
                     // The last response of its piece ends with LAST (or ONLY).
-                    let is_last = k + 1 == w.read_piece_end(k, self.piece(ctx));
+                    let is_last = k + 1 == w.read_piece_end(k);
                     let ends = matches!(
                         op,
                         Opcode::RC_RDMA_READ_RESPONSE_LAST | Opcode::RC_RDMA_READ_RESPONSE_ONLY
@@ -1620,13 +1655,12 @@ impl Qp {
         // 9.7.5.2.5): not the unsent rest of a message, and for a READ/atomic its one
         // request packet, not the response PSNs it spans. (rxe only counts retries,
         // `RXE_CNT_COMP_RETRY`; that is `retransmit_timeouts` + `rx_nak_seq` here.)
-        let piece = self.piece(ctx);
         let sent = |q: &Qp| -> u32 {
             q.sq.iter()
                 .take_while(|w| w.started)
                 .map(|w| {
                     if w.is_rd_atomic() {
-                        w.requests_out(piece)
+                        w.requests_out()
                     } else {
                         w.next_pkt
                     }

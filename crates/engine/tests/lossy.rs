@@ -271,6 +271,160 @@ fn read_in_pieces(mut sim: Sim, qp_window: Option<(u32, u32)>) {
     assert_eq!(sim.engines[0].counters().retransmitted_packets, 0);
 }
 
+/// The READ requests of `a`'s engine in `out`: (offset into `b`'s region, length).
+fn read_requests(out: &[Transmit], b: &End) -> Vec<(u64, u32)> {
+    out.iter()
+        .filter_map(|t| {
+            let p = rverbs_wire::packet::Packet::new_checked(&t.payload[..]).ok()?;
+            let r = p.reth()?;
+            Some((r.va() - b.base, r.dma_len()))
+        })
+        .collect()
+}
+
+/// A READ of 100 packets in pieces of 32 (window 32) whose piece loses response 5:
+/// the requester asks again from the gap to the piece's end; if the late response
+/// turns up before that request leaves (the rest of the piece kept), it asks for the
+/// next piece instead of nothing (it had stalled until the retransmit timer). And
+/// with pieces smaller than the window, one piece is out at a time.
+#[test]
+fn a_read_piece_retry_and_a_late_response() {
+    for late in [false, true] {
+        let cfg = Config {
+            max_unacked_psns: 32,
+            read_piece_psns: 32,
+            ..Config::default()
+        };
+        let mut sim = Sim::with_config(2, false, LinkConfig::default(), 23, cfg);
+        let o = PairOpts {
+            mem_len: 1 << 20,
+            ..Default::default()
+        };
+        let (a, b) = pair(&mut sim, &o);
+        let len = 100 * 1024;
+        fill(&b, 0, &pattern(len, 9));
+        let mut w = wr(1, WrOpcode::RdmaRead, vec![sge(&a, 0, len as u32)]);
+        w.remote_addr = b.base;
+        w.rkey = b.keys.rkey;
+        sim.engines[0].post_send(a.qpn, w, 0).unwrap();
+        let out: Vec<Transmit> = std::iter::from_fn(|| sim.engines[0].poll_transmit(0)).collect();
+        assert_eq!(read_requests(&out, &b), [(0, 32 * 1024)]);
+        for t in &out {
+            sim.engines[1].handle_datagram(0, &t.as_received());
+        }
+        let back: Vec<Transmit> = std::iter::from_fn(|| sim.engines[1].poll_transmit(0)).collect();
+        assert_eq!(back.len(), 32);
+        for (i, t) in back.iter().enumerate() {
+            if i != 5 {
+                sim.engines[0].handle_datagram(0, &t.as_received());
+            }
+        }
+        // The gap stays open past the reordering window: a retry from it is due.
+        let mut now = 0;
+        while let Some(at) = sim.engines[0].poll_timeout() {
+            now = at;
+            sim.engines[0].handle_timeout(now);
+            if sim.engines[0].counters().retransmitted_packets > 0 {
+                break;
+            }
+        }
+        assert!(sim.engines[0].counters().retransmitted_packets > 0);
+        if late {
+            sim.engines[0].handle_datagram(now, &back[5].as_received());
+        }
+        let out: Vec<Transmit> = std::iter::from_fn(|| sim.engines[0].poll_transmit(now)).collect();
+        let want = if late {
+            // Piece 1 is whole: piece 2.
+            (32 * 1024, 32 * 1024)
+        } else {
+            // From the gap to the end of piece 1.
+            (5 * 1024, 27 * 1024)
+        };
+        assert_eq!(read_requests(&out, &b), [want], "late {late}");
+        for t in &out {
+            sim.engines[1].handle_datagram(now, &t.as_received());
+        }
+        sim.now = now;
+        let wcs = wait_wcs(&mut sim, &a, 1, SEC);
+        assert_eq!(wcs.len(), 1, "late {late}");
+        assert_eq!(wcs[0].status, WcStatus::Success);
+        assert_eq!(a.mem.snapshot()[..len], pattern(len, 9)[..]);
+    }
+
+    // Pieces of 16 in a window of 64: still one request out at a time.
+    let cfg = Config {
+        max_unacked_psns: 64,
+        read_piece_psns: 16,
+        ..Config::default()
+    };
+    let mut sim = Sim::with_config(2, false, LinkConfig::default(), 24, cfg);
+    let o = PairOpts {
+        mem_len: 1 << 20,
+        ..Default::default()
+    };
+    let (a, b) = pair(&mut sim, &o);
+    let mut w = wr(1, WrOpcode::RdmaRead, vec![sge(&a, 0, 64 * 1024)]);
+    w.remote_addr = b.base;
+    w.rkey = b.keys.rkey;
+    sim.engines[0].post_send(a.qpn, w, 0).unwrap();
+    let mut rounds = Vec::new();
+    loop {
+        let out: Vec<Transmit> = std::iter::from_fn(|| sim.engines[0].poll_transmit(0)).collect();
+        if out.is_empty() {
+            break;
+        }
+        rounds.push(read_requests(&out, &b));
+        for t in &out {
+            sim.engines[1].handle_datagram(0, &t.as_received());
+        }
+        let back: Vec<Transmit> = std::iter::from_fn(|| sim.engines[1].poll_transmit(0)).collect();
+        for t in &back {
+            sim.engines[0].handle_datagram(0, &t.as_received());
+        }
+    }
+    let want: Vec<Vec<(u64, u32)>> = (0..4).map(|i| vec![(i * 16 * 1024, 16 * 1024)]).collect();
+    assert_eq!(rounds, want);
+    assert_eq!(drain(&mut sim, &a).len(), 1);
+
+    // An unsignaled WRITE that asked for no ACK holds the READ's first piece back
+    // (its responses would not fit the window): the requester asks for that ACK at
+    // once (the WRITE again with AckReq, a nudge) instead of after the nudge timer.
+    let cfg = Config {
+        max_unacked_psns: 32,
+        read_piece_psns: 32,
+        ..Config::default()
+    };
+    let mut sim = Sim::with_config(2, false, LinkConfig::default(), 25, cfg);
+    let (a, b) = pair(&mut sim, &o);
+    let mut w = wr(2, WrOpcode::RdmaWrite, vec![sge(&a, 0, 100)]);
+    w.remote_addr = b.base;
+    w.rkey = b.keys.rkey;
+    w.flags = SendFlags::default();
+    sim.engines[0].post_send(a.qpn, w, 0).unwrap();
+    let mut w = wr(3, WrOpcode::RdmaRead, vec![sge(&a, 0, 64 * 1024)]);
+    w.remote_addr = b.base;
+    w.rkey = b.keys.rkey;
+    sim.engines[0].post_send(a.qpn, w, 0).unwrap();
+    let out: Vec<Transmit> = std::iter::from_fn(|| sim.engines[0].poll_transmit(0)).collect();
+    // BTH byte 8, bit 7: AckReq; bytes 9..12: the PSN.
+    let asked: Vec<(bool, &[u8])> = out
+        .iter()
+        .map(|t| (t.payload[8] & 0x80 != 0, &t.payload[9..12]))
+        .collect();
+    assert_eq!(asked.len(), 2, "{asked:?}");
+    assert_eq!((asked[0].0, asked[1].0), (false, true));
+    assert_eq!(asked[0].1, asked[1].1, "the same WRITE again");
+    for t in &out {
+        sim.engines[1].handle_datagram(0, &t.as_received());
+    }
+    let acks: Vec<Transmit> = std::iter::from_fn(|| sim.engines[1].poll_transmit(0)).collect();
+    for t in &acks {
+        sim.engines[0].handle_datagram(0, &t.as_received());
+    }
+    let out: Vec<Transmit> = std::iter::from_fn(|| sim.engines[0].poll_transmit(0)).collect();
+    assert_eq!(read_requests(&out, &b), [(0, 32 * 1024)]);
+}
+
 /// Small requester windows (a peer with a small receive buffer) pace their ACK
 /// requests, and READs in pieces of a window, so that mixed traffic under loss
 /// still completes.

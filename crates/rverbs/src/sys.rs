@@ -1145,9 +1145,6 @@ mod tests {
         }
     }
 
-    /// Datagrams given in pieces (a packet whose payload stays in its memory region)
-    /// arrive whole: alone, in a small train gathered into one buffer, and in a
-    /// `UDP_SEGMENT` train with an iovec per piece; empty pieces are skipped.
     /// The socket diagnostics find a bound UDP socket's receive buffer (what
     /// `getsockopt(SO_RCVBUF)` says) by its address, and nothing for an address no
     /// socket holds.
@@ -1226,6 +1223,9 @@ mod tests {
         assert_eq!(parse_diag_dump(&done, other, &mut found), DiagRead::Done);
     }
 
+    /// Datagrams given in pieces (a packet whose payload stays in its memory region)
+    /// arrive whole: alone, in a small train gathered into one buffer, and in a
+    /// `UDP_SEGMENT` train with an iovec per piece; empty pieces are skipped.
     #[test]
     fn datagrams_in_pieces_arrive_whole() {
         use socket2::{Domain, Socket, Type};
