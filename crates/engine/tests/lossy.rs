@@ -222,32 +222,53 @@ fn a_qp_window_is_clamped_and_can_be_dropped() {
     assert_eq!(e.qp_window(a.qpn + 1000), None);
 }
 
-fn read_in_pieces(mut sim: Sim, qp_window: Option<(u32, u32)>) {
-    let o = PairOpts {
+/// Everything engine `i` of `sim` sends at `now`.
+fn sent(sim: &mut Sim, i: usize, now: Nanos) -> Vec<Transmit> {
+    std::iter::from_fn(|| sim.engines[i].poll_transmit(now)).collect()
+}
+
+/// The pair of the READ-piece tests: 1 MiB regions, engines made from `cfg`.
+fn read_pair(cfg: Config, seed: u64) -> (Sim, End, End) {
+    let mut sim = Sim::with_config(2, false, LinkConfig::default(), seed, cfg);
+    let (a, b) = pair(&mut sim, &read_opts());
+    (sim, a, b)
+}
+
+fn read_opts() -> PairOpts {
+    PairOpts {
         mem_len: 1 << 20,
         ..Default::default()
-    };
-    let (a, b) = pair(&mut sim, &o);
+    }
+}
+
+/// Posts on `a` a signaled READ of `len` bytes from the start of `b`'s region into
+/// the start of `a`'s.
+fn post_read(sim: &mut Sim, a: &End, b: &End, wr_id: u64, len: usize) {
+    let mut w = wr(wr_id, WrOpcode::RdmaRead, vec![sge(a, 0, len as u32)]);
+    w.remote_addr = b.base;
+    w.rkey = b.keys.rkey;
+    sim.engines[0].post_send(a.qpn, w, sim.now).unwrap();
+}
+
+fn read_in_pieces(mut sim: Sim, qp_window: Option<(u32, u32)>) {
+    let (a, b) = pair(&mut sim, &read_opts());
     if qp_window.is_some() {
         sim.engines[0].set_qp_window(a.qpn, qp_window).unwrap();
     }
     let len = 200 * 1024 + 100; // 201 response packets of MTU 1024: 7 pieces
     let src = pattern(len, 7);
     fill(&b, 0, &src);
-    let mut w = wr(1, WrOpcode::RdmaRead, vec![sge(&a, 0, len as u32)]);
-    w.remote_addr = b.base;
-    w.rkey = b.keys.rkey;
-    sim.engines[0].post_send(a.qpn, w, 0).unwrap();
+    post_read(&mut sim, &a, &b, 1, len);
     let mut requests = Vec::new();
     for _ in 0..20 {
-        let out: Vec<Transmit> = std::iter::from_fn(|| sim.engines[0].poll_transmit(0)).collect();
+        let out = sent(&mut sim, 0, 0);
         for t in &out {
             let p = rverbs_wire::packet::Packet::new_checked(&t.payload[..]).unwrap();
             let r = p.reth().expect("only READ requests");
             requests.push((r.va() - b.base, r.dma_len()));
             sim.engines[1].handle_datagram(0, &t.as_received());
         }
-        let back: Vec<Transmit> = std::iter::from_fn(|| sim.engines[1].poll_transmit(0)).collect();
+        let back = sent(&mut sim, 1, 0);
         assert!(back.len() <= 32, "a burst of {} responses", back.len());
         for t in &back {
             sim.engines[0].handle_datagram(0, &t.as_received());
@@ -295,24 +316,16 @@ fn a_read_piece_retry_and_a_late_response() {
             read_piece_psns: 32,
             ..Config::default()
         };
-        let mut sim = Sim::with_config(2, false, LinkConfig::default(), 23, cfg);
-        let o = PairOpts {
-            mem_len: 1 << 20,
-            ..Default::default()
-        };
-        let (a, b) = pair(&mut sim, &o);
+        let (mut sim, a, b) = read_pair(cfg, 23);
         let len = 100 * 1024;
         fill(&b, 0, &pattern(len, 9));
-        let mut w = wr(1, WrOpcode::RdmaRead, vec![sge(&a, 0, len as u32)]);
-        w.remote_addr = b.base;
-        w.rkey = b.keys.rkey;
-        sim.engines[0].post_send(a.qpn, w, 0).unwrap();
-        let out: Vec<Transmit> = std::iter::from_fn(|| sim.engines[0].poll_transmit(0)).collect();
+        post_read(&mut sim, &a, &b, 1, len);
+        let out = sent(&mut sim, 0, 0);
         assert_eq!(read_requests(&out, &b), [(0, 32 * 1024)]);
         for t in &out {
             sim.engines[1].handle_datagram(0, &t.as_received());
         }
-        let back: Vec<Transmit> = std::iter::from_fn(|| sim.engines[1].poll_transmit(0)).collect();
+        let back = sent(&mut sim, 1, 0);
         assert_eq!(back.len(), 32);
         for (i, t) in back.iter().enumerate() {
             if i != 5 {
@@ -332,7 +345,7 @@ fn a_read_piece_retry_and_a_late_response() {
         if late {
             sim.engines[0].handle_datagram(now, &back[5].as_received());
         }
-        let out: Vec<Transmit> = std::iter::from_fn(|| sim.engines[0].poll_transmit(now)).collect();
+        let out = sent(&mut sim, 0, now);
         let want = if late {
             // Piece 1 is whole: piece 2.
             (32 * 1024, 32 * 1024)
@@ -357,19 +370,11 @@ fn a_read_piece_retry_and_a_late_response() {
         read_piece_psns: 16,
         ..Config::default()
     };
-    let mut sim = Sim::with_config(2, false, LinkConfig::default(), 24, cfg);
-    let o = PairOpts {
-        mem_len: 1 << 20,
-        ..Default::default()
-    };
-    let (a, b) = pair(&mut sim, &o);
-    let mut w = wr(1, WrOpcode::RdmaRead, vec![sge(&a, 0, 64 * 1024)]);
-    w.remote_addr = b.base;
-    w.rkey = b.keys.rkey;
-    sim.engines[0].post_send(a.qpn, w, 0).unwrap();
+    let (mut sim, a, b) = read_pair(cfg, 24);
+    post_read(&mut sim, &a, &b, 1, 64 * 1024);
     let mut rounds = Vec::new();
     loop {
-        let out: Vec<Transmit> = std::iter::from_fn(|| sim.engines[0].poll_transmit(0)).collect();
+        let out = sent(&mut sim, 0, 0);
         if out.is_empty() {
             break;
         }
@@ -377,7 +382,7 @@ fn a_read_piece_retry_and_a_late_response() {
         for t in &out {
             sim.engines[1].handle_datagram(0, &t.as_received());
         }
-        let back: Vec<Transmit> = std::iter::from_fn(|| sim.engines[1].poll_transmit(0)).collect();
+        let back = sent(&mut sim, 1, 0);
         for t in &back {
             sim.engines[0].handle_datagram(0, &t.as_received());
         }
@@ -394,18 +399,14 @@ fn a_read_piece_retry_and_a_late_response() {
         read_piece_psns: 32,
         ..Config::default()
     };
-    let mut sim = Sim::with_config(2, false, LinkConfig::default(), 25, cfg);
-    let (a, b) = pair(&mut sim, &o);
+    let (mut sim, a, b) = read_pair(cfg, 25);
     let mut w = wr(2, WrOpcode::RdmaWrite, vec![sge(&a, 0, 100)]);
     w.remote_addr = b.base;
     w.rkey = b.keys.rkey;
     w.flags = SendFlags::default();
     sim.engines[0].post_send(a.qpn, w, 0).unwrap();
-    let mut w = wr(3, WrOpcode::RdmaRead, vec![sge(&a, 0, 64 * 1024)]);
-    w.remote_addr = b.base;
-    w.rkey = b.keys.rkey;
-    sim.engines[0].post_send(a.qpn, w, 0).unwrap();
-    let out: Vec<Transmit> = std::iter::from_fn(|| sim.engines[0].poll_transmit(0)).collect();
+    post_read(&mut sim, &a, &b, 3, 64 * 1024);
+    let out = sent(&mut sim, 0, 0);
     // BTH byte 8, bit 7: AckReq; bytes 9..12: the PSN.
     let asked: Vec<(bool, &[u8])> = out
         .iter()
@@ -417,11 +418,11 @@ fn a_read_piece_retry_and_a_late_response() {
     for t in &out {
         sim.engines[1].handle_datagram(0, &t.as_received());
     }
-    let acks: Vec<Transmit> = std::iter::from_fn(|| sim.engines[1].poll_transmit(0)).collect();
+    let acks = sent(&mut sim, 1, 0);
     for t in &acks {
         sim.engines[0].handle_datagram(0, &t.as_received());
     }
-    let out: Vec<Transmit> = std::iter::from_fn(|| sim.engines[0].poll_transmit(0)).collect();
+    let out = sent(&mut sim, 0, 0);
     assert_eq!(read_requests(&out, &b), [(0, 32 * 1024)]);
 }
 
