@@ -91,8 +91,9 @@ pub struct Config {
     /// asks for ACKs in proportion (every half window within a long message instead of
     /// every 64 packets, [`crate::MAX_PKT_PER_ACK`]; a quarter and an eighth of the
     /// window at message ends), so the window never fills before an answer is on its
-    /// way. Kept within [`crate::MIN_UNACKED_PSNS`] (16) ..= 2^23: past 2^23 (half the
-    /// 24-bit PSN space) a responder could not tell a new PSN from a duplicate.
+    /// way. Kept within [`crate::MIN_UNACKED_PSNS`] (16) ..= 2^23 ([`Engine::config`]
+    /// shows the value kept): past 2^23 (half the 24-bit PSN space) a responder could
+    /// not tell a new PSN from a duplicate.
     pub max_unacked_psns: u32,
     /// Response packets one RDMA READ request asks for at most: a longer READ is
     /// asked for in pieces, each sent once its responses fit in the window
@@ -269,8 +270,8 @@ macro_rules! ctx {
             src_port: $s.cfg.src_port,
             sender_fills_icrc: $s.cfg.sender_fills_icrc,
             lend_payloads: $s.cfg.lend_payloads && $s.cfg.sender_fills_icrc,
-            max_unacked: clamp_window($s.cfg.max_unacked_psns, 0).0,
-            read_piece: clamp_window($s.cfg.max_unacked_psns, $s.cfg.read_piece_psns).1,
+            max_unacked: $s.cfg.max_unacked_psns,
+            read_piece: $s.cfg.read_piece_psns,
             ack_policy: $s.cfg.ack_policy,
             now: $now,
             spare: &$s.spare,
@@ -289,7 +290,10 @@ fn err(verb: &'static str, errno: Errno, reason: &'static str) -> VerbError {
 
 impl Engine {
     /// A new engine.
-    pub fn new(cfg: Config) -> Self {
+    pub fn new(mut cfg: Config) -> Self {
+        // The window and READ piece are kept clamped ([`Config::max_unacked_psns`]).
+        (cfg.max_unacked_psns, cfg.read_piece_psns) =
+            clamp_window(cfg.max_unacked_psns, cfg.read_piece_psns);
         let rng = cfg.seed | 1;
         let next_qpn = if (FIRST_QPN..=MAX_QPN).contains(&cfg.first_qpn) {
             cfg.first_qpn
@@ -987,7 +991,6 @@ impl Engine {
             first_psn: rverbs_wire::psn::Psn::ZERO,
             npkts: 0,
             next_pkt: 0,
-            read_from: 0,
             rd_counted: false,
             piece: 0,
         };
@@ -1269,10 +1272,10 @@ impl Engine {
     /// The requester window and READ piece QP `qpn` uses ([`Engine::set_qp_window`]).
     pub fn qp_window(&self, qpn: u32) -> Option<(u32, u32)> {
         let qp = self.qps.get(&qpn)?;
-        Some(qp.window.unwrap_or(clamp_window(
-            self.cfg.max_unacked_psns,
-            self.cfg.read_piece_psns,
-        )))
+        Some(
+            qp.window
+                .unwrap_or((self.cfg.max_unacked_psns, self.cfg.read_piece_psns)),
+        )
     }
 
     /// The state of a QP.

@@ -206,12 +206,11 @@ pub(crate) struct SendWqe {
     pub(crate) first_psn: Psn,
     /// PSNs the WQE uses: packets for SEND/WRITE, response packets for READ, 1 for atomics.
     pub(crate) npkts: u32,
-    /// Packets sent (SEND/WRITE); for a READ, the response packets asked for so far
-    /// (the end of the last piece requested, [`SendWqe::read_piece_end`]); for an
-    /// atomic, whether the request is out.
+    /// Packets sent (SEND/WRITE); for a READ, the response packet its next (or
+    /// re-sent) request starts at, which is also how many responses were asked for
+    /// so far (the end of the last piece requested, [`SendWqe::read_piece_end`]); for
+    /// an atomic, whether the request is out.
     pub(crate) next_pkt: u32,
-    /// READ: the response packet the next (or re-sent) request starts at.
-    pub(crate) read_from: u32,
     /// READ/atomic: counted against `max_rd_atomic`.
     pub(crate) rd_counted: bool,
     /// READ: response packets one request asks for at most (0: all), fixed when the
@@ -861,7 +860,6 @@ impl Qp {
                 w.first_psn = self.next_psn;
                 w.started = true;
                 w.next_pkt = 0;
-                w.read_from = 0;
                 w.piece = if w.wr.opcode == WrOpcode::RdmaRead {
                     piece
                 } else {
@@ -878,17 +876,16 @@ impl Qp {
                 // missing, or the next piece. (`comp_psn` only passes responses that
                 // all arrived.)
                 let done = comp_psn.forward_from(w.first_psn);
-                if done > w.read_from && done < w.npkts {
-                    w.read_from = done;
-                    w.next_pkt = w.next_pkt.max(done);
+                if done > w.next_pkt && done < w.npkts {
+                    w.next_pkt = done;
                 }
             }
             if w.fully_sent() {
                 self.sq_next += 1;
                 continue;
             }
-            let psn = w.first_psn.add(if read { w.read_from } else { w.next_pkt });
-            let piece_end = w.read_piece_end(w.read_from);
+            let psn = w.first_psn.add(w.next_pkt);
+            let piece_end = w.read_piece_end(w.next_pkt);
             let pieces = read && w.piece > 0;
             if rc && psn.forward_from(comp_psn) >= win {
                 return None;
@@ -900,7 +897,7 @@ impl Qp {
             // piece back: if nothing asked for their ACK, ask now (a nudge) instead of
             // waiting for the nudge timer.
             let held = pieces
-                && if w.read_from > 0 {
+                && if w.next_pkt > 0 {
                     psn != comp_psn
                 } else {
                     w.first_psn.add(piece_end).forward_from(comp_psn) > win
@@ -930,7 +927,6 @@ impl Qp {
             if w.is_rd_atomic() {
                 // (One piece of a READ is out at a time: the WQE counts once.)
                 if read {
-                    w.read_from = piece_end;
                     w.next_pkt = piece_end;
                 } else {
                     w.next_pkt = w.npkts;
@@ -1045,10 +1041,10 @@ impl Qp {
             }
             WrOpcode::RdmaRead => {
                 // This piece of the READ ([`SendWqe::read_piece_end`]): from the
-                // response packet `read_from` (a retry asks again from the gap,
+                // response packet `next_pkt` (a retry asks again from the gap,
                 // IBTA 9.7.5.1.3) to the piece's end.
-                let off = w.read_from as usize * mtu;
-                let end = (w.read_piece_end(w.read_from) as usize * mtu).min(w.len);
+                let off = w.next_pkt as usize * mtu;
+                let end = (w.read_piece_end(w.next_pkt) as usize * mtu).min(w.len);
                 reth = Some(RethRepr {
                     va: w.wr.remote_addr.wrapping_add(off as u64),
                     rkey: w.wr.rkey,
@@ -1087,7 +1083,7 @@ impl Qp {
                 // What the answer will acknowledge: this PSN, or the last PSN of a
                 // READ piece or an atomic.
                 let covered = if w.wr.opcode == WrOpcode::RdmaRead {
-                    w.first_psn.add(w.read_piece_end(w.read_from) - 1)
+                    w.first_psn.add(w.read_piece_end(w.next_pkt) - 1)
                 } else if rd_atomic {
                     w.last_psn()
                 } else {
@@ -1586,14 +1582,12 @@ impl Qp {
             }
             let k = psn.forward_from(w.first_psn);
             if k < w.npkts {
-                if w.wr.opcode == WrOpcode::RdmaRead {
-                    w.read_from = k;
-                    w.next_pkt = k;
-                } else if w.is_rd_atomic() {
-                    w.next_pkt = 0;
+                // (A READ asks again from the gap; an atomic is one request.)
+                w.next_pkt = if w.is_rd_atomic() && w.wr.opcode != WrOpcode::RdmaRead {
+                    0
                 } else {
-                    w.next_pkt = k;
-                }
+                    k
+                };
                 self.sq_next = i;
                 // Later started WQEs are resent whole, keeping their PSNs.
                 for later in self.sq.iter_mut().skip(i + 1) {
@@ -1601,7 +1595,6 @@ impl Qp {
                         break;
                     }
                     later.next_pkt = 0;
-                    later.read_from = 0;
                 }
                 return;
             }
