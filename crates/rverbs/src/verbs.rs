@@ -1039,14 +1039,11 @@ impl Qp {
         let now = s.now();
         e.modify_qp(self.qpn, attr, mask, now)?;
         if av.is_some() && self.qp_type == QpType::Rc {
-            // The engine's own window and READ pieces (our buffer), then the peer's
-            // limit if it is tighter.
-            e.set_qp_window(self.qpn, None)?;
-            if let (Some(peer), Some((own, piece))) = (peer_window, e.qp_window(self.qpn)) {
-                if peer < own {
-                    e.set_qp_window(self.qpn, Some((peer, piece)))?;
-                }
-            }
+            // The peer's window if it is tighter than the engine's (our buffer's),
+            // with our READ pieces (the responses come to us); else the engine's.
+            let (own, piece) = (e.config().max_unacked_psns, e.config().read_piece_psns);
+            let window = peer_window.filter(|&p| p < own).map(|p| (p, piece));
+            e.set_qp_window(self.qpn, window)?;
         }
         s.flush(&mut e, now);
         drop(e);
