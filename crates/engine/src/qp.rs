@@ -235,16 +235,18 @@ impl SendWqe {
         self.next_pkt >= self.npkts
     }
 
-    /// READ: the end (exclusive, in response packets) of the piece that holds response
-    /// packet `k`: the READ's end, or with pieces ([`crate::Config::read_piece_psns`],
+    /// READ or atomic: the end (exclusive, in response packets) of the request that
+    /// holds response packet `k`: the WQE's end (an atomic's, a READ's without
+    /// pieces), or with pieces ([`crate::Config::read_piece_psns`],
     /// `piece` > 0) the next multiple of `piece`. Each piece is one READ request, sent
     /// once all its responses fit in the requester's window (after the piece before
     /// is answered): a READ's responses come as one burst the window does not
     /// otherwise bound, and a peer whose receive buffer holds a window and no more
     /// dropped most of a long READ's and went back again and again. The pieces are
-    /// ordinary READ requests, each with its own RETH, using the PSNs of its responses
-    /// (IBTA 9.4.3, 9.7.5.1.3: a re-sent READ request reads from the middle of a range
-    /// the same way), so any responder, rxe's included, serves them.
+    /// ordinary READ requests, each with its own RETH and the PSN of its first
+    /// response, as a re-sent READ request that reads from the middle of a range is
+    /// (IBTA 9.7.5.1.3; rxe `req_retry`), so any responder, rxe's included, serves
+    /// them.
     pub(crate) fn read_piece_end(&self, k: u32) -> u32 {
         if self.piece == 0 {
             return self.npkts;
@@ -869,8 +871,9 @@ impl Qp {
             }
             let (comp_psn, win) = (self.comp_psn, self.win(ctx));
             let w = &mut self.sq[idx];
-            let read = w.wr.opcode == WrOpcode::RdmaRead;
-            if read && w.piece > 0 {
+            // (Only READs have pieces.)
+            let pieces = w.piece > 0;
+            if pieces {
                 // Responses may have filled what a retry was to ask for again (a late
                 // one closed the gap, the rest were kept): ask from what is still
                 // missing, or the next piece. (`comp_psn` only passes responses that
@@ -886,7 +889,6 @@ impl Qp {
             }
             let psn = w.first_psn.add(w.next_pkt);
             let piece_end = w.read_piece_end(w.next_pkt);
-            let pieces = read && w.piece > 0;
             if rc && psn.forward_from(comp_psn) >= win {
                 return None;
             }
@@ -911,10 +913,8 @@ impl Qp {
             let next_pkt = w.next_pkt;
             let t = self.build_request(idx, next_pkt, psn, false, ctx);
             let w = &mut self.sq[idx];
-            let end = if read {
+            let end = if w.is_rd_atomic() {
                 w.first_psn.add(piece_end)
-            } else if w.is_rd_atomic() {
-                w.first_psn.add(w.npkts)
             } else {
                 psn.next()
             };
@@ -926,11 +926,7 @@ impl Qp {
             }
             if w.is_rd_atomic() {
                 // (One piece of a READ is out at a time: the WQE counts once.)
-                if read {
-                    w.next_pkt = piece_end;
-                } else {
-                    w.next_pkt = w.npkts;
-                }
+                w.next_pkt = piece_end;
                 if !w.rd_counted {
                     w.rd_counted = true;
                     self.rd_outstanding += 1;
@@ -1082,10 +1078,8 @@ impl Qp {
                 self.noack_wqes = 0;
                 // What the answer will acknowledge: this PSN, or the last PSN of a
                 // READ piece or an atomic.
-                let covered = if w.wr.opcode == WrOpcode::RdmaRead {
+                let covered = if rd_atomic {
                     w.first_psn.add(w.read_piece_end(w.next_pkt) - 1)
-                } else if rd_atomic {
-                    w.last_psn()
                 } else {
                     psn
                 };
@@ -1126,8 +1120,13 @@ impl Qp {
             // (IBTA 9.2.3; rxe `rxe_req.c` `init_req_packet`), never a READ or atomic.
             solicited: last
                 && w.wr.flags.contains(SendFlags::SOLICITED)
-                && !w.is_rd_atomic()
-                && w.wr.opcode != WrOpcode::RdmaWrite,
+                && matches!(
+                    w.wr.opcode,
+                    WrOpcode::Send
+                        | WrOpcode::SendWithImm
+                        | WrOpcode::SendWithInv
+                        | WrOpcode::RdmaWriteWithImm
+                ),
             // rxe sends M = 0 (golden captures; rxe_req.c bth_init).
             mig_req: false,
             pad: 0,
