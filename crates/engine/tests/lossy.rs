@@ -124,6 +124,11 @@ fn lossy_link() -> LinkConfig {
     }
 }
 
+/// Two engines made from `base` on the [`lossy_link`], IPv6 for even seeds.
+fn lossy_sim(seed: u64, base: Config) -> Sim {
+    Sim::with_config(2, seed % 2 == 0, lossy_link(), seed, base)
+}
+
 #[test]
 fn clean_mix() {
     run(LinkConfig::default(), 1, 300, 9000).unwrap();
@@ -159,14 +164,13 @@ fn heavy_loss() {
 #[test]
 fn payloads_left_in_their_regions_survive_loss_and_retransmission() {
     for seed in 1..5 {
-        let link = lossy_link();
         let base = Config {
             sender_fills_icrc: true,
             lend_payloads: true,
             ..Config::default()
         };
-        let sim = Sim::with_config(2, seed % 2 == 0, link, seed, base);
-        let sim = run_in(sim, seed, 150, 9000).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+        let sim = run_in(lossy_sim(seed, base), seed, 150, 9000)
+            .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
         let (a, b) = (sim.engines[0].counters(), sim.engines[1].counters());
         // Both sides lent (requests from A, READ responses from B); A went back to
         // resend, B answered repeated requests again (READs from its region anew).
@@ -438,14 +442,12 @@ fn small_windows_and_read_pieces_survive_loss() {
         (14, 64, 0),
         (15, 24, 24),
     ] {
-        let link = lossy_link();
         let base = Config {
             max_unacked_psns: window,
             read_piece_psns: piece,
             ..Config::default()
         };
-        let sim = Sim::with_config(2, seed % 2 == 0, link, seed, base);
-        run_in(sim, seed, 150, 40_000)
+        run_in(lossy_sim(seed, base), seed, 150, 40_000)
             .unwrap_or_else(|e| panic!("seed {seed}, window {window}, pieces {piece}: {e}"));
     }
 }

@@ -30,7 +30,7 @@ pub struct Rdma {
     peer_rkey: u32,
     peer_half: usize,
     _pd: Pd,
-    _ctx: Context,
+    ctx: Context,
 }
 
 fn mtu_of(bytes: usize) -> Result<Mtu, String> {
@@ -139,7 +139,7 @@ impl Rdma {
             mr,
             qp,
             _pd: pd,
-            _ctx: ctx,
+            ctx,
         };
         // Receives first, so the peer's first SEND finds one.
         if o.op == Op::Send {
@@ -194,7 +194,7 @@ impl Rdma {
 
 impl Bench for Rdma {
     fn resent(&self) -> u64 {
-        self._ctx.counters().retransmitted_packets
+        self.ctx.counters().retransmitted_packets
     }
 
     fn bw(
