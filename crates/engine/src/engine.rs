@@ -9,11 +9,12 @@ use crate::net::{self, Datagram, Transmit};
 use crate::objects::*;
 use crate::qp::{Ctx, Qp, SendWqe, Wake, DEFAULT_PKEY};
 use crate::slab::Slab;
+use crate::timers::{TimerEntry, Timers};
 use crate::types::*;
 use rverbs_wire::grh::Gid;
 use rverbs_wire::opcode::Transport;
 use rverbs_wire::packet::Packet;
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
@@ -190,12 +191,6 @@ pub struct MrKeys {
     pub rkey: u32,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-struct TimerEntry {
-    at: Nanos,
-    qpn: u32,
-}
-
 /// A requester window within [`crate::MIN_UNACKED_PSNS`] ..= 2^23 (past half the
 /// 24-bit PSN space a responder could not tell a new PSN from a duplicate), and a
 /// READ piece of at most that window.
@@ -207,7 +202,7 @@ fn clamp_window(window: u32, piece: u32) -> (u32, u32) {
 /// Re-states QP `qpn`'s deadline in the timer set. Every packet in or out comes here and
 /// the deadline is mostly unchanged, so the QP remembers what the set holds for it
 /// (`Qp::timer_at`): no lookup at all in the common case.
-fn rearm(timers: &mut BTreeSet<TimerEntry>, qpn: u32, qp: &mut Qp) {
+fn rearm(timers: &mut Timers, qpn: u32, qp: &mut Qp) {
     let at = qp.deadline();
     if qp.timer_at == at {
         return;
@@ -245,7 +240,7 @@ pub struct Engine {
     mcast: crate::mcast::McastTable,
     next_qpn: u32,
     active: VecDeque<u32>,
-    timers: BTreeSet<TimerEntry>,
+    timers: Timers,
     events: VecDeque<AsyncEvent>,
     comp_events: VecDeque<CqId>,
     pub(crate) counters: Counters,
@@ -317,7 +312,7 @@ impl Engine {
             mcast: Default::default(),
             next_qpn,
             active: VecDeque::new(),
-            timers: BTreeSet::new(),
+            timers: Timers::default(),
             events: VecDeque::new(),
             comp_events: VecDeque::new(),
             counters: Counters::default(),

@@ -24,6 +24,7 @@ mod qp;
 mod resp;
 pub mod sim;
 mod slab;
+mod timers;
 pub mod types;
 
 pub use counters::Counters;

@@ -141,38 +141,20 @@ impl Headers {
         self.0 & other.0 == other.0
     }
 
-    /// Offset of header `h` after the BTH, if this set has it.
+    /// Offset of header `h` (one header) after the BTH, if this set has it: the length
+    /// of the headers of this set that come before it on the wire, whose bits are the
+    /// lower ones ([`Headers::WIRE_ORDER`] is bit order).
     pub const fn offset_of(self, h: Headers) -> Option<usize> {
-        if !self.contains(h) || h.0 == 0 {
+        if !self.contains(h) || h.0.count_ones() != 1 {
             return None;
         }
-        let mut off = 0;
-        let mut i = 0;
-        while i < Self::WIRE_ORDER.len() {
-            let (hdr, len) = Self::WIRE_ORDER[i];
-            if hdr.0 == h.0 {
-                return Some(off);
-            }
-            if self.contains(hdr) {
-                off += len;
-            }
-            i += 1;
-        }
-        None
+        Some(Headers(self.0 & (h.0 - 1)).len())
     }
 
-    /// Total length of the extension headers in this set.
+    /// Total length of the extension headers in this set (one table look-up: it runs
+    /// several times per packet).
     pub const fn len(self) -> usize {
-        let mut total = 0;
-        let mut i = 0;
-        while i < Self::WIRE_ORDER.len() {
-            let (hdr, len) = Self::WIRE_ORDER[i];
-            if self.contains(hdr) {
-                total += len;
-            }
-            i += 1;
-        }
-        total
+        LEN_OF_SET[(self.0 & 0xff) as usize] as usize
     }
 
     /// True for the empty set.
@@ -180,6 +162,26 @@ impl Headers {
         self.0 == 0
     }
 }
+
+/// [`Headers::len`] of every set (index: the set's bits; all 8 headers fit in them).
+const LEN_OF_SET: [u8; 256] = {
+    let mut t = [0u8; 256];
+    let mut set = 0;
+    while set < 256 {
+        let mut total = 0;
+        let mut i = 0;
+        while i < Headers::WIRE_ORDER.len() {
+            let (hdr, len) = Headers::WIRE_ORDER[i];
+            if set & hdr.0 as usize != 0 {
+                total += len;
+            }
+            i += 1;
+        }
+        t[set] = total as u8;
+        set += 1;
+    }
+    t
+};
 
 impl fmt::Debug for Headers {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -646,6 +648,30 @@ mod tests {
             Opcode::RC_SEND_LAST_WITH_INVALIDATE.info().unwrap().headers,
             Headers::IETH
         );
+    }
+
+    #[test]
+    fn header_lengths_and_offsets_follow_the_wire_order_for_every_set() {
+        // The table look-ups rely on WIRE_ORDER being bit order.
+        for (i, (h, _)) in Headers::WIRE_ORDER.iter().enumerate() {
+            assert_eq!(h.0, 1 << i);
+        }
+        for bits in 0..256u16 {
+            let set = Headers(bits);
+            let mut off = 0;
+            for (h, len) in Headers::WIRE_ORDER {
+                if set.contains(h) {
+                    assert_eq!(set.offset_of(h), Some(off), "{set:?} {h:?}");
+                    off += len;
+                } else {
+                    assert_eq!(set.offset_of(h), None);
+                }
+            }
+            assert_eq!(set.len(), off, "{set:?}");
+            // Not one header: no offset.
+            assert_eq!(set.offset_of(Headers::NONE), None);
+            assert_eq!(set.offset_of(Headers::RETH.with(Headers::IMMDT)), None);
+        }
     }
 
     #[test]
