@@ -71,8 +71,26 @@ pub(crate) struct Seg {
 /// Local data of a work request: resolved SGEs, or bytes copied at post time.
 #[derive(Clone)]
 pub(crate) enum Data {
-    Segs(Vec<Seg>),
+    Segs(Segs),
     Inline(Arc<[u8]>),
+}
+
+/// Resolved SGEs. Most work requests have one, kept without an allocation (a receive
+/// WQE is resolved for every SEND that arrives).
+#[derive(Clone)]
+pub(crate) enum Segs {
+    One(Seg),
+    Many(Vec<Seg>),
+}
+
+impl std::ops::Deref for Segs {
+    type Target = [Seg];
+    fn deref(&self) -> &[Seg] {
+        match self {
+            Segs::One(s) => std::slice::from_ref(s),
+            Segs::Many(v) => v,
+        }
+    }
 }
 
 impl Data {
@@ -81,7 +99,7 @@ impl Data {
         match self {
             Data::Inline(b) => dst.copy_from_slice(&b[off..off + dst.len()]),
             Data::Segs(segs) => {
-                for s in segs {
+                for s in segs.iter() {
                     if dst.is_empty() {
                         break;
                     }
@@ -111,7 +129,7 @@ impl Data {
         len: usize,
     ) -> Option<(&Arc<dyn Memory>, usize)> {
         let Data::Segs(segs) = self else { return None };
-        for s in segs {
+        for s in segs.iter() {
             if off < s.len {
                 return (len <= s.len - off).then_some((&s.mem, s.offset + off));
             }
@@ -123,7 +141,7 @@ impl Data {
     /// Scatters `src` starting at offset `off`.
     pub(crate) fn write(&self, mut off: usize, mut src: &[u8]) {
         let Data::Segs(segs) = self else { return };
-        for s in segs {
+        for s in segs.iter() {
             if src.is_empty() {
                 break;
             }
@@ -147,14 +165,26 @@ pub(crate) fn resolve_sges(
     sges: &[Sge],
     need: Access,
 ) -> Result<(Data, usize), WcStatus> {
-    let mut segs = Vec::with_capacity(sges.len());
+    let mut one = None;
+    let mut more = Vec::new();
     let total = for_each_sge(mrs, pd, sges, need, |mr, offset, len| {
-        segs.push(Seg {
+        let seg = Seg {
             mem: mr.mem.clone(),
             offset,
             len,
-        });
+        };
+        match one.take() {
+            None if more.is_empty() => one = Some(seg),
+            first => {
+                more.extend(first);
+                more.push(seg);
+            }
+        }
     })?;
+    let segs = match one {
+        Some(seg) => Segs::One(seg),
+        None => Segs::Many(more),
+    };
     Ok((Data::Segs(segs), total))
 }
 

@@ -1255,11 +1255,7 @@ impl Qp {
         // overwrite it showed in profiles): every byte is written below — the header
         // room zeroed and emitted, the payload by `fill` (which writes all of it), the
         // pad and ICRC zeroed.
-        let roce_v1 = ctx
-            .gid_roce_v1
-            .get(usize::from(av.sgid_index))
-            .copied()
-            .unwrap_or(false);
+        let roce_v1 = Self::roce_v1(av, ctx);
         // (`lend_payloads` holds only with `sender_fills_icrc`: the driver hashes the
         // body into the ICRC as it sends it.)
         let lend = lend.filter(|_| ctx.lend_payloads && !roce_v1 && len >= crate::LEND_MIN);
@@ -1283,6 +1279,28 @@ impl Qp {
             Bth::new_unchecked(&mut payload[..rverbs_wire::bth::BTH_LEN]).set_pad(pad as u8);
         }
         payload[hdr + inline..].fill(0);
+        let body = lend.map(|(mem, offset)| net::Body::new(mem.clone(), offset, len, hdr));
+        self.addressed(payload, body, roce_v1, av, ctx)
+    }
+
+    /// Whether `av`'s source GID is a RoCE v1 entry.
+    fn roce_v1(av: &AddressVector, ctx: &Ctx<'_>) -> bool {
+        ctx.gid_roce_v1
+            .get(usize::from(av.sgid_index))
+            .copied()
+            .unwrap_or(false)
+    }
+
+    /// The [`Transmit`] of a packet built in `payload` (BTH through a zero ICRC, `body`
+    /// aside): addressed along `av`, its ICRC filled unless the driver fills it.
+    fn addressed(
+        &self,
+        mut payload: Vec<u8>,
+        body: Option<net::Body>,
+        roce_v1: bool,
+        av: &AddressVector,
+        ctx: &Ctx<'_>,
+    ) -> Transmit {
         let src = net::gid_to_ip(
             ctx.gids
                 .get(usize::from(av.sgid_index))
@@ -1310,8 +1328,28 @@ impl Qp {
             flow_label: av.flow_label,
             roce_v1,
             payload,
-            body: lend.map(|(mem, offset)| net::Body::new(mem.clone(), offset, len, hdr)),
+            body,
         }
+    }
+
+    /// An RC ACKNOWLEDGE (BTH, AETH, ICRC: 20 bytes) written straight into a buffer:
+    /// the same bytes as [`Qp::transmit`] of its [`PacketRepr`] (a test checks), without
+    /// the generic header walk, for the packet every signaled message costs.
+    pub(crate) fn ack_packet(
+        &self,
+        bth: &rverbs_wire::bth::BthRepr,
+        aeth: rverbs_wire::ext::AethRepr,
+        ctx: &Ctx<'_>,
+    ) -> Transmit {
+        use rverbs_wire::bth::BTH_LEN;
+        const AETH_LEN: usize = 4;
+        let av = self.peer_av();
+        let mut payload = ctx.spare.borrow_mut().pop().unwrap_or_default();
+        payload.clear();
+        payload.resize(BTH_LEN + AETH_LEN + rverbs_wire::icrc::ICRC_LEN, 0);
+        bth.emit(&mut Bth::new_unchecked(&mut payload[..BTH_LEN]));
+        aeth.emit(&mut payload[BTH_LEN..BTH_LEN + AETH_LEN]);
+        self.addressed(payload, None, Self::roce_v1(&av, ctx), &av, ctx)
     }
 
     // ---------------------------------------------------------------- completer
@@ -1755,7 +1793,7 @@ mod tests {
     use super::*;
     use crate::engine::QpInit;
     use crate::modify::QpCap;
-    use rverbs_wire::ext::{AethRepr, Syndrome};
+    use rverbs_wire::ext::{AethRepr, NakCode, Syndrome};
 
     /// `transmit_with` builds the same datagram as emitting the whole packet at once,
     /// for every pad length and with and without extension headers.
@@ -1873,6 +1911,25 @@ mod tests {
                 let n = expect.len() - 4;
                 assert_eq!(&a.payload[..n], &expect[..n], "{opcode:?} len {len}");
             }
+        }
+        // The ACK builder writes what the generic path writes, ICRC included, in a fresh
+        // or a dirty recycled buffer.
+        for (syndrome, msn, psn) in [
+            (Syndrome::ACK, 0, 0),
+            (Syndrome::ACK, 0xab_cdef, 0xff_ffff),
+            (Syndrome::Nak(NakCode::PsnSequenceError), 7, 12),
+            (Syndrome::RnrNak { timer: 0x1f }, 1, 2),
+        ] {
+            let bth = qp.resp_bth(Opcode::RC_ACKNOWLEDGE, Psn::new(psn));
+            let aeth = AethRepr { syndrome, msn };
+            let repr = PacketRepr {
+                aeth: Some(aeth),
+                ..PacketRepr::new(bth, &[])
+            };
+            let want = qp.transmit(&repr, &qp.peer_av(), &ctx);
+            assert_eq!(qp.ack_packet(&bth, aeth, &ctx), want, "{syndrome:?}");
+            ctx.spare.borrow_mut().push(vec![0xAA; 4096]);
+            assert_eq!(qp.ack_packet(&bth, aeth, &ctx), want, "{syndrome:?} recycled");
         }
         // With `lend_payloads` (and the ICRC left to the sender), a payload of at
         // least LEND_MIN bytes stays in its region: the packet is the headers, pad

@@ -536,11 +536,11 @@ impl Qp {
     }
 
     fn ack_transmit(&self, psn: Psn, syndrome: Syndrome, msn: u32, ctx: &Ctx<'_>) -> Transmit {
-        let repr = PacketRepr {
-            aeth: Some(AethRepr { syndrome, msn }),
-            ..PacketRepr::new(self.resp_bth(Opcode::RC_ACKNOWLEDGE, psn), &[])
-        };
-        self.transmit(&repr, &self.peer_av(), ctx)
+        self.ack_packet(
+            &self.resp_bth(Opcode::RC_ACKNOWLEDGE, psn),
+            AethRepr { syndrome, msn },
+            ctx,
+        )
     }
 
     pub(crate) fn resp_bth(&self, opcode: Opcode, psn: Psn) -> BthRepr {
