@@ -43,7 +43,7 @@ rv_figure() { # LOG KIND
 pt_row() { # OUTPUT SIZE ITERS KIND -> the row's figure (BW average / t_min)
   local col=4
   [ "$4" = lat ] && col=3
-  awk -v s="$2" -v n="$3" -v c="$col" '$1 == s && $2 == n { print $c; exit }' <<<"$1"
+  awk -v s="$2" -v n="$3" -v c="$col" '$1 == s && ($2 == n || n == "any") { print $c; exit }' <<<"$1"
 }
 positive() { awk -v v="${1:-0}" 'BEGIN { exit !(v + 0 > 0) }'; }
 
@@ -66,6 +66,8 @@ run_case() {
   [ "$tool" = write_bw ] && riters=${iters:-5000}
   [ "$op" = atomic ] && rsize=8
   [ "$extra" = "-a" ] && rsize=8388608
+  # A duration (-D): the row counts what was sent in it.
+  [[ $extra == *-D* ]] && riters=any
   local rv_log=/tmp/perftest-rv.$$ pt c0 gx=${GIDX:-1} rvx=""
   # GIDX: both sides' GID index (2: the IPv6 GIDs; the TCP exchange stays on IPv4).
   [ -n "${GIDX:-}" ] && rvx="-x $GIDX"
@@ -103,7 +105,7 @@ run_case() {
   record "$name" $ok "${why[@]}" "--- rverbs:" "$(cat "$rv_log")" "--- $tool:" "$pt"
   if [ $ok = 1 ]; then
     echo "  rverbs: $(grep '^{' "$rv_log" | tail -1 | grep -o '"size":[0-9]*,"msgs":[0-9]*\|"gbps":[0-9.e+-]*\|"p50":[0-9.e+-]*' | tr '\n' ' ')"
-    pt_line=$(awk -v s="$rsize" -v n="$riters" '$1 == s && $2 == n' <<<"$pt" | head -1)
+    pt_line=$(awk -v s="$rsize" -v n="$riters" '$1 == s && ($2 == n || n == "any")' <<<"$pt" | head -1)
     [ -n "$pt_line" ] && echo "  $tool: $(echo $pt_line)"
   fi
   # Retransmissions are noted per case (TCG timing can make an ACK late).
@@ -132,6 +134,12 @@ run_case send_bw rv-server 3000 200
 run_case read_bw rv-server 5000 100
 run_case write_lat rv-server 4000 100
 run_case send_lat rv-client 1500 100
+# Post lists (-l: chains of requests per ibv_post_send, on whichever side sends) and
+# durations (-D: the client sends for that long; the passive server waits for it).
+run_case write_bw rv-client 4096 200 "-l 4"
+run_case send_bw rv-server 3000 200 "-l 4"
+run_case write_bw rv-client 4096 "" "-D 3 -l 2"
+run_case read_bw rv-server 4096 "" "-D 3"
 # RoCE v2 over IPv6 GIDs.
 GIDX=2 run_case send_bw rv-server 3000 100
 GIDX=2 run_case write_lat rv-client 100 100

@@ -41,6 +41,33 @@ fn bandwidth_tools_in_both_roles() {
 }
 
 #[test]
+fn post_lists_and_durations_in_both_roles() {
+    // -l: chains of 4 requests per post (perftest's run_iter_bw), 200 of them in all.
+    for (i, op) in ["write", "read", "send", "atomic"].iter().enumerate() {
+        let (s, c) = pair(
+            &[op, "bw", "-n", "200", "-l", "4", "-s", "1000"],
+            19440 + i as u16,
+        );
+        assert_eq!((s.len(), c.len()), (1, 1), "{op}: {s:?} {c:?}");
+        assert_eq!(field(&c[0], "msgs"), "200", "{op}");
+        assert_eq!(field(&s[0], "msgs"), "200", "{op}: {}", s[0]);
+    }
+    // -D: the client sends for the duration, signals its last chain and waits for it;
+    // the server, which only waits for the closing handshake, gets its figures.
+    for (i, op) in ["write", "read", "atomic"].iter().enumerate() {
+        let (s, c) = pair(
+            &[op, "bw", "-D", "0.5", "-l", "2", "-s", "512"],
+            19444 + i as u16,
+        );
+        assert_eq!((s.len(), c.len()), (1, 1), "{op}: {s:?} {c:?}");
+        let msgs = num(&c[0], "msgs");
+        assert!(msgs >= 2.0 && msgs % 2.0 == 0.0, "{op}: {}", c[0]);
+        assert!(num(&c[0], "secs") >= 0.5, "{op}: {}", c[0]);
+        assert_eq!(field(&s[0], "msgs"), field(&c[0], "msgs"), "{op}: {}", s[0]);
+    }
+}
+
+#[test]
 fn latency_tools_in_both_roles() {
     for (i, op) in ["write", "send", "read", "atomic"].iter().enumerate() {
         let (s, c) = pair(&[op, "lat", "-n", "50", "-s", "100"], 19410 + i as u16);
@@ -140,9 +167,13 @@ fn bad_peers_get_a_clear_error() {
 fn unspoken_options_are_refused() {
     let bin = env!("CARGO_BIN_EXE_rverbs");
     for args in [
-        &["write", "bw", "-D", "1"][..],
-        &["write", "bw", "-b"],
-        &["write", "bw", "-l", "4"],
+        &["write", "bw", "-b"][..],
+        &["send", "bw", "-D", "1"],
+        &["write", "lat", "-D", "1"],
+        &["write", "bw", "-D", "1", "-a"],
+        &["write", "lat", "-l", "4"],
+        &["write", "bw", "-l", "4", "-n", "10"],
+        &["write", "bw", "-l", "4", "-Q", "3", "-n", "8"],
         &["tcp", "bw"],
         &["send", "lat", "-n", "4"],
     ] {

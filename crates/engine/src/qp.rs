@@ -1929,7 +1929,11 @@ mod tests {
             let want = qp.transmit(&repr, &qp.peer_av(), &ctx);
             assert_eq!(qp.ack_packet(&bth, aeth, &ctx), want, "{syndrome:?}");
             ctx.spare.borrow_mut().push(vec![0xAA; 4096]);
-            assert_eq!(qp.ack_packet(&bth, aeth, &ctx), want, "{syndrome:?} recycled");
+            assert_eq!(
+                qp.ack_packet(&bth, aeth, &ctx),
+                want,
+                "{syndrome:?} recycled"
+            );
         }
         // With `lend_payloads` (and the ICRC left to the sender), a payload of at
         // least LEND_MIN bytes stays in its region: the packet is the headers, pad

@@ -627,26 +627,49 @@ impl Conn {
         Ok(())
     }
 
-    /// The sending side of a bandwidth test (`run_iter_bw`): `iters` requests, at most
-    /// `depth` outstanding, every `cq_mod`-th and the last signaled.
+    /// The sending side of a bandwidth test (`run_iter_bw`): `-n` requests, or as many
+    /// as `-D` seconds take, at most `-t` outstanding, posted in chains of `-l` (one
+    /// `ibv_post_send` each). Signaled: every `cq_mod`-th (perftest's `-Q`; with a post
+    /// list, the list's size unless `-Q` divides it, as perftest sets it) and the last.
+    /// After `-D` the last chain posted is signaled and everything outstanding is
+    /// awaited; the figures cover the whole run.
     fn bw_send(&self, tool: Tool, o: &Opts, size: usize) -> Result<Side, String> {
-        let cq_mod = (o.depth as u64 / 4).clamp(1, 100);
+        let list = o.post_list.max(1) as u64;
+        let cq_mod = match o.cq_mod {
+            Some(q) => q as u64,
+            None if list > 1 => list,
+            None => (o.depth as u64 / 4).clamp(1, 100),
+        };
         let (start, cpu0) = (Instant::now(), super::cpu_seconds());
+        let until = o.duration.map(|d| start + Duration::from_secs_f64(d));
         let mut c = Counts::default();
-        let mut posted = 0u64;
-        while c.sent_done < o.iters {
-            while posted < o.iters && posted - c.sent_done < o.depth as u64 {
-                posted += 1;
-                let sig = posted % cq_mod == 0 || posted == o.iters;
-                self.qp
-                    .post_send(&self.request(tool, posted, size).signaled(sig))
-                    .map_err(|e| e.to_string())?;
+        let (mut posted, mut done_posting) = (0u64, false);
+        let mut chain = Vec::with_capacity(list as usize);
+        loop {
+            while !done_posting && posted + list - c.sent_done <= o.depth as u64 {
+                let last = match until {
+                    Some(u) => Instant::now() >= u,
+                    None => posted + list >= o.iters,
+                };
+                chain.clear();
+                for id in posted + 1..=posted + list {
+                    let sig = id % cq_mod == 0 || (last && id == posted + list);
+                    chain.push(self.request(tool, id, size).signaled(sig));
+                }
+                self.qp.post_send_list(&chain).map_err(|(i, e)| {
+                    format!("post_send of request {}: {e}", posted + 1 + i as u64)
+                })?;
+                posted += list;
+                done_posting = last;
+            }
+            if done_posting && c.sent_done >= posted {
+                break;
             }
             self.reap(&mut c, 0, start)?;
         }
         let secs = start.elapsed().as_secs_f64();
         Ok(Side {
-            sent: o.iters,
+            sent: posted,
             rx: 0,
             secs,
             cpu: super::cpu_seconds() - cpu0,
@@ -818,13 +841,41 @@ fn lat_report(o: &Opts, size: usize, t: &[Instant], halve: bool, cpu0: f64) -> R
 /// Checks the options `--perftest` speaks.
 pub fn check(o: &Opts) -> Result<Tool, String> {
     let tool = Tool::of(o.op, o.kind).ok_or("--perftest: perftest has no tcp test")?;
-    if o.duration.is_some() || o.bidir || o.post_list != 1 {
+    if o.bidir {
         return Err(format!(
-            "--perftest speaks {}'s default exchange with -s, -n, -a, -t, -m, -x: not -D, -b or -l",
+            "--perftest speaks {}'s exchange with -s, -n, -D, -a, -t, -l, -Q, -m, -x: not -b",
             tool.name()
         ));
     }
-    if o.iters < 5 {
+    let bw = matches!(
+        tool,
+        Tool::WriteBw | Tool::ReadBw | Tool::AtomicBw | Tool::SendBw
+    );
+    // perftest's own rules (`perftest_parameters.c`), so that both sides agree.
+    if o.post_list > 1 {
+        if !bw {
+            return Err("--perftest: a post list (-l) is for bandwidth tests only".into());
+        }
+        if o.duration.is_none() && o.iters % o.post_list as u64 != 0 {
+            return Err("--perftest: -n must be a multiple of the post list (-l)".into());
+        }
+        if o.cq_mod.is_some_and(|q| o.post_list % q != 0) {
+            return Err("--perftest: the post list (-l) must be a multiple of -Q".into());
+        }
+    }
+    if o.duration.is_some() {
+        // ib_send_bw's receiver runs its own clock and stops reposting when it ends;
+        // latency tools and size sweeps take no duration in perftest.
+        if !matches!(tool, Tool::WriteBw | Tool::ReadBw | Tool::AtomicBw) {
+            return Err(format!(
+                "--perftest: -D is supported with ib_write_bw, ib_read_bw and ib_atomic_bw, not {}",
+                tool.name()
+            ));
+        }
+        if o.all {
+            return Err("--perftest: perftest runs no size sweep (-a) with a duration (-D)".into());
+        }
+    } else if o.iters < 5 {
         return Err("--perftest: perftest runs at least 5 iterations (-n 5)".into());
     }
     if o.size == 0 || o.size > MAX_SIZE {
@@ -865,7 +916,7 @@ pub fn run(o: &Opts, out: &mut impl Write) -> Result<Vec<Report>, String> {
                     let mbs = r.bytes as f64 / r.secs.max(1e-9) / 1_048_576.0;
                     last = BwReport {
                         size: size as u64,
-                        iters: o.iters,
+                        iters: me.sent,
                         bw_peak: mbs,
                         bw_avg: mbs,
                         msg_rate: r.msgs as f64 / r.secs.max(1e-9) / 1e6,
