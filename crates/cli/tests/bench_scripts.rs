@@ -276,3 +276,49 @@ fn compare_script_prints_every_row() {
         .collect();
     assert_eq!(counts.len(), 4, "{resent}");
 }
+
+#[test]
+fn hop_cost_script_counts_both_halves_of_a_round_trip() {
+    if Command::new("valgrind").arg("--version").output().is_err() {
+        eprintln!("SKIPPED: no valgrind for bench/hop_cost.sh");
+        return;
+    }
+    // This test's (debug) build, measured twice: the second row and the ratio too.
+    let bin = env!("CARGO_BIN_EXE_rverbs");
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+    let out = Command::new("bash")
+        .args(["bench/hop_cost.sh", bin, bin])
+        .current_dir(root)
+        .env("ITERS", "200")
+        .env("PORT", "19448")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let rows: Vec<Vec<u64>> = stdout
+        .lines()
+        .filter(|l| l.starts_with(bin))
+        .map(|l| {
+            l[bin.len()..]
+                .split_whitespace()
+                .map(|n| n.parse().unwrap())
+                .collect()
+        })
+        .collect();
+    assert_eq!(rows.len(), 2, "{stdout}");
+    for r in &rows {
+        // receive, reply, sum: both halves do work, and the sum adds up.
+        assert_eq!(r.len(), 3, "{stdout}");
+        assert!(r[0] > 0 && r[1] > 0, "{stdout}");
+        assert_eq!(r[0] + r[1], r[2], "{stdout}");
+    }
+    let ratio: f64 = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("ratio (second / first)"))
+        .unwrap_or_else(|| panic!("no ratio in\n{stdout}"))
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(ratio > 0.0, "{stdout}");
+}
