@@ -1273,6 +1273,27 @@ impl Engine {
         )
     }
 
+    /// The RC QPs connected to `dgid` (an address vector with that destination GID,
+    /// in RTR or later and not in error), in QP number order: the QPs whose packets
+    /// share that peer's receive buffer.
+    pub fn rc_qps_to(&self, dgid: Gid) -> Vec<u32> {
+        let mut v: Vec<u32> = self
+            .qps
+            .iter()
+            .filter(|(_, q)| {
+                q.qp_type == QpType::Rc
+                    && matches!(
+                        q.state,
+                        QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
+                    )
+                    && q.attr.ah_attr.is_some_and(|a| a.av.dgid == dgid)
+            })
+            .map(|(&n, _)| n)
+            .collect();
+        v.sort_unstable();
+        v
+    }
+
     /// The state of a QP.
     pub fn qp_state(&self, qpn: u32) -> Option<QpState> {
         self.qps.get(&qpn).map(|q| q.state)

@@ -1257,15 +1257,23 @@ fn window_for(sockets: &[(IpAddr, Socket)]) -> (u32, u32) {
         .map_or((rverbs_engine::MAX_UNACKED_PSNS, 0), window_for_bytes)
 }
 
-/// The RC requester's window for a QP whose peer, on this machine's loopback, is
-/// the socket of GID `dgid` (port 4791): from that socket's receive buffer, as
-/// [`window_for`] sizes ours. `None` when the kernel shows no such socket. An
-/// unprivileged peer beside a root process (416 KiB against 256 MiB of buffer under
-/// the default `net.core.rmem_max`) took 512-PSN bursts and went back N all the time
-/// (28,000–44,000 packets resent in 3 s of 64 KiB WRITEs or SENDs).
-pub(crate) fn peer_window(dgid: rverbs_wire::grh::Gid) -> Option<u32> {
+/// The receive buffer (bytes) of the socket of GID `dgid` (port 4791) on this
+/// machine's loopback, the peer of an RC QP there; `None` when the kernel shows no such
+/// socket. See [`peer_window`].
+pub(crate) fn peer_rcvbuf(dgid: rverbs_wire::grh::Gid) -> Option<usize> {
     let peer = SocketAddr::new(rverbs_engine::net::gid_to_ip(dgid), ROCE_PORT);
-    sys::udp_rcvbuf_of(peer).map(|bytes| window_for_bytes(bytes as usize).0)
+    sys::udp_rcvbuf_of(peer).map(|bytes| bytes as usize)
+}
+
+/// The RC requester's window for each of `sharers` QPs of this context connected to a
+/// loopback peer whose socket has `rcvbuf` bytes of receive buffer ([`peer_rcvbuf`]):
+/// the window [`window_for`] gives ours, of an equal share of that buffer (at least
+/// [`rverbs_engine::MIN_UNACKED_PSNS`]), so that their bursts together fit it as one
+/// QP's does. An unprivileged peer beside a root process (416 KiB against 256 MiB of
+/// buffer under the default `net.core.rmem_max`) took 512-PSN bursts and went back N
+/// all the time (28,000–44,000 packets resent in 3 s of 64 KiB WRITEs or SENDs).
+pub(crate) fn peer_window(rcvbuf: usize, sharers: usize) -> u32 {
+    window_for_bytes(rcvbuf / sharers.max(1)).0
 }
 
 /// [`window_for`] of a receive buffer of `smallest` bytes.

@@ -1023,11 +1023,12 @@ impl Qp {
         let s = self.shared();
         let av = attr.ah_attr.filter(|_| mask.contains(QpAttrMask::AV));
         // Over loopback an RC peer is a socket on this machine whose receive buffer
-        // the kernel shows (asked before the engine lock is taken): a peer with less
-        // room than ours gets a window its buffer takes (`peer_window`).
-        let peer_window = match av {
+        // the kernel shows (asked before the engine lock is taken): the QPs connected
+        // to a peer with less room than ours get windows its buffer takes together
+        // (`peer_window`).
+        let peer_rcvbuf = match av {
             Some(h) if self.qp_type == QpType::Rc && s.info.is_loopback() => {
-                crate::context::peer_window(h.av.dgid)
+                crate::context::peer_rcvbuf(h.av.dgid)
             }
             _ => None,
         };
@@ -1038,11 +1039,23 @@ impl Qp {
         }
         let now = s.now();
         e.modify_qp(self.qpn, attr, mask, now)?;
-        if av.is_some() && self.qp_type == QpType::Rc {
+        if let Some(h) = av.filter(|_| self.qp_type == QpType::Rc) {
             // The peer's window if it is tighter than the engine's (our buffer's),
-            // with our READ pieces (the responses come to us); else the engine's.
+            // with our READ pieces (the responses come to us); else the engine's. The
+            // peer's buffer is shared by every QP connected to it, this one included:
+            // their windows are set again for one more sharer. (A QP that leaves does
+            // not widen the others': they stay on the safe side.)
             let (own, piece) = (e.config().max_unacked_psns, e.config().read_piece_psns);
-            let window = peer_window.filter(|&p| p < own).map(|p| (p, piece));
+            let sharers = e.rc_qps_to(h.av.dgid);
+            let window = peer_rcvbuf
+                .map(|b| crate::context::peer_window(b, sharers.len()))
+                .filter(|&p| p < own)
+                .map(|p| (p, piece));
+            if peer_rcvbuf.is_some() {
+                for &q in &sharers {
+                    e.set_qp_window(q, window)?;
+                }
+            }
             e.set_qp_window(self.qpn, window)?;
         }
         s.flush(&mut e, now);

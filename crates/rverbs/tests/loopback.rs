@@ -331,3 +331,64 @@ fn the_window_fits_the_peer_sockets_receive_buffer() {
     assert_eq!(psns.len(), 24, "{psns:?}");
     assert_eq!(psns.iter().copied().max(), Some(23));
 }
+
+/// Two RC QPs of one context connected to the same small-buffer peer share its
+/// buffer: each gets the window of half of it, so their bursts together fit where
+/// two full windows would overflow it. The peer is a plain UDP socket with 256 KiB of
+/// buffer that never answers: three quarters of a half in 4 KiB packets is 24 PSNs a
+/// QP (a lone QP gets 48).
+#[test]
+fn qps_to_one_peer_share_its_receive_buffer() {
+    use std::net::{Ipv4Addr, UdpSocket};
+    let dev = device(None).unwrap();
+    let (peer, ip) = (200..=250u8)
+        .rev()
+        .find_map(|x| {
+            let ip = Ipv4Addr::new(127, 0, 0, x);
+            UdpSocket::bind((ip, 4791)).ok().map(|s| (s, ip))
+        })
+        .expect("a free 127.0.0.x:4791");
+    let sock = socket2::SockRef::from(&peer);
+    sock.set_recv_buffer_size(128 << 10).unwrap();
+    assert_eq!(sock.recv_buffer_size().unwrap(), 256 << 10);
+    peer.set_read_timeout(Some(std::time::Duration::from_millis(100)))
+        .unwrap();
+    let a = end(dev.open().unwrap(), 1 << 20);
+    let b = a.pd.create_qp(&QpInitAttr::new(QpType::Rc, &a.cq)).unwrap();
+    let remote = RemoteBuf {
+        addr: 0x1000,
+        rkey: 0x99,
+        len: 1 << 16,
+    };
+    // The peer QP numbers tell the two streams apart.
+    for (qp, rqpn) in [(&a.qp, 0x123), (&b, 0x124)] {
+        let to_peer = PeerInfo {
+            qpn: rqpn,
+            psn: 0,
+            gid: Gid::from(ip),
+        };
+        qp.connect(&to_peer, &ConnectOpts::default()).unwrap();
+    }
+    for (qp, base) in [(&a.qp, 0), (&b, 100)] {
+        for i in 0..8 {
+            qp.post_send(&SendRequest::write(
+                base + i,
+                &[a.mr.slice(0..1 << 16)],
+                remote,
+            ))
+            .unwrap();
+        }
+    }
+    let mut psns = std::collections::BTreeMap::<u32, std::collections::BTreeSet<u32>>::new();
+    let mut buf = [0u8; 2048];
+    while let Ok(n) = peer.recv(&mut buf) {
+        assert!(n > 12);
+        // BTH bytes 5..8: the destination QP; 9..12: the PSN.
+        let dqp = u32::from_be_bytes([0, buf[5], buf[6], buf[7]]);
+        psns.entry(dqp)
+            .or_default()
+            .insert(u32::from_be_bytes([0, buf[9], buf[10], buf[11]]));
+    }
+    let counts: Vec<(u32, usize)> = psns.iter().map(|(q, p)| (*q, p.len())).collect();
+    assert_eq!(counts, [(0x123, 24), (0x124, 24)], "{psns:?}");
+}
