@@ -95,6 +95,27 @@ check_counters() {
   done
 }
 
+# How many of the SEND and WRITE requests rverbs sent in capture $1 skipped ahead of
+# their QP's next PSN when they first appeared (a retransmission repeats an older PSN,
+# which is fine). 0 proves that an out-of-sequence request rxe counted meanwhile was a
+# packet lost on the way, not a PSN rverbs skipped. SEND and WRITE only: a READ request
+# takes as many PSNs as its responses, so traffic with READs cannot be judged this way.
+sent_psn_gaps() { # PCAP
+  "$bin" pcap decode "$1" 2>/dev/null | awk -v h4="$host4:" -v h6="[$host6]:" '
+    $3 == ">" && (index($2, h4) == 1 || index($2, h6) == 1) && $5 ~ /^(RC|UC)_(SEND|RDMA_WRITE)/ {
+      p = -1
+      for (i = 6; i <= NF; i++) if ($i ~ /^psn=/) p = substr($i, 5) + 0
+      if (p < 0) next
+      k = $4 " " $6
+      if (!(k in last)) { last[k] = p; next }
+      d = (p - last[k] + 16777216) % 16777216
+      if (d == 0 || d >= 8388608) next
+      if (d > 1) gaps++
+      last[k] = p
+    }
+    END { print gaps + 0 }'
+}
+
 # Sum of rverbs' counters over the suite's logs (kept in $rv_totals).
 rv_totals=""
 add_rv_counters() {
