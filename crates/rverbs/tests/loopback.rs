@@ -283,6 +283,27 @@ fn large_payloads_leave_from_their_regions_and_captures_hold_them_whole() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A "peer" that never answers: a UDP socket on the first free 127.0.0.x:4791 with x
+/// from `xs`, `rcvbuf` bytes of receive buffer (the kernel doubles what is asked) and a
+/// 100 ms read timeout.
+fn silent_peer(
+    mut xs: impl Iterator<Item = u8>,
+    rcvbuf: usize,
+) -> (std::net::UdpSocket, std::net::Ipv4Addr) {
+    let (peer, ip) = xs
+        .find_map(|x| {
+            let ip = std::net::Ipv4Addr::new(127, 0, 0, x);
+            std::net::UdpSocket::bind((ip, 4791)).ok().map(|s| (s, ip))
+        })
+        .expect("a free 127.0.0.x:4791");
+    let sock = socket2::SockRef::from(&peer);
+    sock.set_recv_buffer_size(rcvbuf / 2).unwrap();
+    assert_eq!(sock.recv_buffer_size().unwrap(), rcvbuf);
+    peer.set_read_timeout(Some(std::time::Duration::from_millis(100)))
+        .unwrap();
+    (peer, ip)
+}
+
 /// An RC peer on this machine whose socket has a small receive buffer (an
 /// unprivileged process under the default `net.core.rmem_max`, beside a root one)
 /// gets a window its buffer takes: the requester stops after that many PSNs
@@ -291,19 +312,8 @@ fn large_payloads_leave_from_their_regions_and_captures_hold_them_whole() {
 /// three quarters of it in 4 KiB packets is 24 PSNs.
 #[test]
 fn the_window_fits_the_peer_sockets_receive_buffer() {
-    use std::net::{Ipv4Addr, UdpSocket};
     let dev = device(None).unwrap();
-    let (peer, ip) = (200..=250u8)
-        .find_map(|x| {
-            let ip = Ipv4Addr::new(127, 0, 0, x);
-            UdpSocket::bind((ip, 4791)).ok().map(|s| (s, ip))
-        })
-        .expect("a free 127.0.0.x:4791");
-    let sock = socket2::SockRef::from(&peer);
-    sock.set_recv_buffer_size(64 << 10).unwrap();
-    assert_eq!(sock.recv_buffer_size().unwrap(), 128 << 10);
-    peer.set_read_timeout(Some(std::time::Duration::from_millis(100)))
-        .unwrap();
+    let (peer, ip) = silent_peer(200..=250, 128 << 10);
     let e = end(dev.open().unwrap(), 1 << 20);
     let to_peer = PeerInfo {
         qpn: 0x123,
@@ -339,20 +349,9 @@ fn the_window_fits_the_peer_sockets_receive_buffer() {
 /// QP (a lone QP gets 48).
 #[test]
 fn qps_to_one_peer_share_its_receive_buffer() {
-    use std::net::{Ipv4Addr, UdpSocket};
     let dev = device(None).unwrap();
-    let (peer, ip) = (200..=250u8)
-        .rev()
-        .find_map(|x| {
-            let ip = Ipv4Addr::new(127, 0, 0, x);
-            UdpSocket::bind((ip, 4791)).ok().map(|s| (s, ip))
-        })
-        .expect("a free 127.0.0.x:4791");
-    let sock = socket2::SockRef::from(&peer);
-    sock.set_recv_buffer_size(128 << 10).unwrap();
-    assert_eq!(sock.recv_buffer_size().unwrap(), 256 << 10);
-    peer.set_read_timeout(Some(std::time::Duration::from_millis(100)))
-        .unwrap();
+    // (Addresses from the top: the test above takes them from the bottom.)
+    let (peer, ip) = silent_peer((200..=250).rev(), 256 << 10);
     let a = end(dev.open().unwrap(), 1 << 20);
     let b = a.pd.create_qp(&QpInitAttr::new(QpType::Rc, &a.cq)).unwrap();
     let remote = RemoteBuf {
