@@ -95,25 +95,39 @@ check_counters() {
   done
 }
 
-# How many of the SEND and WRITE requests rverbs sent in capture $1 skipped ahead of
-# their QP's next PSN when they first appeared (a retransmission repeats an older PSN,
-# which is fine). 0 proves that an out-of-sequence request rxe counted meanwhile was a
-# packet lost on the way, not a PSN rverbs skipped. SEND and WRITE only: a READ request
-# takes as many PSNs as its responses, so traffic with READs cannot be judged this way.
+# How many of the requests rverbs sent in capture $1 skipped ahead of their QP's next
+# PSN when they first appeared (a retransmission repeats an older PSN, which is fine).
+# 0 proves that an out-of-sequence request rxe counted meanwhile was a packet lost on
+# the way, not a PSN rverbs skipped. A READ request takes as many PSNs as its
+# responses: its length over the path MTU, which is the largest payload in the
+# capture (1024 when no packet is that long; a READ that fits any MTU takes one).
 sent_psn_gaps() { # PCAP
   "$bin" pcap decode "$1" 2>/dev/null | awk -v h4="$host4:" -v h6="[$host6]:" '
-    $3 == ">" && (index($2, h4) == 1 || index($2, h6) == 1) && $5 ~ /^(RC|UC)_(SEND|RDMA_WRITE)/ {
-      p = -1
-      for (i = 6; i <= NF; i++) if ($i ~ /^psn=/) p = substr($i, 5) + 0
-      if (p < 0) next
-      k = $4 " " $6
-      if (!(k in last)) { last[k] = p; next }
-      d = (p - last[k] + 16777216) % 16777216
-      if (d == 0 || d >= 8388608) next
-      if (d > 1) gaps++
-      last[k] = p
+    function field(name,   i) {
+      for (i = 6; i <= NF; i++) if (index($i, name "=") == 1) return substr($i, length(name) + 2) + 0
+      return -1
     }
-    END { print gaps + 0 }'
+    { pl = field("payload"); if (pl > mtu) mtu = pl }
+    $3 == ">" && (index($2, h4) == 1 || index($2, h6) == 1) && $5 ~ /^(RC|UC)_(SEND|RDMA_WRITE|RDMA_READ_REQUEST|COMPARE_SWAP|FETCH_ADD|CMP_SWAP)/ {
+      n++; key[n] = $4 " " $6; psn[n] = field("psn")
+      len[n] = ($5 ~ /READ_REQUEST/) ? field("len") : -1
+    }
+    END {
+      if (mtu < 256) mtu = 1024
+      for (i = 1; i <= n; i++) {
+        k = key[i]; p = psn[i]
+        if (p < 0) continue
+        if (k in next_psn) {
+          d = (p - next_psn[k] + 16777216) % 16777216
+          # Behind the next PSN: a retransmission (its span is already counted).
+          if (d >= 8388608) continue
+          if (d > 0) gaps++
+        }
+        span = (len[i] > mtu) ? int((len[i] + mtu - 1) / mtu) : 1
+        next_psn[k] = (p + span) % 16777216
+      }
+      print gaps + 0
+    }'
 }
 
 # Sum of rverbs' counters over the suite's logs (kept in $rv_totals).
