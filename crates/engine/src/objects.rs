@@ -83,6 +83,23 @@ pub(crate) enum Segs {
     Many(Vec<Seg>),
 }
 
+impl Segs {
+    /// No segment.
+    pub(crate) const NONE: Segs = Segs::Many(Vec::new());
+
+    /// Appends `seg`: the first is kept in place, a second moves both to a `Vec`.
+    pub(crate) fn push(&mut self, seg: Seg) {
+        *self = match std::mem::replace(self, Segs::NONE) {
+            Segs::Many(v) if v.is_empty() => Segs::One(seg),
+            Segs::One(first) => Segs::Many(vec![first, seg]),
+            Segs::Many(mut v) => {
+                v.push(seg);
+                Segs::Many(v)
+            }
+        };
+    }
+}
+
 impl std::ops::Deref for Segs {
     type Target = [Seg];
     fn deref(&self) -> &[Seg] {
@@ -165,26 +182,14 @@ pub(crate) fn resolve_sges(
     sges: &[Sge],
     need: Access,
 ) -> Result<(Data, usize), WcStatus> {
-    let mut one = None;
-    let mut more = Vec::new();
+    let mut segs = Segs::NONE;
     let total = for_each_sge(mrs, pd, sges, need, |mr, offset, len| {
-        let seg = Seg {
+        segs.push(Seg {
             mem: mr.mem.clone(),
             offset,
             len,
-        };
-        match one.take() {
-            None if more.is_empty() => one = Some(seg),
-            first => {
-                more.extend(first);
-                more.push(seg);
-            }
-        }
+        });
     })?;
-    let segs = match one {
-        Some(seg) => Segs::One(seg),
-        None => Segs::Many(more),
-    };
     Ok((Data::Segs(segs), total))
 }
 
@@ -390,6 +395,29 @@ mod tests {
             lkey: key,
         }];
         assert!(resolve_sges(&mrs, 1, &wrong_right, Access::REMOTE_WRITE).is_err());
+    }
+
+    #[test]
+    fn segments_keep_their_order_and_one_stays_in_place() {
+        let (mrs, key, _) = table();
+        let sge = |addr, length| Sge {
+            addr,
+            length,
+            lkey: key,
+        };
+        let offsets = |d: &Data| match d {
+            Data::Segs(s) => s.iter().map(|g| (g.offset, g.len)).collect::<Vec<_>>(),
+            Data::Inline(_) => panic!("resolved data is segments"),
+        };
+        let (none, _) = resolve_sges(&mrs, 1, &[sge(0x1000, 0)], Access::NONE).unwrap();
+        assert!(offsets(&none).is_empty());
+        let (one, _) = resolve_sges(&mrs, 1, &[sge(0x1004, 2)], Access::NONE).unwrap();
+        assert!(matches!(one, Data::Segs(Segs::One(_))));
+        assert_eq!(offsets(&one), [(4, 2)]);
+        let three = [sge(0x1001, 1), sge(0x1010, 2), sge(0x1020, 3)];
+        let (many, total) = resolve_sges(&mrs, 1, &three, Access::NONE).unwrap();
+        assert_eq!(total, 6);
+        assert_eq!(offsets(&many), [(1, 1), (16, 2), (32, 3)]);
     }
 
     #[test]
