@@ -1051,12 +1051,18 @@ impl Qp {
                 .map(|b| crate::context::peer_window(b, sharers.len()))
                 .filter(|&p| p < own)
                 .map(|p| (p, piece));
-            if peer_rcvbuf.is_some() {
-                for &q in &sharers {
-                    e.set_qp_window(q, window)?;
-                }
+            // Without the peer's buffer only this QP's window is known (the engine's).
+            let mut set = if peer_rcvbuf.is_some() {
+                sharers
+            } else {
+                Vec::new()
+            };
+            if !set.contains(&self.qpn) {
+                set.push(self.qpn);
             }
-            e.set_qp_window(self.qpn, window)?;
+            for q in set {
+                e.set_qp_window(q, window)?;
+            }
         }
         s.flush(&mut e, now);
         drop(e);
