@@ -108,7 +108,7 @@ sent_psn_gaps() { # PCAP
       return -1
     }
     { pl = field("payload"); if (pl > mtu) mtu = pl }
-    $3 == ">" && (index($2, h4) == 1 || index($2, h6) == 1) && $5 ~ /^(RC|UC)_(SEND|RDMA_WRITE|RDMA_READ_REQUEST|COMPARE_SWAP|FETCH_ADD|CMP_SWAP)/ {
+    $3 == ">" && (index($2, h4) == 1 || index($2, h6) == 1) && $5 ~ /^(RC|UC)_(SEND|RDMA_WRITE|RDMA_READ_REQUEST|COMPARE_SWAP|FETCH_ADD)/ {
       n++; key[n] = $4 " " $6; psn[n] = field("psn")
       len[n] = ($5 ~ /READ_REQUEST/) ? field("len") : -1
     }
