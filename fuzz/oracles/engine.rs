@@ -49,7 +49,7 @@ fn bring_up(e: &mut Engine, qpn: u32, qp_type: QpType, lkey: u32, now: Nanos) {
     }
     for i in 0..8 {
         let sg = vec![Sge { addr: 0x1000 + i * 2048, length: 2048, lkey }];
-        e.post_recv(qpn, RecvWr { wr_id: i, sg_list: sg }, now).unwrap();
+        e.post_recv(qpn, RecvWr { wr_id: i, sg_list: sg.into() }, now).unwrap();
     }
     if qp_type == QpType::Rc {
         for (i, op) in [WrOpcode::Send, WrOpcode::RdmaWrite, WrOpcode::RdmaRead, WrOpcode::AtomicFetchAndAdd].into_iter().enumerate() {

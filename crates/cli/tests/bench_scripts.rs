@@ -320,6 +320,10 @@ fn hop_cost_script_counts_both_halves_of_a_round_trip() {
         .trim()
         .parse()
         .unwrap();
-    // One binary measured twice: the count does not depend on timing.
-    assert!((0.95..=1.05).contains(&ratio), "{stdout}");
+    // One binary measured twice: the count hardly depends on timing (alone, two runs
+    // agree within 0.1%). On a loaded machine, as when the whole suite runs beside
+    // it, a slowed round trip may take the deferred-answer path and count more (a
+    // run failed ±5% that way), so the bound is ±20%: what this checks is the
+    // script's arithmetic, which a swapped or mismatched pair of counts would break.
+    assert!((0.8..=1.25).contains(&ratio), "{stdout}");
 }

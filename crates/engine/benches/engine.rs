@@ -210,7 +210,8 @@ impl Pair {
                             addr: b.base,
                             length: len as u32,
                             lkey: b.keys.lkey,
-                        }],
+                        }]
+                        .into(),
                     },
                     self.now,
                 )

@@ -963,10 +963,10 @@ impl Engine {
         };
         // INLINE: copy now, so the caller may reuse its buffer at once.
         let inline_data = if inline {
-            // One allocation (the iterator's length is known), filled in place straight
+            // In the WQE when small, else one allocation; filled in place straight
             // from the regions (no gather list).
-            let mut buf: Arc<[u8]> = std::iter::repeat_n(0u8, len as usize).collect();
-            if let Some(b) = Arc::get_mut(&mut buf) {
+            let mut buf = crate::objects::InlineBytes::zeroed(len as usize);
+            if let Some(b) = buf.as_mut() {
                 gather_sges(&self.mrs, qp.pd, &wr.sg_list, Access::NONE, b).map_err(|_| {
                     err(VERB, Errno::Inval, "inline SGE outside a registered region")
                 })?;
@@ -978,10 +978,10 @@ impl Engine {
         let state = qp.state;
         let wqe = SendWqe {
             wr,
-            inline: inline_data,
+            inline: inline_data.is_some(),
             ud,
             len: len as usize,
-            data: None,
+            data: inline_data.map(crate::objects::Data::Inline),
             started: false,
             first_psn: rverbs_wire::psn::Psn::ZERO,
             npkts: 0,
@@ -1218,7 +1218,9 @@ impl Engine {
     /// it at once, so that the frees stay off the path between a packet's arrival and
     /// the answer the application sends: call this once that answer has left (the
     /// `rverbs` device does after each send). Optional; at most
-    /// 64 are kept, older ones are freed as new ones come.
+    /// 64 are kept, older ones are freed as new ones come. Requests with nothing to
+    /// free (two SGEs or fewer, INLINE data of 64 bytes or less, regions still
+    /// registered) are dropped when they complete and not kept.
     pub fn reclaim(&mut self) {
         self.dead.clear();
     }

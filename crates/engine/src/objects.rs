@@ -72,7 +72,55 @@ pub(crate) struct Seg {
 #[derive(Clone)]
 pub(crate) enum Data {
     Segs(Segs),
-    Inline(Arc<[u8]>),
+    Inline(InlineBytes),
+}
+
+/// Inline sends up to this length keep their bytes in the WQE itself.
+pub(crate) const INLINE_SMALL: usize = 64;
+
+/// The bytes of an INLINE send, copied at post time: up to [`INLINE_SMALL`] in place
+/// (a small inline send allocates nothing), longer ones shared.
+#[derive(Clone)]
+pub(crate) enum InlineBytes {
+    Small { len: u8, buf: [u8; INLINE_SMALL] },
+    Large(Arc<[u8]>),
+}
+
+impl InlineBytes {
+    /// `len` zero bytes, to be filled through [`InlineBytes::as_mut`].
+    pub(crate) fn zeroed(len: usize) -> Self {
+        if len <= INLINE_SMALL {
+            InlineBytes::Small {
+                len: len as u8,
+                buf: [0; INLINE_SMALL],
+            }
+        } else {
+            InlineBytes::Large(std::iter::repeat_n(0u8, len).collect())
+        }
+    }
+
+    /// Held in a shared allocation (dropping it may free memory).
+    pub(crate) fn shared(&self) -> bool {
+        matches!(self, InlineBytes::Large(_))
+    }
+
+    /// The bytes, writable while not shared.
+    pub(crate) fn as_mut(&mut self) -> Option<&mut [u8]> {
+        match self {
+            InlineBytes::Small { len, buf } => Some(&mut buf[..usize::from(*len)]),
+            InlineBytes::Large(a) => Arc::get_mut(a),
+        }
+    }
+}
+
+impl std::ops::Deref for InlineBytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            InlineBytes::Small { len, buf } => &buf[..usize::from(*len)],
+            InlineBytes::Large(a) => a,
+        }
+    }
 }
 
 /// Resolved SGEs. Most work requests have one, kept without an allocation (a receive
@@ -111,6 +159,16 @@ impl std::ops::Deref for Segs {
 }
 
 impl Data {
+    /// Dropping it frees memory: a list of segments, a large INLINE copy, or the last
+    /// reference to a region (deregistered while this work request was queued).
+    pub(crate) fn frees(&self) -> bool {
+        match self {
+            Data::Inline(b) => b.shared(),
+            Data::Segs(Segs::One(s)) => Arc::strong_count(&s.mem) == 1,
+            Data::Segs(Segs::Many(v)) => v.capacity() > 0,
+        }
+    }
+
     /// Copies `dst.len()` bytes from offset `off` of the gathered data.
     pub(crate) fn read(&self, mut off: usize, mut dst: &mut [u8]) {
         match self {
@@ -289,7 +347,7 @@ pub(crate) struct Cq {
 #[derive(Clone)]
 pub(crate) struct RecvWqe {
     pub(crate) wr_id: u64,
-    pub(crate) sges: Vec<Sge>,
+    pub(crate) sges: crate::SgList,
 }
 
 /// A shared receive queue.
@@ -328,6 +386,39 @@ mod tests {
         let key = make_key(slot, &mut rng, None);
         mrs.get_mut(slot).unwrap().key = key;
         (mrs, key, mem)
+    }
+
+    /// What a finished work request keeps for `Engine::reclaim`: only what frees
+    /// memory when dropped.
+    #[test]
+    fn only_data_that_owns_memory_is_kept_to_be_freed_later() {
+        let mem: Arc<dyn Memory> = Arc::new(VecMemory::from_vec(vec![0; 64]));
+        let seg = |m: &Arc<dyn Memory>| Seg {
+            mem: m.clone(),
+            offset: 0,
+            len: 8,
+        };
+        // A region the MR table still references: dropping the segment frees nothing.
+        let one = Data::Segs(Segs::One(seg(&mem)));
+        assert!(!one.frees());
+        // ...unless it is the last reference (deregistered while queued).
+        let last = Seg {
+            mem: Arc::new(VecMemory::from_vec(vec![0; 64])),
+            offset: 0,
+            len: 8,
+        };
+        assert!(Data::Segs(Segs::One(last)).frees());
+        let mut many = Segs::NONE;
+        many.push(seg(&mem));
+        many.push(seg(&mem));
+        assert!(Data::Segs(many).frees());
+        // INLINE bytes: up to INLINE_SMALL in place, longer ones allocated.
+        for (n, frees) in [(0, false), (INLINE_SMALL, false), (INLINE_SMALL + 1, true)] {
+            let mut b = InlineBytes::zeroed(n);
+            b.as_mut().unwrap().fill(7);
+            assert_eq!((b.len(), b.iter().all(|&x| x == 7)), (n, true));
+            assert_eq!(Data::Inline(b).frees(), frees, "{n} bytes");
+        }
     }
 
     #[test]

@@ -164,6 +164,15 @@ impl Ctx<'_> {
     /// Keeps `d` for [`crate::Engine::reclaim`] (freeing the older ones when
     /// [`DEAD_MAX`] are kept).
     pub(crate) fn bury(&mut self, d: Dead) {
+        // Nothing to free (no heap list, no large INLINE copy, no last reference to a
+        // region): dropped here, which costs less than the move.
+        let frees = match &d {
+            Dead::Send(w) => w.wr.sg_list.spilled() || w.data.as_ref().is_some_and(Data::frees),
+            Dead::Recv(w, data) => w.sges.spilled() || data.frees(),
+        };
+        if !frees {
+            return;
+        }
         if self.dead.len() >= DEAD_MAX {
             self.dead.clear();
         }
@@ -198,7 +207,8 @@ impl Ctx<'_> {
 /// A send WQE and its progress.
 pub(crate) struct SendWqe {
     pub(crate) wr: SendWr,
-    pub(crate) inline: Option<Arc<[u8]>>,
+    /// An INLINE send: its bytes, copied at post time, are in `data` from the start.
+    pub(crate) inline: bool,
     pub(crate) ud: Option<(AddressVector, u32, u32)>,
     pub(crate) len: usize,
     pub(crate) data: Option<Data>,
@@ -837,7 +847,7 @@ impl Qp {
                 let pd = self.pd;
                 let piece = self.piece(ctx);
                 let w = self.sq.get_mut(idx)?;
-                if w.inline.is_none() {
+                if !w.inline {
                     let need = if rd_atomic {
                         Access::LOCAL_WRITE
                     } else {
@@ -852,8 +862,6 @@ impl Qp {
                             return None;
                         }
                     }
-                } else {
-                    w.data = w.inline.clone().map(Data::Inline);
                 }
                 w.npkts = match w.wr.opcode {
                     WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd => 1,

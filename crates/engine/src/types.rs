@@ -266,7 +266,7 @@ pub struct AddressVector {
 }
 
 /// A scatter/gather element (`struct ibv_sge`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct Sge {
     /// Virtual address inside the MR.
     pub addr: u64,
@@ -274,6 +274,130 @@ pub struct Sge {
     pub length: u32,
     /// Local key of the MR.
     pub lkey: u32,
+}
+
+/// How many SGEs an [`SgList`] holds without an allocation.
+pub const SG_INLINE: usize = 2;
+
+/// The scatter/gather list of a work request: up to [`SG_INLINE`] elements are kept in
+/// place, more in a `Vec`. Posting a work request of one or two SGEs (nearly all of
+/// them) allocates nothing. Dereferences to `[Sge]`; built from a `Vec`, an array or
+/// an iterator (`vec![sge].into()`, `[sge].into()`, `iter.collect()`).
+#[derive(Clone, Default)]
+pub struct SgList(SgRepr);
+
+#[derive(Clone)]
+enum SgRepr {
+    Inline { len: u8, sges: [Sge; SG_INLINE] },
+    Heap(Vec<Sge>),
+}
+
+impl Default for SgRepr {
+    fn default() -> Self {
+        SgRepr::Inline {
+            len: 0,
+            sges: [Sge::default(); SG_INLINE],
+        }
+    }
+}
+
+impl SgList {
+    /// An empty list.
+    pub fn new() -> Self {
+        SgList::default()
+    }
+
+    /// Kept in a heap allocation (more than [`SG_INLINE`] elements were pushed).
+    pub fn spilled(&self) -> bool {
+        matches!(self.0, SgRepr::Heap(_))
+    }
+
+    /// Removes every element.
+    pub fn clear(&mut self) {
+        *self = SgList::new();
+    }
+
+    /// Appends `sge`; the list moves to the heap when it outgrows [`SG_INLINE`].
+    pub fn push(&mut self, sge: Sge) {
+        match &mut self.0 {
+            SgRepr::Inline { len, sges } if usize::from(*len) < SG_INLINE => {
+                sges[usize::from(*len)] = sge;
+                *len += 1;
+            }
+            SgRepr::Inline { len, sges } => {
+                let mut v = Vec::with_capacity(SG_INLINE * 2);
+                v.extend_from_slice(&sges[..usize::from(*len)]);
+                v.push(sge);
+                self.0 = SgRepr::Heap(v);
+            }
+            SgRepr::Heap(v) => v.push(sge),
+        }
+    }
+}
+
+impl core::ops::Deref for SgList {
+    type Target = [Sge];
+    fn deref(&self) -> &[Sge] {
+        match &self.0 {
+            SgRepr::Inline { len, sges } => &sges[..usize::from(*len)],
+            SgRepr::Heap(v) => v,
+        }
+    }
+}
+
+impl core::ops::DerefMut for SgList {
+    fn deref_mut(&mut self) -> &mut [Sge] {
+        match &mut self.0 {
+            SgRepr::Inline { len, sges } => &mut sges[..usize::from(*len)],
+            SgRepr::Heap(v) => v,
+        }
+    }
+}
+
+impl PartialEq for SgList {
+    fn eq(&self, o: &SgList) -> bool {
+        **self == **o
+    }
+}
+
+impl Eq for SgList {}
+
+impl fmt::Debug for SgList {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
+impl FromIterator<Sge> for SgList {
+    fn from_iter<I: IntoIterator<Item = Sge>>(it: I) -> Self {
+        let mut l = SgList::new();
+        for s in it {
+            l.push(s);
+        }
+        l
+    }
+}
+
+impl From<Vec<Sge>> for SgList {
+    fn from(v: Vec<Sge>) -> Self {
+        if v.len() <= SG_INLINE {
+            v.into_iter().collect()
+        } else {
+            SgList(SgRepr::Heap(v))
+        }
+    }
+}
+
+impl<const N: usize> From<[Sge; N]> for SgList {
+    fn from(a: [Sge; N]) -> Self {
+        a.into_iter().collect()
+    }
+}
+
+impl From<&[Sge]> for SgList {
+    fn from(a: &[Sge]) -> Self {
+        a.iter().copied().collect()
+    }
 }
 
 /// Send work request opcode (`enum ibv_wr_opcode`).
@@ -338,7 +462,7 @@ pub struct SendWr {
     /// What to do.
     pub opcode: WrOpcode,
     /// Local buffers (for INLINE, the data to copy; lkeys are then ignored).
-    pub sg_list: Vec<Sge>,
+    pub sg_list: SgList,
     /// Flags.
     pub flags: SendFlags,
     /// Immediate data, in network byte order as a big-endian integer.
@@ -357,11 +481,11 @@ pub struct SendWr {
 
 impl SendWr {
     /// A signaled SEND of `sg_list`.
-    pub fn send(wr_id: u64, sg_list: Vec<Sge>) -> Self {
+    pub fn send(wr_id: u64, sg_list: impl Into<SgList>) -> Self {
         SendWr {
             wr_id,
             opcode: WrOpcode::Send,
-            sg_list,
+            sg_list: sg_list.into(),
             flags: SendFlags::SIGNALED,
             imm_data: 0,
             remote_addr: 0,
@@ -394,7 +518,7 @@ pub struct RecvWr {
     /// Caller's identifier.
     pub wr_id: u64,
     /// Buffers, filled in order.
-    pub sg_list: Vec<Sge>,
+    pub sg_list: SgList,
 }
 
 /// Work completion status (`enum ibv_wc_status`, same numbering).
@@ -557,4 +681,46 @@ pub enum AsyncEvent {
     SrqLimitReached(SrqId),
     /// The last WQE of a QP attached to an SRQ was consumed (QP in error).
     QpLastWqeReached(u32),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sge(i: u64) -> Sge {
+        Sge {
+            addr: 0x1000 * i,
+            length: i as u32,
+            lkey: 7,
+        }
+    }
+
+    /// An `SgList` behaves as the `Vec` it replaces, in place up to `SG_INLINE`.
+    #[test]
+    fn sg_list_keeps_order_and_spills_past_its_inline_capacity() {
+        for n in 0..6u64 {
+            let v: Vec<Sge> = (1..=n).map(sge).collect();
+            let mut pushed = SgList::new();
+            for s in &v {
+                pushed.push(*s);
+            }
+            let from_vec = SgList::from(v.clone());
+            let collected: SgList = v.iter().copied().collect();
+            for l in [&pushed, &from_vec, &collected] {
+                assert_eq!(&l[..], &v[..]);
+                assert_eq!(l.spilled(), v.len() > SG_INLINE, "{n} elements");
+            }
+            assert_eq!(pushed, from_vec);
+            assert_eq!(format!("{pushed:?}"), format!("{v:?}"));
+            let mut m = pushed.clone();
+            if let Some(first) = m.first_mut() {
+                first.length = 999;
+                assert_ne!(m, pushed);
+            }
+            m.clear();
+            assert!(m.is_empty() && !m.spilled());
+        }
+        assert_eq!(SgList::from([sge(1), sge(2)]).len(), 2);
+        assert_eq!(SgList::from(&[sge(3)][..])[0], sge(3));
+    }
 }

@@ -88,7 +88,7 @@ fn post_send_before_rts_is_einval() {
     // Receives may be posted from INIT on, not in RESET.
     let recv = RecvWr {
         wr_id: 1,
-        sg_list: vec![sge(&b, 0, 8)],
+        sg_list: vec![sge(&b, 0, 8)].into(),
     };
     assert_eq!(
         errno(sim.engines[1].post_recv(b.qpn, recv.clone(), 0)),
@@ -316,7 +316,7 @@ fn moving_to_err_flushes_every_wqe_in_order() {
             a.qpn,
             RecvWr {
                 wr_id: 10 + i,
-                sg_list: vec![sge(&a, 64, 8)],
+                sg_list: vec![sge(&a, 64, 8)].into(),
             },
             0,
         )

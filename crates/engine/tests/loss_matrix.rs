@@ -344,12 +344,12 @@ fn run_rc(link: LinkConfig, seed: u64, ipv6: bool, p: &RcParams) -> Result<Row, 
                 b_exp[d..d + l].copy_from_slice(&a_init[s..s + l]);
             }
             Kind::Read => {
-                w.sg_list = vec![sge(&a, d as u64, l as u32)];
+                w.sg_list = vec![sge(&a, d as u64, l as u32)].into();
                 w.remote_addr = b.base + s as u64;
                 a_exp[d..d + l].copy_from_slice(&b_init[s..s + l]);
             }
             Kind::CmpSwap | Kind::FetchAdd => {
-                w.sg_list = vec![sge(&a, d as u64, 8)];
+                w.sg_list = vec![sge(&a, d as u64, 8)].into();
                 w.remote_addr = b.base + counter as u64;
                 a_exp[d..d + 8].copy_from_slice(&model.to_ne_bytes());
                 if let Kind::CmpSwap = op.kind {
@@ -378,7 +378,7 @@ fn run_rc(link: LinkConfig, seed: u64, ipv6: bool, p: &RcParams) -> Result<Row, 
                     b.qpn,
                     RecvWr {
                         wr_id: 1000 + id,
-                        sg_list,
+                        sg_list: sg_list.into(),
                     },
                     now,
                 )
@@ -544,7 +544,7 @@ fn run_uc(link: LinkConfig, seed: u64, ipv6: bool) -> Result<Row, String> {
                 b.qpn,
                 RecvWr {
                     wr_id: 1000 + i as u64,
-                    sg_list: vec![sge(&b, buf as u64, max_len as u32)],
+                    sg_list: vec![sge(&b, buf as u64, max_len as u32)].into(),
                 },
                 0,
             )
@@ -733,7 +733,7 @@ fn run_ud(link: LinkConfig, seed: u64, ipv6: bool) -> Result<Row, String> {
                 b.qpn,
                 RecvWr {
                     wr_id: 1000 + i as u64,
-                    sg_list: vec![sge(&b, (i * slot) as u64, slot as u32)],
+                    sg_list: vec![sge(&b, (i * slot) as u64, slot as u32)].into(),
                 },
                 0,
             )

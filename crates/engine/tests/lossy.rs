@@ -41,7 +41,7 @@ fn run_in(mut sim: Sim, seed: u64, n: usize, max_len: usize) -> Result<Sim, Stri
                         b.qpn,
                         RecvWr {
                             wr_id: i as u64,
-                            sg_list: vec![sge(&b, (1 << 20) + off, len)],
+                            sg_list: vec![sge(&b, (1 << 20) + off, len)].into(),
                         },
                         sim.now,
                     )

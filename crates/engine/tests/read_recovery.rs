@@ -72,7 +72,7 @@ fn run(l: LinkConfig, timeout: u8, seed: u64, ops: &[WrOpcode]) -> Outcome {
                         b.qpn,
                         RecvWr {
                             wr_id: 99,
-                            sg_list: vec![sge(&b, 2 * MIB as u64, MIB as u32)],
+                            sg_list: vec![sge(&b, 2 * MIB as u64, MIB as u32)].into(),
                         },
                         sim.now,
                     )

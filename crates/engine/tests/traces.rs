@@ -572,7 +572,8 @@ fn srq_shared_by_two_qps_fires_the_limit_event_once() {
                         addr: 0x1000 + 64 * i,
                         length: 64,
                         lkey: keys.lkey,
-                    }],
+                    }]
+                    .into(),
                 },
             )
             .unwrap();

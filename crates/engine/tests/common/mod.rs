@@ -167,7 +167,7 @@ pub fn post_recv1(sim: &mut Sim, e: &End, wr_id: u64, off: u64, len: u32, now: N
             e.qpn,
             RecvWr {
                 wr_id,
-                sg_list: vec![sge(e, off, len)],
+                sg_list: vec![sge(e, off, len)].into(),
             },
             now,
         )
