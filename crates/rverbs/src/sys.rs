@@ -861,10 +861,15 @@ const DIAG_SOCKID_LEN: usize = 48;
 /// expires, rqueue, wqueue, uid and inode.
 const DIAG_MSG_LEN: usize = 4 + DIAG_SOCKID_LEN + 20;
 
-/// The receive buffer (`SO_RCVBUF`, bytes) of the UDP socket bound to `local` on this
-/// machine, from the kernel's socket diagnostics (`NETLINK_SOCK_DIAG`, as `ss -u -m`
-/// reads it; no privilege needed): what a loopback peer can take at once. `None` if
-/// no such socket exists or the kernel will not say.
+/// The receive buffer (`SO_RCVBUF`, bytes) of the UDP socket on this machine that
+/// datagrams sent to `local` arrive at, from the kernel's socket diagnostics
+/// (`NETLINK_SOCK_DIAG`, as `ss -u -m` reads it; no privilege needed): what a loopback
+/// peer can take at once. One exact lookup, not a dump of every UDP socket: the kernel
+/// finds the socket as it would for a datagram from any address to `local`
+/// (`udp_dump_one` in net/ipv4/udp_diag.c, whose `__udp4_lib_lookup` takes the request's
+/// `idiag_src`/`idiag_sport` as the datagram's source and `idiag_dst`/`idiag_dport` as
+/// its destination), so its cost does not grow with the sockets the machine has.
+/// `None` if no socket would receive them or the kernel will not say.
 pub(crate) fn udp_rcvbuf_of(local: std::net::SocketAddr) -> Option<u32> {
     let family = if local.is_ipv4() {
         libc::AF_INET
@@ -884,41 +889,63 @@ pub(crate) fn udp_rcvbuf_of(local: std::net::SocketAddr) -> Option<u32> {
     }
     // SAFETY: `fd` is a new descriptor nobody else owns.
     let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    // nlmsghdr + inet_diag_req_v2: every UDP socket of the family (a dump), with its
-    // memory counters.
+    // A reply that never comes (it always does, at once) must not hang a connect.
+    let tv = libc::timeval {
+        tv_sec: 1,
+        tv_usec: 0,
+    };
+    // SAFETY: setsockopt with a timeval of the size given.
+    unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVTIMEO,
+            (&tv as *const libc::timeval).cast(),
+            std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+        );
+    }
+    let req = diag_lookup_request(local, family);
+    // SAFETY: sends `req.len()` bytes of `req` on the netlink socket (kernel as peer).
+    let rc = unsafe { libc::send(fd.as_raw_fd(), req.as_ptr().cast(), req.len(), 0) };
+    if rc != req.len() as isize {
+        return None;
+    }
+    let mut buf = vec![0u8; 4 << 10];
+    // SAFETY: receives at most `buf.len()` bytes into `buf`, which we own.
+    let n = unsafe { libc::recv(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
+    if n <= 0 {
+        return None;
+    }
+    // One message: the socket's, or an error (ENOENT: none).
+    let mut found = None;
+    parse_diag_dump(&buf[..n as usize], None, &mut found);
+    found
+}
+
+/// The `nlmsghdr` + `inet_diag_req_v2` of an exact UDP lookup (no `NLM_F_DUMP`): the
+/// socket a datagram from anywhere (`idiag_src`, `idiag_sport` zero) to `to` would
+/// reach, with its memory counters; any cookie (`INET_DIAG_NOCOOKIE`).
+fn diag_lookup_request(to: std::net::SocketAddr, family: libc::c_int) -> [u8; 72] {
     let mut req = [0u8; NLMSG_HDR_LEN + 8 + DIAG_SOCKID_LEN];
     let len = req.len() as u32;
     req[0..4].copy_from_slice(&len.to_ne_bytes());
     req[4..6].copy_from_slice(&SOCK_DIAG_BY_FAMILY.to_ne_bytes());
-    let flags = (libc::NLM_F_REQUEST | libc::NLM_F_DUMP) as u16;
-    req[6..8].copy_from_slice(&flags.to_ne_bytes());
+    req[6..8].copy_from_slice(&(libc::NLM_F_REQUEST as u16).to_ne_bytes());
     req[8..12].copy_from_slice(&1u32.to_ne_bytes());
     let body = &mut req[NLMSG_HDR_LEN..];
     body[0] = family as u8;
     body[1] = libc::IPPROTO_UDP as u8;
     body[2] = 1 << (INET_DIAG_SKMEMINFO - 1);
     body[4..8].copy_from_slice(&u32::MAX.to_ne_bytes());
-    // SAFETY: sends `req.len()` bytes of `req` on the netlink socket (kernel as peer).
-    let rc = unsafe { libc::send(fd.as_raw_fd(), req.as_ptr().cast(), req.len(), 0) };
-    if rc != req.len() as isize {
-        return None;
+    // struct inet_diag_sockid: sport, dport (big-endian), src[16], dst[16], if, cookie.
+    let id = &mut body[8..];
+    id[2..4].copy_from_slice(&to.port().to_be_bytes());
+    match to.ip() {
+        std::net::IpAddr::V4(a) => id[20..24].copy_from_slice(&a.octets()),
+        std::net::IpAddr::V6(a) => id[20..36].copy_from_slice(&a.octets()),
     }
-    let mut buf = vec![0u8; 32 << 10];
-    let mut found = None;
-    // Read the whole dump (the socket must not be left with half of it), at most a
-    // bounded number of replies.
-    for _ in 0..4096 {
-        // SAFETY: receives at most `buf.len()` bytes into `buf`, which we own.
-        let n = unsafe { libc::recv(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
-        if n <= 0 {
-            return found;
-        }
-        match parse_diag_dump(&buf[..n as usize], local, &mut found) {
-            DiagRead::More => continue,
-            DiagRead::Done => return found,
-        }
-    }
-    found
+    id[40..48].fill(0xff);
+    req
 }
 
 /// Where a dump stands after one reply.
@@ -930,13 +957,14 @@ pub(crate) enum DiagRead {
     Done,
 }
 
-/// Reads one reply of a UDP socket dump (netlink messages of `inet_diag_msg` and
-/// attributes), setting `found` to the receive buffer of the socket bound to
-/// `local`. Untrusted bytes in the sense that any length may be wrong: nothing is
-/// read past a message or an attribute.
+/// Reads one reply of a UDP socket dump or lookup (netlink messages of
+/// `inet_diag_msg` and attributes), setting `found` to the receive buffer of the
+/// socket bound to `local` (with `None`, of any socket the reply holds: a lookup's
+/// one). Untrusted bytes in the sense that any length may be wrong: nothing is read
+/// past a message or an attribute.
 pub(crate) fn parse_diag_dump(
     mut b: &[u8],
-    local: std::net::SocketAddr,
+    local: Option<std::net::SocketAddr>,
     found: &mut Option<u32>,
 ) -> DiagRead {
     let u16_at = |b: &[u8], i: usize| u16::from_ne_bytes([b[i], b[i + 1]]);
@@ -955,13 +983,17 @@ pub(crate) fn parse_diag_dump(
             let id = &msg[4..4 + DIAG_SOCKID_LEN];
             let sport = u16::from_be_bytes([id[0], id[1]]);
             let src = &id[4..20];
-            let same = sport == local.port()
-                && match local.ip() {
-                    std::net::IpAddr::V4(a) => {
-                        msg[0] == libc::AF_INET as u8 && src[..4] == a.octets()
+            let same = local.is_none_or(|local| {
+                sport == local.port()
+                    && match local.ip() {
+                        std::net::IpAddr::V4(a) => {
+                            msg[0] == libc::AF_INET as u8 && src[..4] == a.octets()
+                        }
+                        std::net::IpAddr::V6(a) => {
+                            msg[0] == libc::AF_INET6 as u8 && src == a.octets()
+                        }
                     }
-                    std::net::IpAddr::V6(a) => msg[0] == libc::AF_INET6 as u8 && src == a.octets(),
-                };
+            });
             if same {
                 let mut attrs = &msg[DIAG_MSG_LEN..];
                 while attrs.len() >= 4 {
@@ -1167,6 +1199,24 @@ mod tests {
         }
     }
 
+    /// The lookup finds the socket a datagram to the address would reach, as the
+    /// kernel delivers it: also one bound to the wildcard address.
+    #[test]
+    fn the_receive_buffer_is_that_of_the_socket_datagrams_would_reach() {
+        let s = std::net::UdpSocket::bind(("0.0.0.0", 0)).unwrap();
+        let s2 = socket2::SockRef::from(&s);
+        s2.set_recv_buffer_size(80 << 10).unwrap();
+        let want = s2.recv_buffer_size().unwrap() as u32;
+        let port = s.local_addr().unwrap().port();
+        for ip in [[127, 0, 0, 1], [127, 0, 0, 77]] {
+            let to = std::net::SocketAddr::from((ip, port));
+            assert_eq!(udp_rcvbuf_of(to), Some(want), "{to}");
+        }
+        // A port nobody listens on: no socket.
+        drop(s);
+        assert_eq!(udp_rcvbuf_of(([127, 0, 0, 1], port).into()), None);
+    }
+
     /// The dump parser reads nothing past a message or an attribute, whatever their
     /// lengths say.
     #[test]
@@ -1190,7 +1240,7 @@ mod tests {
         };
         let mut found = None;
         assert_eq!(
-            parse_diag_dump(&msg(None, 20), local, &mut found),
+            parse_diag_dump(&msg(None, 20), Some(local), &mut found),
             DiagRead::More
         );
         assert_eq!(found, Some(4242));
@@ -1203,24 +1253,31 @@ mod tests {
         ] {
             let mut found = None;
             let m = msg(nl, attr);
-            parse_diag_dump(&m, local, &mut found);
+            parse_diag_dump(&m, Some(local), &mut found);
             assert_eq!(found, None, "{nl:?} {attr}");
             for cut in 0..m.len() {
-                parse_diag_dump(&m[..cut], local, &mut found);
+                parse_diag_dump(&m[..cut], Some(local), &mut found);
             }
         }
         // Another socket's message, then the end of the dump.
         let other: std::net::SocketAddr = "127.0.0.8:4791".parse().unwrap();
         let mut found = None;
         assert_eq!(
-            parse_diag_dump(&msg(None, 20), other, &mut found),
+            parse_diag_dump(&msg(None, 20), Some(other), &mut found),
             DiagRead::More
         );
         assert_eq!(found, None);
         let mut done = vec![0u8; NLMSG_HDR_LEN];
         done[0..4].copy_from_slice(&(NLMSG_HDR_LEN as u32).to_ne_bytes());
         done[4..6].copy_from_slice(&(libc::NLMSG_DONE as u16).to_ne_bytes());
-        assert_eq!(parse_diag_dump(&done, other, &mut found), DiagRead::Done);
+        assert_eq!(
+            parse_diag_dump(&done, Some(other), &mut found),
+            DiagRead::Done
+        );
+        // A lookup's reply is taken whatever socket it names.
+        let mut found = None;
+        parse_diag_dump(&msg(None, 20), None, &mut found);
+        assert_eq!(found, Some(4242));
     }
 
     /// Datagrams given in pieces (a packet whose payload stays in its memory region)
