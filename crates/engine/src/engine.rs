@@ -1262,7 +1262,13 @@ impl Engine {
             .qps
             .get_mut(&qpn)
             .ok_or(err("set_qp_window", Errno::Inval, "no such QP"))?;
+        let before = qp.window;
         qp.window = window.map(|(w, piece)| clamp_window(w, piece));
+        // A wider window may let queued work go at once.
+        if qp.window != before && !qp.active {
+            qp.active = true;
+            self.active.push_back(qpn);
+        }
         Ok(())
     }
 

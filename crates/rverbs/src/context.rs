@@ -238,6 +238,10 @@ pub(crate) struct Shared {
     /// (deferred acknowledgements, `progress.rs`; engine-lock protected writes).
     /// (0: none; otherwise when the first deferred datagram was handled.)
     pub(crate) flush_pending: std::sync::atomic::AtomicU64,
+    /// The receive buffer (bytes) last read for each loopback RC peer GID
+    /// ([`peer_rcvbuf`]), so the QPs left sharing it can be given wider windows when
+    /// one leaves, without asking the kernel under the engine lock.
+    pub(crate) peer_rcvbufs: Mutex<std::collections::HashMap<rverbs_wire::grh::Gid, usize>>,
     /// When the driver thread will wake up on its own (engine-lock protected writes).
     pub(crate) driver_wake_at: std::sync::atomic::AtomicU64,
     /// The driver thread sleeps in its stand-off (`progress::Standoff`).
@@ -1276,6 +1280,26 @@ pub(crate) fn peer_window(rcvbuf: usize, sharers: usize) -> u32 {
     window_for_bytes(rcvbuf / sharers.max(1)).0
 }
 
+/// Sets the window of every RC QP of this context connected to the loopback peer
+/// `dgid` for an equal share of its receive buffer of `rcvbuf` bytes
+/// ([`peer_window`]); a share no tighter than the engine's own window gives the
+/// engine's back. Called when a QP connects to the peer and when one leaves it.
+pub(crate) fn share_peer_buffer(
+    e: &mut Engine,
+    dgid: rverbs_wire::grh::Gid,
+    rcvbuf: usize,
+) -> Result<()> {
+    let (own, piece) = (e.config().max_unacked_psns, e.config().read_piece_psns);
+    let sharers = e.rc_qps_to(dgid);
+    let window = Some(peer_window(rcvbuf, sharers.len()))
+        .filter(|&p| p < own)
+        .map(|p| (p, piece));
+    for q in sharers {
+        e.set_qp_window(q, window)?;
+    }
+    Ok(())
+}
+
 /// [`window_for`] of a receive buffer of `smallest` bytes.
 fn window_for_bytes(smallest: usize) -> (u32, u32) {
     const MTU_BYTES: usize = 4096;
@@ -1461,6 +1485,7 @@ impl Context {
             }),
             app_poll_at: std::sync::atomic::AtomicU64::new(0),
             flush_pending: std::sync::atomic::AtomicU64::new(0),
+            peer_rcvbufs: Mutex::new(std::collections::HashMap::new()),
             driver_wake_at: std::sync::atomic::AtomicU64::new(0),
             driver_standoff: AtomicBool::new(false),
             cq_armed: AtomicBool::new(false),

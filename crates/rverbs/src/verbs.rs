@@ -897,8 +897,46 @@ impl Drop for Qp {
             // a program that exits right after its last completion must not leave the
             // peer retrying.
             s.flush_deferred(e);
+            let dgid = e
+                .query_qp(qpn)
+                .ok()
+                .and_then(|a| a.ah_attr)
+                .map(|h| h.av.dgid);
             let _ = e.destroy_qp(qpn);
+            leave_peer(s, e, qpn, dgid);
         });
+    }
+}
+
+/// After QP `qpn` left its loopback RC peer `dgid` (destroyed, reset or in error):
+/// the context's QPs still connected there share that peer's receive buffer among
+/// fewer, so their windows widen (`share_peer_buffer`, with the buffer last read).
+fn leave_peer(
+    s: &crate::context::Shared,
+    e: &mut rverbs_engine::Engine,
+    qpn: u32,
+    dgid: Option<rverbs_wire::grh::Gid>,
+) {
+    let Some(dgid) = dgid else {
+        return;
+    };
+    let Some(b) = s
+        .peer_rcvbufs
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(&dgid)
+        .copied()
+    else {
+        return;
+    };
+    if e.qp_state(qpn)
+        .is_some_and(|st| st != QpState::Reset && st != QpState::Err)
+    {
+        return;
+    }
+    if crate::context::share_peer_buffer(e, dgid, b).is_ok() {
+        // Work the narrower windows held back may go now.
+        s.flush(e, s.now());
     }
 }
 
@@ -1038,31 +1076,35 @@ impl Qp {
             self.pd.ctx.check_sgid(h.av.sgid_index, "modify_qp")?;
         }
         let now = s.now();
+        let old_dgid = e
+            .query_qp(self.qpn)
+            .ok()
+            .and_then(|a| a.ah_attr)
+            .map(|h| h.av.dgid);
         e.modify_qp(self.qpn, attr, mask, now)?;
         if let Some(h) = av.filter(|_| self.qp_type == QpType::Rc) {
             // The peer's window if it is tighter than the engine's (our buffer's),
             // with our READ pieces (the responses come to us); else the engine's. The
             // peer's buffer is shared by every QP connected to it, this one included:
-            // their windows are set again for one more sharer. (A QP that leaves does
-            // not widen the others': they stay on the safe side.)
-            let (own, piece) = (e.config().max_unacked_psns, e.config().read_piece_psns);
-            let sharers = e.rc_qps_to(h.av.dgid);
-            let window = peer_rcvbuf
-                .map(|b| crate::context::peer_window(b, sharers.len()))
-                .filter(|&p| p < own)
-                .map(|p| (p, piece));
-            // Without the peer's buffer only this QP's window is known (the engine's).
-            let mut set = if peer_rcvbuf.is_some() {
-                sharers
-            } else {
-                Vec::new()
-            };
-            if !set.contains(&self.qpn) {
-                set.push(self.qpn);
+            // their windows are set again for one more sharer (and again for one less
+            // when a QP leaves: `Qp::drop`, `Qp::leave_peer`).
+            match peer_rcvbuf {
+                Some(b) => {
+                    s.peer_rcvbufs
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .insert(h.av.dgid, b);
+                    crate::context::share_peer_buffer(&mut e, h.av.dgid, b)?;
+                }
+                // Without the peer's buffer only this QP's window is known (the
+                // engine's).
+                None => e.set_qp_window(self.qpn, None)?,
             }
-            for q in set {
-                e.set_qp_window(q, window)?;
-            }
+        } else if mask.contains(QpAttrMask::STATE)
+            && matches!(attr.qp_state, QpState::Reset | QpState::Err)
+        {
+            // Out of the sharing: the QPs left connected to its peer take its share.
+            leave_peer(s, &mut e, self.qpn, old_dgid);
         }
         s.flush(&mut e, now);
         drop(e);

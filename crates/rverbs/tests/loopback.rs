@@ -390,4 +390,51 @@ fn qps_to_one_peer_share_its_receive_buffer() {
     }
     let counts: Vec<(u32, usize)> = psns.iter().map(|(q, p)| (*q, p.len())).collect();
     assert_eq!(counts, [(0x123, 24), (0x124, 24)], "{psns:?}");
+    // One QP leaves (destroyed): the other takes the whole buffer's window, 48 PSNs,
+    // and sends the 24 its narrower one held back. The same when it leaves by a move
+    // to the error state instead.
+    for leave in ["destroy", "error"] {
+        let (peer, ip) = silent_peer((200..=250).rev(), 256 << 10);
+        let a = end(dev.open().unwrap(), 1 << 20);
+        let b = a.pd.create_qp(&QpInitAttr::new(QpType::Rc, &a.cq)).unwrap();
+        // A 4 s ACK timeout: the silent peer's missing ACKs must not wear out the
+        // retries (and move the QP to the error state) while the test reads.
+        let opts = ConnectOpts {
+            timeout: 20,
+            ..ConnectOpts::default()
+        };
+        for (qp, rqpn) in [(&a.qp, 0x123), (&b, 0x124)] {
+            let to_peer = PeerInfo {
+                qpn: rqpn,
+                psn: 0,
+                gid: Gid::from(ip),
+            };
+            qp.connect(&to_peer, &opts).unwrap();
+        }
+        for i in 0..8 {
+            a.qp.post_send(&SendRequest::write(i, &[a.mr.slice(0..1 << 16)], remote))
+                .unwrap();
+        }
+        let sent = |peer: &std::net::UdpSocket| {
+            let mut psns = std::collections::BTreeSet::new();
+            let mut buf = [0u8; 2048];
+            while let Ok(n) = peer.recv(&mut buf) {
+                assert!(n > 12);
+                psns.insert(u32::from_be_bytes([0, buf[9], buf[10], buf[11]]));
+            }
+            psns
+        };
+        assert_eq!(sent(&peer).len(), 24, "{leave}: two sharers");
+        if leave == "destroy" {
+            drop(b);
+        } else {
+            b.modify(&QpModify::to(QpState::Err)).unwrap();
+        }
+        let more = sent(&peer);
+        assert_eq!(
+            (more.len(), more.first(), more.last()),
+            (24, Some(&24), Some(&47)),
+            "{leave}: alone, PSNs 24..48 follow"
+        );
+    }
 }
