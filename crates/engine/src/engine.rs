@@ -191,11 +191,11 @@ pub struct MrKeys {
     pub rkey: u32,
 }
 
-/// A requester window within [`crate::MIN_UNACKED_PSNS`] ..= 2^23 (past half the
-/// 24-bit PSN space a responder could not tell a new PSN from a duplicate), and a
-/// READ piece of at most that window.
-fn clamp_window(window: u32, piece: u32) -> (u32, u32) {
-    let w = window.clamp(crate::qp::MIN_UNACKED_PSNS, 1 << 23);
+/// A requester window within `floor` ..= 2^23 (past half the 24-bit PSN space a
+/// responder could not tell a new PSN from a duplicate), and a READ piece of at most
+/// that window.
+fn clamp_window(window: u32, piece: u32, floor: u32) -> (u32, u32) {
+    let w = window.clamp(floor, 1 << 23);
     (w, piece.min(w))
 }
 
@@ -287,8 +287,11 @@ impl Engine {
     /// A new engine.
     pub fn new(mut cfg: Config) -> Self {
         // The window and READ piece are kept clamped ([`Config::max_unacked_psns`]).
-        (cfg.max_unacked_psns, cfg.read_piece_psns) =
-            clamp_window(cfg.max_unacked_psns, cfg.read_piece_psns);
+        (cfg.max_unacked_psns, cfg.read_piece_psns) = clamp_window(
+            cfg.max_unacked_psns,
+            cfg.read_piece_psns,
+            crate::MIN_UNACKED_PSNS,
+        );
         let rng = cfg.seed | 1;
         let next_qpn = if (FIRST_QPN..=MAX_QPN).contains(&cfg.first_qpn) {
             cfg.first_qpn
@@ -1253,9 +1256,10 @@ impl Engine {
 
     /// Gives RC QP `qpn` its own requester window and READ piece (see
     /// [`Config::max_unacked_psns`] and [`Config::read_piece_psns`], which it
-    /// overrides; clamped the same way, the piece to the window): for a driver that
-    /// knows how many packets this QP's peer can take at once (the `rverbs` loopback
-    /// device reads the peer socket's receive buffer). `None` goes back to the
+    /// overrides; clamped the same way but down to [`crate::MIN_QP_WINDOW`], the piece
+    /// to the window): for a driver that knows how many packets this QP's peer can
+    /// take at once (the `rverbs` loopback device reads the peer socket's receive
+    /// buffer and splits it among the QPs sending to it). `None` goes back to the
     /// engine's.
     pub fn set_qp_window(&mut self, qpn: u32, window: Option<(u32, u32)>) -> VerbResult<()> {
         let qp = self
@@ -1263,7 +1267,7 @@ impl Engine {
             .get_mut(&qpn)
             .ok_or(err("set_qp_window", Errno::Inval, "no such QP"))?;
         let before = qp.window;
-        qp.window = window.map(|(w, piece)| clamp_window(w, piece));
+        qp.window = window.map(|(w, piece)| clamp_window(w, piece, crate::qp::MIN_QP_WINDOW));
         // A wider window may let queued work go at once.
         if qp.window != before && !qp.active {
             qp.active = true;

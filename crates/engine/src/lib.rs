@@ -34,7 +34,7 @@ pub use net::{Body, Datagram, Transmit};
 pub use objects::{KEY_TAG_BITS, MAX_MR};
 pub use qp::{
     ack_nudge_ns, ack_timeout_ns, ACK_NUDGE_MAX_NS, ACK_NUDGE_MIN_NS, MAX_PKT_PER_ACK,
-    MAX_UNACKED_PSNS, MIN_UNACKED_PSNS, RNR_TIMER_NS,
+    MAX_UNACKED_PSNS, MIN_QP_WINDOW, MIN_UNACKED_PSNS, RNR_TIMER_NS,
 };
 pub use resp::{grh_area, GRH_AREA};
 pub use types::*;

@@ -216,14 +216,71 @@ fn a_qp_window_is_clamped_and_can_be_dropped() {
     let (a, _) = pair(&mut sim, &PairOpts::default());
     let e = &mut sim.engines[0];
     assert_eq!(e.qp_window(a.qpn), Some((128, 0)));
-    e.set_qp_window(a.qpn, Some((4, 100))).unwrap();
-    assert_eq!(e.qp_window(a.qpn), Some((16, 16)));
+    // Down to MIN_QP_WINDOW (a driver's share of a small peer buffer), not the
+    // engine's 16-PSN floor.
+    e.set_qp_window(a.qpn, Some((2, 100))).unwrap();
+    assert_eq!(e.qp_window(a.qpn), Some((4, 4)));
+    e.set_qp_window(a.qpn, Some((9, 100))).unwrap();
+    assert_eq!(e.qp_window(a.qpn), Some((9, 9)));
     e.set_qp_window(a.qpn, Some((78, 0))).unwrap();
     assert_eq!(e.qp_window(a.qpn), Some((78, 0)));
     e.set_qp_window(a.qpn, None).unwrap();
     assert_eq!(e.qp_window(a.qpn), Some((128, 0)));
     assert!(e.set_qp_window(a.qpn + 1000, None).is_err());
     assert_eq!(e.qp_window(a.qpn + 1000), None);
+}
+
+/// A 4-PSN window (one QP's share of a small peer buffer among many) still moves
+/// everything: a 100-packet WRITE and a 100-packet READ go in bursts of at most four
+/// packets, each burst answered before the next, and arrive whole.
+#[test]
+fn a_four_psn_window_moves_data_in_bursts_of_four() {
+    let mut sim = Sim::new(2, false, LinkConfig::default(), 23);
+    let (a, b) = pair(&mut sim, &read_opts());
+    sim.engines[0].set_qp_window(a.qpn, Some((4, 4))).unwrap();
+    let len = 100 * 1024;
+    let src = pattern(len, 3);
+    fill(&a, 0, &src);
+    let mut w = wr(1, WrOpcode::RdmaWrite, vec![sge(&a, 0, len as u32)]);
+    w.remote_addr = b.base;
+    w.rkey = b.keys.rkey;
+    sim.engines[0].post_send(a.qpn, w, 0).unwrap();
+    let back_src = pattern(len, 9);
+    fill(&b, len, &back_src);
+    let mut r = wr(2, WrOpcode::RdmaRead, vec![sge(&a, len as u64, len as u32)]);
+    r.remote_addr = b.base + len as u64;
+    r.rkey = b.keys.rkey;
+    sim.engines[0].post_send(a.qpn, r, 0).unwrap();
+    let mut rounds = 0;
+    loop {
+        let out = sent(&mut sim, 0, 0);
+        for t in &out {
+            sim.engines[1].handle_datagram(0, &t.as_received());
+        }
+        let back = sent(&mut sim, 1, 0);
+        // WRITE packets, or READ responses to pieces of the window.
+        assert!(
+            out.len() <= 4 && back.len() <= 4,
+            "{} / {}",
+            out.len(),
+            back.len()
+        );
+        for t in &back {
+            sim.engines[0].handle_datagram(0, &t.as_received());
+        }
+        if out.is_empty() && back.is_empty() {
+            break;
+        }
+        rounds += 1;
+        assert!(rounds < 200, "no progress");
+    }
+    let wcs = drain(&mut sim, &a);
+    let got: Vec<(u64, WcStatus)> = wcs.iter().map(|w| (w.wr_id, w.status)).collect();
+    assert_eq!(got, [(1, WcStatus::Success), (2, WcStatus::Success)]);
+    assert_eq!(b.mem.snapshot()[..len], src[..]);
+    assert_eq!(a.mem.snapshot()[len..2 * len], back_src[..]);
+    assert!(rounds >= 50, "{rounds} rounds for 200 packets in fours");
+    assert_eq!(sim.engines[0].counters().retransmitted_packets, 0);
 }
 
 /// Everything engine `i` of `sim` sends at `now`.

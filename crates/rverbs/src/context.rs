@@ -1271,13 +1271,26 @@ pub(crate) fn peer_rcvbuf(dgid: rverbs_wire::grh::Gid) -> Option<usize> {
 
 /// The RC requester's window for each of `sharers` QPs of this context connected to a
 /// loopback peer whose socket has `rcvbuf` bytes of receive buffer ([`peer_rcvbuf`]):
-/// the window [`window_for`] gives ours, of an equal share of that buffer (at least
-/// [`rverbs_engine::MIN_UNACKED_PSNS`]), so that their bursts together fit it as one
-/// QP's does. An unprivileged peer beside a root process (416 KiB against 256 MiB of
-/// buffer under the default `net.core.rmem_max`) took 512-PSN bursts and went back N
-/// all the time (28,000–44,000 packets resent in 3 s of 64 KiB WRITEs or SENDs).
+/// the window [`window_for`] gives ours, of an equal share of that buffer, so that
+/// their bursts together fit it as one QP's does. An unprivileged peer beside a root
+/// process (416 KiB against 256 MiB of buffer under the default `net.core.rmem_max`)
+/// took 512-PSN bursts and went back N all the time (28,000–44,000 packets resent in
+/// 3 s of 64 KiB WRITEs or SENDs). One QP gets at least
+/// [`rverbs_engine::MIN_UNACKED_PSNS`], as our own buffer's window; a share goes down
+/// to [`rverbs_engine::MIN_QP_WINDOW`], so up to 19 QPs to a 416 KiB peer fit it
+/// together (with the 16-PSN floor 8 already overflowed it).
 pub(crate) fn peer_window(rcvbuf: usize, sharers: usize) -> u32 {
-    window_for_bytes(rcvbuf / sharers.max(1)).0
+    let share = rcvbuf / sharers.max(1);
+    let (w, _) = window_for_bytes(share);
+    if sharers <= 1 || w > rverbs_engine::MIN_UNACKED_PSNS {
+        w
+    } else {
+        let psns = (share / 4 * 3 / 4096) as u32;
+        psns.clamp(
+            rverbs_engine::MIN_QP_WINDOW,
+            rverbs_engine::MIN_UNACKED_PSNS,
+        )
+    }
 }
 
 /// Sets the window of every RC QP of this context connected to the loopback peer
@@ -1782,7 +1795,7 @@ fn plan(shared: &Shared, e: &Engine, bound: Nanos, busy_at: &mut Nanos) -> Nanos
 
 #[cfg(test)]
 mod tests {
-    use super::{window_for, PollBatch, RX_BATCH, RX_SLOT};
+    use super::{peer_window, window_for, PollBatch, RX_BATCH, RX_SLOT};
     use crate::sys;
     use socket2::{Domain, Socket, Type};
     use std::net::{IpAddr, Ipv4Addr};
@@ -1852,6 +1865,27 @@ mod tests {
             wants.push((n, pb.want()));
         }
         assert_eq!(wants, [(1, 1), (1, 2), (2, 4), (4, 8)]);
+    }
+
+    /// QPs sharing a peer's buffer get windows that fit it together: an equal share
+    /// each, down to 4 PSNs (one QP alone keeps the 16-PSN floor of our own window).
+    #[test]
+    fn shared_peer_windows_fit_the_buffer_together() {
+        let stock = 416 << 10; // an unprivileged peer's buffer, 78 PSNs of it usable
+        assert_eq!(peer_window(stock, 1), 78);
+        assert_eq!(peer_window(stock, 0), 78);
+        assert_eq!(peer_window(stock, 2), 39);
+        assert_eq!(peer_window(stock, 4), 19);
+        assert_eq!(peer_window(stock, 8), 9);
+        for n in 1..=19 {
+            assert!(n as u32 * peer_window(stock, n) <= 78, "{n} sharers");
+        }
+        assert_eq!(peer_window(stock, 19), 4);
+        assert_eq!(peer_window(stock, 1000), rverbs_engine::MIN_QP_WINDOW);
+        // A tiny buffer alone: our own window's floor.
+        assert_eq!(peer_window(32 << 10, 1), rverbs_engine::MIN_UNACKED_PSNS);
+        // Room enough for rxe's window each, or more: unchanged by the sharing.
+        assert_eq!(peer_window(256 << 20, 8), 512);
     }
 
     /// The requester's window follows the smallest receive buffer: one window in three
