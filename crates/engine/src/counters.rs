@@ -70,6 +70,10 @@ counters! {
     /// Repeated READ requests that moved the response stream still queued for that
     /// READ to the asked PSN instead of queueing another copy (responder).
     rx_read_replays_merged,
+    /// READ response packets sent again, for a repeated READ request (responder):
+    /// the responder's share of a READ's recovery, which `retransmitted_packets` (the
+    /// requests sent again) does not count.
+    tx_read_responses_resent,
     /// Gaps in READ responses (implied NAKs) the requester waited out for the
     /// reordering window before asking again.
     implied_nak_waits,
@@ -98,6 +102,6 @@ mod tests {
             ..Default::default()
         };
         assert!(c.iter().any(|(n, v)| n == "rx_icrc_errors" && v == 3));
-        assert_eq!(c.iter().count(), 31);
+        assert_eq!(c.iter().count(), 32);
     }
 }

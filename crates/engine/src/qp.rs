@@ -299,6 +299,8 @@ pub(crate) enum RespOut {
         first_psn: Psn,
         npkts: u32,
         next: u32,
+        /// Responses of this READ sent before (those below are replays).
+        sent: u32,
         msn: u32,
     },
     AtomicAck {

@@ -334,6 +334,7 @@ impl Qp {
                     first_psn: psn,
                     npkts,
                     next: 0,
+                    sent: 0,
                     msn: self.msn,
                 });
                 self.epsn = psn.add(npkts);
@@ -485,11 +486,13 @@ impl Qp {
                         }
                         let seg = seg.clone();
                         let msn = self.msn;
+                        // No stream queued: the first one sent every response.
                         self.out.push_back(RespOut::Read {
                             seg,
                             first_psn: first,
                             npkts,
                             next: k,
+                            sent: npkts,
                             msn,
                         });
                     }
@@ -612,9 +615,14 @@ impl Qp {
                 first_psn,
                 npkts,
                 next,
+                sent,
                 msn,
             } => {
                 let k = *next;
+                if k < *sent {
+                    ctx.counters.tx_read_responses_resent += 1;
+                }
+                *sent = (*sent).max(k + 1);
                 let off = k as usize * mtu;
                 let len = seg.len.saturating_sub(off).min(mtu);
                 let (mem, at) = (seg.mem.clone(), seg.offset + off);

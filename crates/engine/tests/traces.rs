@@ -110,6 +110,9 @@ fn duplicate_read_request_replays_from_the_asked_psn() {
     let c = sim.engines[0].counters();
     assert_eq!((c.implied_nak_waits, c.rx_read_out_of_order), (1, 1));
     assert_eq!(&a.mem.snapshot()[..3000], &data[..3000]);
+    // One request sent again, two responses sent again: each side counts its own.
+    assert_eq!(c.retransmitted_packets, 1);
+    assert_eq!(sim.engines[1].counters().tx_read_responses_resent, 2);
 
     // A second READ loses only its LAST: after the timeout the requester asks for the
     // last PSN, and the replay is a single READ_RESPONSE_LAST.
@@ -813,6 +816,8 @@ fn repeated_read_request_moves_the_queued_stream_instead_of_adding_one() {
         (cb.rx_duplicate_requests, cb.rx_read_replays_merged),
         (1, 1)
     );
+    // The stream moved back before it sent anything: nothing was sent twice.
+    assert_eq!(cb.tx_read_responses_resent, 0);
     rx_all(&mut sim, &resp);
     assert_eq!(st(&drain(&mut sim, &a)), [(1, WcStatus::Success)]);
     assert_eq!(&a.mem.snapshot()[..3000], &data[..]);

@@ -515,7 +515,8 @@ pub trait Bench {
         p: &mut Progress,
     ) -> Result<(Side, Vec<u64>), String>;
     /// Packets this side has sent again so far (go-back-N retransmissions of the RC
-    /// requester; TCP's retransmitted segments); the difference over a test goes
+    /// requester and READ responses a responder replays; TCP's retransmitted
+    /// segments); the difference over a test goes
     /// into its [`Side`].
     fn resent(&self) -> u64;
 }

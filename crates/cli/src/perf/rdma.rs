@@ -194,7 +194,10 @@ impl Rdma {
 
 impl Bench for Rdma {
     fn resent(&self) -> u64 {
-        self.ctx.counters().retransmitted_packets
+        // Requests sent again, and READ responses sent again for a repeated request
+        // (a READ's recovery costs both sides packets).
+        let c = self.ctx.counters();
+        c.retransmitted_packets + c.tx_read_responses_resent
     }
 
     fn bw(
