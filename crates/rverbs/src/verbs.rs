@@ -1812,3 +1812,82 @@ impl Drop for Ah {
         });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::{ConnectOpts, Gid, PeerInfo, QpInitAttr, QpType};
+
+    /// A free loopback address: nothing is bound to its port 4791.
+    fn unbound_address() -> std::net::Ipv4Addr {
+        (2..=254)
+            .rev()
+            .map(|x| std::net::Ipv4Addr::new(127, 0, 0, x))
+            .find(|ip| std::net::UdpSocket::bind((*ip, 4791)).is_ok())
+            .expect("a free 127.0.0.x:4791")
+    }
+
+    /// An RC QP connected over loopback to an address no socket holds (the kernel shows
+    /// no receive buffer) keeps the engine's window, whatever the other QPs of the
+    /// context do; one connected to a real peer socket with a small buffer gets that
+    /// buffer's window, and the QP without a known peer is not counted as a sharer.
+    #[test]
+    fn a_peer_without_a_socket_leaves_the_engines_window() {
+        let dev = crate::device(None).unwrap();
+        let ctx = dev.open().unwrap();
+        let pd = ctx.alloc_pd().unwrap();
+        let cq = ctx.create_cq(8).unwrap();
+        let qp = |_: ()| pd.create_qp(&QpInitAttr::new(QpType::Rc, &cq)).unwrap();
+        let (lone, small) = (qp(()), qp(()));
+        let window = |q: &crate::Qp| {
+            let e = ctx.shared().lock();
+            (
+                e.qp_window(q.qp_num()).unwrap(),
+                e.config().max_unacked_psns,
+            )
+        };
+        let nobody = unbound_address();
+        lone.connect(
+            &PeerInfo {
+                qpn: 0x55,
+                psn: 0,
+                gid: Gid::from(nobody),
+            },
+            &ConnectOpts::default(),
+        )
+        .unwrap();
+        let (w, own) = window(&lone);
+        assert_eq!(w.0, own, "no peer socket: the engine's window");
+        // A peer socket with 128 KiB of buffer: 24 PSNs.
+        let peer = (2..=254)
+            .rev()
+            .map(|x| std::net::Ipv4Addr::new(127, 0, 0, x))
+            .filter(|ip| *ip != nobody)
+            .find_map(|ip| std::net::UdpSocket::bind((ip, 4791)).ok())
+            .expect("a free 127.0.0.x:4791");
+        socket2::SockRef::from(&peer)
+            .set_recv_buffer_size(64 << 10)
+            .unwrap();
+        let at = match peer.local_addr().unwrap().ip() {
+            std::net::IpAddr::V4(a) => a,
+            _ => unreachable!(),
+        };
+        small
+            .connect(
+                &PeerInfo {
+                    qpn: 0x56,
+                    psn: 0,
+                    gid: Gid::from(at),
+                },
+                &ConnectOpts::default(),
+            )
+            .unwrap();
+        if own > 24 {
+            assert_eq!(window(&small).0 .0, 24);
+        }
+        assert_eq!(
+            window(&lone).0 .0,
+            own,
+            "the other peer's buffer is not ours"
+        );
+    }
+}
