@@ -164,6 +164,11 @@ run_case write_bw rv-client 4096 200 "-l 4"
 run_case send_bw rv-server 3000 200 "-l 4"
 run_case write_bw rv-client 1024 "" "-D 2 -l 2 -t 32"
 run_case read_bw rv-server 4096 "" "-D 2"
+# Bidirectional (-b, perftest's duplex): both sides send, each prints the sum.
+run_case write_bw rv-client 4096 200 "-b"
+run_case write_bw rv-server 4096 200 "-b"
+run_case read_bw rv-server 4096 100 "-b"
+run_case atomic_bw rv-client "" 200 "-b"
 # RoCE v2 over IPv6 GIDs.
 GIDX=2 run_case send_bw rv-server 3000 100
 GIDX=2 run_case write_lat rv-client 100 100

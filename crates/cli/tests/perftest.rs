@@ -67,6 +67,35 @@ fn post_lists_and_durations_in_both_roles() {
     }
 }
 
+/// -b: both sides send (perftest's duplex mode), each reports the sum of the two
+/// directions; also with -D, and per size in a sweep (with its extra handshake).
+#[test]
+fn bidirectional_bandwidth_in_both_roles() {
+    for (i, op) in ["write", "read", "atomic"].iter().enumerate() {
+        let (s, c) = pair(
+            &[op, "bw", "-b", "-n", "200", "-s", "1000"],
+            19450 + i as u16,
+        );
+        assert_eq!((s.len(), c.len()), (1, 1), "{op}: {s:?} {c:?}");
+        // 200 each way.
+        assert_eq!(field(&c[0], "msgs"), "400", "{op}: {}", c[0]);
+        assert_eq!(field(&s[0], "msgs"), "400", "{op}: {}", s[0]);
+    }
+    let (s, c) = pair(&["write", "bw", "-b", "-D", "0.5", "-s", "512"], 19453);
+    assert_eq!((s.len(), c.len()), (1, 1), "-D: {s:?} {c:?}");
+    assert_eq!(
+        field(&s[0], "msgs"),
+        field(&c[0], "msgs"),
+        "-D: {s:?} {c:?}"
+    );
+    assert!(num(&c[0], "msgs") >= 2.0, "-D: {}", c[0]);
+    for (i, op) in ["write", "read"].iter().enumerate() {
+        let (s, c) = pair(&[op, "bw", "-b", "-a", "-n", "5"], 19454 + i as u16);
+        assert_eq!((s.len(), c.len()), (23, 23), "{op} -a: {s:?} {c:?}");
+        assert!(c.iter().all(|l| field(l, "msgs") == "10"), "{op}: {c:?}");
+    }
+}
+
 #[test]
 fn latency_tools_in_both_roles() {
     for (i, op) in ["write", "send", "read", "atomic"].iter().enumerate() {
@@ -167,7 +196,7 @@ fn bad_peers_get_a_clear_error() {
 fn unspoken_options_are_refused() {
     let bin = env!("CARGO_BIN_EXE_rverbs");
     for args in [
-        &["write", "bw", "-b"][..],
+        &["send", "bw", "-b"][..],
         &["send", "bw", "-D", "1"],
         &["write", "lat", "-D", "1"],
         &["write", "bw", "-D", "1", "-a"],
