@@ -283,6 +283,64 @@ fn a_four_psn_window_moves_data_in_bursts_of_four() {
     assert_eq!(sim.engines[0].counters().retransmitted_packets, 0);
 }
 
+/// A READ that started under a wider window but had not asked for its first piece
+/// when the window narrowed (another QP came to share the peer's buffer) asks in
+/// pieces of the narrower window: a first piece wider than the window would never
+/// fit it, and the READ would wait until its retries ran out.
+#[test]
+fn a_read_held_back_when_the_window_narrows_asks_in_narrower_pieces() {
+    let mut sim = Sim::new(2, false, LinkConfig::default(), 24);
+    let (a, b) = pair(&mut sim, &read_opts());
+    sim.engines[0].set_qp_window(a.qpn, Some((32, 32))).unwrap();
+    // 20 WRITE packets first: the READ behind them starts, but its 32-PSN first piece
+    // waits until they are acknowledged.
+    let mut w = wr(1, WrOpcode::RdmaWrite, vec![sge(&a, 0, 20 * 1024)]);
+    w.remote_addr = b.base;
+    w.rkey = b.keys.rkey;
+    sim.engines[0].post_send(a.qpn, w, 0).unwrap();
+    let len = 100 * 1024;
+    let src = pattern(len, 5);
+    fill(&b, 0x40000, &src);
+    post_read_at(&mut sim, &a, &b, 2, len, 0x40000);
+    let first = sent(&mut sim, 0, 0);
+    assert_eq!(first.len(), 20, "the WRITE only");
+    sim.engines[0].set_qp_window(a.qpn, Some((8, 8))).unwrap();
+    let mut pending = first;
+    let mut asked = Vec::new();
+    for _ in 0..100 {
+        for t in &pending {
+            let p = rverbs_wire::packet::Packet::new_checked(&t.payload[..]).unwrap();
+            if let Some(r) = p.reth().filter(|_| p.bth().opcode().0 == 0x0c) {
+                asked.push(r.dma_len());
+            }
+            sim.engines[1].handle_datagram(0, &t.as_received());
+        }
+        for t in &sent(&mut sim, 1, 0) {
+            sim.engines[0].handle_datagram(0, &t.as_received());
+        }
+        pending = sent(&mut sim, 0, 0);
+        if pending.is_empty() {
+            break;
+        }
+    }
+    let wcs = drain(&mut sim, &a);
+    let got: Vec<(u64, WcStatus)> = wcs.iter().map(|w| (w.wr_id, w.status)).collect();
+    assert_eq!(got, [(1, WcStatus::Success), (2, WcStatus::Success)]);
+    assert_eq!(a.mem.snapshot()[..len], src[..]);
+    // 100 KiB in pieces of the 8-PSN window (MTU 1024): twelve of 8 KiB, one of 4.
+    let want: Vec<u32> = (0..13).map(|i| if i < 12 { 8192 } else { 4096 }).collect();
+    assert_eq!(asked, want);
+}
+
+/// Posts on `a` a signaled READ of `len` bytes from offset `from` of `b`'s region into
+/// the start of `a`'s.
+fn post_read_at(sim: &mut Sim, a: &End, b: &End, wr_id: u64, len: usize, from: u64) {
+    let mut w = wr(wr_id, WrOpcode::RdmaRead, vec![sge(a, 0, len as u32)]);
+    w.remote_addr = b.base + from;
+    w.rkey = b.keys.rkey;
+    sim.engines[0].post_send(a.qpn, w, sim.now).unwrap();
+}
+
 /// Everything engine `i` of `sim` sends at `now`.
 fn sent(sim: &mut Sim, i: usize, now: Nanos) -> Vec<Transmit> {
     std::iter::from_fn(|| sim.engines[i].poll_transmit(now)).collect()
