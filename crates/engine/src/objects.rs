@@ -123,11 +123,13 @@ impl std::ops::Deref for InlineBytes {
     }
 }
 
-/// Resolved SGEs. Most work requests have one, kept without an allocation (a receive
-/// WQE is resolved for every SEND that arrives).
+/// Resolved SGEs. Most work requests have one or two (as many as an
+/// [`crate::SgList`] holds in place), kept without an allocation (a receive WQE is
+/// resolved for every SEND that arrives).
 #[derive(Clone)]
 pub(crate) enum Segs {
     One(Seg),
+    Two([Seg; 2]),
     Many(Vec<Seg>),
 }
 
@@ -135,11 +137,12 @@ impl Segs {
     /// No segment.
     pub(crate) const NONE: Segs = Segs::Many(Vec::new());
 
-    /// Appends `seg`: the first is kept in place, a second moves both to a `Vec`.
+    /// Appends `seg`: the first two are kept in place, a third moves all to a `Vec`.
     pub(crate) fn push(&mut self, seg: Seg) {
         *self = match std::mem::replace(self, Segs::NONE) {
             Segs::Many(v) if v.is_empty() => Segs::One(seg),
-            Segs::One(first) => Segs::Many(vec![first, seg]),
+            Segs::One(first) => Segs::Two([first, seg]),
+            Segs::Two([a, b]) => Segs::Many(vec![a, b, seg]),
             Segs::Many(mut v) => {
                 v.push(seg);
                 Segs::Many(v)
@@ -153,6 +156,7 @@ impl std::ops::Deref for Segs {
     fn deref(&self) -> &[Seg] {
         match self {
             Segs::One(s) => std::slice::from_ref(s),
+            Segs::Two(two) => two,
             Segs::Many(v) => v,
         }
     }
@@ -165,6 +169,7 @@ impl Data {
         match self {
             Data::Inline(b) => b.shared(),
             Data::Segs(Segs::One(s)) => Arc::strong_count(&s.mem) == 1,
+            Data::Segs(Segs::Two(two)) => two.iter().any(|s| Arc::strong_count(&s.mem) == 1),
             Data::Segs(Segs::Many(v)) => v.capacity() > 0,
         }
     }
@@ -411,7 +416,9 @@ mod tests {
         let mut many = Segs::NONE;
         many.push(seg(&mem));
         many.push(seg(&mem));
-        assert!(Data::Segs(many).frees());
+        assert!(!Data::Segs(many.clone()).frees(), "two: in place");
+        many.push(seg(&mem));
+        assert!(Data::Segs(many).frees(), "three: a list");
         // INLINE bytes: up to INLINE_SMALL in place, longer ones allocated.
         for (n, frees) in [(0, false), (INLINE_SMALL, false), (INLINE_SMALL + 1, true)] {
             let mut b = InlineBytes::zeroed(n);
@@ -505,6 +512,10 @@ mod tests {
         let (one, _) = resolve_sges(&mrs, 1, &[sge(0x1004, 2)], Access::NONE).unwrap();
         assert!(matches!(one, Data::Segs(Segs::One(_))));
         assert_eq!(offsets(&one), [(4, 2)]);
+        let two = [sge(0x1001, 1), sge(0x1010, 2)];
+        let (pair, _) = resolve_sges(&mrs, 1, &two, Access::NONE).unwrap();
+        assert!(matches!(pair, Data::Segs(Segs::Two(_))));
+        assert_eq!(offsets(&pair), [(1, 1), (16, 2)]);
         let three = [sge(0x1001, 1), sge(0x1010, 2), sge(0x1020, 3)];
         let (many, total) = resolve_sges(&mrs, 1, &three, Access::NONE).unwrap();
         assert_eq!(total, 6);
