@@ -28,8 +28,9 @@ pub const MAX_PKT_PER_ACK: u32 = 64;
 /// The smallest requester window [`crate::Config::max_unacked_psns`] may set.
 pub const MIN_UNACKED_PSNS: u32 = 16;
 /// The smallest window [`crate::Engine::set_qp_window`] gives one QP: a driver that
-/// splits a small peer buffer among many QPs may go below [`MIN_UNACKED_PSNS`] (the
-/// requester then asks for an ACK every half window).
+/// splits a small peer buffer among many QPs may go below [`MIN_UNACKED_PSNS`] (with
+/// so few PSNs out, the requester asks for an ACK at every message end and every half
+/// window within a long message).
 pub const MIN_QP_WINDOW: u32 = 4;
 /// The default P_Key (index 0 of the only P_Key table entry).
 pub const DEFAULT_PKEY: u16 = 0xffff;

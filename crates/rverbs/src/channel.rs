@@ -215,7 +215,8 @@ impl EventHub {
     }
 
     /// Moves the engine's pending events to their queues (under the engine lock).
-    pub(crate) fn dispatch(&self, engine: &mut Engine) {
+    /// Returns the QPs that entered the error state (their `QpFatal` events).
+    pub(crate) fn dispatch(&self, engine: &mut Engine) -> Vec<u32> {
         if engine.has_completion_events() {
             let routes = lock(&self.routes);
             while let Some(cq) = engine.poll_completion_event() {
@@ -224,9 +225,14 @@ impl EventHub {
                 }
             }
         }
+        let mut fatal = Vec::new();
         while let Some(ev) = engine.poll_event() {
+            if let rverbs_engine::AsyncEvent::QpFatal(qpn) = ev {
+                fatal.push(qpn);
+            }
             self.asyncs.push(AsyncEvent::from_engine(ev));
         }
+        fatal
     }
 
     /// Binds a new CQ to `channel` (the context's default without one).

@@ -349,7 +349,36 @@ impl Shared {
         // packets left (`Engine::reclaim`): a ping-pong's reply does not wait for them.
         engine.reclaim();
         self.activity.fetch_add(1, Ordering::Release);
-        self.hub.dispatch(engine);
+        self.dispatch(engine);
+    }
+
+    /// Hands the engine's completion and async events to their waiters. A QP the
+    /// engine moved to the error state (retries exhausted, a fatal NAK) leaves the
+    /// sharing of its loopback peer's buffer: the QPs still connected there get wider
+    /// windows, and the driver thread is woken to send what they let go.
+    pub(crate) fn dispatch(&self, engine: &mut Engine) {
+        for qpn in self.hub.dispatch(engine) {
+            let dgid = engine
+                .query_qp(qpn)
+                .ok()
+                .and_then(|a| a.ah_attr)
+                .map(|h| h.av.dgid);
+            if dgid.is_some_and(|g| self.reshare_peer(engine, g)) {
+                self.wake();
+            }
+        }
+    }
+
+    /// Sets again the windows of the QPs connected to loopback peer `dgid` for the
+    /// peer's buffer last read ([`share_peer_buffer`]); false when it was never read.
+    pub(crate) fn reshare_peer(&self, engine: &mut Engine, dgid: rverbs_wire::grh::Gid) -> bool {
+        let known = self
+            .peer_rcvbufs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&dgid)
+            .copied();
+        known.is_some_and(|b| share_peer_buffer(engine, dgid, b).is_ok())
     }
 
     /// Builds the deferred answers (`progress.rs`) into the send queue without sending
@@ -919,7 +948,7 @@ impl Shared {
             self.flush(&mut engine, now);
         }
         self.activity.fetch_add(1, Ordering::Release);
-        self.hub.dispatch(&mut engine);
+        self.dispatch(&mut engine);
         Some(n)
     }
 

@@ -101,7 +101,7 @@ impl Shared {
         if did {
             self.activity.fetch_add(1, Ordering::Release);
             // Event waiters on other CQs need not wait for the deferred flush.
-            self.hub.dispatch(engine);
+            self.dispatch(engine);
         }
         did
     }
@@ -116,7 +116,7 @@ impl Shared {
         } else {
             self.prebuild(engine);
             self.activity.fetch_add(1, Ordering::Release);
-            self.hub.dispatch(engine);
+            self.dispatch(engine);
         }
     }
 

@@ -923,8 +923,9 @@ pub(crate) fn udp_rcvbuf_of(local: std::net::SocketAddr) -> Option<u32> {
 }
 
 /// The `nlmsghdr` + `inet_diag_req_v2` of an exact UDP lookup (no `NLM_F_DUMP`): the
-/// socket a datagram from anywhere (`idiag_src`, `idiag_sport` zero) to `to` would
-/// reach, with its memory counters; any cookie (`INET_DIAG_NOCOOKIE`).
+/// socket a datagram from anywhere (`idiag_src`, `idiag_sport` zero) to `to`, arriving
+/// over loopback, would reach, with its memory counters; any cookie
+/// (`INET_DIAG_NOCOOKIE`).
 fn diag_lookup_request(to: std::net::SocketAddr, family: libc::c_int) -> [u8; 72] {
     let mut req = [0u8; NLMSG_HDR_LEN + 8 + DIAG_SOCKID_LEN];
     let len = req.len() as u32;
@@ -944,6 +945,10 @@ fn diag_lookup_request(to: std::net::SocketAddr, family: libc::c_int) -> [u8; 72
         std::net::IpAddr::V4(a) => id[20..24].copy_from_slice(&a.octets()),
         std::net::IpAddr::V6(a) => id[20..36].copy_from_slice(&a.octets()),
     }
+    // The interface the datagram arrives on: loopback (`LOOPBACK_IFINDEX`, 1 in every
+    // network namespace), so a socket bound to it (SO_BINDTODEVICE) is found as well
+    // as an unbound one.
+    id[36..40].copy_from_slice(&1u32.to_ne_bytes());
     id[40..48].fill(0xff);
     req
 }
@@ -1211,6 +1216,14 @@ mod tests {
         for ip in [[127, 0, 0, 1], [127, 0, 0, 77]] {
             let to = std::net::SocketAddr::from((ip, port));
             assert_eq!(udp_rcvbuf_of(to), Some(want), "{to}");
+        }
+        // A socket bound to the loopback device is found too (as root: binding to a
+        // device needs CAP_NET_RAW).
+        let lo = std::net::UdpSocket::bind(("127.0.0.1", 0)).unwrap();
+        if socket2::SockRef::from(&lo).bind_device(Some(b"lo")).is_ok() {
+            let at = lo.local_addr().unwrap();
+            let want = socket2::SockRef::from(&lo).recv_buffer_size().unwrap() as u32;
+            assert_eq!(udp_rcvbuf_of(at), Some(want), "{at} bound to lo");
         }
         // A port nobody listens on: no socket.
         drop(s);

@@ -393,7 +393,7 @@ fn qps_to_one_peer_share_its_receive_buffer() {
     // One QP leaves (destroyed): the other takes the whole buffer's window, 48 PSNs,
     // and sends the 24 its narrower one held back. The same when it leaves by a move
     // to the error state instead.
-    for leave in ["destroy", "error"] {
+    for leave in ["destroy", "error", "fatal"] {
         let (peer, ip) = silent_peer((200..=250).rev(), 256 << 10);
         let a = end(dev.open().unwrap(), 1 << 20);
         let b = a.pd.create_qp(&QpInitAttr::new(QpType::Rc, &a.cq)).unwrap();
@@ -403,13 +403,28 @@ fn qps_to_one_peer_share_its_receive_buffer() {
             timeout: 20,
             ..ConnectOpts::default()
         };
-        for (qp, rqpn) in [(&a.qp, 0x123), (&b, 0x124)] {
+        // "fatal": b gives up on its own (20 ms timeout, one retry) after sending
+        // into the silence, and the engine moves it to the error state.
+        let b_opts = if leave == "fatal" {
+            ConnectOpts {
+                timeout: 12,
+                retry_cnt: 1,
+                ..ConnectOpts::default()
+            }
+        } else {
+            opts
+        };
+        for (qp, rqpn, o) in [(&a.qp, 0x123, &opts), (&b, 0x124, &b_opts)] {
             let to_peer = PeerInfo {
                 qpn: rqpn,
                 psn: 0,
                 gid: Gid::from(ip),
             };
-            qp.connect(&to_peer, &opts).unwrap();
+            qp.connect(&to_peer, o).unwrap();
+        }
+        if leave == "fatal" {
+            b.post_send(&SendRequest::write(99, &[a.mr.slice(0..64)], remote))
+                .unwrap();
         }
         for i in 0..8 {
             a.qp.post_send(&SendRequest::write(i, &[a.mr.slice(0..1 << 16)], remote))
@@ -420,17 +435,41 @@ fn qps_to_one_peer_share_its_receive_buffer() {
             let mut buf = [0u8; 2048];
             while let Ok(n) = peer.recv(&mut buf) {
                 assert!(n > 12);
-                psns.insert(u32::from_be_bytes([0, buf[9], buf[10], buf[11]]));
+                // a's packets only (to QP 0x123).
+                if buf[5..8] == [0, 0x01, 0x23] {
+                    psns.insert(u32::from_be_bytes([0, buf[9], buf[10], buf[11]]));
+                }
             }
             psns
         };
-        assert_eq!(sent(&peer).len(), 24, "{leave}: two sharers");
-        if leave == "destroy" {
-            drop(b);
-        } else {
-            b.modify(&QpModify::to(QpState::Err)).unwrap();
-        }
-        let more = sent(&peer);
+        let first = sent(&peer);
+        let more = match leave {
+            "destroy" => {
+                assert_eq!(first.len(), 24, "{leave}: two sharers");
+                drop(b);
+                sent(&peer)
+            }
+            "error" => {
+                assert_eq!(first.len(), 24, "{leave}: two sharers");
+                b.modify(&QpModify::to(QpState::Err)).unwrap();
+                sent(&peer)
+            }
+            _ => {
+                // b's WRITE and its retry went to QP 0x124, then b failed: the
+                // completion says so, and a took the whole window meanwhile.
+                let mut wc = [Wc::default(); 4];
+                let n = a.cq.poll(&mut wc).unwrap();
+                assert!(
+                    wc[..n]
+                        .iter()
+                        .any(|w| w.wr_id == 99 && w.status == WcStatus::RetryExcErr),
+                    "{:?}",
+                    &wc[..n]
+                );
+                assert_eq!(b.state(), QpState::Err);
+                first.into_iter().filter(|&p| p >= 24).collect()
+            }
+        };
         assert_eq!(
             (more.len(), more.first(), more.last()),
             (24, Some(&24), Some(&47)),
