@@ -58,7 +58,9 @@ run_case() {
   case_name=$name
   # The 8 MiB sweeps are captured aside, for the PSN check below only (tshark would
   # take minutes over them), and the capture is deleted after it.
-  if [ "$extra" = "-a" ] && [ -n "${IOP_PCAP:-}" ]; then
+  local sweep=0
+  [[ " $extra " == *" -a "* ]] && sweep=1
+  if [ $sweep = 1 ] && [ -n "${IOP_PCAP:-}" ]; then
     mkdir -p "$IOP_PCAP/sweeps"
     case_name=sweeps/$name
   fi
@@ -72,7 +74,7 @@ run_case() {
   [ "$kind" = lat ] && rsize=${size:-2}
   [ "$tool" = write_bw ] && riters=${iters:-5000}
   [ "$op" = atomic ] && rsize=8
-  [ "$extra" = "-a" ] && rsize=8388608
+  [ $sweep = 1 ] && rsize=8388608
   # A duration (-D): the row counts what was sent in it.
   [[ $extra == *-D* ]] && riters=any
   local rv_log=/tmp/perftest-rv.$$ pt c0 gx=${GIDX:-1} rvx=""
@@ -169,6 +171,11 @@ run_case write_bw rv-client 4096 200 "-b"
 run_case write_bw rv-server 4096 200 "-b"
 run_case read_bw rv-server 4096 100 "-b"
 run_case atomic_bw rv-client "" 200 "-b"
+run_case send_bw rv-client 3000 200 "-b"
+run_case send_bw rv-server 3000 200 "-b"
+# ... and per size in a sweep (2 B .. 8 MiB, with the extra handshakes).
+run_case send_bw rv-client "" 5 "-b -a"
+run_case write_bw rv-server "" 5 "-b -a"
 # RoCE v2 over IPv6 GIDs.
 GIDX=2 run_case send_bw rv-server 3000 100
 GIDX=2 run_case write_lat rv-client 100 100

@@ -212,10 +212,10 @@ enum Command {
         /// ib_read_lat, ib_atomic_lat. Any perftest from 5.70 on: we announce 6.06, so
         /// perftest 6.28+ skips its parameter negotiation. Spoken: RC, one QP, the
         /// default options plus -s, -n (default: perftest's), -a, -t, -l and -Q (bw
-        /// tools), -D and -b (ib_write_bw, ib_read_bw, ib_atomic_bw), -m, -x, -p;
-        /// atomics are fetch-and-add. Not spoken: -b with ib_send_bw, -q, -c UC/UD, -A
-        /// CMP_AND_SWAP, -R (rdma_cm). Start both sides with the same -s/-n/-a/-l/-D/-b,
-        /// as perftest needs.
+        /// tools), -b (bw tools), -D (ib_write_bw, ib_read_bw, ib_atomic_bw), -m, -x,
+        /// -p; atomics are fetch-and-add. Not spoken: -q, -c UC/UD, -A CMP_AND_SWAP, -R
+        /// (rdma_cm). Start both sides with the same -s/-n/-a/-l/-D/-b, as perftest
+        /// needs.
         #[arg(long)]
         perftest: bool,
         /// One JSON object per size instead of the table.

@@ -71,7 +71,7 @@ fn post_lists_and_durations_in_both_roles() {
 /// directions; also with -D, and per size in a sweep (with its extra handshake).
 #[test]
 fn bidirectional_bandwidth_in_both_roles() {
-    for (i, op) in ["write", "read", "atomic"].iter().enumerate() {
+    for (i, op) in ["write", "read", "atomic", "send"].iter().enumerate() {
         let (s, c) = pair(
             &[op, "bw", "-b", "-n", "200", "-s", "1000"],
             19450 + i as u16,
@@ -81,7 +81,7 @@ fn bidirectional_bandwidth_in_both_roles() {
         assert_eq!(field(&c[0], "msgs"), "400", "{op}: {}", c[0]);
         assert_eq!(field(&s[0], "msgs"), "400", "{op}: {}", s[0]);
     }
-    let (s, c) = pair(&["write", "bw", "-b", "-D", "0.5", "-s", "512"], 19453);
+    let (s, c) = pair(&["write", "bw", "-b", "-D", "0.5", "-s", "512"], 19456);
     assert_eq!((s.len(), c.len()), (1, 1), "-D: {s:?} {c:?}");
     assert_eq!(
         field(&s[0], "msgs"),
@@ -89,8 +89,8 @@ fn bidirectional_bandwidth_in_both_roles() {
         "-D: {s:?} {c:?}"
     );
     assert!(num(&c[0], "msgs") >= 2.0, "-D: {}", c[0]);
-    for (i, op) in ["write", "read"].iter().enumerate() {
-        let (s, c) = pair(&[op, "bw", "-b", "-a", "-n", "5"], 19454 + i as u16);
+    for (i, op) in ["write", "read", "send"].iter().enumerate() {
+        let (s, c) = pair(&[op, "bw", "-b", "-a", "-n", "5"], 19457 + i as u16);
         assert_eq!((s.len(), c.len()), (23, 23), "{op} -a: {s:?} {c:?}");
         assert!(c.iter().all(|l| field(l, "msgs") == "10"), "{op}: {c:?}");
     }
@@ -196,8 +196,7 @@ fn bad_peers_get_a_clear_error() {
 fn unspoken_options_are_refused() {
     let bin = env!("CARGO_BIN_EXE_rverbs");
     for args in [
-        &["send", "bw", "-b"][..],
-        &["send", "bw", "-D", "1"],
+        &["send", "bw", "-D", "1"][..],
         &["write", "lat", "-D", "1"],
         &["write", "bw", "-D", "1", "-a"],
         &["write", "lat", "-l", "4"],

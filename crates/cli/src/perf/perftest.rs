@@ -647,6 +647,28 @@ impl Conn {
     /// After `-D` the last chain posted is signaled and everything outstanding is
     /// awaited; the figures cover the whole run.
     fn bw_send(&self, tool: Tool, o: &Opts, size: usize) -> Result<Side, String> {
+        self.bw_run(tool, o, size, &mut Counts::default(), 0, false)
+    }
+
+    /// Both directions of `ib_send_bw -b` (perftest's `run_iter_bi` over RC): the
+    /// receives preposted in `c`, each side sends `-n` SENDs as [`Conn::bw_send`] does
+    /// (the server once its first receive completed, so it does not start before the
+    /// client) and receives `-n`, reposting as they complete.
+    fn bw_bi(&self, o: &Opts, size: usize, c: &mut Counts, client: bool) -> Result<Side, String> {
+        self.bw_run(Tool::SendBw, o, size, c, o.iters, !client)
+    }
+
+    /// [`Conn::bw_send`], also receiving `want_rx` messages into `c`'s receives;
+    /// with `wait_rx`, sending only once one arrived.
+    fn bw_run(
+        &self,
+        tool: Tool,
+        o: &Opts,
+        size: usize,
+        c: &mut Counts,
+        want_rx: u64,
+        wait_rx: bool,
+    ) -> Result<Side, String> {
         let list = o.post_list.max(1) as u64;
         let cq_mod = match o.cq_mod {
             Some(q) => q as u64,
@@ -655,11 +677,11 @@ impl Conn {
         };
         let (start, cpu0) = (Instant::now(), super::cpu_seconds());
         let until = o.duration.map(|d| start + Duration::from_secs_f64(d));
-        let mut c = Counts::default();
         let (mut posted, mut done_posting) = (0u64, false);
         let mut chain = Vec::with_capacity(list as usize);
         loop {
-            while !done_posting && posted + list - c.sent_done <= o.depth as u64 {
+            let may_send = !wait_rx || c.recvs > 0;
+            while may_send && !done_posting && posted + list - c.sent_done <= o.depth as u64 {
                 let last = match until {
                     Some(u) => Instant::now() >= u,
                     None => posted + list >= o.iters,
@@ -675,15 +697,15 @@ impl Conn {
                 posted += list;
                 done_posting = last;
             }
-            if done_posting && c.sent_done >= posted {
+            if done_posting && c.sent_done >= posted && c.recvs >= want_rx {
                 break;
             }
-            self.reap(&mut c, 0, start)?;
+            self.reap(c, want_rx, start)?;
         }
         let secs = start.elapsed().as_secs_f64();
         Ok(Side {
             sent: posted,
-            rx: 0,
+            rx: c.recvs.min(want_rx),
             secs,
             cpu: super::cpu_seconds() - cpu0,
             wall: secs,
@@ -854,11 +876,14 @@ fn lat_report(o: &Opts, size: usize, t: &[Instant], halve: bool, cpu0: f64) -> R
 /// Checks the options `--perftest` speaks.
 pub fn check(o: &Opts) -> Result<Tool, String> {
     let tool = Tool::of(o.op, o.kind).ok_or("--perftest: perftest has no tcp test")?;
-    if o.bidir && !matches!(tool, Tool::WriteBw | Tool::ReadBw | Tool::AtomicBw) {
-        // ib_send_bw -b runs perftest's `run_iter_bi` (sends and receives interleaved
-        // under one poll loop, with its own receive accounting): not spoken.
+    if o.bidir
+        && !matches!(
+            tool,
+            Tool::WriteBw | Tool::ReadBw | Tool::AtomicBw | Tool::SendBw
+        )
+    {
         return Err(format!(
-            "--perftest: -b is spoken with ib_write_bw, ib_read_bw and ib_atomic_bw, not {}",
+            "--perftest: -b is for the bandwidth tools, not {}",
             tool.name()
         ));
     }
@@ -972,6 +997,30 @@ pub fn run(o: &Opts, out: &mut impl Write) -> Result<Vec<Report>, String> {
                 show(out, &r)?;
                 reports.push(r);
             }
+        }
+        Tool::SendBw if o.bidir => {
+            // send_bw.c with `duplex`: both sides prepost their receives, shake hands,
+            // run `run_iter_bi`, exchange reports (each prints the sum) and, in a
+            // sweep, shake hands again.
+            for &size in &sizes {
+                let mut k = Counts::default();
+                c.prepost(&mut k, o.iters)?;
+                c.oob.hand_shake(&c.me)?;
+                let me = c.bw_bi(o, size, &mut k, client)?;
+                let theirs = c.oob.reports(&BwReport::of(size, &me))?;
+                let peer = Side {
+                    sent: theirs.iters,
+                    secs: theirs.report().secs,
+                    ..Side::default()
+                };
+                let r = Report::new(size, &me, &peer, None);
+                show(out, &r)?;
+                reports.push(r);
+                if o.all {
+                    c.oob.hand_shake(&c.me)?;
+                }
+            }
+            c.oob.close(&c.me)?;
         }
         Tool::SendBw => {
             for &size in &sizes {
