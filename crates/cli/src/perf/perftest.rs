@@ -650,6 +650,18 @@ impl Conn {
         self.bw_run(tool, o, size, &mut Counts::default(), 0, false)
     }
 
+    /// A bidirectional size's figures: ours (`me`) and the peer's, exchanged as
+    /// `xchg_bw_reports` does, together.
+    fn both_ways(&mut self, size: usize, me: &Side) -> Result<Report, String> {
+        let theirs = self.oob.reports(&BwReport::of(size, me))?;
+        let peer = Side {
+            sent: theirs.iters,
+            secs: theirs.report().secs,
+            ..Side::default()
+        };
+        Ok(Report::new(size, me, &peer, None))
+    }
+
     /// Both directions of `ib_send_bw -b` (perftest's `run_iter_bi` over RC): the
     /// receives preposted in `c`, each side sends `-n` SENDs as [`Conn::bw_send`] does
     /// (the server once its first receive completed, so it does not start before the
@@ -957,14 +969,7 @@ pub fn run(o: &Opts, out: &mut impl Write) -> Result<Vec<Report>, String> {
                 if o.all && tool != Tool::AtomicBw {
                     c.oob.hand_shake(&c.me)?;
                 }
-                let mine = BwReport::of(size, &me);
-                let theirs = c.oob.reports(&mine)?;
-                let peer = Side {
-                    sent: theirs.iters,
-                    secs: theirs.report().secs,
-                    ..Side::default()
-                };
-                let r = Report::new(size, &me, &peer, None);
+                let r = c.both_ways(size, &me)?;
                 show(out, &r)?;
                 reports.push(r);
             }
@@ -1007,13 +1012,7 @@ pub fn run(o: &Opts, out: &mut impl Write) -> Result<Vec<Report>, String> {
                 c.prepost(&mut k, o.iters)?;
                 c.oob.hand_shake(&c.me)?;
                 let me = c.bw_bi(o, size, &mut k, client)?;
-                let theirs = c.oob.reports(&BwReport::of(size, &me))?;
-                let peer = Side {
-                    sent: theirs.iters,
-                    secs: theirs.report().secs,
-                    ..Side::default()
-                };
-                let r = Report::new(size, &me, &peer, None);
+                let r = c.both_ways(size, &me)?;
                 show(out, &r)?;
                 reports.push(r);
                 if o.all {
