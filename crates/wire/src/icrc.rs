@@ -396,7 +396,7 @@ impl PrefixCache {
 
 impl PrefixCache {
     /// [`ipv4_id_from_crcs`] (the same answer), faster for packet lengths that repeat:
-    /// see [`IdSolver`].
+    /// see `IdSolver` (private).
     pub fn solve_ipv4_id(
         &mut self,
         carried: u32,
