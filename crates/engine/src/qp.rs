@@ -889,13 +889,13 @@ impl Qp {
             let w = &mut self.sq[idx];
             // (Only READs have pieces.)
             let pieces = w.piece > 0;
-            if pieces && cur_piece > 0 && cur_piece < w.piece {
-                // The window narrowed since the READ started (`Engine::set_qp_window`:
-                // another QP came to share the peer's buffer). Pieces not asked for
-                // yet take the narrower size, once nothing of this READ is out: a
-                // piece asked for keeps its end (its LAST response is expected there,
-                // and a retry must ask up to it), and a first piece larger than the
-                // window would wait for room forever.
+            if pieces && cur_piece > 0 && cur_piece != w.piece {
+                // The window changed since the READ started (`Engine::set_qp_window`:
+                // another QP came to share the peer's buffer, or left it). Pieces not
+                // asked for yet take the new size, once nothing of this READ is out:
+                // a piece asked for keeps its end (its LAST response is expected
+                // there, and a retry must ask up to it). (A first piece larger than a
+                // narrowed window would wait for room forever.)
                 let at = w.first_psn.add(w.next_pkt);
                 let fresh = !at.is_before(sent_end);
                 if fresh && (w.next_pkt == 0 || at == comp_psn) {

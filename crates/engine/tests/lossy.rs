@@ -332,6 +332,42 @@ fn a_read_held_back_when_the_window_narrows_asks_in_narrower_pieces() {
     assert_eq!(asked, want);
 }
 
+/// The other way: a window that widens between two pieces (a sharer left) gives the
+/// READ's later pieces the wider size, from the end of the piece answered.
+#[test]
+fn a_read_asks_in_wider_pieces_when_the_window_widens() {
+    let mut sim = Sim::new(2, false, LinkConfig::default(), 25);
+    let (a, b) = pair(&mut sim, &read_opts());
+    sim.engines[0].set_qp_window(a.qpn, Some((8, 8))).unwrap();
+    let len = 100 * 1024;
+    let src = pattern(len, 6);
+    fill(&b, 0x40000, &src);
+    post_read_at(&mut sim, &a, &b, 1, len, 0x40000);
+    let mut asked = Vec::new();
+    for round in 0..100 {
+        let out = sent(&mut sim, 0, 0);
+        if out.is_empty() {
+            break;
+        }
+        for t in &out {
+            let p = rverbs_wire::packet::Packet::new_checked(&t.payload[..]).unwrap();
+            asked.extend(p.reth().map(|r| r.dma_len()));
+            sim.engines[1].handle_datagram(0, &t.as_received());
+        }
+        for t in &sent(&mut sim, 1, 0) {
+            sim.engines[0].handle_datagram(0, &t.as_received());
+        }
+        if round == 0 {
+            sim.engines[0].set_qp_window(a.qpn, Some((32, 32))).unwrap();
+        }
+    }
+    let wcs = drain(&mut sim, &a);
+    assert_eq!((wcs.len(), wcs[0].status), (1, WcStatus::Success));
+    assert_eq!(a.mem.snapshot()[..len], src[..]);
+    // 8 KiB, then up to the next 32-PSN boundary, then 32 KiB pieces, then the rest.
+    assert_eq!(asked, [8192, 24 * 1024, 32 * 1024, 32 * 1024, 4096]);
+}
+
 /// Posts on `a` a signaled READ of `len` bytes from offset `from` of `b`'s region into
 /// the start of `a`'s.
 fn post_read_at(sim: &mut Sim, a: &End, b: &End, wr_id: u64, len: usize, from: u64) {
