@@ -241,16 +241,18 @@ fn a_four_psn_window_moves_data_in_bursts_of_four() {
     let len = 100 * 1024;
     let src = pattern(len, 3);
     fill(&a, 0, &src);
-    let mut w = wr(1, WrOpcode::RdmaWrite, vec![sge(&a, 0, len as u32)]);
-    w.remote_addr = b.base;
-    w.rkey = b.keys.rkey;
-    sim.engines[0].post_send(a.qpn, w, 0).unwrap();
+    post_at(&mut sim, &a, &b, WrOpcode::RdmaWrite, 1, (0, len), 0);
     let back_src = pattern(len, 9);
     fill(&b, len, &back_src);
-    let mut r = wr(2, WrOpcode::RdmaRead, vec![sge(&a, len as u64, len as u32)]);
-    r.remote_addr = b.base + len as u64;
-    r.rkey = b.keys.rkey;
-    sim.engines[0].post_send(a.qpn, r, 0).unwrap();
+    post_at(
+        &mut sim,
+        &a,
+        &b,
+        WrOpcode::RdmaRead,
+        2,
+        (len, len),
+        len as u64,
+    );
     let mut rounds = 0;
     loop {
         let out = sent(&mut sim, 0, 0);
@@ -294,14 +296,11 @@ fn a_read_held_back_when_the_window_narrows_asks_in_narrower_pieces() {
     sim.engines[0].set_qp_window(a.qpn, Some((32, 32))).unwrap();
     // 20 WRITE packets first: the READ behind them starts, but its 32-PSN first piece
     // waits until they are acknowledged.
-    let mut w = wr(1, WrOpcode::RdmaWrite, vec![sge(&a, 0, 20 * 1024)]);
-    w.remote_addr = b.base;
-    w.rkey = b.keys.rkey;
-    sim.engines[0].post_send(a.qpn, w, 0).unwrap();
+    post_at(&mut sim, &a, &b, WrOpcode::RdmaWrite, 1, (0, 20 * 1024), 0);
     let len = 100 * 1024;
     let src = pattern(len, 5);
     fill(&b, 0x40000, &src);
-    post_read_at(&mut sim, &a, &b, 2, len, 0x40000);
+    post_at(&mut sim, &a, &b, WrOpcode::RdmaRead, 2, (0, len), 0x40000);
     let first = sent(&mut sim, 0, 0);
     assert_eq!(first.len(), 20, "the WRITE only");
     sim.engines[0].set_qp_window(a.qpn, Some((8, 8))).unwrap();
@@ -342,7 +341,7 @@ fn a_read_asks_in_wider_pieces_when_the_window_widens() {
     let len = 100 * 1024;
     let src = pattern(len, 6);
     fill(&b, 0x40000, &src);
-    post_read_at(&mut sim, &a, &b, 1, len, 0x40000);
+    post_at(&mut sim, &a, &b, WrOpcode::RdmaRead, 1, (0, len), 0x40000);
     let mut asked = Vec::new();
     for round in 0..100 {
         let out = sent(&mut sim, 0, 0);
@@ -368,11 +367,19 @@ fn a_read_asks_in_wider_pieces_when_the_window_widens() {
     assert_eq!(asked, [8192, 24 * 1024, 32 * 1024, 32 * 1024, 4096]);
 }
 
-/// Posts on `a` a signaled READ of `len` bytes from offset `from` of `b`'s region into
-/// the start of `a`'s.
-fn post_read_at(sim: &mut Sim, a: &End, b: &End, wr_id: u64, len: usize, from: u64) {
-    let mut w = wr(wr_id, WrOpcode::RdmaRead, vec![sge(a, 0, len as u32)]);
-    w.remote_addr = b.base + from;
+/// Posts on `a` a signaled RDMA `op` (WRITE or READ) between `a`'s region at `local`
+/// (offset, length) and offset `remote` of `b`'s.
+fn post_at(
+    sim: &mut Sim,
+    a: &End,
+    b: &End,
+    op: WrOpcode,
+    wr_id: u64,
+    local: (usize, usize),
+    remote: u64,
+) {
+    let mut w = wr(wr_id, op, vec![sge(a, local.0 as u64, local.1 as u32)]);
+    w.remote_addr = b.base + remote;
     w.rkey = b.keys.rkey;
     sim.engines[0].post_send(a.qpn, w, sim.now).unwrap();
 }
