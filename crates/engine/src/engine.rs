@@ -1306,6 +1306,12 @@ impl Engine {
         v
     }
 
+    /// The destination GID of QP `qpn`'s address vector (`None`: no such QP, or none
+    /// set yet).
+    pub fn qp_dgid(&self, qpn: u32) -> Option<Gid> {
+        self.qps.get(&qpn)?.attr.ah_attr.map(|a| a.av.dgid)
+    }
+
     /// The state of a QP.
     pub fn qp_state(&self, qpn: u32) -> Option<QpState> {
         self.qps.get(&qpn).map(|q| q.state)

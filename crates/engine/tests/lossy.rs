@@ -228,6 +228,9 @@ fn a_qp_window_is_clamped_and_can_be_dropped() {
     assert_eq!(e.qp_window(a.qpn), Some((128, 0)));
     assert!(e.set_qp_window(a.qpn + 1000, None).is_err());
     assert_eq!(e.qp_window(a.qpn + 1000), None);
+    // The peer a window is about: the connected QP's destination GID.
+    assert!(e.qp_dgid(a.qpn).is_some());
+    assert_eq!(e.qp_dgid(a.qpn + 1000), None);
 }
 
 /// A 4-PSN window (one QP's share of a small peer buffer among many) still moves

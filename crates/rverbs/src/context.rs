@@ -358,12 +358,10 @@ impl Shared {
     /// windows, and the driver thread is woken to send what they let go.
     pub(crate) fn dispatch(&self, engine: &mut Engine) {
         for qpn in self.hub.dispatch(engine) {
-            let dgid = engine
-                .query_qp(qpn)
-                .ok()
-                .and_then(|a| a.ah_attr)
-                .map(|h| h.av.dgid);
-            if dgid.is_some_and(|g| self.reshare_peer(engine, g)) {
+            if engine
+                .qp_dgid(qpn)
+                .is_some_and(|g| self.reshare_peer(engine, g))
+            {
                 self.wake();
             }
         }

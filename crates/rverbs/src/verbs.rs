@@ -897,38 +897,15 @@ impl Drop for Qp {
             // a program that exits right after its last completion must not leave the
             // peer retrying.
             s.flush_deferred(e);
-            let dgid = e
-                .query_qp(qpn)
-                .ok()
-                .and_then(|a| a.ah_attr)
-                .map(|h| h.av.dgid);
+            let dgid = e.qp_dgid(qpn);
             let _ = e.destroy_qp(qpn);
-            leave_peer(s, e, qpn, dgid);
+            // Out of the sharing of its loopback peer's buffer: the QPs still
+            // connected there get wider windows, and what the narrower ones held
+            // back goes at once.
+            if dgid.is_some_and(|g| s.reshare_peer(e, g)) {
+                s.flush(e, s.now());
+            }
         });
-    }
-}
-
-/// After QP `qpn` left its loopback RC peer `dgid` (destroyed, or moved to RESET or
-/// ERROR by the application; the engine's own moves to ERROR come through
-/// `Shared::dispatch`): the context's QPs still connected there share that peer's
-/// receive buffer among fewer, so their windows widen (`share_peer_buffer`, with the
-/// buffer last read), and what the narrower windows held back goes at once.
-fn leave_peer(
-    s: &crate::context::Shared,
-    e: &mut rverbs_engine::Engine,
-    qpn: u32,
-    dgid: Option<rverbs_wire::grh::Gid>,
-) {
-    let Some(dgid) = dgid else {
-        return;
-    };
-    if e.qp_state(qpn)
-        .is_some_and(|st| st != QpState::Reset && st != QpState::Err)
-    {
-        return;
-    }
-    if s.reshare_peer(e, dgid) {
-        s.flush(e, s.now());
     }
 }
 
@@ -1068,18 +1045,14 @@ impl Qp {
             self.pd.ctx.check_sgid(h.av.sgid_index, "modify_qp")?;
         }
         let now = s.now();
-        let old_dgid = e
-            .query_qp(self.qpn)
-            .ok()
-            .and_then(|a| a.ah_attr)
-            .map(|h| h.av.dgid);
+        let old_dgid = e.qp_dgid(self.qpn);
         e.modify_qp(self.qpn, attr, mask, now)?;
         if let Some(h) = av.filter(|_| self.qp_type == QpType::Rc) {
             // The peer's window if it is tighter than the engine's (our buffer's),
             // with our READ pieces (the responses come to us); else the engine's. The
             // peer's buffer is shared by every QP connected to it, this one included:
             // their windows are set again for one more sharer (and again for one less
-            // when a QP leaves: `Qp::drop`, `Qp::leave_peer`).
+            // when a QP leaves: below, `Qp::drop`, `Shared::dispatch`).
             match peer_rcvbuf {
                 Some(b) => {
                     s.peer_rcvbufs
@@ -1099,8 +1072,11 @@ impl Qp {
         } else if mask.contains(QpAttrMask::STATE)
             && matches!(attr.qp_state, QpState::Reset | QpState::Err)
         {
-            // Out of the sharing: the QPs left connected to its peer take its share.
-            leave_peer(s, &mut e, self.qpn, old_dgid);
+            // Out of the sharing: the QPs left connected to its peer take its share
+            // (and send what it lets go with the flush below).
+            if let Some(old) = old_dgid {
+                s.reshare_peer(&mut e, old);
+            }
         }
         s.flush(&mut e, now);
         drop(e);
