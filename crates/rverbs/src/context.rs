@@ -1285,7 +1285,9 @@ fn window_for(sockets: &[(IpAddr, Socket)]) -> (u32, u32) {
         .iter()
         .filter_map(|(_, s)| s.recv_buffer_size().ok())
         .min()
-        .map_or((rverbs_engine::MAX_UNACKED_PSNS, 0), window_for_bytes)
+        .map_or((rverbs_engine::MAX_UNACKED_PSNS, 0), |b| {
+            window_for_bytes(b, rverbs_engine::MIN_UNACKED_PSNS)
+        })
 }
 
 /// The receive buffer (bytes) of the socket of GID `dgid` (port 4791) on this
@@ -1307,17 +1309,12 @@ pub(crate) fn peer_rcvbuf(dgid: rverbs_wire::grh::Gid) -> Option<usize> {
 /// to [`rverbs_engine::MIN_QP_WINDOW`], so up to 19 QPs to a 416 KiB peer fit it
 /// together (with the 16-PSN floor 8 already overflowed it).
 pub(crate) fn peer_window(rcvbuf: usize, sharers: usize) -> u32 {
-    let share = rcvbuf / sharers.max(1);
-    let (w, _) = window_for_bytes(share);
-    if sharers <= 1 || w > rverbs_engine::MIN_UNACKED_PSNS {
-        w
+    let floor = if sharers > 1 {
+        rverbs_engine::MIN_QP_WINDOW
     } else {
-        let psns = (share / 4 * 3 / 4096) as u32;
-        psns.clamp(
-            rverbs_engine::MIN_QP_WINDOW,
-            rverbs_engine::MIN_UNACKED_PSNS,
-        )
-    }
+        rverbs_engine::MIN_UNACKED_PSNS
+    };
+    window_for_bytes(rcvbuf / sharers.max(1), floor).0
 }
 
 /// Sets the window of every RC QP of this context connected to the loopback peer
@@ -1340,17 +1337,16 @@ pub(crate) fn share_peer_buffer(
     Ok(())
 }
 
-/// [`window_for`] of a receive buffer of `smallest` bytes.
-fn window_for_bytes(smallest: usize) -> (u32, u32) {
+/// [`window_for`] of a receive buffer of `smallest` bytes, a small buffer's window at
+/// least `floor` PSNs.
+fn window_for_bytes(smallest: usize, floor: u32) -> (u32, u32) {
     const MTU_BYTES: usize = 4096;
     let roomy = (smallest / 16 / MTU_BYTES) as u32;
     if roomy >= rverbs_engine::MAX_UNACKED_PSNS {
         (roomy.min(512), 0)
     } else {
-        let w = ((smallest / 4 * 3 / MTU_BYTES) as u32).clamp(
-            rverbs_engine::MIN_UNACKED_PSNS,
-            rverbs_engine::MAX_UNACKED_PSNS,
-        );
+        let w =
+            ((smallest / 4 * 3 / MTU_BYTES) as u32).clamp(floor, rverbs_engine::MAX_UNACKED_PSNS);
         (w, w)
     }
 }
