@@ -910,16 +910,14 @@ pub(crate) fn udp_rcvbuf_of(local: std::net::SocketAddr) -> Option<u32> {
     if rc != req.len() as isize {
         return None;
     }
-    let mut buf = vec![0u8; 4 << 10];
+    // One message (about 170 bytes): the socket's, or an error (ENOENT: none).
+    let mut buf = [0u8; 1024];
     // SAFETY: receives at most `buf.len()` bytes into `buf`, which we own.
     let n = unsafe { libc::recv(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
     if n <= 0 {
         return None;
     }
-    // One message: the socket's, or an error (ENOENT: none).
-    let mut found = None;
-    parse_diag_dump(&buf[..n as usize], None, &mut found);
-    found
+    parse_diag_reply(&buf[..n as usize])
 }
 
 /// The `nlmsghdr` + `inet_diag_req_v2` of an exact UDP lookup (no `NLM_F_DUMP`): the
@@ -953,72 +951,43 @@ fn diag_lookup_request(to: std::net::SocketAddr, family: libc::c_int) -> [u8; 72
     req
 }
 
-/// Where a dump stands after one reply.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) enum DiagRead {
-    /// More replies follow.
-    More,
-    /// The dump ended (`NLMSG_DONE`), failed (`NLMSG_ERROR`) or made no sense.
-    Done,
-}
-
-/// Reads one reply of a UDP socket dump or lookup (netlink messages of
-/// `inet_diag_msg` and attributes), setting `found` to the receive buffer of the
-/// socket bound to `local` (with `None`, of any socket the reply holds: a lookup's
-/// one). Untrusted bytes in the sense that any length may be wrong: nothing is read
-/// past a message or an attribute.
-pub(crate) fn parse_diag_dump(
-    mut b: &[u8],
-    local: Option<std::net::SocketAddr>,
-    found: &mut Option<u32>,
-) -> DiagRead {
+/// The receive buffer a socket lookup's reply reports: its `SOCK_DIAG_BY_FAMILY`
+/// message's `INET_DIAG_SKMEMINFO` attribute; `None` for an error reply (`ENOENT`: no
+/// such socket), `NLMSG_DONE` or anything malformed. Untrusted bytes in the sense that
+/// any length may be wrong: nothing is read past a message or an attribute.
+pub(crate) fn parse_diag_reply(mut b: &[u8]) -> Option<u32> {
     let u16_at = |b: &[u8], i: usize| u16::from_ne_bytes([b[i], b[i + 1]]);
     let u32_at = |b: &[u8], i: usize| u32::from_ne_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
     while b.len() >= NLMSG_HDR_LEN {
         let len = u32_at(b, 0) as usize;
         let ty = u16_at(b, 4);
-        if len < NLMSG_HDR_LEN || len > b.len() {
-            return DiagRead::Done;
-        }
-        if ty == libc::NLMSG_DONE as u16 || ty == libc::NLMSG_ERROR as u16 {
-            return DiagRead::Done;
+        if len < NLMSG_HDR_LEN
+            || len > b.len()
+            || ty == libc::NLMSG_DONE as u16
+            || ty == libc::NLMSG_ERROR as u16
+        {
+            return None;
         }
         let msg = &b[NLMSG_HDR_LEN..len];
         if ty == SOCK_DIAG_BY_FAMILY && msg.len() >= DIAG_MSG_LEN {
-            let id = &msg[4..4 + DIAG_SOCKID_LEN];
-            let sport = u16::from_be_bytes([id[0], id[1]]);
-            let src = &id[4..20];
-            let same = local.is_none_or(|local| {
-                sport == local.port()
-                    && match local.ip() {
-                        std::net::IpAddr::V4(a) => {
-                            msg[0] == libc::AF_INET as u8 && src[..4] == a.octets()
-                        }
-                        std::net::IpAddr::V6(a) => {
-                            msg[0] == libc::AF_INET6 as u8 && src == a.octets()
-                        }
-                    }
-            });
-            if same {
-                let mut attrs = &msg[DIAG_MSG_LEN..];
-                while attrs.len() >= 4 {
-                    let alen = u16_at(attrs, 0) as usize;
-                    if alen < 4 || alen > attrs.len() {
-                        break;
-                    }
-                    let data = &attrs[4..alen];
-                    if u16_at(attrs, 2) == INET_DIAG_SKMEMINFO
-                        && data.len() >= 4 * (SK_MEMINFO_RCVBUF + 1)
-                    {
-                        *found = Some(u32_at(data, 4 * SK_MEMINFO_RCVBUF));
-                    }
-                    attrs = &attrs[alen.next_multiple_of(4).min(attrs.len())..];
+            let mut attrs = &msg[DIAG_MSG_LEN..];
+            while attrs.len() >= 4 {
+                let alen = u16_at(attrs, 0) as usize;
+                if alen < 4 || alen > attrs.len() {
+                    return None;
                 }
+                let data = &attrs[4..alen];
+                if u16_at(attrs, 2) == INET_DIAG_SKMEMINFO
+                    && data.len() >= 4 * (SK_MEMINFO_RCVBUF + 1)
+                {
+                    return Some(u32_at(data, 4 * SK_MEMINFO_RCVBUF));
+                }
+                attrs = &attrs[alen.next_multiple_of(4).min(attrs.len())..];
             }
         }
         b = &b[len.next_multiple_of(4).min(b.len())..];
     }
-    DiagRead::More
+    None
 }
 
 /// The MAC address of `ifname` in the calling thread's network namespace
@@ -1230,11 +1199,10 @@ mod tests {
         assert_eq!(udp_rcvbuf_of(([127, 0, 0, 1], port).into()), None);
     }
 
-    /// The dump parser reads nothing past a message or an attribute, whatever their
-    /// lengths say.
+    /// The reply parser reads nothing past a message or an attribute, whatever their
+    /// lengths say, and an error or end message holds no figure.
     #[test]
-    fn a_diag_dump_with_bad_lengths_is_read_safely() {
-        let local: std::net::SocketAddr = "127.0.0.9:4791".parse().unwrap();
+    fn a_diag_reply_with_bad_lengths_is_read_safely() {
         let msg = |nl_len: Option<u32>, attr_len: u16| {
             let mut m = vec![0u8; NLMSG_HDR_LEN + DIAG_MSG_LEN];
             m[4..6].copy_from_slice(&SOCK_DIAG_BY_FAMILY.to_ne_bytes());
@@ -1251,12 +1219,7 @@ mod tests {
             m[0..4].copy_from_slice(&len.to_ne_bytes());
             m
         };
-        let mut found = None;
-        assert_eq!(
-            parse_diag_dump(&msg(None, 20), Some(local), &mut found),
-            DiagRead::More
-        );
-        assert_eq!(found, Some(4242));
+        assert_eq!(parse_diag_reply(&msg(None, 20)), Some(4242));
         for (nl, attr) in [
             (Some(5000), 20),
             (Some(3), 20),
@@ -1264,33 +1227,18 @@ mod tests {
             (None, 2),
             (None, 8),
         ] {
-            let mut found = None;
             let m = msg(nl, attr);
-            parse_diag_dump(&m, Some(local), &mut found);
-            assert_eq!(found, None, "{nl:?} {attr}");
+            assert_eq!(parse_diag_reply(&m), None, "{nl:?} {attr}");
             for cut in 0..m.len() {
-                parse_diag_dump(&m[..cut], Some(local), &mut found);
+                assert_eq!(parse_diag_reply(&m[..cut]), None, "{nl:?} {attr} cut {cut}");
             }
         }
-        // Another socket's message, then the end of the dump.
-        let other: std::net::SocketAddr = "127.0.0.8:4791".parse().unwrap();
-        let mut found = None;
-        assert_eq!(
-            parse_diag_dump(&msg(None, 20), Some(other), &mut found),
-            DiagRead::More
-        );
-        assert_eq!(found, None);
-        let mut done = vec![0u8; NLMSG_HDR_LEN];
-        done[0..4].copy_from_slice(&(NLMSG_HDR_LEN as u32).to_ne_bytes());
-        done[4..6].copy_from_slice(&(libc::NLMSG_DONE as u16).to_ne_bytes());
-        assert_eq!(
-            parse_diag_dump(&done, Some(other), &mut found),
-            DiagRead::Done
-        );
-        // A lookup's reply is taken whatever socket it names.
-        let mut found = None;
-        parse_diag_dump(&msg(None, 20), None, &mut found);
-        assert_eq!(found, Some(4242));
+        for ty in [libc::NLMSG_DONE, libc::NLMSG_ERROR] {
+            let mut m = vec![0u8; NLMSG_HDR_LEN + 4];
+            m[0..4].copy_from_slice(&((NLMSG_HDR_LEN + 4) as u32).to_ne_bytes());
+            m[4..6].copy_from_slice(&(ty as u16).to_ne_bytes());
+            assert_eq!(parse_diag_reply(&m), None, "type {ty}");
+        }
     }
 
     /// Datagrams given in pieces (a packet whose payload stays in its memory region)
