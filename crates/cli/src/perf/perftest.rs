@@ -888,21 +888,16 @@ fn lat_report(o: &Opts, size: usize, t: &[Instant], halve: bool, cpu0: f64) -> R
 /// Checks the options `--perftest` speaks.
 pub fn check(o: &Opts) -> Result<Tool, String> {
     let tool = Tool::of(o.op, o.kind).ok_or("--perftest: perftest has no tcp test")?;
-    if o.bidir
-        && !matches!(
-            tool,
-            Tool::WriteBw | Tool::ReadBw | Tool::AtomicBw | Tool::SendBw
-        )
-    {
+    let bw = matches!(
+        tool,
+        Tool::WriteBw | Tool::ReadBw | Tool::AtomicBw | Tool::SendBw
+    );
+    if o.bidir && !bw {
         return Err(format!(
             "--perftest: -b is for the bandwidth tools, not {}",
             tool.name()
         ));
     }
-    let bw = matches!(
-        tool,
-        Tool::WriteBw | Tool::ReadBw | Tool::AtomicBw | Tool::SendBw
-    );
     // perftest's own rules (`perftest_parameters.c`), so that both sides agree.
     if o.post_list > 1 {
         if !bw {
