@@ -104,6 +104,21 @@ pub struct Config {
     /// each piece waits a round trip for the one before, which costs bandwidth when
     /// the buffer is no limit.
     pub read_piece_psns: u32,
+    /// Send each packet of a multi-packet RC RDMA WRITE (without immediate) as a WRITE
+    /// ONLY of its own, its RETH naming its part of the range, instead of FIRST,
+    /// MIDDLE.. LAST: for a driver that sends runs of equal-sized datagrams as one
+    /// `UDP_SEGMENT` train, where the 16 bytes of a FIRST's RETH would make every
+    /// message start a train of its own. Any responder takes a run of ONLY messages
+    /// (IBTA 9.7.5.1.2); RC's PSN order places them in order, so a peer watching the
+    /// last byte sees it last, as with one message. Differences a peer can see: its
+    /// MSN counts the pieces, and an R_Key range that ends inside the WRITE is found at
+    /// the first piece outside it, after the pieces before it were written (the WRITE
+    /// still completes with a remote access error; IBTA leaves the target of a failed
+    /// WRITE undefined). Left alone: UC (a lost piece would leave a hole in a WRITE
+    /// that completes), WRITE with immediate (the responder reports the RETH length
+    /// as the completion's `byte_len`, rxe `rxe_resp.c` `do_complete`), and
+    /// single-packet WRITEs. Default: false.
+    pub write_pieces: bool,
 }
 
 /// The shortest payload a packet leaves in registered memory ([`Config::lend_payloads`]):
@@ -158,6 +173,7 @@ impl Default for Config {
             lend_payloads: false,
             max_unacked_psns: crate::MAX_UNACKED_PSNS,
             read_piece_psns: 0,
+            write_pieces: false,
             ack_policy: AckPolicy::default(),
         }
     }
@@ -267,6 +283,7 @@ macro_rules! ctx {
             lend_payloads: $s.cfg.lend_payloads && $s.cfg.sender_fills_icrc,
             max_unacked: $s.cfg.max_unacked_psns,
             read_piece: $s.cfg.read_piece_psns,
+            write_pieces: $s.cfg.write_pieces,
             ack_policy: $s.cfg.ack_policy,
             now: $now,
             spare: &$s.spare,

@@ -142,6 +142,8 @@ pub(crate) struct Ctx<'a> {
     /// Response packets one READ request asks for at most; 0: a whole READ
     /// ([`crate::Config::read_piece_psns`]).
     pub(crate) read_piece: u32,
+    /// Multi-packet RC WRITEs leave as WRITE ONLY pieces ([`crate::Config::write_pieces`]).
+    pub(crate) write_pieces: bool,
     /// When RC requesters set AckReq ([`crate::Config::ack_policy`]).
     pub(crate) ack_policy: crate::engine::AckPolicy,
     pub(crate) now: Nanos,
@@ -1050,18 +1052,31 @@ impl Qp {
             }
             WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm => {
                 payload_range = (k as usize * mtu, (w.len - k as usize * mtu).min(mtu));
-                if first {
+                let with_imm = w.wr.opcode == WrOpcode::RdmaWriteWithImm;
+                if rc && ctx.write_pieces && !with_imm && !kind_only {
+                    // One WRITE ONLY per packet, its RETH naming its part of the range
+                    // ([`crate::Config::write_pieces`]).
+                    let (off, len) = payload_range;
                     reth = Some(RethRepr {
-                        va: w.wr.remote_addr,
+                        va: w.wr.remote_addr.wrapping_add(off as u64),
                         rkey: w.wr.rkey,
-                        dma_len: w.len as u32,
+                        dma_len: len as u32,
                     });
-                }
-                if w.wr.opcode == WrOpcode::RdmaWriteWithImm && last {
-                    imm = Some(w.wr.imm_data);
-                    seg_op(0x06, 0x07, 0x09, 0x0b)
+                    0x0a
                 } else {
-                    seg_op(0x06, 0x07, 0x08, 0x0a)
+                    if first {
+                        reth = Some(RethRepr {
+                            va: w.wr.remote_addr,
+                            rkey: w.wr.rkey,
+                            dma_len: w.len as u32,
+                        });
+                    }
+                    if with_imm && last {
+                        imm = Some(w.wr.imm_data);
+                        seg_op(0x06, 0x07, 0x09, 0x0b)
+                    } else {
+                        seg_op(0x06, 0x07, 0x08, 0x0a)
+                    }
                 }
             }
             WrOpcode::RdmaRead => {
@@ -1858,6 +1873,7 @@ mod tests {
             lend_payloads: false,
             max_unacked: MAX_UNACKED_PSNS,
             read_piece: 0,
+            write_pieces: false,
             ack_policy: crate::engine::AckPolicy::default(),
             now: 0,
             spare: &std::cell::RefCell::new(Vec::new()),
