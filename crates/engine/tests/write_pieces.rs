@@ -44,8 +44,11 @@ fn post(sim: &mut Sim, e: &End, w: SendWr) {
     sim.engines[e.engine].post_send(e.qpn, w, now).unwrap();
 }
 
-/// (opcode, PSN, RETH va offset from `base`, RETH length) of each packet.
-fn reths(ps: &[Pkt], base: u64) -> Vec<(String, u32, Option<(u64, u32)>)> {
+/// A packet as (opcode, PSN, RETH va offset from the peer's base and RETH length).
+type Line = (String, u32, Option<(u64, u32)>);
+
+/// Each packet's [`Line`].
+fn reths(ps: &[Pkt], base: u64) -> Vec<Line> {
     ps.iter()
         .map(|p| {
             let r = p.repr();
