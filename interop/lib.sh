@@ -25,6 +25,8 @@ rv_cmd() {
   [ -n "${FAULTS:-}" ] && envs+=("RVERBS_FAULTS=$FAULTS")
   # RAW_IF: run rverbs in raw mode on that interface (rxebr0): RoCE v2 as Ethernet frames.
   [ -n "${RAW_IF:-}" ] && envs+=("RVERBS_RAW_IF=$RAW_IF")
+  # WRITE_PIECES=1: multi-packet RC WRITEs as WRITE ONLY pieces, as over loopback.
+  [ -n "${WRITE_PIECES:-}" ] && envs+=("RVERBS_WRITE_PIECES=$WRITE_PIECES")
   [ -n "${IOP_PCAP:-}" ] && [ -n "${case_name:-}" ] && envs+=("RVERBS_PCAP=$IOP_PCAP/$case_name.pcap")
   # RV_ARGS: extra rverbs options of a suite (e.g. --ack-timeout).
   timeout "$t" "$peer/hostns.sh" env "${envs[@]}" "$bin" "$@" ${RV_ARGS:-} >"$log" 2>&1

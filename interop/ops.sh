@@ -58,6 +58,9 @@ for role in kernel-responder rverbs-responder; do
   ops_case "ops-$role-ip4" "$role" 0 4
   ops_case "ops-$role-ip6" "$role" 1 4
 done
+# rverbs' loopback packetization of WRITEs (`Config::write_pieces`) into rxe's
+# responder: the 12000-byte WRITE as 12 WRITE ONLY pieces, its data checked by the guest.
+WRITE_PIECES=1 ops_case "ops-kernel-responder-ip4-pieces" kernel-responder 0 4
 check_counters "$before" "out_of_seq_request send_err retry_exceeded_err retry_rnr_exceeded_err" \
   "completer_retry_err duplicate_request rcvd_seq_err"
 print_rv_totals
@@ -68,6 +71,8 @@ if [ "${OPS_FAULTS:-1}" = 1 ]; then
   for role in kernel-responder rverbs-responder; do
     FAULTS="loss=0.03,dup=0.02,reorder=0.03,seed=21" ops_case "ops-$role-ip4-rverbs-faults" "$role" 0 8
   done
+  WRITE_PIECES=1 FAULTS="loss=0.03,dup=0.02,reorder=0.03,seed=22" \
+    ops_case "ops-kernel-responder-ip4-rverbs-faults-pieces" kernel-responder 0 8
   if guest_netem "loss 3%" >/dev/null 2>&1; then
     for role in kernel-responder rverbs-responder; do
       ops_case "ops-$role-ip4-netem-loss3" "$role" 0 8

@@ -53,7 +53,7 @@ positive() { awk -v v="${1:-0}" 'BEGIN { exit !(v + 0 > 0) }'; }
 run_case() {
   local tool=$1 role=$2 size=$3 iters=$4 extra=${5:-}
   local op=${tool%_*} kind=${tool#*_}
-  local name="ib_${tool}${pt_tag}-${role}-s${size:-def}-n${iters:-def}${extra:+-${extra// /}}${GIDX:+-gid$GIDX}"
+  local name="ib_${tool}${pt_tag}-${role}-s${size:-def}-n${iters:-def}${extra:+-${extra// /}}${GIDX:+-gid$GIDX}${WRITE_PIECES:+-pieces}"
   [ -n "$filter" ] && [[ $name != *"$filter"* ]] && return
   case_name=$name
   # The 8 MiB sweeps are captured aside, for the PSN check below only (tshark would
@@ -176,6 +176,12 @@ run_case send_bw rv-server 3000 200 "-b"
 # ... and per size in a sweep (2 B .. 8 MiB, with the extra handshakes).
 run_case send_bw rv-client "" 5 "-b -a"
 run_case write_bw rv-server "" 5 "-b -a"
+# rverbs' loopback packetization of WRITEs (one WRITE ONLY per packet, each with its
+# own RETH; `Config::write_pieces`) into rxe's responder: a stream of 64 KiB WRITEs, and
+# ib_write_lat, whose server sees each 4000-byte WRITE by polling its last byte (the
+# data itself is checked by ops.sh's pieces case).
+WRITE_PIECES=1 run_case write_bw rv-client "" 200
+WRITE_PIECES=1 run_case write_lat rv-client 4000 100
 # RoCE v2 over IPv6 GIDs.
 GIDX=2 run_case send_bw rv-server 3000 100
 GIDX=2 run_case write_lat rv-client 100 100

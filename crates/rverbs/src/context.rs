@@ -1487,7 +1487,13 @@ impl Context {
             // WRITE as equal-sized WRITE ONLY pieces rides one train, where its longer
             // FIRST would start one of its own (64 KiB WRITEs: 1.13-1.29x the
             // bandwidth, `bench/compare.sh`).
-            write_pieces: gso,
+            // `RVERBS_WRITE_PIECES=1` / `=0` forces it on or off (on: to check a remote
+            // responder with them, as `interop/perftest.sh` does with rxe).
+            write_pieces: match std::env::var("RVERBS_WRITE_PIECES").as_deref() {
+                Ok("1") => true,
+                Ok("0") => false,
+                _ => gso,
+            },
             ack_policy: opts.ack_policy,
             ..Config::default()
         };
