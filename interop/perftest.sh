@@ -176,6 +176,11 @@ run_case send_bw rv-server 3000 200 "-b"
 # ... and per size in a sweep (2 B .. 8 MiB, with the extra handshakes).
 run_case send_bw rv-client "" 5 "-b -a"
 run_case write_bw rv-server "" 5 "-b -a"
+# Compare-and-swap (-A CMP_AND_SWAP; perftest's client swaps 0 for 0) in both roles.
+run_case atomic_bw rv-client "" 200 "-A CMP_AND_SWAP"
+run_case atomic_bw rv-server "" 200 "-A CMP_AND_SWAP"
+run_case atomic_lat rv-client "" "" "-A CMP_AND_SWAP"
+run_case atomic_lat rv-server "" "" "-A CMP_AND_SWAP"
 # rverbs' loopback packetization of WRITEs (one WRITE ONLY per packet, each with its
 # own RETH; `Config::write_pieces`) into rxe's responder: a stream of 64 KiB WRITEs, and
 # ib_write_lat, whose server sees each 4000-byte WRITE by polling its last byte (the

@@ -206,6 +206,10 @@ enum Command {
         /// applies the same policy to its socket reads.
         #[arg(long = "spin-us", default_value_t = 0)]
         spin_us: u64,
+        /// The atomic operation (atomic tests), as perftest's -A: FETCH_AND_ADD (add 1)
+        /// or CMP_AND_SWAP (compare 0, swap 0, perftest's values).
+        #[arg(short = 'A', long = "atomic_type", value_parser = ["FETCH_AND_ADD", "CMP_AND_SWAP"], default_value = "FETCH_AND_ADD")]
+        atomic_type: String,
         /// Speak perftest's own exchange (TCP, RoCE GIDs), so an unmodified perftest
         /// tool is the peer, in either role: write/send/read/atomic bw = ib_write_bw,
         /// ib_send_bw, ib_read_bw, ib_atomic_bw; lat = ib_write_lat, ib_send_lat,
@@ -213,7 +217,7 @@ enum Command {
         /// perftest 6.28+ skips its parameter negotiation. Spoken: RC, one QP, the
         /// default options plus -s, -n (default: perftest's), -a, -t, -l and -Q (bw
         /// tools), -b (bw tools), -D (ib_write_bw, ib_read_bw, ib_atomic_bw), -m, -x,
-        /// -p; atomics are fetch-and-add. Not spoken: -q, -c UC/UD, -A CMP_AND_SWAP, -R
+        /// -p, -A. Not spoken: -q, -c UC/UD, -R
         /// (rdma_cm). Start both sides with the same -s/-n/-a/-l/-D/-b, as perftest
         /// needs.
         #[arg(long)]
@@ -472,6 +476,7 @@ fn main() -> ExitCode {
             mtu,
             gid_idx,
             spin_us,
+            atomic_type,
             perftest,
             json,
         } => {
@@ -504,6 +509,7 @@ fn main() -> ExitCode {
                 mtu,
                 gid_idx,
                 spin: std::time::Duration::from_micros(spin_us),
+                cmp_swap: atomic_type == "CMP_AND_SWAP",
                 perftest,
                 json,
             };

@@ -153,3 +153,84 @@ fn resent_packets_are_reported() {
     assert_eq!(lossy, lossy_s, "both sides report the sum");
     assert!(err.contains("packets sent again"), "{err}");
 }
+
+/// Opcodes of the RoCE packets in a capture, as `rverbs pcap decode` names them, with
+/// how often each occurs.
+fn opcodes_in(pcap: &std::path::Path) -> std::collections::BTreeMap<String, usize> {
+    let out = Command::new(env!("CARGO_BIN_EXE_rverbs"))
+        .args(["pcap", "decode"])
+        .arg(pcap)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", common::output_text(&out));
+    let mut n = std::collections::BTreeMap::new();
+    for w in String::from_utf8_lossy(&out.stdout).split_whitespace() {
+        if let Some(op) = w.strip_prefix("RC_") {
+            *n.entry(op.trim_end_matches(',').to_string()).or_insert(0) += 1;
+        }
+    }
+    n
+}
+
+#[test]
+fn atomic_type_picks_the_operation_on_the_wire() {
+    let dir = std::env::temp_dir().join(format!("rverbs-perf-atomic-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bin = env!("CARGO_BIN_EXE_rverbs");
+    for (i, (kind, ty, op)) in [
+        ("bw", "CMP_AND_SWAP", "COMPARE_SWAP"),
+        ("lat", "CMP_AND_SWAP", "COMPARE_SWAP"),
+        ("bw", "FETCH_AND_ADD", "FETCH_ADD"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let port = (19240 + i).to_string();
+        let pcap = dir.join(format!("{kind}-{ty}.pcap"));
+        let args = ["perf", "atomic", kind, "-A", ty, "-n", "150", "-p", &port];
+        let server = Command::new(bin)
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let client = Command::new(bin)
+            .args(args)
+            .args(["--json", "localhost"])
+            .env("RVERBS_PCAP", &pcap)
+            .output()
+            .unwrap();
+        let server = server.wait_with_output().unwrap();
+        let both = || {
+            format!(
+                "client:\n{}\nserver:\n{}",
+                common::output_text(&client),
+                common::output_text(&server)
+            )
+        };
+        assert!(client.status.success(), "{}", both());
+        assert!(server.status.success(), "{}", both());
+        let line = String::from_utf8_lossy(&client.stdout)
+            .lines()
+            .last()
+            .unwrap()
+            .to_string();
+        assert_eq!(field(&line, "msgs"), "150", "{kind} {ty}");
+        let ops = opcodes_in(&pcap);
+        assert_eq!(ops.get(op), Some(&150), "{kind} {ty}: {ops:?}");
+        let other = if op == "FETCH_ADD" {
+            "COMPARE_SWAP"
+        } else {
+            "FETCH_ADD"
+        };
+        assert_eq!(ops.get(other), None, "{kind} {ty}: {ops:?}");
+    }
+    // Anything else is refused with perftest's names in the message.
+    let out = Command::new(bin)
+        .args(["perf", "atomic", "bw", "-A", "SWAP", "-p", "19249"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("CMP_AND_SWAP"));
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -43,7 +43,7 @@ pub enum Op {
     Write,
     /// RDMA READ.
     Read,
-    /// Atomic fetch-and-add (8 bytes).
+    /// Atomic fetch-and-add, or compare-and-swap with `-A CMP_AND_SWAP` (8 bytes).
     Atomic,
     /// A plain TCP socket (the baseline).
     Tcp,
@@ -126,6 +126,9 @@ pub struct Opts {
     /// How long a waiting thread busy-polls before it sleeps until the next datagram
     /// (`--spin-us`; see `rverbs::Cq::wait`).
     pub spin: Duration,
+    /// Atomics are compare-and-swap (`-A CMP_AND_SWAP`: compare 0, swap 0, as
+    /// perftest's) instead of fetch-and-add 1.
+    pub cmp_swap: bool,
     /// Speak perftest's own exchange (an unmodified perftest tool is the peer).
     pub perftest: bool,
     /// Print JSON lines instead of the table.
@@ -852,6 +855,7 @@ mod tests {
             mtu: 1024,
             gid_idx: None,
             spin: Duration::ZERO,
+            cmp_swap: false,
             perftest: false,
             json: false,
         };

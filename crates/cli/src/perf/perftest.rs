@@ -386,6 +386,8 @@ struct Conn {
     spin: Duration,
     /// `ib_send_lat`'s completion moderation (`Opts::lat_cq_mod`).
     cq_mod: u64,
+    /// `-A CMP_AND_SWAP` (`Opts::cmp_swap`).
+    cmp_swap: bool,
     _pd: Pd,
     ctx: Context,
 }
@@ -539,6 +541,7 @@ fn setup(o: &Opts, tool: Tool, max_size: usize) -> Result<Conn, String> {
         cq,
         spin: o.spin,
         cq_mod: o.lat_cq_mod(),
+        cmp_swap: o.cmp_swap,
         _pd: pd,
         ctx,
     })
@@ -576,6 +579,11 @@ impl Conn {
             Tool::WriteBw | Tool::WriteLat => SendRequest::write(id, &[local], self.remote(size)),
             Tool::ReadBw | Tool::ReadLat => SendRequest::read(id, &[local], self.remote(size)),
             Tool::SendBw | Tool::SendLat => SendRequest::send(id, &[local]),
+            // `ctx_set_send_reg_wrs`: add ATOMIC_ADD_VALUE (1); swap ATOMIC_SWAP_VALUE
+            // (0) with the compare value left 0.
+            Tool::AtomicBw | Tool::AtomicLat if self.cmp_swap => {
+                SendRequest::cmp_swap(id, self.mr.slice(0..8), self.remote(8), 0, 0)
+            }
             Tool::AtomicBw | Tool::AtomicLat => {
                 SendRequest::fetch_add(id, self.mr.slice(0..8), self.remote(8), 1)
             }

@@ -20,6 +20,8 @@ pub struct Rdma {
     /// The latency tests' completion moderation (`Opts::lat_cq_mod`).
     lat_cq_mod: u64,
     spin: Duration,
+    /// Atomics are compare-and-swap (`Opts::cmp_swap`).
+    cmp_swap: bool,
     cq: Cq,
     mr: Mr,
     qp: Qp,
@@ -131,6 +133,7 @@ impl Rdma {
             cq_mod: o.cq_mod,
             lat_cq_mod: o.lat_cq_mod(),
             spin: o.spin,
+            cmp_swap: o.cmp_swap,
             half,
             peer_addr: them.hex("addr")?,
             peer_rkey: them.hex("rkey")? as u32,
@@ -175,6 +178,15 @@ impl Rdma {
                 wr_id,
                 &[self.mr.slice(self.half..self.half + size)],
                 self.remote(size, false),
+            ),
+            // perftest's values: add 1; compare 0 and swap 0 (ATOMIC_ADD_VALUE,
+            // ATOMIC_SWAP_VALUE in perftest_resources.h).
+            _ if self.cmp_swap => SendRequest::cmp_swap(
+                wr_id,
+                self.mr.slice(self.half..self.half + 8),
+                self.remote(8, true),
+                0,
+                0,
             ),
             _ => SendRequest::fetch_add(
                 wr_id,
@@ -419,6 +431,8 @@ impl Bench for Rdma {
                     _ => {
                         let want = if self.op == Op::Read {
                             WcOpcode::RdmaRead
+                        } else if self.cmp_swap {
+                            WcOpcode::CompSwap
                         } else {
                             WcOpcode::FetchAdd
                         };
