@@ -176,6 +176,14 @@ run_case send_bw rv-server 3000 200 "-b"
 # ... and per size in a sweep (2 B .. 8 MiB, with the extra handshakes).
 run_case send_bw rv-client "" 5 "-b -a"
 run_case write_bw rv-server "" 5 "-b -a"
+# UC (-c UC): the SEND and WRITE tools in both roles (no ACKs; an ib_send_bw receiver
+# posts a receive per message, up to 16000, as perftest does over UC).
+for role in rv-client rv-server; do
+  run_case send_bw "$role" 4096 200 "-c UC"
+  run_case write_bw "$role" "" 200 "-c UC"
+  run_case send_lat "$role" "" "" "-c UC"
+  run_case write_lat "$role" 100 200 "-c UC"
+done
 # Compare-and-swap (-A CMP_AND_SWAP; perftest's client swaps 0 for 0) in both roles.
 run_case atomic_bw rv-client "" 200 "-A CMP_AND_SWAP"
 run_case atomic_bw rv-server "" 200 "-A CMP_AND_SWAP"

@@ -210,6 +210,10 @@ enum Command {
         /// or CMP_AND_SWAP (compare 0, swap 0, perftest's values).
         #[arg(short = 'A', long = "atomic_type", value_parser = ["FETCH_AND_ADD", "CMP_AND_SWAP"], default_value = "FETCH_AND_ADD")]
         atomic_type: String,
+        /// The transport, as perftest's -c: RC, or UC (with --perftest, for the SEND and
+        /// WRITE tools).
+        #[arg(short = 'c', long = "connection", value_parser = ["RC", "UC"], default_value = "RC")]
+        connection: String,
         /// Speak perftest's own exchange (TCP, RoCE GIDs), so an unmodified perftest
         /// tool is the peer, in either role: write/send/read/atomic bw = ib_write_bw,
         /// ib_send_bw, ib_read_bw, ib_atomic_bw; lat = ib_write_lat, ib_send_lat,
@@ -217,7 +221,7 @@ enum Command {
         /// perftest 6.28+ skips its parameter negotiation. Spoken: RC, one QP, the
         /// default options plus -s, -n (default: perftest's), -a, -t, -l and -Q (bw
         /// tools), -b (bw tools), -D (ib_write_bw, ib_read_bw, ib_atomic_bw), -m, -x,
-        /// -p, -A. Not spoken: -q, -c UC/UD, -R
+        /// -p, -A, -c UC. Not spoken: -q, -c UD, -R
         /// (rdma_cm). Start both sides with the same -s/-n/-a/-l/-D/-b, as perftest
         /// needs.
         #[arg(long)]
@@ -477,6 +481,7 @@ fn main() -> ExitCode {
             gid_idx,
             spin_us,
             atomic_type,
+            connection,
             perftest,
             json,
         } => {
@@ -510,6 +515,7 @@ fn main() -> ExitCode {
                 gid_idx,
                 spin: std::time::Duration::from_micros(spin_us),
                 cmp_swap: atomic_type == "CMP_AND_SWAP",
+                uc: connection == "UC",
                 perftest,
                 json,
             };

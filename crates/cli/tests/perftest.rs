@@ -204,6 +204,8 @@ fn unspoken_options_are_refused() {
         &["write", "bw", "-l", "4", "-Q", "3", "-n", "8"],
         &["tcp", "bw"],
         &["send", "lat", "-n", "4"],
+        &["read", "bw", "-c", "UC"],
+        &["atomic", "lat", "-c", "UC"],
     ] {
         let o = Command::new(bin)
             .arg("perf")
@@ -214,4 +216,34 @@ fn unspoken_options_are_refused() {
         assert!(!o.status.success(), "{args:?}");
         assert!(text(&o).contains("perftest"), "{args:?}: {}", text(&o));
     }
+}
+
+#[test]
+fn uc_send_and_write_tools_in_both_roles() {
+    for (i, (op, kind, n)) in [
+        ("send", "bw", "300"),
+        ("write", "bw", "300"),
+        ("send", "lat", "100"),
+        ("write", "lat", "100"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let (s, c) = pair(
+            &[op, kind, "-c", "UC", "-n", n, "-s", "2000"],
+            19460 + i as u16,
+        );
+        assert_eq!(field(&c[0], "msgs"), n, "{op} {kind}: {c:?}");
+        assert!(num(&c[0], "gbps") > 0.0, "{op} {kind}: {}", c[0]);
+        if kind == "bw" {
+            assert_eq!(field(&s[0], "msgs"), n, "{op} {kind}: {s:?}");
+        }
+    }
+    // rverbs' own exchange does not speak UC.
+    let o = Command::new(env!("CARGO_BIN_EXE_rverbs"))
+        .args(["perf", "write", "bw", "-c", "UC", "-p", "19469"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(text(&o).contains("--perftest"), "{}", text(&o));
 }

@@ -129,6 +129,9 @@ pub struct Opts {
     /// Atomics are compare-and-swap (`-A CMP_AND_SWAP`: compare 0, swap 0, as
     /// perftest's) instead of fetch-and-add 1.
     pub cmp_swap: bool,
+    /// Unreliable Connected QPs instead of RC (`-c UC`; with `--perftest`, SEND and
+    /// WRITE tools).
+    pub uc: bool,
     /// Speak perftest's own exchange (an unmodified perftest tool is the peer).
     pub perftest: bool,
     /// Print JSON lines instead of the table.
@@ -619,6 +622,11 @@ pub fn run(o: &Opts, out: &mut impl Write) -> Result<Vec<Report>, String> {
     if o.perftest {
         return perftest::run(o, out);
     }
+    if o.uc {
+        // rverbs' own SEND bandwidth test reposts receives as they complete, which a
+        // UC sender may outrun (a message that finds no receive is lost, not retried).
+        return Err("-c UC is spoken with --perftest only (perftest's UC tests)".into());
+    }
     let client = o.server.is_some();
     let (mut c, peer_addr, listener) = control(o)?;
     let sizes = sizes(o);
@@ -856,6 +864,7 @@ mod tests {
             gid_idx: None,
             spin: Duration::ZERO,
             cmp_swap: false,
+            uc: false,
             perftest: false,
             json: false,
         };

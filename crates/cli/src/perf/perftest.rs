@@ -41,6 +41,10 @@ pub const KEY_MSG_SIZE_GID: usize = 108;
 const OUT_READS: u16 = 16;
 /// Receives kept posted by a SEND receiver (perftest's `DEF_RX_SEND`).
 const RX_DEPTH: u64 = 512;
+/// The most receives a UC SEND receiver posts (perftest's `UC_MAX_RX`): over UC it
+/// posts one per message, up to this many, since a message that finds none is lost
+/// (`perftest_parameters.c`, `force_dependecies`).
+const UC_MAX_RX: u64 = 16_000;
 /// perftest's `DEF_PAGE_SIZE` and `DEF_CACHE_LINE_SIZE`, what we send in
 /// `check_sys_data`.
 const PAGE: i32 = 4096;
@@ -388,6 +392,9 @@ struct Conn {
     cq_mod: u64,
     /// `-A CMP_AND_SWAP` (`Opts::cmp_swap`).
     cmp_swap: bool,
+    /// Receives a SEND receiver keeps posted ([`RX_DEPTH`], or over UC one per
+    /// message up to [`UC_MAX_RX`]).
+    rx_depth: u64,
     _pd: Pd,
     ctx: Context,
 }
@@ -482,10 +489,16 @@ fn setup(o: &Opts, tool: Tool, max_size: usize) -> Result<Conn, String> {
     // what we send / read into, the second what the peer writes / sends / reads.
     let half = max_size.max(cycle).div_ceil(line) * line;
     let pd = ctx.alloc_pd().map_err(e)?;
-    let rx = if tool.is_send() { RX_DEPTH as usize } else { 1 };
+    let rx_depth = match (tool.is_send(), o.uc) {
+        (false, _) => 1,
+        (true, false) => RX_DEPTH,
+        (true, true) => o.iters.min(UC_MAX_RX),
+    };
+    let rx = rx_depth as usize;
     let cq = ctx.create_cq((o.depth + rx + 64) as u32).map_err(e)?;
     let mr = pd.reg_mr(2 * half, AccessFlags::ALL).map_err(e)?;
-    let mut attr = QpInitAttr::new(QpType::Rc, &cq);
+    let qp_type = if o.uc { QpType::Uc } else { QpType::Rc };
+    let mut attr = QpInitAttr::new(qp_type, &cq);
     attr.cap.max_send_wr = o.depth.max(16) as u32 + 1;
     attr.cap.max_recv_wr = rx as u32;
     let qp = pd.create_qp(&attr).map_err(e)?;
@@ -542,6 +555,7 @@ fn setup(o: &Opts, tool: Tool, max_size: usize) -> Result<Conn, String> {
         spin: o.spin,
         cq_mod: o.lat_cq_mod(),
         cmp_swap: o.cmp_swap,
+        rx_depth,
         _pd: pd,
         ctx,
     })
@@ -642,7 +656,7 @@ impl Conn {
 
     /// Posts the first receives of a size (perftest's `ctx_set_recv_wqes`).
     fn prepost(&self, c: &mut Counts, iters: u64) -> Result<(), String> {
-        while c.posted_recvs < iters.min(RX_DEPTH) {
+        while c.posted_recvs < iters.min(self.rx_depth) {
             self.post_recv(c)?;
         }
         Ok(())
@@ -935,6 +949,19 @@ pub fn check(o: &Opts) -> Result<Tool, String> {
     }
     if o.size == 0 || o.size > MAX_SIZE {
         return Err(format!("--perftest: -s must be 1 .. {MAX_SIZE}"));
+    }
+    // UC carries SENDs and WRITEs only (IBTA 9.7.? / perftest: "Connection type UC
+    // doesn't support READ/ATOMIC").
+    if o.uc
+        && !matches!(
+            tool,
+            Tool::SendBw | Tool::SendLat | Tool::WriteBw | Tool::WriteLat
+        )
+    {
+        return Err(format!(
+            "--perftest: -c UC is for SEND and WRITE tools, not {}",
+            tool.name()
+        ));
     }
     Ok(tool)
 }
