@@ -10,17 +10,21 @@ use driver::*;
 use rverbs_engine::sim::{LinkConfig, Sim};
 use rverbs_engine::*;
 
-fn sim(pieces: bool) -> Sim {
+fn sim_on(link: LinkConfig, seed: u64, pieces: bool) -> Sim {
     Sim::with_config(
         2,
         false,
-        LinkConfig::default(),
-        21,
+        link,
+        seed,
         Config {
             write_pieces: pieces,
             ..Config::default()
         },
     )
+}
+
+fn sim(pieces: bool) -> Sim {
+    sim_on(LinkConfig::default(), 21, pieces)
 }
 
 fn opts(qp_type: QpType) -> PairOpts {
@@ -61,6 +65,11 @@ fn reths(ps: &[Pkt], base: u64) -> Vec<Line> {
         .collect()
 }
 
+/// A WRITE ONLY piece's [`Line`]: PSN, offset and length of its part of the range.
+fn only(psn: u32, off: u64, len: u32) -> Line {
+    ("RC_RDMA_WRITE_ONLY".to_string(), psn, Some((off, len)))
+}
+
 fn st(wcs: &[Wc]) -> Vec<(u64, WcStatus)> {
     wcs.iter().map(|w| (w.wr_id, w.status)).collect()
 }
@@ -77,13 +86,12 @@ fn a_multi_packet_write_leaves_as_write_only_pieces_and_lands_whole() {
         write(1, WrOpcode::RdmaWrite, &a, 2500, &b, 300),
     );
     let p = tx(&mut sim, 0);
-    let only = "RC_RDMA_WRITE_ONLY".to_string();
     assert_eq!(
         reths(&p, b.base),
         [
-            (only.clone(), 100, Some((300, 1024))),
-            (only.clone(), 101, Some((1324, 1024))),
-            (only.clone(), 102, Some((2348, 452))),
+            only(100, 300, 1024),
+            only(101, 1324, 1024),
+            only(102, 2348, 452),
         ]
     );
     // Equal lengths but the last: one train for a driver that batches.
@@ -183,13 +191,12 @@ fn a_lost_piece_is_resent_from_its_own_offset() {
     assert_eq!(lines(&nak), ["RC_ACKNOWLEDGE 101 NAK-SEQ msn=1"]);
     rx_all(&mut sim, &nak);
     let resent = tx(&mut sim, 0);
-    let only = "RC_RDMA_WRITE_ONLY".to_string();
     assert_eq!(
         reths(&resent, b.base),
         [
-            (only.clone(), 101, Some((1024, 1024))),
-            (only.clone(), 102, Some((2048, 1024))),
-            (only.clone(), 103, Some((3072, 928))),
+            only(101, 1024, 1024),
+            only(102, 2048, 1024),
+            only(103, 3072, 928),
         ]
     );
     rx_all(&mut sim, &resent);
@@ -239,16 +246,7 @@ fn pieces_survive_a_lossy_reordering_network() {
         dup: 0.02,
         ..LinkConfig::default()
     };
-    let mut sim = Sim::with_config(
-        2,
-        false,
-        link,
-        7,
-        Config {
-            write_pieces: true,
-            ..Config::default()
-        },
-    );
+    let mut sim = sim_on(link, 7, true);
     let o = PairOpts {
         mem_len: 1 << 20,
         ..Default::default()
