@@ -77,6 +77,10 @@ run_case() {
   [ $sweep = 1 ] && rsize=8388608
   # A duration (-D): the row counts what was sent in it.
   [[ $extra == *-D* ]] && riters=any
+  # Several QPs (-q N): the rows count every QP's messages.
+  if [[ " $extra " =~ \ -q\ ([0-9]+)\  ]] && [ "$riters" != any ]; then
+    riters=$((riters * BASH_REMATCH[1]))
+  fi
   local rv_log=/tmp/perftest-rv.$$ pt c0 gx=${GIDX:-1} rvx=""
   # GIDX: both sides' GID index (2: the IPv6 GIDs; the TCP exchange stays on IPv4).
   [ -n "${GIDX:-}" ] && rvx="-x $GIDX"
@@ -176,6 +180,16 @@ run_case send_bw rv-server 3000 200 "-b"
 # ... and per size in a sweep (2 B .. 8 MiB, with the extra handshakes).
 run_case send_bw rv-client "" 5 "-b -a"
 run_case write_bw rv-server "" 5 "-b -a"
+# Several QPs (-q): every bandwidth tool in both roles with 4 QPs (each its own keys and
+# area of the region; the per-QP handshakes in each tool's order), and with a post list.
+for role in rv-client rv-server; do
+  for tool in write_bw send_bw read_bw; do
+    run_case "$tool" "$role" 3000 100 "-q 4"
+  done
+  run_case atomic_bw "$role" "" 100 "-q 4"   # (perftest's atomics take no -s)
+done
+run_case write_bw rv-client 4096 200 "-q 3 -l 4"
+run_case send_bw rv-server "" 5 "-q 2 -a"
 # UC (-c UC): the SEND and WRITE tools in both roles (no ACKs; an ib_send_bw receiver
 # posts a receive per message, up to 16000, as perftest does over UC).
 for role in rv-client rv-server; do

@@ -210,6 +210,10 @@ enum Command {
         /// or CMP_AND_SWAP (compare 0, swap 0, perftest's values).
         #[arg(short = 'A', long = "atomic_type", value_parser = ["FETCH_AND_ADD", "CMP_AND_SWAP"], default_value = "FETCH_AND_ADD")]
         atomic_type: String,
+        /// QPs, as perftest's -q (with --perftest, bandwidth tools): each sends -n
+        /// messages with -t outstanding.
+        #[arg(short = 'q', long = "qp", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=16384))]
+        qps: u64,
         /// The transport, as perftest's -c: RC, or UC (with --perftest, for the SEND and
         /// WRITE tools).
         #[arg(short = 'c', long = "connection", value_parser = ["RC", "UC"], default_value = "RC")]
@@ -221,7 +225,7 @@ enum Command {
         /// perftest 6.28+ skips its parameter negotiation. Spoken: RC, one QP, the
         /// default options plus -s, -n (default: perftest's), -a, -t, -l and -Q (bw
         /// tools), -b (bw tools), -D (ib_write_bw, ib_read_bw, ib_atomic_bw), -m, -x,
-        /// -p, -A, -c UC. Not spoken: -q, -c UD, -R
+        /// -p, -A, -c UC, -q (bw tools; not with -b or -D). Not spoken: -c UD, -R
         /// (rdma_cm). Start both sides with the same -s/-n/-a/-l/-D/-b, as perftest
         /// needs.
         #[arg(long)]
@@ -481,6 +485,7 @@ fn main() -> ExitCode {
             gid_idx,
             spin_us,
             atomic_type,
+            qps,
             connection,
             perftest,
             json,
@@ -515,6 +520,7 @@ fn main() -> ExitCode {
                 gid_idx,
                 spin: std::time::Duration::from_micros(spin_us),
                 cmp_swap: atomic_type == "CMP_AND_SWAP",
+                qps: qps as usize,
                 uc: connection == "UC",
                 perftest,
                 json,

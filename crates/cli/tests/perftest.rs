@@ -205,6 +205,9 @@ fn unspoken_options_are_refused() {
         &["tcp", "bw"],
         &["send", "lat", "-n", "4"],
         &["read", "bw", "-c", "UC"],
+        &["write", "lat", "-q", "2"],
+        &["write", "bw", "-q", "2", "-b"],
+        &["read", "bw", "-q", "2", "-D", "1"],
         &["atomic", "lat", "-c", "UC"],
     ] {
         let o = Command::new(bin)
@@ -242,6 +245,34 @@ fn uc_send_and_write_tools_in_both_roles() {
     // rverbs' own exchange does not speak UC.
     let o = Command::new(env!("CARGO_BIN_EXE_rverbs"))
         .args(["perf", "write", "bw", "-c", "UC", "-p", "19469"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(text(&o).contains("--perftest"), "{}", text(&o));
+}
+
+#[test]
+fn several_qps_in_both_roles() {
+    for (i, op) in ["write", "read", "send", "atomic"].iter().enumerate() {
+        let size = if *op == "atomic" { "8" } else { "2500" };
+        let (s, c) = pair(
+            &[
+                op, "bw", "-q", "3", "-n", "120", "-s", size, "-t", "8", "-l", "2",
+            ],
+            19470 + i as u16,
+        );
+        // Every QP's messages count: 3 x 120.
+        assert_eq!(field(&c[0], "msgs"), "360", "{op}: {c:?}");
+        assert_eq!(field(&s[0], "msgs"), "360", "{op}: {s:?}");
+        assert!(num(&c[0], "gbps") > 0.0, "{op}: {}", c[0]);
+    }
+    // A sweep with two QPs: each size's handshakes and receives per QP.
+    let (s, c) = pair(&["send", "bw", "-q", "2", "-a", "-n", "6"], 19474);
+    assert_eq!((s.len(), c.len()), (23, 23));
+    assert!(c.iter().all(|l| field(l, "msgs") == "12"), "{c:?}");
+    // rverbs' own exchange has one QP.
+    let o = Command::new(env!("CARGO_BIN_EXE_rverbs"))
+        .args(["perf", "write", "bw", "-q", "2", "-p", "19479"])
         .output()
         .unwrap();
     assert!(!o.status.success());

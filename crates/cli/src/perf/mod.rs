@@ -129,6 +129,9 @@ pub struct Opts {
     /// Atomics are compare-and-swap (`-A CMP_AND_SWAP`: compare 0, swap 0, as
     /// perftest's) instead of fetch-and-add 1.
     pub cmp_swap: bool,
+    /// QPs (`-q`; with `--perftest`, for the bandwidth tools): each sends `iters`
+    /// messages with `depth` outstanding.
+    pub qps: usize,
     /// Unreliable Connected QPs instead of RC (`-c UC`; with `--perftest`, SEND and
     /// WRITE tools).
     pub uc: bool,
@@ -622,6 +625,11 @@ pub fn run(o: &Opts, out: &mut impl Write) -> Result<Vec<Report>, String> {
     if o.perftest {
         return perftest::run(o, out);
     }
+    if o.qps > 1 {
+        return Err(
+            "-q is spoken with --perftest only (perftest's multi-QP bandwidth tests)".into(),
+        );
+    }
     if o.uc {
         // rverbs' own SEND bandwidth test reposts receives as they complete, which a
         // UC sender may outrun (a message that finds no receive is lost, not retried).
@@ -864,6 +872,7 @@ mod tests {
             gid_idx: None,
             spin: Duration::ZERO,
             cmp_swap: false,
+            qps: 1,
             uc: false,
             perftest: false,
             json: false,

@@ -56,6 +56,13 @@ const PEER_TIMEOUT: Duration = Duration::from_secs(300);
 const MAX_SIZE: usize = 1 << 23;
 /// A receive's `wr_id` carries this bit.
 const RECV: u64 = 1 << 63;
+/// A work request's QP index (`-q`) sits in the `wr_id` from this bit up, its sequence
+/// number below.
+const LANE_SHIFT: u32 = 40;
+/// The sequence number of a `wr_id`.
+const SEQ: u64 = (1 << LANE_SHIFT) - 1;
+/// perftest's most QPs (`MAX_QP_NUM`).
+pub const MAX_QPS: usize = 16384;
 
 /// One perftest tool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -380,12 +387,12 @@ impl Oob {
 /// The connected QP, its region and the peer's details.
 struct Conn {
     oob: Oob,
-    me: Dest,
-    rem: Dest,
-    /// Offset of our second half (what the peer writes into / sends into).
+    /// The QPs (`-q`; one but for the bandwidth tools), each with both sides' keys.
+    lanes: Vec<Lane>,
+    /// The size of one area of the region: QP `i` sends from area `i` and the peer
+    /// writes / sends into area `lanes.len() + i` (perftest's `ctx->buf[i]` layout).
     half: usize,
     mr: Mr,
-    qp: Qp,
     cq: Cq,
     spin: Duration,
     /// `ib_send_lat`'s completion moderation (`Opts::lat_cq_mod`).
@@ -397,6 +404,13 @@ struct Conn {
     rx_depth: u64,
     _pd: Pd,
     ctx: Context,
+}
+
+/// One QP of the test and both sides' keys for it.
+struct Lane {
+    qp: Qp,
+    me: Dest,
+    rem: Dest,
 }
 
 fn is_ipv6(a: IpAddr) -> bool {
@@ -485,8 +499,10 @@ fn setup(o: &Opts, tool: Tool, max_size: usize) -> Result<Conn, String> {
     let r = oob.xchg(&[b'0' + mine as u8, 0])?;
     let mtu = parse_mtu(&r).map_or(mine, |t| t.min(mine));
 
-    // Our region: two halves of BUFF_SIZE rounded to the cache line (INC), the first
-    // what we send / read into, the second what the peer writes / sends / reads.
+    // Our region: per QP two areas of BUFF_SIZE rounded to the cache line (INC): QP
+    // `i` sends from (or reads into) area `i`, the peer writes / sends / reads area
+    // `n + i` (perftest's `ctx->buf[i]`, `set_up_connection`).
+    let n = o.qps.max(1);
     let half = max_size.max(cycle).div_ceil(line) * line;
     let pd = ctx.alloc_pd().map_err(e)?;
     let rx_depth = match (tool.is_send(), o.uc) {
@@ -495,62 +511,83 @@ fn setup(o: &Opts, tool: Tool, max_size: usize) -> Result<Conn, String> {
         (true, true) => o.iters.min(UC_MAX_RX),
     };
     let rx = rx_depth as usize;
-    let cq = ctx.create_cq((o.depth + rx + 64) as u32).map_err(e)?;
-    let mr = pd.reg_mr(2 * half, AccessFlags::ALL).map_err(e)?;
+    let cq = ctx.create_cq((n * (o.depth + rx) + 64) as u32).map_err(e)?;
+    let mr = pd.reg_mr(2 * n * half, AccessFlags::ALL).map_err(e)?;
     let qp_type = if o.uc { QpType::Uc } else { QpType::Rc };
-    let mut attr = QpInitAttr::new(qp_type, &cq);
-    attr.cap.max_send_wr = o.depth.max(16) as u32 + 1;
-    attr.cap.max_recv_wr = rx as u32;
-    let qp = pd.create_qp(&attr).map_err(e)?;
     let sgid = match o.gid_idx {
         Some(i) => i,
         None => ctx
             .gid_index_for(is_ipv6(peer.ip()))
             .ok_or_else(|| format!("no GID of the peer's address family on {}", dev.name))?,
     };
-    let psn = std::process::id() & 0xff_ffff;
-    let me = Dest {
-        lid: 0,
-        out_reads: OUT_READS,
-        qpn: qp.qp_num(),
-        psn,
-        rkey: mr.rkey(),
-        vaddr: mr.addr() + half as u64,
-        gid: ctx.gid(sgid).ok_or("no such GID index")?,
-        srqn: 0,
-    };
-    let rem = oob.hand_shake(&me)?;
+    let gid = ctx.gid(sgid).ok_or("no such GID index")?;
+    let mut lanes = Vec::with_capacity(n);
+    for i in 0..n {
+        let mut attr = QpInitAttr::new(qp_type, &cq);
+        attr.cap.max_send_wr = o.depth.max(16) as u32 + 1;
+        attr.cap.max_recv_wr = rx as u32;
+        let qp = pd.create_qp(&attr).map_err(e)?;
+        let me = Dest {
+            lid: 0,
+            out_reads: OUT_READS,
+            qpn: qp.qp_num(),
+            psn: (std::process::id() + 0x1001 * i as u32) & 0xff_ffff,
+            rkey: mr.rkey(),
+            vaddr: mr.addr() + ((n + i) * half) as u64,
+            gid,
+            srqn: 0,
+        };
+        // The first key exchange, one per QP.
+        let rem = oob.hand_shake(&me)?;
+        lanes.push(Lane { qp, me, rem });
+    }
     // ctx_check_gid_compatibility: both IPv4-mapped or neither.
-    if v4_mapped(&me.gid) != v4_mapped(&rem.gid) {
+    if v4_mapped(&gid) != v4_mapped(&lanes[0].rem.gid) {
         return Err("the peer's GID is of the other IP version (pick one with -x)".into());
     }
-    let copts = ConnectOpts {
-        sgid_index: sgid,
-        mtu,
-        psn,
-        rd_atomic: OUT_READS.min(rem.out_reads.max(1)) as u8,
-        ..ConnectOpts::default()
-    };
-    qp.connect(
-        &PeerInfo {
-            qpn: rem.qpn,
-            psn: rem.psn,
-            gid: rem.gid,
-        },
-        &copts,
-    )
-    .map_err(e)?;
-    // The remaining handshakes, the last one after both sides reached RTR.
-    for _ in 1..tool.handshakes() {
-        oob.hand_shake(&me)?;
+    for l in &lanes {
+        let copts = ConnectOpts {
+            sgid_index: sgid,
+            mtu,
+            psn: l.me.psn,
+            rd_atomic: OUT_READS.min(l.rem.out_reads.max(1)) as u8,
+            ..ConnectOpts::default()
+        };
+        l.qp.connect(
+            &PeerInfo {
+                qpn: l.rem.qpn,
+                psn: l.rem.psn,
+                gid: l.rem.gid,
+            },
+            &copts,
+        )
+        .map_err(e)?;
+    }
+    // The remaining handshakes, the last one after both sides reached RTR: with one
+    // QP the tool's count of them; with several (bandwidth tools) one per QP and one
+    // of the first QP's keys, in the tool's order (`send_bw.c`: the single one first;
+    // `write_bw.c`, `read_bw.c`, `atomic_bw.c`: last). The peer keeps what the per-QP
+    // ones carry (`rem_dest[i]`), so each carries its QP's keys.
+    if n == 1 {
+        for _ in 1..tool.handshakes() {
+            oob.hand_shake(&lanes[0].me)?;
+        }
+    } else {
+        if tool.is_send() {
+            oob.hand_shake(&lanes[0].me)?;
+        }
+        for l in &lanes {
+            oob.hand_shake(&l.me)?;
+        }
+        if !tool.is_send() {
+            oob.hand_shake(&lanes[0].me)?;
+        }
     }
     Ok(Conn {
         oob,
-        me,
-        rem,
+        lanes,
         half,
         mr,
-        qp,
         cq,
         spin: o.spin,
         cq_mod: o.lat_cq_mod(),
@@ -564,12 +601,13 @@ fn setup(o: &Opts, tool: Tool, max_size: usize) -> Result<Conn, String> {
 /// Counts of one size's traffic on our side.
 #[derive(Default)]
 struct Counts {
-    /// Send-queue completions (wr_id = sequence number, 1-based).
-    sent_done: u64,
-    /// Receives completed.
+    /// Per QP, its send-queue completions (the highest sequence number completed; they
+    /// start at 1).
+    sent_done: Vec<u64>,
+    /// Receives completed, on all QPs.
     recvs: u64,
-    /// Receives posted.
-    posted_recvs: u64,
+    /// Per QP, the receives posted.
+    posted_recvs: Vec<u64>,
     /// When the first and the last receive completed.
     first_rx: Option<Instant>,
     last_rx: Option<Instant>,
@@ -578,45 +616,74 @@ struct Counts {
 }
 
 impl Conn {
-    fn remote(&self, len: usize) -> RemoteBuf {
+    /// The first key of the connection, which the single handshakes carry.
+    fn me(&self) -> Dest {
+        self.lanes[0].me
+    }
+
+    /// Fresh counts for a size.
+    fn counts(&self) -> Counts {
+        Counts {
+            sent_done: vec![0; self.lanes.len()],
+            posted_recvs: vec![0; self.lanes.len()],
+            ..Counts::default()
+        }
+    }
+
+    /// Where the peer writes / sends to on QP `lane`'s behalf: area `n + lane`.
+    fn recv_area(&self, lane: usize) -> usize {
+        (self.lanes.len() + lane) * self.half
+    }
+
+    fn remote(&self, lane: usize, len: usize) -> RemoteBuf {
+        let rem = &self.lanes[lane].rem;
         RemoteBuf {
-            addr: self.rem.vaddr,
-            rkey: self.rem.rkey,
+            addr: rem.vaddr,
+            rkey: rem.rkey,
             len: len as u32,
         }
     }
 
-    /// The work request `id` (1-based) of `tool` for `size` bytes.
-    fn request(&self, tool: Tool, id: u64, size: usize) -> SendRequest<'_> {
-        let local = self.mr.slice(0..size);
+    /// The work request `id` (1-based) of `tool` for `size` bytes on QP `lane`.
+    fn request(&self, lane: usize, tool: Tool, id: u64, size: usize) -> SendRequest<'_> {
+        let at = lane * self.half;
+        let local = self.mr.slice(at..at + size);
+        let id = id | (lane as u64) << LANE_SHIFT;
         match tool {
-            Tool::WriteBw | Tool::WriteLat => SendRequest::write(id, &[local], self.remote(size)),
-            Tool::ReadBw | Tool::ReadLat => SendRequest::read(id, &[local], self.remote(size)),
+            Tool::WriteBw | Tool::WriteLat => {
+                SendRequest::write(id, &[local], self.remote(lane, size))
+            }
+            Tool::ReadBw | Tool::ReadLat => {
+                SendRequest::read(id, &[local], self.remote(lane, size))
+            }
             Tool::SendBw | Tool::SendLat => SendRequest::send(id, &[local]),
             // `ctx_set_send_reg_wrs`: add ATOMIC_ADD_VALUE (1); swap ATOMIC_SWAP_VALUE
             // (0) with the compare value left 0.
             Tool::AtomicBw | Tool::AtomicLat if self.cmp_swap => {
-                SendRequest::cmp_swap(id, self.mr.slice(0..8), self.remote(8), 0, 0)
+                SendRequest::cmp_swap(id, self.mr.slice(at..at + 8), self.remote(lane, 8), 0, 0)
             }
             Tool::AtomicBw | Tool::AtomicLat => {
-                SendRequest::fetch_add(id, self.mr.slice(0..8), self.remote(8), 1)
+                SendRequest::fetch_add(id, self.mr.slice(at..at + 8), self.remote(lane, 8), 1)
             }
         }
     }
 
-    /// Posts a receive of a whole half (any size of a `-a` sweep fits).
-    fn post_recv(&self, c: &mut Counts) -> Result<(), String> {
-        c.posted_recvs += 1;
-        self.qp
+    /// Posts a receive of a whole area on QP `lane` (any size of a `-a` sweep fits).
+    fn post_recv(&self, c: &mut Counts, lane: usize) -> Result<(), String> {
+        c.posted_recvs[lane] += 1;
+        let at = self.recv_area(lane);
+        self.lanes[lane]
+            .qp
             .post_recv(
-                RECV | c.posted_recvs,
-                &[self.mr.slice(self.half..2 * self.half)],
+                RECV | (lane as u64) << LANE_SHIFT | c.posted_recvs[lane],
+                &[self.mr.slice(at..at + self.half)],
             )
             .map_err(|e| e.to_string())
     }
 
     /// Waits once for completions; receives are reposted while fewer than `want_rx`
-    /// were posted. Errors on a failed completion or `STALL` without progress.
+    /// were posted on their QP. Errors on a failed completion or `STALL` without
+    /// progress.
     fn reap(&self, c: &mut Counts, want_rx: u64, since: Instant) -> Result<(), String> {
         let mut wcs = [Wc::default(); 32];
         let n = self
@@ -628,20 +695,22 @@ impl Conn {
             if wc.status != WcStatus::Success {
                 return Err(format!(
                     "work request {} ({:?}) completed with {:?}",
-                    wc.wr_id & !RECV,
+                    wc.wr_id & SEQ,
                     wc.opcode,
                     wc.status
                 ));
             }
+            // (A wr_id names a QP we have: we made them all.)
+            let lane = ((wc.wr_id & !RECV) >> LANE_SHIFT) as usize % self.lanes.len();
             if wc.opcode == WcOpcode::Recv {
                 c.recvs += 1;
                 c.first_rx.get_or_insert(now);
                 c.last_rx = Some(now);
-                if c.posted_recvs < want_rx {
-                    self.post_recv(c)?;
+                if c.posted_recvs[lane] < want_rx {
+                    self.post_recv(c, lane)?;
                 }
             } else {
-                c.sent_done = c.sent_done.max(wc.wr_id);
+                c.sent_done[lane] = c.sent_done[lane].max(wc.wr_id & SEQ);
             }
             c.last = Some(now);
         }
@@ -656,8 +725,10 @@ impl Conn {
 
     /// Posts the first receives of a size (perftest's `ctx_set_recv_wqes`).
     fn prepost(&self, c: &mut Counts, iters: u64) -> Result<(), String> {
-        while c.posted_recvs < iters.min(self.rx_depth) {
-            self.post_recv(c)?;
+        for lane in 0..self.lanes.len() {
+            while c.posted_recvs[lane] < iters.min(self.rx_depth) {
+                self.post_recv(c, lane)?;
+            }
         }
         Ok(())
     }
@@ -669,7 +740,7 @@ impl Conn {
     /// After `-D` the last chain posted is signaled and everything outstanding is
     /// awaited; the figures cover the whole run.
     fn bw_send(&self, tool: Tool, o: &Opts, size: usize) -> Result<Side, String> {
-        self.bw_run(tool, o, size, &mut Counts::default(), 0, false)
+        self.bw_run(tool, o, size, &mut self.counts(), 0, false)
     }
 
     /// A bidirectional size's figures: ours (`me`) and the peer's, exchanged as
@@ -711,31 +782,45 @@ impl Conn {
         };
         let (start, cpu0) = (Instant::now(), super::cpu_seconds());
         let until = o.duration.map(|d| start + Duration::from_secs_f64(d));
-        let (mut posted, mut done_posting) = (0u64, false);
+        // Per QP (`-q`, perftest's `scnt[index]`): requests posted, and whether its
+        // last chain is.
+        let n = self.lanes.len();
+        let (mut posted, mut done_posting) = (vec![0u64; n], vec![false; n]);
         let mut chain = Vec::with_capacity(list as usize);
         loop {
             let may_send = !wait_rx || c.recvs > 0;
-            while may_send && !done_posting && posted + list - c.sent_done <= o.depth as u64 {
-                let last = match until {
-                    Some(u) => Instant::now() >= u,
-                    None => posted + list >= o.iters,
-                };
-                chain.clear();
-                for id in posted + 1..=posted + list {
-                    let sig = id % cq_mod == 0 || (last && id == posted + list);
-                    chain.push(self.request(tool, id, size).signaled(sig));
+            for lane in 0..n {
+                while may_send
+                    && !done_posting[lane]
+                    && posted[lane] + list - c.sent_done[lane] <= o.depth as u64
+                {
+                    let p = posted[lane];
+                    let last = match until {
+                        Some(u) => Instant::now() >= u,
+                        None => p + list >= o.iters,
+                    };
+                    chain.clear();
+                    for id in p + 1..=p + list {
+                        let sig = id % cq_mod == 0 || (last && id == p + list);
+                        chain.push(self.request(lane, tool, id, size).signaled(sig));
+                    }
+                    self.lanes[lane]
+                        .qp
+                        .post_send_list(&chain)
+                        .map_err(|(i, e)| {
+                            format!("post_send of request {}: {e}", p + 1 + i as u64)
+                        })?;
+                    posted[lane] += list;
+                    done_posting[lane] = last;
                 }
-                self.qp.post_send_list(&chain).map_err(|(i, e)| {
-                    format!("post_send of request {}: {e}", posted + 1 + i as u64)
-                })?;
-                posted += list;
-                done_posting = last;
             }
-            if done_posting && c.sent_done >= posted && c.recvs >= want_rx {
+            let all_done = (0..n).all(|l| done_posting[l] && c.sent_done[l] >= posted[l]);
+            if all_done && c.recvs >= want_rx {
                 break;
             }
             self.reap(c, want_rx, start)?;
         }
+        let posted: u64 = posted.iter().sum();
         let secs = start.elapsed().as_secs_f64();
         Ok(Side {
             sent: posted,
@@ -747,11 +832,13 @@ impl Conn {
         })
     }
 
-    /// The receiving side of `ib_send_bw` (`run_iter_bw_server`): `iters` receives,
-    /// timed from the first to the last.
+    /// The receiving side of `ib_send_bw` (`run_iter_bw_server`): `iters` receives on
+    /// each QP, timed from the first to the last.
     fn bw_recv(&self, c: &mut Counts, iters: u64) -> Result<Side, String> {
         let (start, cpu0) = (Instant::now(), super::cpu_seconds());
-        while c.recvs < iters {
+        // `iters` on each QP (`-q`), reposted per QP.
+        let all = iters * self.lanes.len() as u64;
+        while c.recvs < all {
             self.reap(c, iters, start)?;
         }
         let secs = match (c.first_rx, c.last_rx) {
@@ -760,7 +847,7 @@ impl Conn {
         };
         Ok(Side {
             sent: 0,
-            rx: iters,
+            rx: all,
             secs,
             cpu: super::cpu_seconds() - cpu0,
             wall: start.elapsed().as_secs_f64(),
@@ -773,7 +860,7 @@ impl Conn {
     /// last byte of its own buffer. The server writes first. Returns the post times.
     fn write_lat(&self, iters: u64, size: usize, server: bool) -> Result<Vec<Instant>, String> {
         let mut t = Vec::with_capacity(iters as usize);
-        let mut c = Counts::default();
+        let mut c = self.counts();
         let mark = self.half + size - 1;
         let start = Instant::now();
         let (mut scnt, mut rcnt) = (0u64, 0u64);
@@ -791,12 +878,12 @@ impl Conn {
                 scnt += 1;
                 self.mr.write(size - 1, &[scnt as u8]);
                 t.push(Instant::now());
-                let mut r = self.request(Tool::WriteLat, scnt, size);
+                let mut r = self.request(0, Tool::WriteLat, scnt, size);
                 if size <= 220 {
                     r = r.inline();
                 }
-                self.qp.post_send(&r).map_err(|e| e.to_string())?;
-                while c.sent_done < scnt {
+                self.lanes[0].qp.post_send(&r).map_err(|e| e.to_string())?;
+                while c.sent_done[0] < scnt {
                     self.reap(&mut c, 0, start)?;
                 }
             }
@@ -833,20 +920,22 @@ impl Conn {
                 scnt += 1;
                 t.push(Instant::now());
                 let signaled = scnt % cq_mod == 0 || scnt == iters;
-                let mut r = self.request(Tool::SendLat, scnt, size).signaled(signaled);
+                let mut r = self
+                    .request(0, Tool::SendLat, scnt, size)
+                    .signaled(signaled);
                 if size <= 236 {
                     r = r.inline();
                 }
-                self.qp.post_send(&r).map_err(|e| e.to_string())?;
+                self.lanes[0].qp.post_send(&r).map_err(|e| e.to_string())?;
                 // A signaled SEND's completion is awaited before anything else
                 // (`run_iter_lat_send`'s `poll == 1`).
                 let since = Instant::now();
-                while signaled && c.sent_done < scnt {
+                while signaled && c.sent_done[0] < scnt {
                     self.reap(c, iters, since)?;
                 }
             }
         }
-        while c.sent_done < iters {
+        while c.sent_done[0] < iters {
             self.reap(c, iters, start)?;
         }
         Ok(t)
@@ -855,14 +944,15 @@ impl Conn {
     /// `run_iter_lat` (READ, atomic): one request at a time, each awaited.
     fn rt_lat(&self, tool: Tool, iters: u64, size: usize) -> Result<Vec<Instant>, String> {
         let mut t = Vec::with_capacity(iters as usize);
-        let mut c = Counts::default();
+        let mut c = self.counts();
         for i in 1..=iters {
             t.push(Instant::now());
-            self.qp
-                .post_send(&self.request(tool, i, size))
+            self.lanes[0]
+                .qp
+                .post_send(&self.request(0, tool, i, size))
                 .map_err(|e| e.to_string())?;
             let since = Instant::now();
-            while c.sent_done < i {
+            while c.sent_done[0] < i {
                 self.reap(&mut c, 0, since)?;
             }
         }
@@ -950,6 +1040,22 @@ pub fn check(o: &Opts) -> Result<Tool, String> {
     if o.size == 0 || o.size > MAX_SIZE {
         return Err(format!("--perftest: -s must be 1 .. {MAX_SIZE}"));
     }
+    // perftest: "Multiple QPs only available on bw tests"; rverbs leaves out their
+    // duplex and duration modes with several QPs.
+    if o.qps > 1 {
+        if !bw {
+            return Err(format!(
+                "--perftest: several QPs (-q) are for the bandwidth tools, not {}",
+                tool.name()
+            ));
+        }
+        if o.bidir || o.duration.is_some() {
+            return Err("--perftest: -q with -b or -D is not spoken".into());
+        }
+    }
+    if o.qps == 0 || o.qps > MAX_QPS {
+        return Err(format!("--perftest: -q must be 1 .. {MAX_QPS}"));
+    }
     // UC carries SENDs and WRITEs only (IBTA 9.7.? / perftest: "Connection type UC
     // doesn't support READ/ATOMIC").
     if o.uc
@@ -994,16 +1100,16 @@ pub fn run(o: &Opts, out: &mut impl Write) -> Result<Vec<Report>, String> {
             // size a handshake, the traffic, in a sweep (-a) of WRITEs or READs another
             // handshake, and the two sides' reports exchanged; each prints the sum.
             for &size in &sizes {
-                c.oob.hand_shake(&c.me)?;
+                c.oob.hand_shake(&c.me())?;
                 let me = c.bw_send(tool, o, size)?;
                 if o.all && tool != Tool::AtomicBw {
-                    c.oob.hand_shake(&c.me)?;
+                    c.oob.hand_shake(&c.me())?;
                 }
                 let r = c.both_ways(size, &me)?;
                 show(out, &r)?;
                 reports.push(r);
             }
-            c.oob.close(&c.me)?;
+            c.oob.close(&c.me())?;
         }
         Tool::WriteBw | Tool::ReadBw | Tool::AtomicBw => {
             let mut last = BwReport::default();
@@ -1017,9 +1123,9 @@ pub fn run(o: &Opts, out: &mut impl Write) -> Result<Vec<Report>, String> {
                 }
             }
             // The server waits here while the client runs every size.
-            c.oob.hand_shake(&c.me)?;
+            c.oob.hand_shake(&c.me())?;
             let theirs = c.oob.reports(&last)?;
-            c.oob.close(&c.me)?;
+            c.oob.close(&c.me())?;
             if !client {
                 if !o.json {
                     w(writeln!(
@@ -1038,33 +1144,33 @@ pub fn run(o: &Opts, out: &mut impl Write) -> Result<Vec<Report>, String> {
             // run `run_iter_bi`, exchange reports (each prints the sum) and, in a
             // sweep, shake hands again.
             for &size in &sizes {
-                let mut k = Counts::default();
+                let mut k = c.counts();
                 c.prepost(&mut k, o.iters)?;
-                c.oob.hand_shake(&c.me)?;
+                c.oob.hand_shake(&c.me())?;
                 let me = c.bw_bi(o, size, &mut k, client)?;
                 let r = c.both_ways(size, &me)?;
                 show(out, &r)?;
                 reports.push(r);
                 if o.all {
-                    c.oob.hand_shake(&c.me)?;
+                    c.oob.hand_shake(&c.me())?;
                 }
             }
-            c.oob.close(&c.me)?;
+            c.oob.close(&c.me())?;
         }
         Tool::SendBw => {
             for &size in &sizes {
-                let mut k = Counts::default();
+                let mut k = c.counts();
                 if !client {
                     c.prepost(&mut k, o.iters)?;
                 }
-                c.oob.hand_shake(&c.me)?;
+                c.oob.hand_shake(&c.me())?;
                 let me = if client {
                     c.bw_send(tool, o, size)?
                 } else {
                     c.bw_recv(&mut k, o.iters)?
                 };
                 if o.all {
-                    c.oob.hand_shake(&c.me)?;
+                    c.oob.hand_shake(&c.me())?;
                 }
                 // The receiver's messages are the ones it received.
                 let moved = Side {
@@ -1075,7 +1181,7 @@ pub fn run(o: &Opts, out: &mut impl Write) -> Result<Vec<Report>, String> {
                 show(out, &r)?;
                 reports.push(r);
             }
-            c.oob.close(&c.me)?;
+            c.oob.close(&c.me())?;
         }
         Tool::WriteLat => {
             for &size in &sizes {
@@ -1089,15 +1195,15 @@ pub fn run(o: &Opts, out: &mut impl Write) -> Result<Vec<Report>, String> {
         }
         Tool::SendLat => {
             for &size in &sizes {
-                let mut k = Counts::default();
+                let mut k = c.counts();
                 c.prepost(&mut k, o.iters)?;
-                c.oob.hand_shake(&c.me)?;
+                c.oob.hand_shake(&c.me())?;
                 let t = c.send_lat(&mut k, o.iters, size, client)?;
                 let r = lat_report(o, size, &t, true, cpu0);
                 show(out, &r)?;
                 reports.push(r);
             }
-            c.oob.close(&c.me)?;
+            c.oob.close(&c.me())?;
         }
         Tool::ReadLat | Tool::AtomicLat => {
             if client {
@@ -1109,7 +1215,7 @@ pub fn run(o: &Opts, out: &mut impl Write) -> Result<Vec<Report>, String> {
                 }
             }
             // The server only answers: its close waits out the client's traffic.
-            c.oob.close(&c.me)?;
+            c.oob.close(&c.me())?;
             if !client {
                 let r = Report::new(sizes[0], &Side::default(), &Side::default(), None);
                 show(out, &r)?;
