@@ -68,6 +68,8 @@ fn captures_decode_cleanly() {
             .unwrap();
         wait(&cqb);
         wait(&cqa);
+        // Over loopback a plain WRITE leaves as WRITE ONLY pieces (`Config::write_pieces`);
+        // one with immediate as FIRST, MIDDLE and LAST.
         qa.post_send(&SendRequest::write(
             2,
             &[ma.slice(0..2500)],
@@ -75,6 +77,13 @@ fn captures_decode_cleanly() {
         ))
         .unwrap();
         wait(&cqa);
+        qb.post_recv(6, &[mb.slice(0..16)]).unwrap();
+        qa.post_send(
+            &SendRequest::write(7, &[ma.slice(0..2500)], mb.remote(4096..6596)).imm(0x1234),
+        )
+        .unwrap();
+        wait(&cqa);
+        wait(&cqb);
         qa.post_send(&SendRequest::read(
             3,
             &[ma.slice(4096..6596)],
@@ -113,7 +122,10 @@ fn captures_decode_cleanly() {
         );
         for op in [
             "RC_SEND_FIRST",
+            "RC_RDMA_WRITE_ONLY",
             "RC_RDMA_WRITE_FIRST",
+            "RC_RDMA_WRITE_MIDDLE",
+            "RC_RDMA_WRITE_LAST_WITH_IMMEDIATE",
             "RC_RDMA_READ_REQUEST",
             "RC_FETCH_ADD",
             "RC_COMPARE_SWAP",
