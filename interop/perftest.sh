@@ -75,6 +75,9 @@ run_case() {
   [ "$tool" = write_bw ] && riters=${iters:-5000}
   [ "$op" = atomic ] && rsize=8
   [ $sweep = 1 ] && rsize=8388608
+  # UD: one packet per message, so a sweep ends at the path MTU (1024 with the guest's
+  # 1500-byte Ethernet MTU).
+  [ $sweep = 1 ] && [[ " $extra " == *" -c UD "* ]] && rsize=1024
   # A duration (-D): the row counts what was sent in it.
   [[ $extra == *-D* ]] && riters=any
   # Several QPs (-q N): the rows count every QP's messages.
@@ -198,6 +201,15 @@ for role in rv-client rv-server; do
   run_case send_lat "$role" "" "" "-c UC"
   run_case write_lat "$role" 100 200 "-c UC"
 done
+# UD (-c UD): ib_send_bw and ib_send_lat in both roles (messages of one MTU at most,
+# the 40-byte GRH area in front of each received one), a sweep (2 B .. the MTU) and
+# several QPs (an address handle each).
+for role in rv-client rv-server; do
+  run_case send_bw "$role" 1024 200 "-c UD"
+  run_case send_lat "$role" "" "" "-c UD"
+done
+run_case send_bw rv-server "" 5 "-c UD -a"
+run_case send_bw rv-client 512 100 "-c UD -q 3"
 # Compare-and-swap (-A CMP_AND_SWAP; perftest's client swaps 0 for 0) in both roles.
 run_case atomic_bw rv-client "" 200 "-A CMP_AND_SWAP"
 run_case atomic_bw rv-server "" 200 "-A CMP_AND_SWAP"

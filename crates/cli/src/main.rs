@@ -214,9 +214,9 @@ enum Command {
         /// messages with -t outstanding.
         #[arg(short = 'q', long = "qp", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=16384))]
         qps: u64,
-        /// The transport, as perftest's -c: RC, or UC (with --perftest, for the SEND and
-        /// WRITE tools).
-        #[arg(short = 'c', long = "connection", value_parser = ["RC", "UC"], default_value = "RC")]
+        /// The transport, as perftest's -c: RC, or with --perftest UC (SEND and WRITE
+        /// tools) or UD (SEND tools; messages of at most one MTU, as perftest).
+        #[arg(short = 'c', long = "connection", value_parser = ["RC", "UC", "UD"], default_value = "RC")]
         connection: String,
         /// Speak perftest's own exchange (TCP, RoCE GIDs), so an unmodified perftest
         /// tool is the peer, in either role: write/send/read/atomic bw = ib_write_bw,
@@ -225,7 +225,7 @@ enum Command {
         /// perftest 6.28+ skips its parameter negotiation. Spoken: RC, one QP, the
         /// default options plus -s, -n (default: perftest's), -a, -t, -l and -Q (bw
         /// tools), -b (bw tools), -D (ib_write_bw, ib_read_bw, ib_atomic_bw), -m, -x,
-        /// -p, -A, -c UC, -q (bw tools; not with -b or -D). Not spoken: -c UD, -R
+        /// -p, -A, -c UC/UD, -q (bw tools; not with -b or -D). Not spoken: -R
         /// (rdma_cm). Start both sides with the same -s/-n/-a/-l/-D/-b, as perftest
         /// needs.
         #[arg(long)]
@@ -521,7 +521,11 @@ fn main() -> ExitCode {
                 spin: std::time::Duration::from_micros(spin_us),
                 cmp_swap: atomic_type == "CMP_AND_SWAP",
                 qps: qps as usize,
-                uc: connection == "UC",
+                transport: match connection.as_str() {
+                    "UC" => rverbs::QpType::Uc,
+                    "UD" => rverbs::QpType::Ud,
+                    _ => rverbs::QpType::Rc,
+                },
                 perftest,
                 json,
             };

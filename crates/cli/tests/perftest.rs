@@ -206,6 +206,8 @@ fn unspoken_options_are_refused() {
         &["send", "lat", "-n", "4"],
         &["read", "bw", "-c", "UC"],
         &["write", "lat", "-q", "2"],
+        &["write", "bw", "-c", "UD"],
+        &["send", "bw", "-c", "UD", "-b"],
         &["write", "bw", "-q", "2", "-b"],
         &["read", "bw", "-q", "2", "-D", "1"],
         &["atomic", "lat", "-c", "UC"],
@@ -277,4 +279,28 @@ fn several_qps_in_both_roles() {
         .unwrap();
     assert!(!o.status.success());
     assert!(text(&o).contains("--perftest"), "{}", text(&o));
+}
+
+#[test]
+fn ud_send_tools_in_both_roles() {
+    // The loopback device's MTU is 4096: a larger -s becomes it, as perftest does.
+    let (s, c) = pair(
+        &["send", "bw", "-c", "UD", "-n", "300", "-s", "9000"],
+        19480,
+    );
+    assert_eq!(field(&c[0], "size"), "4096", "{c:?}");
+    assert_eq!(field(&c[0], "msgs"), "300", "{c:?}");
+    assert_eq!(field(&s[0], "msgs"), "300", "{s:?}");
+    // A sweep stops at the MTU: 2 .. 4096 bytes, 12 sizes.
+    let (_, c) = pair(&["send", "bw", "-c", "UD", "-a", "-n", "20"], 19481);
+    assert_eq!(c.len(), 12, "{c:?}");
+    assert_eq!(field(&c[11], "size"), "4096");
+    let (_, c) = pair(&["send", "lat", "-c", "UD", "-n", "100", "-s", "64"], 19482);
+    assert_eq!(field(&c[0], "msgs"), "100", "{c:?}");
+    // Several QPs, an address handle each.
+    let (s, _) = pair(
+        &["send", "bw", "-c", "UD", "-q", "2", "-n", "50", "-s", "100"],
+        19483,
+    );
+    assert_eq!(field(&s[0], "msgs"), "100", "{s:?}");
 }

@@ -132,9 +132,9 @@ pub struct Opts {
     /// QPs (`-q`; with `--perftest`, for the bandwidth tools): each sends `iters`
     /// messages with `depth` outstanding.
     pub qps: usize,
-    /// Unreliable Connected QPs instead of RC (`-c UC`; with `--perftest`, SEND and
-    /// WRITE tools).
-    pub uc: bool,
+    /// The transport (`-c`): RC; with `--perftest` also UC (SEND and WRITE tools) and
+    /// UD (SEND tools, messages of at most one MTU).
+    pub transport: rverbs::QpType,
     /// Speak perftest's own exchange (an unmodified perftest tool is the peer).
     pub perftest: bool,
     /// Print JSON lines instead of the table.
@@ -630,10 +630,11 @@ pub fn run(o: &Opts, out: &mut impl Write) -> Result<Vec<Report>, String> {
             "-q is spoken with --perftest only (perftest's multi-QP bandwidth tests)".into(),
         );
     }
-    if o.uc {
+    if o.transport != rverbs::QpType::Rc {
         // rverbs' own SEND bandwidth test reposts receives as they complete, which a
-        // UC sender may outrun (a message that finds no receive is lost, not retried).
-        return Err("-c UC is spoken with --perftest only (perftest's UC tests)".into());
+        // UC or UD sender may outrun (a message that finds no receive is lost, not
+        // retried).
+        return Err("-c UC/UD is spoken with --perftest only (perftest's UC and UD tests)".into());
     }
     let client = o.server.is_some();
     let (mut c, peer_addr, listener) = control(o)?;
@@ -873,7 +874,7 @@ mod tests {
             spin: Duration::ZERO,
             cmp_swap: false,
             qps: 1,
-            uc: false,
+            transport: rverbs::QpType::Rc,
             perftest: false,
             json: false,
         };

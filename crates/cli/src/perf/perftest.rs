@@ -23,8 +23,8 @@
 
 use super::{Kind, Lat, Op, Opts, Report, Side, STALL};
 use rverbs::{
-    device, AccessFlags, ConnectOpts, Context, Cq, Gid, Mr, Mtu, Pd, PeerInfo, Qp, QpInitAttr,
-    QpType, RemoteBuf, SendRequest, Wc, WcOpcode, WcStatus,
+    device, AccessFlags, Ah, AhAttrs, ConnectOpts, Context, Cq, Gid, Mr, Mtu, Pd, PeerInfo, Qp,
+    QpInitAttr, QpType, RemoteBuf, SendRequest, Wc, WcOpcode, WcStatus,
 };
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
@@ -61,6 +61,10 @@ const RECV: u64 = 1 << 63;
 const LANE_SHIFT: u32 = 40;
 /// The sequence number of a `wr_id`.
 const SEQ: u64 = (1 << LANE_SHIFT) - 1;
+/// perftest's Q_Key for UD (`DEF_QKEY`).
+const DEF_QKEY: u32 = 0x1111_1111;
+/// What a UD receive holds in front of the message (`UD_ADDITION`: the GRH area).
+const UD_ADDITION: usize = 40;
 /// perftest's most QPs (`MAX_QP_NUM`).
 pub const MAX_QPS: usize = 16384;
 
@@ -392,6 +396,8 @@ struct Conn {
     /// The size of one area of the region: QP `i` sends from area `i` and the peer
     /// writes / sends into area `lanes.len() + i` (perftest's `ctx->buf[i]` layout).
     half: usize,
+    /// The path MTU both sides settled on (`check_mtu`).
+    mtu: Mtu,
     mr: Mr,
     cq: Cq,
     spin: Duration,
@@ -411,6 +417,8 @@ struct Lane {
     qp: Qp,
     me: Dest,
     rem: Dest,
+    /// UD: the address handle towards the peer's QP (perftest's `ctx->ah[i]`).
+    ah: Option<Ah>,
 }
 
 fn is_ipv6(a: IpAddr) -> bool {
@@ -503,17 +511,20 @@ fn setup(o: &Opts, tool: Tool, max_size: usize) -> Result<Conn, String> {
     // `i` sends from (or reads into) area `i`, the peer writes / sends / reads area
     // `n + i` (perftest's `ctx->buf[i]`, `set_up_connection`).
     let n = o.qps.max(1);
-    let half = max_size.max(cycle).div_ceil(line) * line;
+    // (A UD receive also holds the 40-byte GRH area in front of the message.)
+    let ud = o.transport == QpType::Ud;
+    let half = (max_size.max(cycle) + if ud { UD_ADDITION } else { 0 }).div_ceil(line) * line;
     let pd = ctx.alloc_pd().map_err(e)?;
-    let rx_depth = match (tool.is_send(), o.uc) {
+    // Over UC and UD a SEND receiver posts one receive per message (up to UC_MAX_RX).
+    let rx_depth = match (tool.is_send(), o.transport) {
         (false, _) => 1,
-        (true, false) => RX_DEPTH,
-        (true, true) => o.iters.min(UC_MAX_RX),
+        (true, QpType::Rc) => RX_DEPTH,
+        (true, _) => o.iters.min(UC_MAX_RX),
     };
     let rx = rx_depth as usize;
     let cq = ctx.create_cq((n * (o.depth + rx) + 64) as u32).map_err(e)?;
     let mr = pd.reg_mr(2 * n * half, AccessFlags::ALL).map_err(e)?;
-    let qp_type = if o.uc { QpType::Uc } else { QpType::Rc };
+    let qp_type = o.transport;
     let sgid = match o.gid_idx {
         Some(i) => i,
         None => ctx
@@ -539,7 +550,12 @@ fn setup(o: &Opts, tool: Tool, max_size: usize) -> Result<Conn, String> {
         };
         // The first key exchange, one per QP.
         let rem = oob.hand_shake(&me)?;
-        lanes.push(Lane { qp, me, rem });
+        let ah = if ud {
+            Some(pd.create_ah(&AhAttrs::to(rem.gid, sgid)).map_err(e)?)
+        } else {
+            None
+        };
+        lanes.push(Lane { qp, me, rem, ah });
     }
     // ctx_check_gid_compatibility: both IPv4-mapped or neither.
     if v4_mapped(&gid) != v4_mapped(&lanes[0].rem.gid) {
@@ -587,6 +603,7 @@ fn setup(o: &Opts, tool: Tool, max_size: usize) -> Result<Conn, String> {
         oob,
         lanes,
         half,
+        mtu,
         mr,
         cq,
         spin: o.spin,
@@ -656,7 +673,14 @@ impl Conn {
             Tool::ReadBw | Tool::ReadLat => {
                 SendRequest::read(id, &[local], self.remote(lane, size))
             }
-            Tool::SendBw | Tool::SendLat => SendRequest::send(id, &[local]),
+            Tool::SendBw | Tool::SendLat => {
+                let l = &self.lanes[lane];
+                match &l.ah {
+                    // `ctx_set_send_reg_wrs` for UD: the AH, the peer's QPN, DEF_QKEY.
+                    Some(ah) => SendRequest::send(id, &[local]).to(ah, l.rem.qpn, DEF_QKEY),
+                    None => SendRequest::send(id, &[local]),
+                }
+            }
             // `ctx_set_send_reg_wrs`: add ATOMIC_ADD_VALUE (1); swap ATOMIC_SWAP_VALUE
             // (0) with the compare value left 0.
             Tool::AtomicBw | Tool::AtomicLat if self.cmp_swap => {
@@ -1058,7 +1082,7 @@ pub fn check(o: &Opts) -> Result<Tool, String> {
     }
     // UC carries SENDs and WRITEs only (IBTA 9.7.? / perftest: "Connection type UC
     // doesn't support READ/ATOMIC").
-    if o.uc
+    if o.transport == QpType::Uc
         && !matches!(
             tool,
             Tool::SendBw | Tool::SendLat | Tool::WriteBw | Tool::WriteLat
@@ -1068,6 +1092,16 @@ pub fn check(o: &Opts) -> Result<Tool, String> {
             "--perftest: -c UC is for SEND and WRITE tools, not {}",
             tool.name()
         ));
+    }
+    // UD carries SENDs only ("Connection type UD doesn't support ...").
+    if o.transport == QpType::Ud && !tool.is_send() {
+        return Err(format!(
+            "--perftest: -c UD is for the SEND tools, not {}",
+            tool.name()
+        ));
+    }
+    if o.transport == QpType::Ud && o.bidir {
+        return Err("--perftest: -c UD with -b is not spoken".into());
     }
     Ok(tool)
 }
@@ -1081,6 +1115,18 @@ pub fn run(o: &Opts, out: &mut impl Write) -> Result<Vec<Report>, String> {
     let max = *sizes.iter().max().unwrap_or(&8);
     let client = o.server.is_some();
     let mut c = setup(o, tool, max.max(8))?;
+    // A UD message is one packet: perftest sends at most the MTU (a larger -s becomes
+    // the MTU, a sweep stops there).
+    let sizes: Vec<usize> = if o.transport == QpType::Ud {
+        let m = c.mtu.bytes();
+        if o.all {
+            sizes.into_iter().filter(|&s| s <= m).collect()
+        } else {
+            sizes.into_iter().map(|s| s.min(m)).collect()
+        }
+    } else {
+        sizes
+    };
     let w = |r: std::io::Result<()>| r.map_err(|e| e.to_string());
     let show = |out: &mut dyn Write, r: &Report| -> Result<(), String> {
         if o.json {
