@@ -209,7 +209,6 @@ fn unspoken_options_are_refused() {
         &["write", "bw", "-c", "UD"],
         &["send", "bw", "-c", "UD", "-b"],
         &["write", "bw", "-q", "2", "-b"],
-        &["read", "bw", "-q", "2", "-D", "1"],
         &["atomic", "lat", "-c", "UC"],
     ] {
         let o = Command::new(bin)

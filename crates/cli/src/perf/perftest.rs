@@ -1065,7 +1065,7 @@ pub fn check(o: &Opts) -> Result<Tool, String> {
         return Err(format!("--perftest: -s must be 1 .. {MAX_SIZE}"));
     }
     // perftest: "Multiple QPs only available on bw tests"; rverbs leaves out their
-    // duplex and duration modes with several QPs.
+    // duplex mode with several QPs.
     if o.qps > 1 {
         if !bw {
             return Err(format!(
@@ -1073,8 +1073,8 @@ pub fn check(o: &Opts) -> Result<Tool, String> {
                 tool.name()
             ));
         }
-        if o.bidir || o.duration.is_some() {
-            return Err("--perftest: -q with -b or -D is not spoken".into());
+        if o.bidir {
+            return Err("--perftest: -q with -b is not spoken".into());
         }
     }
     if o.qps == 0 || o.qps > MAX_QPS {
