@@ -267,6 +267,10 @@ fn several_qps_in_both_roles() {
         assert_eq!(field(&s[0], "msgs"), "360", "{op}: {s:?}");
         assert!(num(&c[0], "gbps") > 0.0, "{op}: {}", c[0]);
     }
+    // A duration with two QPs: each posts until the time is up.
+    let (s, c) = pair(&["write", "bw", "-q", "2", "-D", "0.3", "-s", "1000"], 19475);
+    assert!(num(&c[0], "msgs") > 0.0, "{c:?}");
+    assert_eq!(field(&s[0], "msgs"), field(&c[0], "msgs"), "{s:?}");
     // A sweep with two QPs: each size's handshakes and receives per QP.
     let (s, c) = pair(&["send", "bw", "-q", "2", "-a", "-n", "6"], 19474);
     assert_eq!((s.len(), c.len()), (23, 23));
