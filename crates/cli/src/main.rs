@@ -500,6 +500,7 @@ fn main() -> ExitCode {
                 port,
                 dev,
                 size: size.unwrap_or(if kind == Kind::Bw { 65536 } else { 2 }),
+                size_given: size.is_some(),
                 all,
                 iters: iters
                     .unwrap_or(

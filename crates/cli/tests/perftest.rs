@@ -267,8 +267,19 @@ fn several_qps_in_both_roles() {
         assert_eq!(field(&s[0], "msgs"), "360", "{op}: {s:?}");
         assert!(num(&c[0], "gbps") > 0.0, "{op}: {}", c[0]);
     }
+    // More QPs than one CQ can serve: a clear refusal on the side that finds it.
+    let (_, c) = common::perf_processes(
+        &["send", "bw", "-q", "9000", "-n", "100", "--perftest"],
+        19476,
+        "127.0.0.1",
+    );
+    assert!(!c.status.success());
+    assert!(text(&c).contains("need a CQ of"), "{}", text(&c));
     // A duration with two QPs: each posts until the time is up.
-    let (s, c) = pair(&["write", "bw", "-q", "2", "-D", "0.3", "-s", "1000"], 19475);
+    let (s, c) = pair(
+        &["write", "bw", "-q", "2", "-D", "0.3", "-s", "1000"],
+        19475,
+    );
     assert!(num(&c[0], "msgs") > 0.0, "{c:?}");
     assert_eq!(field(&s[0], "msgs"), field(&c[0], "msgs"), "{s:?}");
     // A sweep with two QPs: each size's handshakes and receives per QP.
@@ -286,11 +297,9 @@ fn several_qps_in_both_roles() {
 
 #[test]
 fn ud_send_tools_in_both_roles() {
-    // The loopback device's MTU is 4096: a larger -s becomes it, as perftest does.
-    let (s, c) = pair(
-        &["send", "bw", "-c", "UD", "-n", "300", "-s", "9000"],
-        19480,
-    );
+    // The loopback device's MTU is 4096: the default size (65536) becomes it, as
+    // perftest lowers its own; a larger -s is refused on both sides, as perftest does.
+    let (s, c) = pair(&["send", "bw", "-c", "UD", "-n", "300"], 19480);
     assert_eq!(field(&c[0], "size"), "4096", "{c:?}");
     assert_eq!(field(&c[0], "msgs"), "300", "{c:?}");
     assert_eq!(field(&s[0], "msgs"), "300", "{s:?}");
@@ -300,6 +309,13 @@ fn ud_send_tools_in_both_roles() {
     assert_eq!(field(&c[11], "size"), "4096");
     let (_, c) = pair(&["send", "lat", "-c", "UD", "-n", "100", "-s", "64"], 19482);
     assert_eq!(field(&c[0], "msgs"), "100", "{c:?}");
+    let (s9, c9) = common::perf_processes(
+        &["send", "bw", "-c", "UD", "-s", "9000", "--perftest"],
+        19484,
+        "127.0.0.1",
+    );
+    assert!(!s9.status.success() && !c9.status.success());
+    assert!(text(&c9).contains("path MTU (4096 bytes)"), "{}", text(&c9));
     // Several QPs, an address handle each.
     let (s, _) = pair(
         &["send", "bw", "-c", "UD", "-q", "2", "-n", "50", "-s", "100"],

@@ -103,6 +103,9 @@ pub struct Opts {
     pub dev: Option<String>,
     /// Message size (`-s`).
     pub size: usize,
+    /// `-s` was given (not the default): over UD perftest then refuses a size above
+    /// the MTU instead of lowering it.
+    pub size_given: bool,
     /// Sweep sizes 2 B .. 8 MiB (`-a`).
     pub all: bool,
     /// Iterations per size (`-n`).
@@ -862,6 +865,7 @@ mod tests {
             port: 0,
             dev: None,
             size: 65536,
+            size_given: false,
             all: false,
             iters: 10,
             duration: None,

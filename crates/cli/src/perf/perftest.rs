@@ -506,6 +506,15 @@ fn setup(o: &Opts, tool: Tool, max_size: usize) -> Result<Conn, String> {
     };
     let r = oob.xchg(&[b'0' + mine as u8, 0])?;
     let mtu = parse_mtu(&r).map_or(mine, |t| t.min(mine));
+    // check_mtu: a UD message is one packet; perftest lowers its default size (and a
+    // sweep's end) to the MTU but refuses a larger -s.
+    if o.transport == QpType::Ud && o.size_given && !o.all && o.size > mtu.bytes() {
+        return Err(format!(
+            "--perftest: over UD a message is at most the path MTU ({} bytes), not -s {}",
+            mtu.bytes(),
+            o.size
+        ));
+    }
 
     // Our region: per QP two areas of BUFF_SIZE rounded to the cache line (INC): QP
     // `i` sends from (or reads into) area `i`, the peer writes / sends / reads area
@@ -522,7 +531,20 @@ fn setup(o: &Opts, tool: Tool, max_size: usize) -> Result<Conn, String> {
         (true, _) => o.iters.min(UC_MAX_RX),
     };
     let rx = rx_depth as usize;
-    let cq = ctx.create_cq((n * (o.depth + rx) + 64) as u32).map_err(e)?;
+    // One CQ for every QP's sends and, on a side that receives (the SEND tools'
+    // server, both sides of a latency test or of -b), the receives it keeps posted.
+    let receives = tool.is_send() && (o.server.is_none() || o.bidir || o.kind == Kind::Lat);
+    let posted = (o.iters as usize).min(rx);
+    let cqe = n * (o.depth + if receives { posted } else { 0 }) + 64;
+    let max_cqe = ctx.query_device().map_err(e)?.max_cqe as usize;
+    if cqe > max_cqe {
+        return Err(format!(
+            "--perftest: {n} QPs of depth {} need a CQ of {cqe} entries, more than the \
+             device's {max_cqe} (use fewer QPs, or a smaller -t or -n)",
+            o.depth
+        ));
+    }
+    let cq = ctx.create_cq(cqe as u32).map_err(e)?;
     let mr = pd.reg_mr(2 * n * half, AccessFlags::ALL).map_err(e)?;
     let qp_type = o.transport;
     let sgid = match o.gid_idx {
