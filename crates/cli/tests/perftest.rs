@@ -19,6 +19,18 @@ fn pair(args: &[&str], port: u16) -> (Vec<String>, Vec<String>) {
     common::perf_pair_lines(&args, port, "127.0.0.1")
 }
 
+/// `rverbs perf write bw EXTRA` without `--perftest` is refused, naming it.
+fn needs_perftest_mode(extra: &[&str], port: &str) {
+    let o = Command::new(env!("CARGO_BIN_EXE_rverbs"))
+        .args(["perf", "write", "bw"])
+        .args(extra)
+        .args(["-p", port])
+        .output()
+        .unwrap();
+    assert!(!o.status.success(), "{extra:?}");
+    assert!(text(&o).contains("--perftest"), "{extra:?}: {}", text(&o));
+}
+
 fn num(line: &str, key: &str) -> f64 {
     field(line, key).parse().unwrap()
 }
@@ -244,12 +256,7 @@ fn uc_send_and_write_tools_in_both_roles() {
         }
     }
     // rverbs' own exchange does not speak UC.
-    let o = Command::new(env!("CARGO_BIN_EXE_rverbs"))
-        .args(["perf", "write", "bw", "-c", "UC", "-p", "19469"])
-        .output()
-        .unwrap();
-    assert!(!o.status.success());
-    assert!(text(&o).contains("--perftest"), "{}", text(&o));
+    needs_perftest_mode(&["-c", "UC"], "19469");
 }
 
 #[test]
@@ -287,12 +294,7 @@ fn several_qps_in_both_roles() {
     assert_eq!((s.len(), c.len()), (23, 23));
     assert!(c.iter().all(|l| field(l, "msgs") == "12"), "{c:?}");
     // rverbs' own exchange has one QP.
-    let o = Command::new(env!("CARGO_BIN_EXE_rverbs"))
-        .args(["perf", "write", "bw", "-q", "2", "-p", "19479"])
-        .output()
-        .unwrap();
-    assert!(!o.status.success());
-    assert!(text(&o).contains("--perftest"), "{}", text(&o));
+    needs_perftest_mode(&["-q", "2"], "19479");
 }
 
 #[test]
