@@ -41,8 +41,9 @@ pub const KEY_MSG_SIZE_GID: usize = 108;
 const OUT_READS: u16 = 16;
 /// Receives kept posted by a SEND receiver (perftest's `DEF_RX_SEND`).
 const RX_DEPTH: u64 = 512;
-/// The most receives a UC SEND receiver posts (perftest's `UC_MAX_RX`): over UC it
-/// posts one per message, up to this many, since a message that finds none is lost
+/// The most receives a UC or UD SEND receiver posts (perftest's `UC_MAX_RX`): over UC
+/// and UD it posts one per message, up to this many, since a message that finds none is
+/// lost
 /// (`perftest_parameters.c`, `force_dependecies`).
 const UC_MAX_RX: u64 = 16_000;
 /// perftest's `DEF_PAGE_SIZE` and `DEF_CACHE_LINE_SIZE`, what we send in
@@ -405,7 +406,7 @@ struct Conn {
     cq_mod: u64,
     /// `-A CMP_AND_SWAP` (`Opts::cmp_swap`).
     cmp_swap: bool,
-    /// Receives a SEND receiver keeps posted ([`RX_DEPTH`], or over UC one per
+    /// Receives a SEND receiver keeps posted ([`RX_DEPTH`], or over UC and UD one per
     /// message up to [`UC_MAX_RX`]).
     rx_depth: u64,
     _pd: Pd,
