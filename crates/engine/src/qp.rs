@@ -1053,30 +1053,25 @@ impl Qp {
             WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm => {
                 payload_range = (k as usize * mtu, (w.len - k as usize * mtu).min(mtu));
                 let with_imm = w.wr.opcode == WrOpcode::RdmaWriteWithImm;
-                if rc && ctx.write_pieces && !with_imm && !kind_only {
-                    // One WRITE ONLY per packet, its RETH naming its part of the range
-                    // ([`crate::Config::write_pieces`]).
-                    let (off, len) = payload_range;
+                // One WRITE ONLY per packet, its RETH naming its part of the range
+                // ([`crate::Config::write_pieces`]); else one RETH, the whole range's,
+                // on the FIRST.
+                let piece = rc && ctx.write_pieces && !with_imm && !kind_only;
+                if first || piece {
+                    let (off, len) = if piece { payload_range } else { (0, w.len) };
                     reth = Some(RethRepr {
                         va: w.wr.remote_addr.wrapping_add(off as u64),
                         rkey: w.wr.rkey,
                         dma_len: len as u32,
                     });
+                }
+                if piece {
                     0x0a
+                } else if with_imm && last {
+                    imm = Some(w.wr.imm_data);
+                    seg_op(0x06, 0x07, 0x09, 0x0b)
                 } else {
-                    if first {
-                        reth = Some(RethRepr {
-                            va: w.wr.remote_addr,
-                            rkey: w.wr.rkey,
-                            dma_len: w.len as u32,
-                        });
-                    }
-                    if with_imm && last {
-                        imm = Some(w.wr.imm_data);
-                        seg_op(0x06, 0x07, 0x09, 0x0b)
-                    } else {
-                        seg_op(0x06, 0x07, 0x08, 0x0a)
-                    }
+                    seg_op(0x06, 0x07, 0x08, 0x0a)
                 }
             }
             WrOpcode::RdmaRead => {

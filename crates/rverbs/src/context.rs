@@ -1486,7 +1486,7 @@ impl Context {
             // Sends go as UDP_SEGMENT trains over loopback (`gso`): a multi-packet
             // WRITE as equal-sized WRITE ONLY pieces rides one train, where its longer
             // FIRST would start one of its own (64 KiB WRITEs: 1.13-1.29x the
-            // bandwidth, `bench/compare.sh`).
+            // bandwidth in alternating `rverbs perf write bw -s 65536 -t 128` runs).
             // `RVERBS_WRITE_PIECES=1` / `=0` forces it on or off (on: to check a remote
             // responder with them, as `interop/perftest.sh` does with rxe).
             write_pieces: match std::env::var("RVERBS_WRITE_PIECES").as_deref() {

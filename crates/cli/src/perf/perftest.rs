@@ -58,10 +58,20 @@ const MAX_SIZE: usize = 1 << 23;
 /// A receive's `wr_id` carries this bit.
 const RECV: u64 = 1 << 63;
 /// A work request's QP index (`-q`) sits in the `wr_id` from this bit up, its sequence
-/// number below.
+/// number below ([`wr_id`]).
 const LANE_SHIFT: u32 = 40;
 /// The sequence number of a `wr_id`.
 const SEQ: u64 = (1 << LANE_SHIFT) - 1;
+
+/// The `wr_id` of request (or, with [`RECV`], receive) `seq` on QP `lane`.
+fn wr_id(lane: usize, seq: u64) -> u64 {
+    (lane as u64) << LANE_SHIFT | seq
+}
+
+/// The QP index of a `wr_id` made by [`wr_id`].
+fn lane_of(wr_id: u64) -> usize {
+    ((wr_id & !RECV) >> LANE_SHIFT) as usize
+}
 /// perftest's Q_Key for UD (`DEF_QKEY`).
 const DEF_QKEY: u32 = 0x1111_1111;
 /// What a UD receive holds in front of the message (`UD_ADDITION`: the GRH area).
@@ -688,7 +698,7 @@ impl Conn {
     fn request(&self, lane: usize, tool: Tool, id: u64, size: usize) -> SendRequest<'_> {
         let at = lane * self.half;
         let local = self.mr.slice(at..at + size);
-        let id = id | (lane as u64) << LANE_SHIFT;
+        let id = wr_id(lane, id);
         match tool {
             Tool::WriteBw | Tool::WriteLat => {
                 SendRequest::write(id, &[local], self.remote(lane, size))
@@ -722,7 +732,7 @@ impl Conn {
         self.lanes[lane]
             .qp
             .post_recv(
-                RECV | (lane as u64) << LANE_SHIFT | c.posted_recvs[lane],
+                RECV | wr_id(lane, c.posted_recvs[lane]),
                 &[self.mr.slice(at..at + self.half)],
             )
             .map_err(|e| e.to_string())
@@ -748,7 +758,7 @@ impl Conn {
                 ));
             }
             // (A wr_id names a QP we have: we made them all.)
-            let lane = ((wc.wr_id & !RECV) >> LANE_SHIFT) as usize % self.lanes.len();
+            let lane = lane_of(wc.wr_id) % self.lanes.len();
             if wc.opcode == WcOpcode::Recv {
                 c.recvs += 1;
                 c.first_rx.get_or_insert(now);
@@ -1103,8 +1113,9 @@ pub fn check(o: &Opts) -> Result<Tool, String> {
     if o.qps == 0 || o.qps > MAX_QPS {
         return Err(format!("--perftest: -q must be 1 .. {MAX_QPS}"));
     }
-    // UC carries SENDs and WRITEs only (IBTA 9.7.? / perftest: "Connection type UC
-    // doesn't support READ/ATOMIC").
+    // UC carries SENDs and WRITEs only: it has no READ or atomic opcodes (IBTA 9.2,
+    // the BTH opcode table; perftest's `change_conn_type`: "UC connection not possible
+    // in READ/ATOMIC verbs").
     if o.transport == QpType::Uc
         && !matches!(
             tool,
@@ -1116,7 +1127,8 @@ pub fn check(o: &Opts) -> Result<Tool, String> {
             tool.name()
         ));
     }
-    // UD carries SENDs only ("Connection type UD doesn't support ...").
+    // UD carries SENDs only (`change_conn_type`: "UD connection only possible in SEND
+    // verb").
     if o.transport == QpType::Ud && !tool.is_send() {
         return Err(format!(
             "--perftest: -c UD is for the SEND tools, not {}",
@@ -1138,8 +1150,8 @@ pub fn run(o: &Opts, out: &mut impl Write) -> Result<Vec<Report>, String> {
     let max = *sizes.iter().max().unwrap_or(&8);
     let client = o.server.is_some();
     let mut c = setup(o, tool, max.max(8))?;
-    // A UD message is one packet: perftest sends at most the MTU (a larger -s becomes
-    // the MTU, a sweep stops there).
+    // A UD message is one packet: perftest's default size becomes the MTU and a sweep
+    // stops there (a larger -s was refused in `setup`, as `check_mtu` does).
     let sizes: Vec<usize> = if o.transport == QpType::Ud {
         let m = c.mtu.bytes();
         if o.all {
