@@ -33,22 +33,32 @@ rv_cmd() {
   echo "exit=$?" >>"$log"
 }
 
-# Waits until the guest listens on TCP port $1 (slow under TCG emulation).
+# Waits until the guest listens on TCP port $1 (slow under TCG emulation): one call
+# into the guest that looks every 0.1 s for up to 30 s (each call costs ~0.4 s).
 wait_listen() {
+  local hex
+  hex=$(printf '%04X' "$1")
+  guest "for i in \$(seq 1 300); do grep -q ':$hex 00000000:0000 0A\|:$hex 00000000000000000000000000000000:0000 0A' /proc/net/tcp /proc/net/tcp6 && exit 0; sleep 0.1; done; exit 1" >/dev/null 2>&1
+}
+
+# Waits until rverbs listens on TCP port $1 in the host's netns (a server started with
+# rv_cmd in the background), for up to 5 s, before the guest's client is started.
+host_listen() {
   local hex i
   hex=$(printf '%04X' "$1")
-  for i in $(seq 1 60); do
-    guest "grep -q ':$hex 00000000:0000 0A\|:$hex 00000000000000000000000000000000:0000 0A' /proc/net/tcp /proc/net/tcp6" >/dev/null 2>&1 && return 0
-    sleep 0.25
+  for i in $(seq 1 100); do
+    "$peer/hostns.sh" cat /proc/net/tcp /proc/net/tcp6 2>/dev/null |
+      grep -q ":$hex 00000000:0000 0A\|:$hex 00000000000000000000000000000000:0000 0A" && return 0
+    sleep 0.05
   done
   return 1
 }
 
 # Kills what a case may leave running in the guest (a killed case can leave a tool whose
-# QP keeps retransmitting into the next case).
-guest_cleanup() {
-  guest 'for p in $(ps | grep -E "_pingpong|rdma_ops" | grep -v grep | awk "{print \$1}"); do kill -9 $p; done; true' >/dev/null 2>&1
-}
+# QP keeps retransmitting into the next case): a guest command, to be appended to the
+# case's last call into the guest (each call costs ~0.4 s under TCG).
+kill_leftovers='for p in $(ps | grep -E "_pingpong|rdma_ops|ib_[a-z]+_(bw|lat)" | grep -v grep | awk "{print \$1}"); do kill -9 $p; done; true'
+guest_cleanup() { guest "$kill_leftovers" >/dev/null 2>&1; }
 
 # rverbs' drop counters that must stay 0 whatever the faults: every packet rxe sent
 # passed the ICRC and the transport checks.
@@ -71,7 +81,18 @@ record() { # name ok(0|1) [details...]
   fi
 }
 
-counters() { guest 'cd /sys/class/infiniband/rxe0/ports/1/hw_counters && for f in *; do echo "$f $(cat $f)"; done' 2>/dev/null; }
+# rxe's port counters, one "name value" per line: a guest command (appended to a case's
+# last call into the guest, after the marker line), and the call on its own.
+counters_cmd='echo @@counters@@; cd /sys/class/infiniband/rxe0/ports/1/hw_counters && grep -H . * | sed "s/:/ /"'
+counters() { guest "$counters_cmd" 2>/dev/null | awk 'f; /^@@counters@@$/ { f = 1 }'; }
+# The same after killing what a case left running.
+cleanup_counters() { guest "$kill_leftovers; $counters_cmd" 2>/dev/null | awk 'f; /^@@counters@@$/ { f = 1 }'; }
+# Splits a guest call's output that ended with $counters_cmd: the text before the marker
+# into the variable named $2, the counters after it into the one named $3.
+split_counters() { # OUTPUT OUTVAR COUNTERSVAR
+  printf -v "$2" '%s' "$(awk '/^@@counters@@$/ { exit } 1' <<<"$1")"
+  printf -v "$3" '%s' "$(awk 'f; /^@@counters@@$/ { f = 1 }' <<<"$1")"
+}
 counter_deltas() { join <(echo "$1" | sort) <(echo "$2" | sort) | awk '{ printf "%s %d\n", $1, $3 - $2 }'; }
 counter_of() { echo "$1" | awk -v c="$2" '$1 == c { print $2 }'; }
 

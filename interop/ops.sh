@@ -32,14 +32,14 @@ ops_case() {
   if [ "$role" = rverbs-responder ]; then
     rv_cmd "$rv_log" 120 interop-peer -d rv_rxebr0 --stats -p "$port" -n "$n" &
     local bg=$!
-    sleep 0.5
-    vm_log=$(guest -t 110 "/mnt/host/interop/rdma_ops -d rxe0 -g $gid -p $port -n $n $host; echo exit=\$?" 2>&1)
+    host_listen "$port"
+    vm_log=$(guest -t 110 "/mnt/host/interop/rdma_ops -d rxe0 -g $gid -p $port -n $n $host; echo exit=\$?; $kill_leftovers" 2>&1)
     wait $bg
   else
     guest -b "ops$port" "/mnt/host/interop/rdma_ops -d rxe0 -g $gid -p $port -n $n; echo exit=\$?" >/dev/null 2>&1
     wait_listen "$port"
     rv_cmd "$rv_log" 120 interop-peer -d rv_rxebr0 --stats -p "$port" -n "$n" "$vm"
-    vm_log=$(guest "for i in \$(seq 1 20); do grep -q exit= /tmp/bg-ops$port.log && break; sleep 0.25; done; cat /tmp/bg-ops$port.log; kill \$(cat /tmp/bg-ops$port.pid) 2>/dev/null; true" 2>&1)
+    vm_log=$(guest "for i in \$(seq 1 20); do grep -q exit= /tmp/bg-ops$port.log && break; sleep 0.25; done; cat /tmp/bg-ops$port.log; kill \$(cat /tmp/bg-ops$port.pid) 2>/dev/null; $kill_leftovers" 2>&1)
   fi
   local ok=0
   if rv_clean "$rv_log" && grep -q "exit=0" "$rv_log" && grep -q "responder: ok" "$rv_log" &&
@@ -50,7 +50,7 @@ ops_case() {
   [ -n "${VERBOSE:-}" ] && grep -h 'rverbs faults\|rverbs counters\|verified' "$rv_log" <<<"$vm_log"
   add_rv_counters "$rv_log"
   rm -f "$rv_log"
-  guest_cleanup
+  # (What the case left running in the guest was killed by its last call there.)
 }
 
 before=$(counters)

@@ -87,19 +87,26 @@ run_case() {
   local rv_log=/tmp/perftest-rv.$$ pt c0 gx=${GIDX:-1} rvx=""
   # GIDX: both sides' GID index (2: the IPv6 GIDs; the TCP exchange stays on IPv4).
   [ -n "${GIDX:-}" ] && rvx="-x $GIDX"
-  c0=$(counters)
+  # The counters before the case are those the previous case read at its end (its last
+  # call into the guest, which also killed what it left running, reads them too).
+  c0=$last_counters
+  local out c1
   if [ "$role" = rv-server ]; then
     rv_cmd "$rv_log" 240 perf "$op" "$kind" --perftest --json -d rv_rxebr0 $rvx $opts &
     local bg=$!
-    sleep 0.5
-    pt=$(guest -t 240 "${pt_prefix}ib_$tool -d rxe0 -x $gx -F $opts $host4; echo exit=\$?" 2>&1)
+    host_listen "$port"
+    out=$(guest -t 240 "${pt_prefix}ib_$tool -d rxe0 -x $gx -F $opts $host4; echo exit=\$?; $kill_leftovers; $counters_cmd" 2>&1)
     wait $bg
   else
     guest -b "pt$port" "${pt_prefix}ib_$tool -d rxe0 -x $gx -F $opts" >/dev/null 2>&1
     wait_listen "$port"
     rv_cmd "$rv_log" 240 perf "$op" "$kind" --perftest --json -d rv_rxebr0 $rvx $opts "$vm4"
-    pt=$(guest "p=\$(cat /tmp/bg-pt$port.pid); for i in \$(seq 1 100); do kill -0 \$p 2>/dev/null || break; sleep 0.1; done; cat /tmp/bg-pt$port.log; kill \$p 2>/dev/null; true" 2>&1)
+    out=$(guest "p=\$(cat /tmp/bg-pt$port.pid); for i in \$(seq 1 100); do kill -0 \$p 2>/dev/null || break; sleep 0.1; done; cat /tmp/bg-pt$port.log; kill \$p 2>/dev/null; $kill_leftovers; $counters_cmd" 2>&1)
   fi
+  split_counters "$out" pt c1
+  # A guest call that ended before the counters (killed at its time limit): again.
+  [ -n "$c1" ] || c1=$(cleanup_counters)
+  last_counters=$c1
   local ok=1 why=() noted
   grep -q "exit=0" "$rv_log" || { ok=0; why+=("rverbs did not exit 0"); }
   # Every packet rxe sent passed rverbs' checks (ICRC, headers, P_Key, state, source).
@@ -126,7 +133,7 @@ run_case() {
   fi
   # Retransmissions are noted per case (TCG timing can make an ACK late).
   local deltas oos gaps
-  deltas=$(counter_deltas "$c0" "$(counters)")
+  deltas=$(counter_deltas "$c0" "$c1")
   # Out-of-sequence requests at rxe fail the suite unless rverbs' capture of the case
   # shows every request PSN sent in order: then a long stream into the emulated guest
   # lost packets on the way (rverbs went back and the case completed).
@@ -145,10 +152,10 @@ run_case() {
   add_rv_counters "$rv_log"
   rm -f "$rv_log"
   [[ $case_name == sweeps/* ]] && rm -f "$IOP_PCAP/$case_name.pcap"
-  guest 'for p in $(ps | grep -E "ib_[a-z]+_(bw|lat)" | grep -v grep | awk "{print \$1}"); do kill -9 $p; done; true' >/dev/null 2>&1
 }
 
 before=$(counters)
+last_counters=$before
 lost_on_the_way=0
 for role in rv-client rv-server; do
   # The bandwidth tools at perftest's default size (65536; -n small: TCG is slow).
@@ -252,7 +259,7 @@ fi
 check_counters "$before" "send_err retry_exceeded_err retry_rnr_exceeded_err" \
   "completer_retry_err duplicate_request rcvd_seq_err rcvd_rnr_err send_rnr_err"
 # Every out-of-sequence request must be a loss that a case's capture explained.
-oos_total=$(counter_of "$(counter_deltas "$before" "$(counters)")" out_of_seq_request)
+oos_total=$(counter_of "$(counter_deltas "$before" "$last_counters")" out_of_seq_request)
 if [ "$((${oos_total:-0} - lost_on_the_way))" -gt 0 ]; then
   echo "FAIL rxe counted $oos_total out-of-sequence request(s), $lost_on_the_way of them packets lost on the way"
   fail=$((fail + 1))

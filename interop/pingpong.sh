@@ -27,8 +27,8 @@ run_case() {
   if [ "$role" = rv-server ]; then
     rv_cmd "$rv_log" 90 pingpong "$t" -d rv_rxebr0 --stats $opts &
     local bg=$!
-    sleep 0.5
-    vm_log=$(guest -t 90 "${GUEST_ENV:-} ibv_${t}_pingpong -d rxe0 -g $gid $opts $host; echo exit=\$?" 2>&1)
+    host_listen "$port"
+    vm_log=$(guest -t 90 "${GUEST_ENV:-} ibv_${t}_pingpong -d rxe0 -g $gid $opts $host; echo exit=\$?; $kill_leftovers" 2>&1)
     wait $bg
   else
     guest -b "pp$port" "${GUEST_ENV:-} ibv_${t}_pingpong -d rxe0 -g $gid $opts" >/dev/null 2>&1
@@ -42,7 +42,7 @@ run_case() {
     rv_cmd "$rv_log" 90 pingpong "$t" -d rv_rxebr0 --stats $rvgid $opts "$vm4"
     # The tool's output is buffered until it exits: give it 3 s to finish (a lingering
     # QP, see linger.c), then stop it.
-    vm_log=$(guest "p=\$(cat /tmp/bg-pp$port.pid); for i in \$(seq 1 30); do kill -0 \$p 2>/dev/null || break; sleep 0.1; done; cat /tmp/bg-pp$port.log; kill \$p 2>/dev/null; true" 2>&1)
+    vm_log=$(guest "p=\$(cat /tmp/bg-pp$port.pid); for i in \$(seq 1 30); do kill -0 \$p 2>/dev/null || break; sleep 0.1; done; cat /tmp/bg-pp$port.log; kill \$p 2>/dev/null; $kill_leftovers" 2>&1)
     grep -q "usec/iter" <<<"$vm_log" && vm_log="$vm_log
 exit=0"
   fi
@@ -56,7 +56,7 @@ exit=0"
   [ -n "${VERBOSE:-}" ] && grep -h 'rverbs faults\|rverbs counters' "$rv_log"
   add_rv_counters "$rv_log"
   rm -f "$rv_log"
-  guest_cleanup
+  # (What the case left running in the guest was killed by its last call there.)
 }
 
 # As a library (recovery.sh): only the functions.
