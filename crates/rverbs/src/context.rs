@@ -1163,6 +1163,20 @@ fn ack_policy_from_env() -> Result<AckPolicy> {
     }
 }
 
+/// `RVERBS_WRITE_PIECES`: `1` or `0` forces WRITE pieces on or off; unset or empty
+/// leaves the device's default (`None`).
+fn write_pieces_from_env() -> Result<Option<bool>> {
+    match std::env::var("RVERBS_WRITE_PIECES").as_deref() {
+        Err(_) | Ok("") => Ok(None),
+        Ok("1") => Ok(Some(true)),
+        Ok("0") => Ok(Some(false)),
+        Ok(other) => Err(Error::io(
+            "reading RVERBS_WRITE_PIECES",
+            std::io::Error::other(format!("{other:?}: expected \"1\" or \"0\"")),
+        )),
+    }
+}
+
 /// `RVERBS_PCAP` for the n-th context a process opens: the path itself for the first,
 /// then `name.2.pcap`, `name.3.pcap`, ... so contexts never share a file.
 fn pcap_path_from_env() -> Option<std::path::PathBuf> {
@@ -1489,11 +1503,7 @@ impl Context {
             // bandwidth in alternating `rverbs perf write bw -s 65536 -t 128` runs).
             // `RVERBS_WRITE_PIECES=1` / `=0` forces it on or off (on: to check a remote
             // responder with them, as `interop/perftest.sh` does with rxe).
-            write_pieces: match std::env::var("RVERBS_WRITE_PIECES").as_deref() {
-                Ok("1") => true,
-                Ok("0") => false,
-                _ => gso,
-            },
+            write_pieces: write_pieces_from_env()?.unwrap_or(gso),
             ack_policy: opts.ack_policy,
             ..Config::default()
         };

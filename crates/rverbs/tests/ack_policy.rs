@@ -2,7 +2,8 @@
 //! unsignaled SENDs are acknowledged by one ACK (an ACK nudge for the tail) with the
 //! default `AckPolicy::Coalesce`, one AckReq per message with
 //! `AckPolicy::EveryMessage` (`OpenOptions::ack_policy`), and a bad
-//! `RVERBS_ACK_POLICY` fails `Context::open` with a clear error.
+//! `RVERBS_ACK_POLICY` (or `RVERBS_WRITE_PIECES`) fails `Context::open` with a clear
+//! error.
 
 mod common;
 use common::*;
@@ -126,6 +127,51 @@ fn rverbs_ack_policy_env_is_checked() {
         assert!(
             out.status.success(),
             "RVERBS_ACK_POLICY={value}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            stdout.contains("1 passed"),
+            "the child ran the check: {stdout}"
+        );
+    }
+}
+
+/// A bad `RVERBS_WRITE_PIECES` is a clear error from `Context::open` as well (not the
+/// device's default taken silently); `1`, `0` and empty open.
+#[test]
+fn rverbs_write_pieces_env_is_checked() {
+    if let Ok(v) = std::env::var("RVERBS_WRITE_PIECES_TEST_CHILD") {
+        let r = Context::open(device(None).unwrap());
+        if v == "bad" {
+            let msg = r
+                .err()
+                .expect("a bad RVERBS_WRITE_PIECES must fail the open")
+                .to_string();
+            assert!(
+                msg.contains("RVERBS_WRITE_PIECES") && msg.contains("\"yes\""),
+                "{msg}"
+            );
+        } else {
+            r.expect("a valid RVERBS_WRITE_PIECES opens");
+        }
+        return;
+    }
+    let exe = std::env::current_exe().unwrap();
+    for (value, mode) in [("yes", "bad"), ("1", "ok"), ("0", "ok"), ("", "ok")] {
+        let out = std::process::Command::new(&exe)
+            .args([
+                "--exact",
+                "rverbs_write_pieces_env_is_checked",
+                "--nocapture",
+            ])
+            .env("RVERBS_WRITE_PIECES_TEST_CHILD", mode)
+            .env("RVERBS_WRITE_PIECES", value)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "RVERBS_WRITE_PIECES={value:?}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
         let stdout = String::from_utf8_lossy(&out.stdout);
