@@ -112,29 +112,40 @@ fn rverbs_ack_policy_env_is_checked() {
         }
         return;
     }
-    let exe = std::env::current_exe().unwrap();
     for (value, mode) in [
         ("bogus", "bad"),
         ("every-message", "every-message"),
         ("coalesce", "coalesce"),
     ] {
-        let out = std::process::Command::new(&exe)
-            .args(["--exact", "rverbs_ack_policy_env_is_checked", "--nocapture"])
-            .env("RVERBS_ACK_POLICY_TEST_CHILD", mode)
-            .env("RVERBS_ACK_POLICY", value)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "RVERBS_ACK_POLICY={value}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            stdout.contains("1 passed"),
-            "the child ran the check: {stdout}"
+        in_child(
+            "rverbs_ack_policy_env_is_checked",
+            "RVERBS_ACK_POLICY",
+            value,
+            mode,
         );
     }
+}
+
+/// Runs test `test` of this binary again in a child process with `var` set to `value`
+/// and `{var}_TEST_CHILD` to `mode` (which the test reads to do the child's part), and
+/// checks that the child ran it and passed.
+fn in_child(test: &str, var: &str, value: &str, mode: &str) {
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", test, "--nocapture"])
+        .env(format!("{var}_TEST_CHILD"), mode)
+        .env(var, value)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{var}={value:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("1 passed"),
+        "the child ran the check: {stdout}"
+    );
 }
 
 /// A bad `RVERBS_WRITE_PIECES` is a clear error from `Context::open` as well (not the
@@ -157,27 +168,12 @@ fn rverbs_write_pieces_env_is_checked() {
         }
         return;
     }
-    let exe = std::env::current_exe().unwrap();
     for (value, mode) in [("yes", "bad"), ("1", "ok"), ("0", "ok"), ("", "ok")] {
-        let out = std::process::Command::new(&exe)
-            .args([
-                "--exact",
-                "rverbs_write_pieces_env_is_checked",
-                "--nocapture",
-            ])
-            .env("RVERBS_WRITE_PIECES_TEST_CHILD", mode)
-            .env("RVERBS_WRITE_PIECES", value)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "RVERBS_WRITE_PIECES={value:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            stdout.contains("1 passed"),
-            "the child ran the check: {stdout}"
+        in_child(
+            "rverbs_write_pieces_env_is_checked",
+            "RVERBS_WRITE_PIECES",
+            value,
+            mode,
         );
     }
 }
