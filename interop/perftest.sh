@@ -199,6 +199,12 @@ for role in rv-client rv-server; do
   run_case atomic_bw "$role" "" 100 "-q 4"   # (perftest's atomics take no -s)
 done
 run_case write_bw rv-client 4096 200 "-q 3 -l 4"
+# ... and both ways (-b: `run_iter_bi` over every QP, receives counted per QP).
+run_case write_bw rv-client 3000 100 "-q 2 -b"
+run_case read_bw rv-server 3000 100 "-q 2 -b"
+run_case atomic_bw rv-client "" 100 "-q 2 -b"
+run_case send_bw rv-client 3000 100 "-q 2 -b"
+run_case send_bw rv-server 3000 100 "-q 2 -b"
 run_case read_bw rv-server 4096 "" "-q 2 -D 2"
 run_case send_bw rv-server "" 5 "-q 2 -a"
 # UC (-c UC): the SEND and WRITE tools in both roles (no ACKs; an ib_send_bw receiver

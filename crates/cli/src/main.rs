@@ -225,7 +225,7 @@ enum Command {
         /// perftest 6.28+ skips its parameter negotiation. Spoken: RC, one QP, the
         /// default options plus -s, -n (default: perftest's), -a, -t, -l and -Q (bw
         /// tools), -b (bw tools), -D (ib_write_bw, ib_read_bw, ib_atomic_bw), -m, -x,
-        /// -p, -A, -c UC/UD, -q (bw tools; not with -b). Not spoken: -R
+        /// -p, -A, -c UC/UD, -q (bw tools). Not spoken: -R
         /// (rdma_cm). Start both sides with the same -s/-n/-a/-l/-D/-b, as perftest
         /// needs.
         #[arg(long)]

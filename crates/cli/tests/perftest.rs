@@ -220,7 +220,6 @@ fn unspoken_options_are_refused() {
         &["write", "lat", "-q", "2"],
         &["write", "bw", "-c", "UD"],
         &["send", "bw", "-c", "UD", "-b"],
-        &["write", "bw", "-q", "2", "-b"],
         &["atomic", "lat", "-c", "UC"],
     ] {
         let o = Command::new(bin)
@@ -295,6 +294,29 @@ fn several_qps_in_both_roles() {
     assert!(c.iter().all(|l| field(l, "msgs") == "12"), "{c:?}");
     // rverbs' own exchange has one QP.
     needs_perftest_mode(&["-q", "2"], "19479");
+}
+
+#[test]
+fn several_qps_both_ways() {
+    // `-q` with `-b` (perftest's `run_iter_bi` over every QP): each side sends `-n`
+    // on each QP and, for SENDs, receives as many on each.
+    for (i, op) in ["write", "read", "send", "atomic"].iter().enumerate() {
+        let size = if *op == "atomic" { "8" } else { "1500" };
+        let (s, c) = pair(
+            &[
+                op, "bw", "-b", "-q", "3", "-n", "100", "-s", size, "-t", "16",
+            ],
+            19485 + i as u16,
+        );
+        assert_eq!((s.len(), c.len()), (1, 1), "{op}: {s:?} {c:?}");
+        // 3 QPs x 100, each way.
+        assert_eq!(field(&c[0], "msgs"), "600", "{op}: {}", c[0]);
+        assert_eq!(field(&s[0], "msgs"), "600", "{op}: {}", s[0]);
+    }
+    // And per size in a sweep.
+    let (s, c) = pair(&["send", "bw", "-b", "-q", "2", "-a", "-n", "5"], 19489);
+    assert_eq!((s.len(), c.len()), (23, 23), "{s:?} {c:?}");
+    assert!(c.iter().all(|l| field(l, "msgs") == "20"), "{c:?}");
 }
 
 #[test]

@@ -871,8 +871,9 @@ impl Conn {
                     done_posting[lane] = last;
                 }
             }
+            // `want_rx` on each QP (`run_iter_bi`: `iters * num_of_qps` in all).
             let all_done = (0..n).all(|l| done_posting[l] && c.sent_done[l] >= posted[l]);
-            if all_done && c.recvs >= want_rx {
+            if all_done && c.recvs >= want_rx * n as u64 {
                 break;
             }
             self.reap(c, want_rx, start)?;
@@ -881,7 +882,7 @@ impl Conn {
         let secs = start.elapsed().as_secs_f64();
         Ok(Side {
             sent: posted,
-            rx: c.recvs.min(want_rx),
+            rx: c.recvs.min(want_rx * n as u64),
             secs,
             cpu: super::cpu_seconds() - cpu0,
             wall: secs,
@@ -1097,18 +1098,12 @@ pub fn check(o: &Opts) -> Result<Tool, String> {
     if o.size == 0 || o.size > MAX_SIZE {
         return Err(format!("--perftest: -s must be 1 .. {MAX_SIZE}"));
     }
-    // perftest: "Multiple QPs only available on bw tests"; rverbs leaves out their
-    // duplex mode with several QPs.
-    if o.qps > 1 {
-        if !bw {
-            return Err(format!(
-                "--perftest: several QPs (-q) are for the bandwidth tools, not {}",
-                tool.name()
-            ));
-        }
-        if o.bidir {
-            return Err("--perftest: -q with -b is not spoken".into());
-        }
+    // perftest: "Multiple QPs only available on bw tests".
+    if o.qps > 1 && !bw {
+        return Err(format!(
+            "--perftest: several QPs (-q) are for the bandwidth tools, not {}",
+            tool.name()
+        ));
     }
     if o.qps == 0 || o.qps > MAX_QPS {
         return Err(format!("--perftest: -q must be 1 .. {MAX_QPS}"));
