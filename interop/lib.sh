@@ -84,14 +84,15 @@ record() { # name ok(0|1) [details...]
 # rxe's port counters, one "name value" per line: a guest command (appended to a case's
 # last call into the guest, after the marker line), and the call on its own.
 counters_cmd='echo @@counters@@; cd /sys/class/infiniband/rxe0/ports/1/hw_counters && grep -H . * | sed "s/:/ /"'
-counters() { guest "$counters_cmd" 2>/dev/null | awk 'f; /^@@counters@@$/ { f = 1 }'; }
+counters() { guest "$counters_cmd" 2>/dev/null | awk 'f && /^[a-z0-9_]+ [0-9]+$/; /^@@counters@@$/ { f = 1 }'; }
 # The same after killing what a case left running.
-cleanup_counters() { guest "$kill_leftovers; $counters_cmd" 2>/dev/null | awk 'f; /^@@counters@@$/ { f = 1 }'; }
-# Splits a guest call's output that ended with $counters_cmd: the text before the marker
-# into the variable named $2, the counters after it into the one named $3.
+cleanup_counters() { guest "$kill_leftovers; $counters_cmd" 2>/dev/null | awk 'f && /^[a-z0-9_]+ [0-9]+$/; /^@@counters@@$/ { f = 1 }'; }
+# Splits a guest call's output that ended with $counters_cmd: the text before the marker,
+# and any line after it that is not a counter, into the variable named $2; the counters
+# into the one named $3.
 split_counters() { # OUTPUT OUTVAR COUNTERSVAR
-  printf -v "$2" '%s' "$(awk '/^@@counters@@$/ { exit } 1' <<<"$1")"
-  printf -v "$3" '%s' "$(awk 'f; /^@@counters@@$/ { f = 1 }' <<<"$1")"
+  printf -v "$2" '%s' "$(awk '/^@@counters@@$/ { f = 1; next } !f || !/^[a-z0-9_]+ [0-9]+$/' <<<"$1")"
+  printf -v "$3" '%s' "$(awk 'f && /^[a-z0-9_]+ [0-9]+$/; /^@@counters@@$/ { f = 1 }' <<<"$1")"
 }
 counter_deltas() { join <(echo "$1" | sort) <(echo "$2" | sort) | awk '{ printf "%s %d\n", $1, $3 - $2 }'; }
 counter_of() { echo "$1" | awk -v c="$2" '$1 == c { print $2 }'; }

@@ -34,6 +34,9 @@ ops_case() {
     local bg=$!
     host_listen "$port"
     vm_log=$(guest -t 110 "/mnt/host/interop/rdma_ops -d rxe0 -g $gid -p $port -n $n $host; echo exit=\$?; $kill_leftovers" 2>&1)
+    # Killed at its time limit (the guest's timeout kills the shell, not the tool):
+    # what it left running is killed here.
+    grep -q "exit=" <<<"$vm_log" || guest_cleanup
     wait $bg
   else
     guest -b "ops$port" "/mnt/host/interop/rdma_ops -d rxe0 -g $gid -p $port -n $n; echo exit=\$?" >/dev/null 2>&1

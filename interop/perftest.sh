@@ -95,7 +95,11 @@ run_case() {
     rv_cmd "$rv_log" 240 perf "$op" "$kind" --perftest --json -d rv_rxebr0 $rvx $opts &
     local bg=$!
     host_listen "$port"
-    out=$(guest -t 240 "${pt_prefix}ib_$tool -d rxe0 -x $gx -F $opts $host4; echo exit=\$?; $kill_leftovers; $counters_cmd" 2>&1)
+    # (The tool's stderr joins its stdout: the harness prints a call's stderr after all
+    # of its stdout, which would put it behind the counters.)
+    out=$(guest -t 240 "{ ${pt_prefix}ib_$tool -d rxe0 -x $gx -F $opts $host4; echo exit=\$?; } 2>&1; $kill_leftovers; $counters_cmd" 2>&1)
+    # (rverbs is read after the tool's end: what rxe counts of rverbs' last packets after
+    # that, if any, falls to the next case. The closing handshake follows the traffic.)
     wait $bg
   else
     guest -b "pt$port" "${pt_prefix}ib_$tool -d rxe0 -x $gx -F $opts" >/dev/null 2>&1
@@ -106,6 +110,7 @@ run_case() {
   split_counters "$out" pt c1
   # A guest call that ended before the counters (killed at its time limit): again.
   [ -n "$c1" ] || c1=$(cleanup_counters)
+  [ -n "$c1" ] && [ -n "$c0" ] || echo "  NOTE rxe's counters could not be read around this case: its counter checks are skipped"
   last_counters=$c1
   local ok=1 why=() noted
   grep -q "exit=0" "$rv_log" || { ok=0; why+=("rverbs did not exit 0"); }
@@ -265,7 +270,7 @@ fi
 check_counters "$before" "send_err retry_exceeded_err retry_rnr_exceeded_err" \
   "completer_retry_err duplicate_request rcvd_seq_err rcvd_rnr_err send_rnr_err"
 # Every out-of-sequence request must be a loss that a case's capture explained.
-oos_total=$(counter_of "$(counter_deltas "$before" "$last_counters")" out_of_seq_request)
+oos_total=$(counter_of "$(counter_deltas "$before" "$(counters)")" out_of_seq_request)
 if [ "$((${oos_total:-0} - lost_on_the_way))" -gt 0 ]; then
   echo "FAIL rxe counted $oos_total out-of-sequence request(s), $lost_on_the_way of them packets lost on the way"
   fail=$((fail + 1))

@@ -29,6 +29,9 @@ run_case() {
     local bg=$!
     host_listen "$port"
     vm_log=$(guest -t 90 "${GUEST_ENV:-} ibv_${t}_pingpong -d rxe0 -g $gid $opts $host; echo exit=\$?; $kill_leftovers" 2>&1)
+    # Killed at its time limit (the guest's timeout kills the shell, not the tool):
+    # what it left running is killed here.
+    grep -q "exit=" <<<"$vm_log" || guest_cleanup
     wait $bg
   else
     guest -b "pp$port" "${GUEST_ENV:-} ibv_${t}_pingpong -d rxe0 -g $gid $opts" >/dev/null 2>&1

@@ -1147,6 +1147,13 @@ pub struct OpenOptions {
     /// [`AckPolicy`]). Default: [`AckPolicy::Coalesce`] (or
     /// `RVERBS_ACK_POLICY=coalesce|every-message` with [`Context::open`]).
     pub ack_policy: AckPolicy,
+    /// Whether a multi-packet RC WRITE without immediate leaves as WRITE ONLY pieces,
+    /// each with its own RETH (`rverbs_engine::Config::write_pieces`; the README's
+    /// "WRITEs as WRITE ONLY pieces over loopback"). `None`, the default: the device
+    /// decides (on for the loopback device when it sends `UDP_SEGMENT` trains, off
+    /// elsewhere); `Some` forces it (or `RVERBS_WRITE_PIECES=1|0` with
+    /// [`Context::open`]).
+    pub write_pieces: Option<bool>,
 }
 
 /// `RVERBS_ACK_POLICY`: `coalesce` (or unset/empty) or `every-message`.
@@ -1418,6 +1425,7 @@ impl Context {
                     .ok()
                     .filter(|s| !s.is_empty()),
                 ack_policy: ack_policy_from_env()?,
+                write_pieces: write_pieces_from_env()?,
             },
         )
     }
@@ -1501,9 +1509,10 @@ impl Context {
             // WRITE as equal-sized WRITE ONLY pieces rides one train, where its longer
             // FIRST would start one of its own (64 KiB WRITEs: 1.13-1.29x the
             // bandwidth in alternating `rverbs perf write bw -s 65536 -t 128` runs).
-            // `RVERBS_WRITE_PIECES=1` / `=0` forces it on or off (on: to check a remote
-            // responder with them, as `interop/perftest.sh` does with rxe).
-            write_pieces: write_pieces_from_env()?.unwrap_or(gso),
+            // `OpenOptions::write_pieces` (`RVERBS_WRITE_PIECES=1` / `=0`) forces it on
+            // or off (on: to check a remote responder with them, as
+            // `interop/perftest.sh` does with rxe).
+            write_pieces: opts.write_pieces.unwrap_or(gso),
             ack_policy: opts.ack_policy,
             ..Config::default()
         };
