@@ -171,3 +171,68 @@ fn captures_decode_cleanly() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `OpenOptions::write_pieces` decides how a multi-packet RC WRITE leaves, whatever the
+/// device's default: forced off, FIRST / MIDDLE / LAST with one RETH; forced on, WRITE
+/// ONLY pieces. The data lands whole either way.
+#[test]
+fn write_pieces_option_is_honoured() {
+    let dir = std::env::temp_dir().join(format!("rverbs-pieces-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for pieces in [false, true] {
+        let file = dir.join(format!("{pieces}.pcap"));
+        {
+            let dev = device(None).unwrap();
+            let open = |pcap: Option<PathBuf>| {
+                Context::open_with(
+                    dev.clone(),
+                    &OpenOptions {
+                        pcap,
+                        write_pieces: Some(pieces),
+                        ..Default::default()
+                    },
+                )
+                .unwrap()
+            };
+            let (a, b) = (open(Some(file.clone())), open(None));
+            let (pda, pdb) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
+            let (cqa, cqb) = (a.create_cq(8).unwrap(), b.create_cq(8).unwrap());
+            let ma = pda.reg_mr(4096, AccessFlags::ALL).unwrap();
+            let mb = pdb.reg_mr(4096, AccessFlags::ALL).unwrap();
+            let qa = pda.create_qp(&QpInitAttr::new(QpType::Rc, &cqa)).unwrap();
+            let qb = pdb.create_qp(&QpInitAttr::new(QpType::Rc, &cqb)).unwrap();
+            let o = ConnectOpts {
+                mtu: Mtu::M1024,
+                ..ConnectOpts::default()
+            };
+            let peer = |q: &Qp, c: &Context| PeerInfo {
+                qpn: q.qp_num(),
+                psn: 0,
+                gid: c.gid(1).unwrap(),
+            };
+            qa.connect(&peer(&qb, &b), &o).unwrap();
+            qb.connect(&peer(&qa, &a), &o).unwrap();
+            let data: Vec<u8> = (0..2500).map(|i| (i % 251) as u8).collect();
+            ma.write(0, &data);
+            qa.post_send(&SendRequest::write(
+                1,
+                &[ma.slice(0..2500)],
+                mb.remote(1000..3500),
+            ))
+            .unwrap();
+            wait(&cqa);
+            assert_eq!(mb.to_vec()[1000..3500], data[..], "pieces {pieces}");
+        }
+        let mut out = Vec::new();
+        rverbs_cli::pcap::decode(std::fs::File::open(&file).unwrap(), &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let (only, first) = (
+            text.matches("RC_RDMA_WRITE_ONLY").count(),
+            text.matches("RC_RDMA_WRITE_FIRST").count(),
+        );
+        // 2500 bytes at a 1024-byte MTU: three packets.
+        let want = if pieces { (3, 0) } else { (0, 1) };
+        assert_eq!((only, first), want, "pieces {pieces}:\n{text}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
