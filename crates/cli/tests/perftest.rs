@@ -258,16 +258,36 @@ fn uc_send_and_write_tools_in_both_roles() {
     needs_perftest_mode(&["-c", "UC"], "19469");
 }
 
+/// `rverbs perf OP bw ARGS -s SIZE --perftest` server and client, for each of the four
+/// bandwidth tools (atomics at their 8 bytes), on ports `port`, `port + 1`, ...: each
+/// tool's name with the server's and the client's rows.
+fn each_bw_tool(
+    args: &[&str],
+    size: &str,
+    port: u16,
+) -> Vec<(&'static str, Vec<String>, Vec<String>)> {
+    ["write", "read", "send", "atomic"]
+        .iter()
+        .enumerate()
+        .map(|(i, &op)| {
+            let size = if op == "atomic" { "8" } else { size };
+            let all: Vec<&str> = [op, "bw", "-s", size]
+                .into_iter()
+                .chain(args.iter().copied())
+                .collect();
+            let (s, c) = pair(&all, port + i as u16);
+            (op, s, c)
+        })
+        .collect()
+}
+
 #[test]
 fn several_qps_in_both_roles() {
-    for (i, op) in ["write", "read", "send", "atomic"].iter().enumerate() {
-        let size = if *op == "atomic" { "8" } else { "2500" };
-        let (s, c) = pair(
-            &[
-                op, "bw", "-q", "3", "-n", "120", "-s", size, "-t", "8", "-l", "2",
-            ],
-            19470 + i as u16,
-        );
+    for (op, s, c) in each_bw_tool(
+        &["-q", "3", "-n", "120", "-t", "8", "-l", "2"],
+        "2500",
+        19470,
+    ) {
         // Every QP's messages count: 3 x 120.
         assert_eq!(field(&c[0], "msgs"), "360", "{op}: {c:?}");
         assert_eq!(field(&s[0], "msgs"), "360", "{op}: {s:?}");
@@ -300,14 +320,7 @@ fn several_qps_in_both_roles() {
 fn several_qps_both_ways() {
     // `-q` with `-b` (perftest's `run_iter_bi` over every QP): each side sends `-n`
     // on each QP and, for SENDs, receives as many on each.
-    for (i, op) in ["write", "read", "send", "atomic"].iter().enumerate() {
-        let size = if *op == "atomic" { "8" } else { "1500" };
-        let (s, c) = pair(
-            &[
-                op, "bw", "-b", "-q", "3", "-n", "100", "-s", size, "-t", "16",
-            ],
-            19485 + i as u16,
-        );
+    for (op, s, c) in each_bw_tool(&["-b", "-q", "3", "-n", "100", "-t", "16"], "1500", 19485) {
         assert_eq!((s.len(), c.len()), (1, 1), "{op}: {s:?} {c:?}");
         // 3 QPs x 100, each way.
         assert_eq!(field(&c[0], "msgs"), "600", "{op}: {}", c[0]);

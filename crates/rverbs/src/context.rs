@@ -1161,13 +1161,21 @@ fn ack_policy_from_env() -> Result<AckPolicy> {
     match std::env::var("RVERBS_ACK_POLICY").as_deref() {
         Err(_) | Ok("") | Ok("coalesce") => Ok(AckPolicy::Coalesce),
         Ok("every-message") => Ok(AckPolicy::EveryMessage),
-        Ok(other) => Err(Error::io(
+        Ok(other) => Err(bad_env(
             "reading RVERBS_ACK_POLICY",
-            std::io::Error::other(format!(
-                "{other:?}: expected \"coalesce\" or \"every-message\""
-            )),
+            other,
+            "\"coalesce\" or \"every-message\"",
         )),
     }
+}
+
+/// The error of an environment variable set to `value`, which is not one of `expected`
+/// (`what`: "reading" and the variable's name).
+fn bad_env(what: &'static str, value: &str, expected: &str) -> Error {
+    Error::io(
+        what,
+        std::io::Error::other(format!("{value:?}: expected {expected}")),
+    )
 }
 
 /// `RVERBS_WRITE_PIECES`: `1` or `0` forces WRITE pieces on or off; unset or empty
@@ -1177,9 +1185,10 @@ fn write_pieces_from_env() -> Result<Option<bool>> {
         Err(_) | Ok("") => Ok(None),
         Ok("1") => Ok(Some(true)),
         Ok("0") => Ok(Some(false)),
-        Ok(other) => Err(Error::io(
+        Ok(other) => Err(bad_env(
             "reading RVERBS_WRITE_PIECES",
-            std::io::Error::other(format!("{other:?}: expected \"1\" or \"0\"")),
+            other,
+            "\"1\" or \"0\"",
         )),
     }
 }

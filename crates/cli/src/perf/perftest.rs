@@ -842,6 +842,8 @@ impl Conn {
         // Per QP (`-q`, perftest's `scnt[index]`): requests posted, and whether its
         // last chain is.
         let n = self.lanes.len();
+        // `want_rx` on each QP (`run_iter_bi`: `iters * num_of_qps` in all).
+        let want_all_rx = want_rx * n as u64;
         let (mut posted, mut done_posting) = (vec![0u64; n], vec![false; n]);
         let mut chain = Vec::with_capacity(list as usize);
         loop {
@@ -871,9 +873,8 @@ impl Conn {
                     done_posting[lane] = last;
                 }
             }
-            // `want_rx` on each QP (`run_iter_bi`: `iters * num_of_qps` in all).
             let all_done = (0..n).all(|l| done_posting[l] && c.sent_done[l] >= posted[l]);
-            if all_done && c.recvs >= want_rx * n as u64 {
+            if all_done && c.recvs >= want_all_rx {
                 break;
             }
             self.reap(c, want_rx, start)?;
@@ -882,7 +883,7 @@ impl Conn {
         let secs = start.elapsed().as_secs_f64();
         Ok(Side {
             sent: posted,
-            rx: c.recvs.min(want_rx * n as u64),
+            rx: c.recvs.min(want_all_rx),
             secs,
             cpu: super::cpu_seconds() - cpu0,
             wall: secs,
