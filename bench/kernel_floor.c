@@ -4,11 +4,13 @@
  * bench/compare.sh. No RDMA software runs here: the difference between a mode and
  * rverbs in the same run is what rverbs' own code adds to a hop.
  *
- *   kernel_floor MODE PORT [ITERS]      (built and run by bench/kernel_floor.sh)
+ *   kernel_floor MODE PORT [ITERS [POLICY]]   (built and run by bench/kernel_floor.sh)
  *
- * Two processes (fork), each busy-polling its socket with MSG_DONTWAIT, as the spin
- * policy of `rverbs perf ... --spin-us` does. Prints "MODE p50_us" (half the round
- * trip, median of ITERS round trips after ITERS/10 of warm-up).
+ * Two processes (fork). POLICY `spin` (the default): each busy-polls its socket with
+ * MSG_DONTWAIT, as the spin policy of `rverbs perf ... --spin-us N` does; `sleep`:
+ * each blocks in the receive call, as `--spin-us 0` (the default of `rverbs perf`)
+ * sleeps in recvmsg. Prints "MODE p50_us" (half the round trip, median of ITERS round
+ * trips after ITERS/10 of warm-up).
  *
  * MODE:
  *   tcp       TCP_NODELAY stream, send/recv of 8 bytes (`rverbs perf tcp lat -s 8`).
@@ -132,6 +134,17 @@ static int tcp_socket(int me, int port)
 /* conn, conn-ack: the socket that sends, connected to the peer's receiving socket. */
 static int tx_sock = -1;
 
+/* POLICY sleep: the receive calls block (bounded by SO_RCVTIMEO, see stall_bound). */
+static int sleeping;
+
+/* A blocking receive gives up after STALL_S (EAGAIN), as the spin loop does. */
+static void stall_bound(int s)
+{
+	struct timeval stall = { STALL_S, 0 };
+	if (sleeping && setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &stall, sizeof stall))
+		die("SO_RCVTIMEO");
+}
+
 static int udp_socket(enum mode m, int me, int port)
 {
 	int one = 1, pmtu = IP_PMTUDISC_DO;
@@ -217,10 +230,11 @@ static void recv_one(enum mode m, int s)
 {
 	static char buf[2048], ctl[256];
 	double since = 0;
+	int flags = sleeping ? 0 : MSG_DONTWAIT;
 	for (unsigned long spins = 1;; spins++) {
 		ssize_t r;
 		if (m == TCP || m == UDP) {
-			r = recv(s, buf, m == TCP ? 8 : sizeof buf, MSG_DONTWAIT);
+			r = recv(s, buf, m == TCP ? 8 : sizeof buf, flags);
 		} else {
 			struct sockaddr_in from;
 			struct iovec io = { buf, sizeof buf };
@@ -232,12 +246,16 @@ static void recv_one(enum mode m, int s)
 			h.msg_iovlen = 1;
 			h.msg_control = ctl;
 			h.msg_controllen = sizeof ctl;
-			r = recvmsg(s, &h, MSG_DONTWAIT);
+			r = recvmsg(s, &h, flags);
 		}
 		if (r > 0)
 			return;
 		if (r == 0 || (errno != EAGAIN && errno != EINTR))
 			die("recv");
+		if (sleeping && errno == EAGAIN) {
+			fprintf(stderr, "no message for %d s: the other side is gone\n", STALL_S);
+			exit(1);
+		}
 		/* Now and then, whether the peer has gone quiet for good (a UDP peer that
 		 * died leaves no error on an unconnected socket). */
 		if (spins % 65536 == 0) {
@@ -258,7 +276,7 @@ int main(int argc, char **argv)
 		if (!strcmp(argv[1], mode_names[k]))
 			m = k;
 	if (m < 0) {
-		fprintf(stderr, "usage: %s MODE PORT [ITERS]; MODE:", argv[0]);
+		fprintf(stderr, "usage: %s MODE PORT [ITERS [spin|sleep]]; MODE:", argv[0]);
 		for (int k = 0; k < N_MODES; k++)
 			fprintf(stderr, " %s", mode_names[k]);
 		fprintf(stderr, "\n");
@@ -270,6 +288,11 @@ int main(int argc, char **argv)
 		fprintf(stderr, "bad PORT or ITERS\n");
 		return 2;
 	}
+	if (argc > 4 && strcmp(argv[4], "spin") && strcmp(argv[4], "sleep")) {
+		fprintf(stderr, "POLICY is spin or sleep\n");
+		return 2;
+	}
+	sleeping = argc > 4 && !strcmp(argv[4], "sleep");
 	int ready[2];
 	if (pipe(ready))
 		die("pipe");
@@ -292,6 +315,7 @@ int main(int argc, char **argv)
 			die("pthread_create");
 	}
 	int s = m == TCP ? tcp_socket(me, port) : udp_socket(m, me, port);
+	stall_bound(s);
 	/* The echoing side's socket exists before the first datagram (UDP has no
 	 * handshake to wait for). */
 	char b = 0;

@@ -6,7 +6,9 @@
 # the spin policy. The gap between rverbs and `conn-ack` is what rverbs' code adds to
 # a hop (every SEND signaled); between rverbs -Q 100 and `conn`, with the ACKs
 # coalesced away. `roce` and `roce-ack` are the same with unconnected `sendto`, as the
-# device sent until it kept a connected socket per peer.
+# device sent until it kept a connected socket per peer. A second table does the same
+# for the sleep policy (each side blocks in its receive call; rverbs with
+# --spin-us 0, the default of `rverbs perf`): TCP, the device's calls and rverbs.
 #
 #   cargo build --release -p rverbs-cli && bench/kernel_floor.sh
 #
@@ -25,13 +27,14 @@ TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 "${CC:-gcc}" -O2 -Wall -Wextra -pthread -o "$TMP/kernel_floor" bench/kernel_floor.c
 
-# rverbs_lat PORT ARGS...: p50 (us, half RTT) of `rverbs perf send lat -s 8`, spin policy.
+# rverbs_lat PORT ARGS...: p50 (us, half RTT) of `rverbs perf send lat -s 8`, spin policy
+# (SPIN=0: the sleep policy).
 # It runs in a command substitution (no errexit, no EXIT trap there), so it checks each
 # step itself and stops its own server when the client fails: a server whose client
 # never came would wait for it forever, and this script with it.
 rverbs_lat() {
     local port=$1; shift
-    local args=(perf send lat -s 8 -D "$DUR" --spin-us 1000000 -p "$port" "$@" --json)
+    local args=(perf send lat -s 8 -D "$DUR" --spin-us "${SPIN:-1000000}" -p "$port" "$@" --json)
     "$BIN" "${args[@]}" >/dev/null 2>"$TMP/s.err" &
     local spid=$! out p50
     if ! out=$("$BIN" "${args[@]}" localhost 2>"$TMP/c.err" | tail -n 1); then
@@ -62,12 +65,21 @@ for ((i = 0; i < REPS; i++)); do
         v=$(rverbs_lat $((PORT + 7))); V[rverbs]="${V[rverbs]:-} $v"; line+=" rverbs $v"
         v=$(rverbs_lat $((PORT + 8)) -Q 100); V[rverbs_q]="${V[rverbs_q]:-} $v"; line+=" rverbs-Q100 $v"
     fi
+    # The sleep policy: the same ports again (each measurement has ended).
+    for k in tcp conn-ack-mt; do
+        v=$("$TMP/kernel_floor" "$k" $((PORT + 9)) "$ITERS" sleep | awk '{print $2}')
+        V[sleep_$k]="${V[sleep_$k]:-} $v"; line+=" sleep:$k $v"
+    done
+    if ((have_rverbs)); then
+        v=$(SPIN=0 rverbs_lat $((PORT + 10))); V[sleep_rverbs]="${V[sleep_rverbs]:-} $v"
+        line+=" sleep:rverbs $v"
+    fi
     echo "$line" >&2
 done
 
-# Medians, and the median of the per-round ratios to TCP.
+# Medians, and the median of the per-round ratios to TCP (BASE, default tcp).
 report() {
-    awk -v n="$1" -v a="${V[$2]}" -v b="${V[tcp]}" '
+    awk -v n="$1" -v a="${V[$2]}" -v b="${V[${BASE:-tcp}]}" '
     function med(x, k,   i, j, t) {
         for (i = 2; i <= k; i++) for (j = i; j > 1 && x[j - 1] > x[j]; j--) { t = x[j]; x[j] = x[j - 1]; x[j - 1] = t }
         return (k % 2) ? x[(k + 1) / 2] : (x[k / 2] + x[k / 2 + 1]) / 2
@@ -89,4 +101,10 @@ report "  the same, with the ACK segment" roce-ack
 if ((have_rverbs)); then
     report "rverbs RC SEND, every SEND signaled" rverbs
     report "rverbs RC SEND, -Q 100" rverbs_q
+fi
+printf "%-58s %8s %7s\n" "the same, sleep policy (medians)" "p50 us" "/ TCP"
+BASE=sleep_tcp report "TCP, TCP_NODELAY, blocking recv" sleep_tcp
+BASE=sleep_tcp report "UDP, the device's calls, ACK segment, two threads" sleep_conn-ack-mt
+if ((have_rverbs)); then
+    BASE=sleep_tcp report "rverbs RC SEND, every SEND signaled, --spin-us 0" sleep_rverbs
 fi
