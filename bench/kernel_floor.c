@@ -32,6 +32,12 @@
  *             rverbs process has (the device's driver thread): the kernel then takes a
  *             reference on the socket's file for every call (fdget: only a process
  *             whose file table no other thread shares skips it).
+ *   shm       no network stack: the same 44 bytes (message and ACK) through memory
+ *             both processes map, a sequence word per direction; the spin policy
+ *             polls the word, the sleep policy waits on it in futex(2) and the sender
+ *             wakes a waiting receiver. The floor of a same-host transport that would
+ *             bypass the kernel's UDP path between two processes on one machine (not
+ *             what the device does: it sends real RoCE v2 datagrams over loopback).
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -44,8 +50,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/futex.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/time.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -60,10 +69,10 @@
 #endif
 
 /* CONN and every mode after it send through a connected socket (tx_sock). */
-enum mode { TCP, UDP, ROCE, ROCE_ACK, CONN, CONN_ACK, CONN_ACK_MT, N_MODES };
+enum mode { TCP, UDP, ROCE, ROCE_ACK, CONN, CONN_ACK, CONN_ACK_MT, SHM, N_MODES };
 /* The command-line names, by mode. */
 static const char *const mode_names[N_MODES] = {
-	"tcp", "udp", "roce", "roce-ack", "conn", "conn-ack", "conn-ack-mt",
+	"tcp", "udp", "roce", "roce-ack", "conn", "conn-ack", "conn-ack-mt", "shm",
 };
 
 /* A side that hears nothing for this long gives up (the other one has died). */
@@ -134,6 +143,19 @@ static int tcp_socket(int me, int port)
 /* conn, conn-ack: the socket that sends, connected to the peer's receiving socket. */
 static int tx_sock = -1;
 
+/* shm: one channel per direction, each on its own cache line. */
+struct chan {
+	_Alignas(64) uint32_t seq; /* messages written so far */
+	uint32_t waiting; /* the receiver is (about to be) asleep in futex */
+	char msg[44];
+};
+static struct chan *chans; /* [0]: client -> echoing side, [1]: back */
+
+static long futex(uint32_t *w, int op, uint32_t v, const struct timespec *t)
+{
+	return syscall(SYS_futex, w, op, v, t, NULL, 0);
+}
+
 /* POLICY sleep: the receive calls block (bounded by SO_RCVTIMEO, see stall_bound). */
 static int sleeping;
 
@@ -188,6 +210,16 @@ static void send_one(enum mode m, int s, const struct sockaddr_in *peer)
 {
 	static char msg[64];
 	ssize_t r;
+	if (m == SHM) {
+		struct chan *c = &chans[!s]; /* (`s`: the channel this side receives on) */
+		memcpy(c->msg, msg, sizeof c->msg);
+		/* The store and the load of `waiting` pair with the receiver's (seq_cst):
+		 * either it sees the new sequence or we see it waiting. */
+		__atomic_add_fetch(&c->seq, 1, __ATOMIC_SEQ_CST);
+		if (__atomic_load_n(&c->waiting, __ATOMIC_SEQ_CST))
+			futex(&c->seq, FUTEX_WAKE, 1, NULL);
+		return;
+	}
 	if (m == TCP) {
 		r = send(s, msg, 8, 0);
 	} else if (m == UDP) {
@@ -231,6 +263,35 @@ static void recv_one(enum mode m, int s)
 	static char buf[2048], ctl[256];
 	double since = 0;
 	int flags = sleeping ? 0 : MSG_DONTWAIT;
+	if (m == SHM) {
+		static uint32_t seen[2];
+		struct chan *c = &chans[s];
+		for (unsigned long spins = 1;; spins++) {
+			uint32_t now = __atomic_load_n(&c->seq, __ATOMIC_SEQ_CST);
+			if (now != seen[s]) {
+				memcpy(buf, c->msg, sizeof c->msg);
+				seen[s] = now;
+				return;
+			}
+			if (sleeping) {
+				struct timespec stall = { STALL_S, 0 };
+				__atomic_store_n(&c->waiting, 1, __ATOMIC_SEQ_CST);
+				if (__atomic_load_n(&c->seq, __ATOMIC_SEQ_CST) == seen[s] &&
+				    futex(&c->seq, FUTEX_WAIT, seen[s], &stall) && errno == ETIMEDOUT) {
+					fprintf(stderr, "no message for %d s: the other side is gone\n", STALL_S);
+					exit(1);
+				}
+				__atomic_store_n(&c->waiting, 0, __ATOMIC_SEQ_CST);
+			} else if (spins % 65536 == 0) {
+				if (since == 0) {
+					since = now_ns();
+				} else if (now_ns() - since > STALL_S * 1e9) {
+					fprintf(stderr, "no message for %d s: the other side is gone\n", STALL_S);
+					exit(1);
+				}
+			}
+		}
+	}
 	for (unsigned long spins = 1;; spins++) {
 		ssize_t r;
 		if (m == TCP || m == UDP) {
@@ -296,6 +357,11 @@ int main(int argc, char **argv)
 	int ready[2];
 	if (pipe(ready))
 		die("pipe");
+	if (m == SHM) {
+		chans = mmap(NULL, 2 * sizeof *chans, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+		if (chans == MAP_FAILED)
+			die("mmap");
+	}
 	pid_t parent = getpid(), child = fork();
 	if (child < 0)
 		die("fork");
@@ -314,8 +380,10 @@ int main(int argc, char **argv)
 		if (pthread_create(&t, NULL, idle_thread, NULL))
 			die("pthread_create");
 	}
-	int s = m == TCP ? tcp_socket(me, port) : udp_socket(m, me, port);
-	stall_bound(s);
+	/* shm: `s` is the channel this side receives on (the other one it sends on). */
+	int s = m == SHM ? !me : m == TCP ? tcp_socket(me, port) : udp_socket(m, me, port);
+	if (m != SHM)
+		stall_bound(s);
 	/* The echoing side's socket exists before the first datagram (UDP has no
 	 * handshake to wait for). */
 	char b = 0;

@@ -9,6 +9,8 @@
 # device sent until it kept a connected socket per peer. A second table does the same
 # for the sleep policy (each side blocks in its receive call; rverbs with
 # --spin-us 0, the default of `rverbs perf`): TCP, the device's calls and rverbs.
+# `shm` is no design of ours yet: the floor of a same-host transport through shared
+# memory, which would not pay for the kernel's UDP path at all.
 #
 #   cargo build --release -p rverbs-cli && bench/kernel_floor.sh
 #
@@ -49,7 +51,7 @@ rverbs_lat() {
     echo "$p50"
 }
 
-modes=(tcp udp conn conn-ack conn-ack-mt roce roce-ack)
+modes=(tcp udp conn conn-ack conn-ack-mt roce roce-ack shm)
 declare -A V
 have_rverbs=0
 [[ -x $BIN ]] && have_rverbs=1
@@ -62,16 +64,16 @@ for ((i = 0; i < REPS; i++)); do
         V[$m]="${V[$m]:-} $v"; line+=" $m $v"
     done
     if ((have_rverbs)); then
-        v=$(rverbs_lat $((PORT + 7))); V[rverbs]="${V[rverbs]:-} $v"; line+=" rverbs $v"
-        v=$(rverbs_lat $((PORT + 8)) -Q 100); V[rverbs_q]="${V[rverbs_q]:-} $v"; line+=" rverbs-Q100 $v"
+        v=$(rverbs_lat $((PORT + 8))); V[rverbs]="${V[rverbs]:-} $v"; line+=" rverbs $v"
+        v=$(rverbs_lat $((PORT + 9)) -Q 100); V[rverbs_q]="${V[rverbs_q]:-} $v"; line+=" rverbs-Q100 $v"
     fi
     # The sleep policy: the same ports again (each measurement has ended).
-    for k in tcp conn-ack-mt; do
-        v=$("$TMP/kernel_floor" "$k" $((PORT + 9)) "$ITERS" sleep | awk '{print $2}')
+    for k in tcp conn-ack-mt shm; do
+        v=$("$TMP/kernel_floor" "$k" $((PORT + 10)) "$ITERS" sleep | awk '{print $2}')
         V[sleep_$k]="${V[sleep_$k]:-} $v"; line+=" sleep:$k $v"
     done
     if ((have_rverbs)); then
-        v=$(SPIN=0 rverbs_lat $((PORT + 10))); V[sleep_rverbs]="${V[sleep_rverbs]:-} $v"
+        v=$(SPIN=0 rverbs_lat $((PORT + 11))); V[sleep_rverbs]="${V[sleep_rverbs]:-} $v"
         line+=" sleep:rverbs $v"
     fi
     echo "$line" >&2
@@ -98,6 +100,7 @@ report "  the same, the ACK riding as a UDP_SEGMENT segment" conn-ack
 report "    the same, from processes with two threads (as rverbs)" conn-ack-mt
 report "UDP, unconnected sendto instead (the device until 2026-11)" roce
 report "  the same, with the ACK segment" roce-ack
+report "shared memory, no network stack (not the device, see .c)" shm
 if ((have_rverbs)); then
     report "rverbs RC SEND, every SEND signaled" rverbs
     report "rverbs RC SEND, -Q 100" rverbs_q
@@ -105,6 +108,7 @@ fi
 printf "%-58s %8s %7s\n" "the same, sleep policy (medians)" "p50 us" "/ TCP"
 BASE=sleep_tcp report "TCP, TCP_NODELAY, blocking recv" sleep_tcp
 BASE=sleep_tcp report "UDP, the device's calls, ACK segment, two threads" sleep_conn-ack-mt
+BASE=sleep_tcp report "shared memory, futex wake-up (not the device)" sleep_shm
 if ((have_rverbs)); then
     BASE=sleep_tcp report "rverbs RC SEND, every SEND signaled, --spin-us 0" sleep_rverbs
 fi
