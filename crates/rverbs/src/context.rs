@@ -813,18 +813,7 @@ impl Shared {
                 self.ingest_batch(engine, now, *local, list, buf, steer);
                 if n < RX_BATCH {
                     if defer && n > 0 {
-                        if self.flush_pending.load(Ordering::Relaxed) == 0 {
-                            self.flush_pending.store(now.max(1), Ordering::Relaxed);
-                            // The driver bounds the deferral only if it wakes soon: in
-                            // a long sleep (not in its stand-off, where it publishes 0
-                            // and looks within the stand-off) it is woken,
-                            // so an application that stops calling verbs cannot hold
-                            // an ACK back until the peer gives up.
-                            let planned = self.driver_wake_at.load(Ordering::Acquire);
-                            if planned > now + crate::progress::STANDOFF_NS {
-                                self.wake();
-                            }
-                        }
+                        self.defer_answers(now);
                     } else {
                         self.flush(engine, now);
                     }
@@ -836,6 +825,22 @@ impl Shared {
             }
         }
         got
+    }
+
+    /// Leaves what the engine answers to the datagrams just received (ACKs) to the next
+    /// flush (`progress.rs`): the application's next verb, or the driver. The driver
+    /// bounds the deferral only if it wakes soon: in a long sleep (not in its
+    /// stand-off, where it publishes 0 and looks within the stand-off) it is woken, so
+    /// an application that stops calling verbs cannot hold an ACK back until the peer
+    /// gives up.
+    fn defer_answers(&self, now: Nanos) {
+        if self.flush_pending.load(Ordering::Relaxed) == 0 {
+            self.flush_pending.store(now.max(1), Ordering::Relaxed);
+            let planned = self.driver_wake_at.load(Ordering::Acquire);
+            if planned > now + crate::progress::STANDOFF_NS {
+                self.wake();
+            }
+        }
     }
 
     /// Feeds one `recv_batch` worth of buffers to the engine, cutting coalesced
@@ -937,12 +942,13 @@ impl Shared {
         let now = self.now();
         self.app_poll_at.store(now.max(1), Ordering::Relaxed);
         self.ingest_batch(&mut engine, now, local, list, &mut buf[..], steer);
-        if n < RX_BATCH && self.flush_pending.load(Ordering::Relaxed) == 0 {
-            // Deferred like `receive(.., defer)`: the driver is in its stand-off
-            // rhythm (this thread marked itself asleep on the sockets), so it bounds
-            // the deferral.
-            self.flush_pending.store(now.max(1), Ordering::Relaxed);
-        } else if n == RX_BATCH {
+        if n < RX_BATCH {
+            // Deferred like `receive(.., defer)`, with the same bound: the driver may
+            // be asleep in poll(2) for up to a second (not in its stand-off: this
+            // thread took the datagram that would have woken it), so it is woken when
+            // it would not look soon.
+            self.defer_answers(now);
+        } else {
             self.flush(&mut engine, now);
         }
         self.activity.fetch_add(1, Ordering::Release);

@@ -418,6 +418,11 @@ mod tests {
 
     /// Two contexts on the loopback device with one RC QP each, connected.
     fn rc_pair() -> (End, End) {
+        rc_pair_with(&crate::ConnectOpts::default())
+    }
+
+    /// [`rc_pair`] with `a` connected with `opts_a`.
+    fn rc_pair_with(opts_a: &crate::ConnectOpts) -> (End, End) {
         use crate::{AccessFlags, ConnectOpts, PeerInfo, QpInitAttr, QpType};
         let dev = crate::device(None).unwrap();
         let end = || {
@@ -441,7 +446,7 @@ mod tests {
             psn: 0,
             gid: q.context().gid(1).unwrap(),
         };
-        a.qp.connect(&peer(&b.qp), &ConnectOpts::default()).unwrap();
+        a.qp.connect(&peer(&b.qp), opts_a).unwrap();
         b.qp.connect(&peer(&a.qp), &ConnectOpts::default()).unwrap();
         (a, b)
     }
@@ -539,5 +544,146 @@ mod tests {
             std::thread::sleep(Duration::from_millis(20));
             assert!(!shared.driver_standoff.load(Ordering::SeqCst));
         });
+    }
+
+    /// Polling or waiting inside `Mr::with` is refused (`WouldDeadlock`), also when
+    /// nothing happened since the last empty poll: that shortcut skipped the check,
+    /// and the receive behind it wrote a waiting SEND into the region this thread
+    /// held, deadlocking the thread on its own lock with the engine held (and so the
+    /// whole context).
+    #[test]
+    fn polling_inside_mr_with_is_refused_not_deadlocked() {
+        let (a, b) = rc_pair();
+        b.qp.post_recv(1, &[b.mr.slice(0..8)]).unwrap();
+        let mut wc = [Wc::default()];
+        // Empty polls: the shortcut's state (nothing since the last empty poll).
+        for _ in 0..3 {
+            assert_eq!(b.cq.poll(&mut wc).unwrap(), 0);
+        }
+        a.qp.post_send(&crate::SendRequest::send(2, &[a.mr.slice(0..8)]))
+            .unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let b = std::thread::spawn(move || {
+            let mut wc = [Wc::default()];
+            let r = b.mr.with(|_| {
+                [
+                    b.cq.poll(&mut wc),
+                    b.cq.wait(&mut wc, Duration::from_millis(1), Duration::from_millis(5)),
+                    b.cq.wait(&mut wc, Duration::ZERO, Duration::from_millis(5)),
+                ]
+            });
+            let _ = tx.send(r.map(|r| r.map_err(|e| e.to_string())));
+            b
+        });
+        let r = rx
+            .recv_timeout(Duration::from_secs(20))
+            .expect("polling inside Mr::with hung");
+        for r in r {
+            assert!(r.as_ref().is_err_and(|e| e.contains("deadlock")), "{r:?}");
+        }
+        // Outside `with` the SEND completes.
+        let b = b.join().unwrap();
+        wait_for("the SEND outside Mr::with", || {
+            b.cq.poll(&mut wc).unwrap() == 1
+        });
+        assert_eq!(wc[0].wr_id, 1);
+        drop(a);
+    }
+
+    /// A poisoned engine lock (a thread panicked holding it) does not keep `Cq::wait`
+    /// from receiving: it was taken for "busy", and a waiter sleeping on the sockets
+    /// (which the driver then leaves to it) looped without ever receiving.
+    #[test]
+    fn a_poisoned_engine_does_not_stop_wait_from_receiving() {
+        let (a, b) = rc_pair();
+        b.qp.post_recv(1, &[b.mr.slice(0..8)]).unwrap();
+        let shared = b.ctx.shared().clone();
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let _held = shared.engine.lock().unwrap();
+            panic!("a thread dies holding the engine");
+        }));
+        assert!(shared.engine.is_poisoned());
+        // (The driver's next look, up to a second later, would find it: the waiter
+        // itself must, at once.)
+        let until = Instant::now() + Duration::from_millis(900);
+        let mut wc = [Wc::default()];
+        std::thread::scope(|s| {
+            // The SEND comes once b waits (its driver then leaves the sockets to it).
+            s.spawn(|| {
+                std::thread::sleep(Duration::from_millis(50));
+                a.qp.post_send(&crate::SendRequest::send(2, &[a.mr.slice(0..8)]))
+                    .unwrap();
+            });
+            // Sleeps under 0.5 ms are taken in poll(2) on the sockets.
+            while b
+                .cq
+                .wait(&mut wc, Duration::ZERO, Duration::from_micros(400))
+                .unwrap()
+                == 0
+            {
+                assert!(
+                    Instant::now() < until,
+                    "no completion through a poisoned engine"
+                );
+            }
+        });
+        assert_eq!(wc[0].wr_id, 1);
+    }
+
+    /// An ACK that a thread asleep in `recvmsg` (`Cq::wait` with no spin) defers when
+    /// it wakes for a SEND leaves without another verb from the application: the
+    /// driver, asleep in poll(2) for up to its next rescan (the sleeping thread took
+    /// the datagram that would have woken it), is woken for it as `receive` does. It
+    /// was not, and the peer's SEND completed only when it resent the SEND at its ACK
+    /// timeout (or, with a long timeout, when the driver next looked).
+    #[test]
+    fn an_ack_deferred_by_a_sleeping_receive_leaves_without_another_verb() {
+        // a's ACK timeout is long (18: about 1.07 s): a late ACK shows as latency,
+        // not as a resend.
+        let opts = crate::ConnectOpts {
+            timeout: 18,
+            ..Default::default()
+        };
+        let (a, b) = rc_pair_with(&opts);
+        // Idle: b's driver leaves its stand-off for a long sleep.
+        std::thread::sleep(Duration::from_millis(1200));
+        let mut worst = Duration::ZERO;
+        for i in 0..8u64 {
+            b.qp.post_recv(i, &[b.mr.slice(0..8)]).unwrap();
+            std::thread::sleep(Duration::from_millis(30));
+            let mut t0 = Instant::now();
+            std::thread::scope(|s| {
+                let h = s.spawn(|| {
+                    let mut wc = [Wc::default()];
+                    while b
+                        .cq
+                        .wait(&mut wc, Duration::ZERO, Duration::from_secs(2))
+                        .unwrap()
+                        == 0
+                    {}
+                });
+                // b's thread is asleep in recvmsg when the SEND comes.
+                std::thread::sleep(Duration::from_millis(3));
+                t0 = Instant::now();
+                a.qp.post_send(&crate::SendRequest::send(100 + i, &[a.mr.slice(0..8)]))
+                    .unwrap();
+                h.join().unwrap();
+            });
+            // b calls nothing more; a's SEND completes on b's ACK.
+            let mut wc = [Wc::default()];
+            while a
+                .cq
+                .wait(&mut wc, Duration::ZERO, Duration::from_secs(3))
+                .unwrap()
+                == 0
+            {
+                assert!(t0.elapsed() < Duration::from_secs(3), "no ACK");
+            }
+            assert_eq!(wc[0].status, rverbs_engine::WcStatus::Success);
+            worst = worst.max(t0.elapsed());
+        }
+        assert_eq!(a.ctx.counters().retransmit_timeouts, 0);
+        // The stand-off bounds the deferral (8 ms); the driver's long sleep is 1 s.
+        assert!(worst < Duration::from_millis(400), "worst {worst:?}");
     }
 }

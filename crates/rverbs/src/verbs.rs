@@ -643,6 +643,9 @@ impl Cq {
     /// The completions already in the CQ (no receiving).
     pub(crate) fn poll_ready(&self, out: &mut [Wc]) -> Result<usize> {
         use std::sync::atomic::Ordering;
+        // Before the shortcut below: the receive that follows an empty poll
+        // (`poll_progress`) may write into a region this thread holds in `Mr::with`.
+        check_not_in_with("poll_cq")?;
         let shared = self.inner.ctx.shared();
         // Nothing happened since the last empty poll: no completion can have arrived
         // (every path that adds one bumps `activity` afterwards, under the lock).
@@ -658,14 +661,21 @@ impl Cq {
     }
 
     /// Receives and runs timers on this thread, then polls the CQ (`now`: a fresh
-    /// clock reading, [`crate::context::Shared::now`]).
+    /// clock reading, [`crate::context::Shared::now`]). Callers check
+    /// [`check_not_in_with`] first ([`Cq::poll_ready`] does).
     pub(crate) fn poll_progress(&self, out: &mut [Wc], now: rverbs_engine::Nanos) -> Result<usize> {
         use std::sync::atomic::Ordering;
+        use std::sync::TryLockError;
         let shared = self.inner.ctx.shared();
         // Receive and run timers on this thread rather than wait for the driver
         // thread (`progress.rs`). If the driver holds the engine it is doing just that.
-        let Ok(mut e) = shared.engine.try_lock() else {
-            return Ok(0);
+        // A poisoned engine is used as every other path uses it: treated as busy, a
+        // caller that sleeps on the sockets (the driver then leaves them to it) would
+        // never receive.
+        let mut e = match shared.engine.try_lock() {
+            Ok(e) => e,
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(TryLockError::WouldBlock) => return Ok(0),
         };
         if !shared.progress(&mut e, now) {
             return Ok(0);
