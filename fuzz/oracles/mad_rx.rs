@@ -33,6 +33,9 @@ fn check_result(r: MadResult, inp: &Mad, out: &Mad, mkey_dropped: bool) {
         assert!(r.contains(MadResult::SUCCESS));
         assert!(!r.contains(MadResult::CONSUMED));
         assert_eq!(out[3], 0x81, "a reply is a GetResp");
+        // A response (method with the R bit) is never answered: the answer could
+        // bounce between two ports forever.
+        assert_eq!(inp[3] & 0x80, 0, "a reply to response method {:#x}", inp[3]);
         assert_eq!(&out[..3], &inp[..3]);
         assert_eq!(&out[8..18], &inp[8..18]);
     } else {

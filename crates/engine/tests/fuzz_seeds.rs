@@ -40,7 +40,8 @@ mod mad_rx_oracle {
 #[test]
 fn mad_rx_seeds() {
     replay::replay("mad_rx", mad_rx_oracle::mad_rx);
-    // The seeds reach the agents: replies, key drops, traps and GSI sends.
+    // The seeds reach the agents: replies, key drops, traps and GSI sends. (Replies
+    // were 15 while a GetResp of another class version was answered too.)
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/seeds/mad_rx");
     let mut total = mad_rx_oracle::Reached::default();
     for entry in std::fs::read_dir(dir).unwrap() {
@@ -51,7 +52,7 @@ fn mad_rx_seeds() {
         total.sent += r.sent;
     }
     assert!(
-        total.replies >= 15 && total.consumed >= 3 && total.traps >= 2 && total.sent >= 10,
+        total.replies >= 13 && total.consumed >= 3 && total.traps >= 2 && total.sent >= 10,
         "{total:?}"
     );
     for data in [

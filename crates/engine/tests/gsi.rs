@@ -312,3 +312,50 @@ fn bm_send_responses_and_trap_represses_are_routed_by_tid() {
     );
     assert!(s.engines[0].gsi_recv(decoy2).is_none());
 }
+
+/// A Get of a class version the port does not have is answered once, with status 0x0004
+/// (bad version), and the answer reaches the asking agent. The answer itself (a
+/// GetResp of that version) was answered again by the asking port's own BMA, and so
+/// on: the two ports bounced it forever and the agent never got it.
+#[test]
+fn a_get_of_another_class_version_gets_one_bad_version_answer() {
+    let mut s = sim(2);
+    let a = s.engines[0].gsi_register(only_responses()).unwrap();
+    let mut m = mad(class::BM, method::GET, attr::CLASS_PORT_INFO, 5);
+    m[2] = 2; // class version 2
+    let dest = GsiDest::gsi(gid(&s, 1));
+    s.engines[0].gsi_send(a, dest, &m).unwrap();
+    settle(&mut s);
+    let r = s.engines[0].gsi_recv(a).expect("the bad-version answer");
+    assert_eq!((r.mad[2], r.mad[3]), (2, method::GET_RESP));
+    assert_eq!(u16::from_be_bytes([r.mad[4], r.mad[5]]), 0x0004);
+    settle(&mut s);
+    let tx = |s: &Sim, i: usize| s.engines[i].counters().tx_packets;
+    assert_eq!((tx(&s, 0), tx(&s, 1)), (1, 1));
+}
+
+/// A response of another class version (here a PMA GetResp of version 2) is not
+/// answered: it goes on to the agents (none here), and nothing is sent back.
+#[test]
+fn a_response_of_another_class_version_is_not_answered() {
+    let mut s = sim(2);
+    let a = s.engines[0].gsi_register(only_responses()).unwrap();
+    for (k, (class, method)) in [
+        (class::PERF_MGMT, method::GET_RESP),
+        (class::BM, method::GET_RESP),
+        (class::BM, method::TRAP_REPRESS),
+        (class::PERF_MGMT, method::TRAP),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut m = mad(class, method, attr::PMA_PORT_COUNTERS, 0x42 + k as u64);
+        m[2] = 2;
+        let dest = GsiDest::gsi(gid(&s, 1));
+        s.engines[0].gsi_send(a, dest, &m).unwrap();
+    }
+    settle(&mut s);
+    settle(&mut s);
+    assert_eq!(s.engines[0].counters().tx_packets, 4);
+    assert_eq!(s.engines[1].counters().tx_packets, 0);
+}

@@ -91,6 +91,10 @@ pub(crate) fn process(
     ) {
         return MadResult::SUCCESS;
     }
+    // The lease runs out whichever way the MAD came: a local Get(BKeyInfo) after the
+    // lease ended shows the protect bit cleared, as a remote one does (the M_Key lease
+    // is likewise checked under IGNORE_MKEY, `sma.rs`).
+    expire_lease(p, now);
     if let (Some(wc), Some(grh), 0) = (wc, grh, mad_flags & super::flags::IGNORE_BKEY) {
         if check_bkey(p, now, wc, grh, out) {
             return MadResult::SUCCESS | MadResult::CONSUMED;
@@ -143,13 +147,20 @@ pub(crate) fn process(
     }
 }
 
-/// Returns `true` when the MAD is a B_Key violation (and has been dealt with).
-fn check_bkey(p: &mut MadPort, now: Nanos, wc: &Wc, grh: &GrhArea, mad: &Mad) -> bool {
+/// Ends the B_Key lease when its deadline has passed: the protect bit clears (the
+/// B_KeyLeasePeriod of BKeyInfo, IBTA Vol 1 16.1; opa-ff `bmacallb.c`).
+fn expire_lease(p: &mut MadPort, now: Nanos) {
     let b = &mut p.bma;
     if b.lease_deadline.is_some_and(|t| now >= t) {
         b.lease_deadline = None;
         b.protect = false;
     }
+}
+
+/// Returns `true` when the MAD is a B_Key violation (and has been dealt with).
+fn check_bkey(p: &mut MadPort, now: Nanos, wc: &Wc, grh: &GrhArea, mad: &Mad) -> bool {
+    expire_lease(p, now);
+    let b = &mut p.bma;
     let key = bm_key(mad);
     let valid = b.b_key == 0 || b.b_key == key;
     if valid {

@@ -207,7 +207,10 @@ impl MadPort {
     ) -> (MadResult, Mad) {
         let mut out = *in_mad;
         let h = MadHeader::new_unchecked(&in_mad[..]);
-        if h.base_version() != rverbs_wire::mad::BASE_VERSION {
+        // The device has one port: the kernel's core checks the port number before it
+        // calls a driver's process_mad (`rdma_is_port_valid`); answering for port 2
+        // would report port 1's counters and PortInfo as port 2's.
+        if h.base_version() != rverbs_wire::mad::BASE_VERSION || port != PORT {
             return (MadResult::FAILURE, out);
         }
         use rverbs_wire::mad::class;
@@ -216,11 +219,20 @@ impl MadPort {
             class,
             class::SUBN_LID_ROUTED | class::SUBN_DIRECTED_ROUTE | class::PERF_MGMT | class::BM
         );
-        // Every class this port answers is at class version 1; another version is answered
-        // with status 0x0004 (kernel include/rdma/ib_mad.h IB_MGMT_MAD_STATUS_BAD_VERSION).
+        // Every class this port answers is at class version 1; a Get or Set of another
+        // version is answered with status 0x0004 (kernel include/rdma/ib_mad.h
+        // IB_MGMT_MAD_STATUS_BAD_VERSION). Nothing else is: a response (or a Trap,
+        // Report or TrapRepress) is never answered (the kernel's
+        // `generate_unmatched_resp` answers only Get and Set; mlx4/mlx5 `process_mad`
+        // pass other PMA methods through): answered, a GetResp of another version sent
+        // back to a port that answers the same way would bounce between the two
+        // forever. Such a MAD goes on to the agents.
         if ours && h.class_version() != 1 {
-            let r = reply_status(&mut out, status::BAD_VERSION);
-            return (r, out);
+            if matches!(h.method(), method::GET | method::SET) {
+                let r = reply_status(&mut out, status::BAD_VERSION);
+                return (r, out);
+            }
+            return (MadResult::SUCCESS, out);
         }
         let result = match class {
             rverbs_wire::mad::class::SUBN_LID_ROUTED

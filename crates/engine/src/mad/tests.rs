@@ -71,6 +71,12 @@ fn result_codes() {
     let mut bad_base = pc_get(1);
     bad_base[0] = 2;
     assert_eq!(run(&mut p, &c, 0, &bad_base).0, MadResult::FAILURE);
+    // A port the device does not have (it has port 1 only): nothing is answered,
+    // where port 1's counters were, as port 2's.
+    for port in [0, 2, 255] {
+        let (r, out) = p.process_mad(0, &c, 0, port, None, None, &pc_get(port));
+        assert_eq!((r, out), (MadResult::FAILURE, pc_get(port)));
+    }
     // A class the device does not implement is left to the agents.
     assert_eq!(
         run(&mut p, &c, 0, &mad(class::CM, method::SEND, 0x10, 0)).0,
@@ -930,4 +936,40 @@ fn an_sm_trap_does_not_silence_a_bm_trap() {
     p.process_mad(2, &c, 0, PORT, Some(&wc), Some(&grh), &set);
     assert!(p.poll_trap().is_none());
     assert_eq!(p.stats.traps_suppressed, 1);
+}
+
+/// The B_Key lease ends for a local Get(BKeyInfo) too: after a violation started a 3 s
+/// lease, a local Get 97 s after it ran out sees the protect bit cleared and the key,
+/// as a remote Get does. (The lease was only checked on the remote path, inside the
+/// B_Key check that local MADs skip.)
+#[test]
+fn the_b_key_lease_ends_for_local_gets_too() {
+    let c = Counters::default();
+    let mut p = port();
+    p.set_b_key(0xb0b, true);
+    p.bma.lease_period = 3;
+    let wc = wc_from(0x42, 7);
+    let grh = grh_v4([127, 0, 0, 2], [127, 0, 0, 3]);
+    let set = bm(method::SET, attr::BM_BKEY_INFO, 0xdead);
+    let r = p.process_mad(0, &c, 0, PORT, Some(&wc), Some(&grh), &set).0;
+    assert_eq!(r, CONSUMED);
+    let get = bm(method::GET, attr::BM_BKEY_INFO, 1);
+    // Within the lease the key stays hidden.
+    let o = p.process_mad(SEC, &c, 0, PORT, None, None, &get).1;
+    assert_eq!(
+        (bkey_info(&o).b_key_protect_bit, bkey_info(&o).b_key),
+        (true, 0)
+    );
+    let o = p.process_mad(100 * SEC, &c, 0, PORT, None, None, &get).1;
+    assert_eq!(
+        (bkey_info(&o).b_key_protect_bit, bkey_info(&o).b_key),
+        (false, 0xb0b)
+    );
+    let o = p
+        .process_mad(100 * SEC, &c, 0, PORT, Some(&wc), Some(&grh), &get)
+        .1;
+    assert_eq!(
+        (bkey_info(&o).b_key_protect_bit, bkey_info(&o).b_key),
+        (false, 0xb0b)
+    );
 }
