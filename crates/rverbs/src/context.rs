@@ -726,7 +726,8 @@ impl Shared {
         self.record(src, dst, ROCE_PORT, wire, bytes);
         // A send error (no route, buffer full) is a lost packet: the transport's
         // retransmission covers it, as on a real link.
-        let _ = sys::send_with_meta(sock, bytes, SocketAddr::new(dst, ROCE_PORT), meta);
+        let to = crate::mcast::scoped(SocketAddr::new(dst, ROCE_PORT), self.info.ifindex);
+        let _ = sys::send_with_meta(sock, bytes, to, meta);
     }
 
     /// Sends held (delayed) datagrams that are due; returns when the next one is.

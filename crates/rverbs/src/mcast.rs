@@ -36,7 +36,10 @@ fn group_socket(group: IpAddr, shared: &Shared, local: &[IpAddr]) -> std::io::Re
         sys::set_udp_no_check6_rx(&s)?;
     }
     let _ = s.set_recv_buffer_size(4 << 20);
-    s.bind(&SockAddr::from(SocketAddr::new(group, ROCE_PORT)))?;
+    s.bind(&SockAddr::from(scoped(
+        SocketAddr::new(group, ROCE_PORT),
+        shared.info.ifindex,
+    )))?;
     match group {
         IpAddr::V4(g) => {
             let ifaddr = local
@@ -54,6 +57,21 @@ fn group_socket(group: IpAddr, shared: &Shared, local: &[IpAddr]) -> std::io::Re
     sys::enable_recv_meta(&s, v6, false)?;
     shared.quiet_socket(&s)?;
     Ok(s)
+}
+
+/// `a` with the interface `ifindex` as its scope when it is an IPv6 multicast address
+/// of interface-local or link-local scope (RFC 4291 2.7: scop 1 or 2, such as ff02::
+/// and the ff12:: of IB-style MGIDs): Linux binds and sends to those only with a scope
+/// id (`__ipv6_addr_needs_scope_id`), and a bind without one fails with EINVAL.
+pub(crate) fn scoped(a: SocketAddr, ifindex: u32) -> SocketAddr {
+    match a {
+        SocketAddr::V6(v6)
+            if v6.ip().is_multicast() && (1..=2).contains(&(v6.ip().octets()[1] & 0x0f)) =>
+        {
+            std::net::SocketAddrV6::new(*v6.ip(), v6.port(), 0, ifindex).into()
+        }
+        _ => a,
+    }
 }
 
 /// Closes the group sockets no QP of the context is attached to any more.
