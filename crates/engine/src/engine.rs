@@ -1106,6 +1106,19 @@ impl Engine {
         self.deliver(now, qpn, &pkt, d);
     }
 
+    /// Checks a received datagram's ICRC once, before it is classified and handed to
+    /// [`Engine::handle_datagram`] / [`Engine::handle_datagram_to`] (possibly several
+    /// times) with `icrc_checked` set: false when it is bad, which is counted here
+    /// (`rx_icrc_errors`, once per datagram). A NIC drops such a packet before any
+    /// steering sees it.
+    pub fn check_icrc(&mut self, d: &Datagram<'_>) -> bool {
+        if d.icrc_checked || net::icrc_ok_cached(self.icrc.get_mut(), d) {
+            return true;
+        }
+        self.counters.rx_icrc_errors += 1;
+        false
+    }
+
     /// Feeds one received UD datagram to the UD QP `qpn` instead of its BTH destination
     /// QP (flow steering decided where it goes; the packet is checked exactly as
     /// [`Engine::handle_datagram`] checks it, ICRC included, and the QP's Q_Key and

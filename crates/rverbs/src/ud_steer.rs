@@ -132,6 +132,16 @@ impl UdSteering {
         if dest_qp == 1 {
             return false;
         }
+        // The ICRC first, once: a corrupted datagram is one ICRC error, and no rule's
+        // counter or drop sees it (each delivery below would check it again, and
+        // count it again).
+        if !engine.check_icrc(d) {
+            return true;
+        }
+        let d = &Datagram {
+            icrc_checked: true,
+            ..*d
+        };
         outer_frame(d, frame);
         let t = self.table.read().unwrap_or_else(|e| e.into_inner());
         v.clear();

@@ -165,3 +165,52 @@ fn flows_on_ud_qps_steer_roce_datagrams_by_outer_headers() {
         "already gone with its QP"
     );
 }
+
+/// A corrupted UD datagram that a DONT_TRAP flow matches is one ICRC error, and no
+/// rule counts it or takes it: the ICRC is checked once, before steering (a NIC drops
+/// such a packet before any steering). It was checked again for every delivery (the
+/// flow's QP and the destination QP) and counted twice.
+#[test]
+fn a_corrupted_datagram_is_one_icrc_error_before_steering() {
+    if !rverbs_raw::has_cap_net_raw() {
+        eprintln!("SKIP: flows need CAP_NET_RAW (run as root)");
+        return;
+    }
+    let dev = device(None).unwrap();
+    let tx = ud_end(dev.open().unwrap(), 64);
+    let opts = OpenOptions {
+        faults: Some(Faults::parse("corrupt=1.0").unwrap()),
+        ..OpenOptions::default()
+    };
+    let rx = ud_end(Context::open_with(dev.clone(), &opts).unwrap(), 64);
+    let c = rx
+        .pd
+        .create_qp(&QpInitAttr::new(QpType::Ud, &rx.cq))
+        .unwrap();
+    connect_nobody(&c);
+    let mut monitor = FlowAttr::normal(0, vec![FlowSpec::udp_dst(Some(4791))]);
+    monitor.flags = FlowFlags::DONT_TRAP;
+    let _flow = c.create_flow(&monitor).unwrap();
+    let ah = tx
+        .pd
+        .create_ah(&AhAttrs::to(rx.ctx.gid(1).unwrap(), 1))
+        .unwrap();
+    let before = rx.ctx.counters().rx_icrc_errors;
+    let qkey = ConnectOpts::default().qkey;
+    tx.qp
+        .post_send(&SendRequest::send(1, &[tx.mr.slice(0..8)]).to(&ah, rx.qp.qp_num(), qkey))
+        .unwrap();
+    let until = std::time::Instant::now() + Duration::from_secs(5);
+    while rx.ctx.counters().rx_icrc_errors == before {
+        assert!(
+            std::time::Instant::now() < until,
+            "the datagram never arrived"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // Time for any second count to land.
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(rx.ctx.counters().rx_icrc_errors - before, 1);
+    let mut wc = [Wc::default(); 4];
+    assert_eq!(rx.cq.poll(&mut wc).unwrap(), 0);
+}
