@@ -247,15 +247,25 @@ impl Qp {
                 *offset += payload.len();
             }
             OpKind::RdmaWrite => {
+                // An operation the QP does not enable is an invalid request, even
+                // with length 0; an R_Key that does not allow it is an access error
+                // (rxe `check_op_valid` → NAK invalid request, class C).
+                if info.starts_message && !access.contains(Access::REMOTE_WRITE) {
+                    return Err(Fail::Fatal(NakCode::InvalidRequest, None));
+                }
+                if info.has_immediate() && info.ends_message && !self.recv_available(ctx) {
+                    // WRITE with immediate consumes a receive WQE (IBTA 9.4.4): none →
+                    // RNR NAK, which consumes nothing (IBTA 9.7.5.2.8). So it comes
+                    // before any state of the message is kept, as rxe's `check_resource`
+                    // runs before `check_rkey` sets up the write: a WRITE ONLY's resend
+                    // must start a new message, a WRITE LAST's resend finds the message
+                    // its FIRST began as it was.
+                    return Err(if rc { Fail::Rnr } else { Fail::DropMessage });
+                }
                 if info.starts_message {
                     let reth = pkt.reth().expect("WRITE FIRST/ONLY has a RETH");
                     let len = reth.dma_len() as usize;
-                    // An operation the QP does not enable is an invalid request, even
-                    // with length 0; an R_Key that does not allow it is an access error
-                    // (rxe `check_op_valid` → NAK invalid request, class C).
-                    let seg = if !access.contains(Access::REMOTE_WRITE) {
-                        return Err(Fail::Fatal(NakCode::InvalidRequest, None));
-                    } else if len == 0 {
+                    let seg = if len == 0 {
                         None
                     } else {
                         match check_rkey(
@@ -283,16 +293,6 @@ impl Qp {
                     || (info.ends_message && *offset + payload.len() != *len)
                 {
                     return Err(Fail::Fatal(NakCode::InvalidRequest, None));
-                }
-                if info.has_immediate() && info.ends_message {
-                    // WRITE with immediate consumes a receive WQE (IBTA 9.4.4): none → RNR.
-                    if self.srq.is_none() && self.rq.is_empty()
-                        || self
-                            .srq
-                            .is_some_and(|id| ctx.srqs.get(id.0).is_none_or(|s| s.queue.is_empty()))
-                    {
-                        return Err(if rc { Fail::Rnr } else { Fail::DropMessage });
-                    }
                 }
                 if let Some(s) = seg {
                     s.mem.write(s.offset + *offset, payload);
@@ -431,6 +431,14 @@ impl Qp {
                 }
             }
             _ => {}
+        }
+    }
+
+    /// A receive WQE is there for a message that needs one (RQ or SRQ).
+    fn recv_available(&self, ctx: &Ctx<'_>) -> bool {
+        match self.srq {
+            None => !self.rq.is_empty(),
+            Some(id) => ctx.srqs.get(id.0).is_some_and(|s| !s.queue.is_empty()),
         }
     }
 

@@ -909,3 +909,170 @@ fn stale_acks_delay_the_timeout_a_bounded_number_of_times() {
     assert_eq!(stale, 257);
     assert_eq!(st(&drain(&mut sim, &a)), [(2, WcStatus::RetryExcErr)]);
 }
+
+/// A WRITE ONLY with immediate that finds no receive WQE is refused with an RNR NAK,
+/// which consumes nothing (IBTA 9.7.5.2.8): its resend, once a receive is posted, is
+/// a new message, not the continuation of one the refused packet began.
+#[test]
+fn rnr_refused_write_only_with_immediate_is_accepted_when_resent() {
+    let mut sim = sim2();
+    let (a, b) = pair(&mut sim, &opts());
+    fill(&a, 0, b"written after an RNR");
+    let mut w = rdma(1, WrOpcode::RdmaWriteWithImm, sge(&a, 0, 20), &b, 256);
+    w.imm_data = 0x1234;
+    send(&mut sim, &a, w);
+    let p = tx(&mut sim, 0);
+    assert_eq!(lines(&p), [l("RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE", 100)]);
+    rx_all(&mut sim, &p);
+    let rnr = tx(&mut sim, 1);
+    assert_eq!(lines(&rnr), [la("RC_ACKNOWLEDGE", 100, "RNR t=1 msn=0")]);
+    rx_all(&mut sim, &rnr);
+    recv(&mut sim, &b, 7, 0, 0);
+    fire(&mut sim, 0);
+    let p = tx(&mut sim, 0);
+    assert_eq!(lines(&p), [l("RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE", 100)]);
+    rx_all(&mut sim, &p);
+    let ack = tx(&mut sim, 1);
+    assert_eq!(lines(&ack), [la("RC_ACKNOWLEDGE", 100, "ACK msn=1")]);
+    rx_all(&mut sim, &ack);
+    assert_eq!(st(&drain(&mut sim, &a)), [(1, WcStatus::Success)]);
+    let wb = drain(&mut sim, &b);
+    assert_eq!(
+        wb.iter()
+            .map(|w| (w.wr_id, w.status, w.opcode, w.byte_len, w.imm_data))
+            .collect::<Vec<_>>(),
+        [(7, WcStatus::Success, WcOpcode::RecvRdmaWithImm, 20, 0x1234)]
+    );
+    assert_eq!(&b.mem.snapshot()[256..276], b"written after an RNR");
+    assert_eq!(sim.engines[1].qp_state(b.qpn), Some(QpState::Rts));
+    assert_eq!(sim.engines[1].counters().tx_nak_fatal, 0);
+}
+
+/// The RNR NAK of a WRITE LAST with immediate refuses that packet only: the FIRST and
+/// MIDDLE before it were accepted, and the resent LAST completes the same message.
+#[test]
+fn rnr_refused_write_last_with_immediate_completes_the_message_when_resent() {
+    let mut sim = sim2();
+    let (a, b) = pair(&mut sim, &opts());
+    let data = pattern(2500, 9);
+    fill(&a, 0, &data);
+    let mut w = rdma(1, WrOpcode::RdmaWriteWithImm, sge(&a, 0, 2500), &b, 4096);
+    w.imm_data = 0x55;
+    send(&mut sim, &a, w);
+    let p = tx(&mut sim, 0);
+    assert_eq!(
+        lines(&p),
+        [
+            l("RC_RDMA_WRITE_FIRST", 100),
+            l("RC_RDMA_WRITE_MIDDLE", 101),
+            l("RC_RDMA_WRITE_LAST_WITH_IMMEDIATE", 102),
+        ]
+    );
+    rx_all(&mut sim, &p);
+    let back = tx(&mut sim, 1);
+    assert_eq!(
+        lines(&back).last().unwrap(),
+        &la("RC_ACKNOWLEDGE", 102, "RNR t=1 msn=0")
+    );
+    rx_all(&mut sim, &back);
+    recv(&mut sim, &b, 8, 0, 0);
+    fire(&mut sim, 0);
+    let p = tx(&mut sim, 0);
+    assert_eq!(lines(&p), [l("RC_RDMA_WRITE_LAST_WITH_IMMEDIATE", 102)]);
+    rx_all(&mut sim, &p);
+    let ack = tx(&mut sim, 1);
+    assert_eq!(lines(&ack), [la("RC_ACKNOWLEDGE", 102, "ACK msn=1")]);
+    rx_all(&mut sim, &ack);
+    assert_eq!(st(&drain(&mut sim, &a)), [(1, WcStatus::Success)]);
+    let wb = drain(&mut sim, &b);
+    assert_eq!(
+        wb.iter()
+            .map(|w| (w.wr_id, w.status, w.byte_len, w.imm_data))
+            .collect::<Vec<_>>(),
+        [(8, WcStatus::Success, 2500, 0x55)]
+    );
+    assert_eq!(&b.mem.snapshot()[4096..4096 + 2500], &data[..]);
+}
+
+/// A SEND FIRST refused with an RNR NAK leaves no message begun: the rest of the
+/// message is out of sequence behind it, and the resend from FIRST delivers it whole.
+#[test]
+fn rnr_refused_send_first_is_resent_from_first() {
+    let mut sim = sim2();
+    let (a, b) = pair(&mut sim, &opts());
+    let data = pattern(2500, 4);
+    fill(&a, 0, &data);
+    send(
+        &mut sim,
+        &a,
+        signaled(wr(1, WrOpcode::Send, vec![sge(&a, 0, 2500)])),
+    );
+    let p = tx(&mut sim, 0);
+    assert_eq!(
+        lines(&p),
+        [
+            l("RC_SEND_FIRST", 100),
+            l("RC_SEND_MIDDLE", 101),
+            l("RC_SEND_LAST", 102),
+        ]
+    );
+    rx_all(&mut sim, &p);
+    let back = tx(&mut sim, 1);
+    assert_eq!(
+        lines(&back),
+        [
+            la("RC_ACKNOWLEDGE", 100, "RNR t=1 msn=0"),
+            la("RC_ACKNOWLEDGE", 100, "NAK-SEQ msn=0"),
+        ]
+    );
+    rx_all(&mut sim, &back);
+    recv(&mut sim, &b, 3, 0, 4096);
+    fire(&mut sim, 0);
+    let p = tx(&mut sim, 0);
+    assert_eq!(lines(&p)[0], l("RC_SEND_FIRST", 100));
+    rx_all(&mut sim, &p);
+    let ack = tx(&mut sim, 1);
+    assert_eq!(lines(&ack), [la("RC_ACKNOWLEDGE", 102, "ACK msn=1")]);
+    rx_all(&mut sim, &ack);
+    assert_eq!(st(&drain(&mut sim, &a)), [(1, WcStatus::Success)]);
+    assert_eq!(st(&drain(&mut sim, &b)), [(3, WcStatus::Success)]);
+    assert_eq!(&b.mem.snapshot()[..2500], &data[..]);
+}
+
+/// UC: a WRITE ONLY with immediate that finds no receive is dropped (IBTA 9.8.3, no
+/// RNR on UC), and leaves nothing behind: the next one, with a receive posted, lands.
+#[test]
+fn uc_write_with_immediate_dropped_for_no_receive_leaves_no_message_begun() {
+    let mut sim = sim2();
+    let o = PairOpts {
+        qp_type: QpType::Uc,
+        ..opts()
+    };
+    let (a, b) = pair(&mut sim, &o);
+    fill(&a, 0, b"first");
+    fill(&a, 64, b"second");
+    let mut w = rdma(1, WrOpcode::RdmaWriteWithImm, sge(&a, 0, 5), &b, 0);
+    w.imm_data = 1;
+    send(&mut sim, &a, w);
+    let p = tx(&mut sim, 0);
+    rx_all(&mut sim, &p);
+    assert!(drain(&mut sim, &b).is_empty());
+    assert_eq!(sim.engines[1].counters().rx_dropped_messages, 1);
+    recv(&mut sim, &b, 2, 0, 0);
+    let mut w = rdma(2, WrOpcode::RdmaWriteWithImm, sge(&a, 64, 6), &b, 64);
+    w.imm_data = 2;
+    send(&mut sim, &a, w);
+    let p = tx(&mut sim, 0);
+    assert_eq!(lines(&p), [l("UC_RDMA_WRITE_ONLY_WITH_IMMEDIATE", 101)]);
+    rx_all(&mut sim, &p);
+    let wb = drain(&mut sim, &b);
+    assert_eq!(
+        wb.iter()
+            .map(|w| (w.wr_id, w.status, w.imm_data))
+            .collect::<Vec<_>>(),
+        [(2, WcStatus::Success, 2)]
+    );
+    assert_eq!(&b.mem.snapshot()[64..70], b"second");
+    assert_eq!(sim.engines[1].counters().rx_dropped_messages, 1);
+    assert_eq!(sim.engines[1].qp_state(b.qpn), Some(QpState::Rts));
+}
