@@ -403,7 +403,8 @@ pub(crate) struct Qp {
     pub(crate) comm_est: bool,
     pub(crate) resources: VecDeque<Resource>,
     pub(crate) out: VecDeque<RespOut>,
-    /// A fatal NAK built just before the QP entered the error state.
+    /// A fatal NAK built just before the QP entered the error state; it leaves once
+    /// the responses queued before it in `out` have (`Qp::next_response`).
     pub(crate) pending_nak: Option<Transmit>,
     // scheduling
     pub(crate) active: bool,

@@ -133,9 +133,14 @@ impl Qp {
                     ctx.push_wc(self.recv_cq, wc, false);
                 }
                 // The NAK is the last thing this QP sends: build it before flushing.
+                // Responses queued for earlier requests (READ responses, ATOMIC ACKs)
+                // still leave first, in PSN order: those requests were carried out,
+                // and their requester expects the answers before the NAK (IBTA
+                // 9.7.5.1; rxe's responder has sent them by the time it NAKs).
                 let nak = self.ack_transmit(psn, Syndrome::Nak(code), self.msn, ctx);
+                let earlier = std::mem::take(&mut self.out);
                 self.fail(ctx);
-                self.out.clear();
+                self.out = earlier;
                 self.pending_nak = Some(nak);
                 wake
             }
@@ -583,17 +588,22 @@ impl Qp {
 
     /// Builds the next responder packet, if any.
     pub(crate) fn next_response(&mut self, ctx: &mut Ctx<'_>) -> Option<Transmit> {
-        if let Some(nak) = self.pending_nak.take() {
-            ctx.counters.tx_packets += 1;
-            ctx.counters.tx_bytes += nak.payload.len() as u64;
-            return Some(nak);
-        }
         if !matches!(
             self.state,
             QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
-        ) {
+        ) && self.pending_nak.is_none()
+        {
             self.out.clear();
             return None;
+        }
+        // After a fatal NAK (the QP is in the error state), the responses queued
+        // before it, then the NAK, then nothing.
+        if self.out.is_empty() {
+            if let Some(nak) = self.pending_nak.take() {
+                ctx.counters.tx_packets += 1;
+                ctx.counters.tx_bytes += nak.payload.len() as u64;
+                return Some(nak);
+            }
         }
         let mtu = self.mtu();
         let t = match self.out.front_mut()? {

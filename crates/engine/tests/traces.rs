@@ -1076,3 +1076,84 @@ fn uc_write_with_immediate_dropped_for_no_receive_leaves_no_message_begun() {
     assert_eq!(sim.engines[1].counters().rx_dropped_messages, 1);
     assert_eq!(sim.engines[1].qp_state(b.qpn), Some(QpState::Rts));
 }
+
+/// A WRITE with a bad R_Key behind a READ, both received before the responder sends:
+/// the READ's responses, already due, leave before the WRITE's fatal NAK (IBTA
+/// 9.7.5.1: responses in PSN order), then nothing. The requester completes the READ
+/// with its data, then the WRITE with a remote access error.
+#[test]
+fn fatal_nak_goes_after_the_read_responses_queued_before_it() {
+    let mut sim = sim2();
+    let (a, b) = pair(&mut sim, &opts());
+    let data = pattern(3000, 7);
+    fill(&b, 0, &data);
+    send(
+        &mut sim,
+        &a,
+        rdma(1, WrOpcode::RdmaRead, sge(&a, 0, 3000), &b, 0),
+    );
+    let mut w = rdma(2, WrOpcode::RdmaWrite, sge(&a, 4096, 16), &b, 0);
+    w.rkey ^= 0x55;
+    send(&mut sim, &a, w);
+    let p = tx(&mut sim, 0);
+    assert_eq!(
+        lines(&p),
+        [l("RC_RDMA_READ_REQUEST", 100), l("RC_RDMA_WRITE_ONLY", 103)]
+    );
+    rx_all(&mut sim, &p);
+    assert_eq!(sim.engines[1].qp_state(b.qpn), Some(QpState::Err));
+    let back = tx(&mut sim, 1);
+    assert_eq!(
+        lines(&back),
+        [
+            la("RC_RDMA_READ_RESPONSE_FIRST", 100, "ACK msn=1"),
+            l("RC_RDMA_READ_RESPONSE_MIDDLE", 101),
+            la("RC_RDMA_READ_RESPONSE_LAST", 102, "ACK msn=1"),
+            la("RC_ACKNOWLEDGE", 103, "NAK-ACC msn=1"),
+        ]
+    );
+    assert_eq!(events(&mut sim, 1), [AsyncEvent::QpFatal(b.qpn)]);
+    rx_all(&mut sim, &back);
+    assert!(tx(&mut sim, 1).is_empty(), "nothing after the NAK");
+    assert_eq!(
+        st(&drain(&mut sim, &a)),
+        [(1, WcStatus::Success), (2, WcStatus::RemAccessErr)]
+    );
+    assert_eq!(&a.mem.snapshot()[..3000], &data[..]);
+    assert_eq!(sim.engines[0].qp_state(a.qpn), Some(QpState::Err));
+}
+
+/// The same with an atomic before the failing WRITE: its ATOMIC ACKNOWLEDGE, with the
+/// original value, leaves before the NAK, and the atomic executed once.
+#[test]
+fn fatal_nak_goes_after_the_atomic_ack_queued_before_it() {
+    let mut sim = sim2();
+    let (a, b) = pair(&mut sim, &opts());
+    fill(&b, 64, &40u64.to_ne_bytes());
+    let mut w = rdma(1, WrOpcode::AtomicFetchAndAdd, sge(&a, 0, 8), &b, 64);
+    w.compare_add = 5;
+    send(&mut sim, &a, w);
+    let mut w = rdma(2, WrOpcode::RdmaWrite, sge(&a, 4096, 16), &b, 0);
+    w.rkey ^= 0x55;
+    send(&mut sim, &a, w);
+    let p = tx(&mut sim, 0);
+    rx_all(&mut sim, &p);
+    let back = tx(&mut sim, 1);
+    assert_eq!(
+        lines(&back),
+        [
+            la("RC_ATOMIC_ACKNOWLEDGE", 100, "ACK msn=1"),
+            la("RC_ACKNOWLEDGE", 101, "NAK-ACC msn=1"),
+        ]
+    );
+    rx_all(&mut sim, &back);
+    assert!(tx(&mut sim, 1).is_empty(), "nothing after the NAK");
+    assert_eq!(
+        st(&drain(&mut sim, &a)),
+        [(1, WcStatus::Success), (2, WcStatus::RemAccessErr)]
+    );
+    assert_eq!(&a.mem.snapshot()[..8], &40u64.to_ne_bytes());
+    assert_eq!(&b.mem.snapshot()[64..72], &45u64.to_ne_bytes());
+    assert_eq!(sim.engines[0].qp_state(a.qpn), Some(QpState::Err));
+    assert_eq!(sim.engines[1].qp_state(b.qpn), Some(QpState::Err));
+}
