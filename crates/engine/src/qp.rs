@@ -905,15 +905,16 @@ impl Qp {
                     w.piece = cur_piece;
                 }
             }
-            if pieces {
-                // Responses may have filled what a retry was to ask for again (a late
-                // one closed the gap, the rest were kept): ask from what is still
-                // missing, or the next piece. (`comp_psn` only passes responses that
-                // all arrived.)
-                let done = comp_psn.forward_from(w.first_psn);
-                if done > w.next_pkt && done < w.npkts {
-                    w.next_pkt = done;
-                }
+            // Responses may have acknowledged what a go-back was to send again: a
+            // READ's late response closed the gap (the rest were kept), or an ACK
+            // handled after a sequence NAK, in the same batch, covered the PSN the
+            // NAK asked for and more. Send from what is still unacknowledged (for a
+            // READ, ask from what is still missing, or the next piece): the packets
+            // before `comp_psn` are answered, and the window below counts from it.
+            // (`comp_psn` only passes responses that all arrived.)
+            let done = comp_psn.forward_from(w.first_psn);
+            if done > w.next_pkt && done < w.npkts {
+                w.next_pkt = done;
             }
             if w.fully_sent() {
                 self.sq_next += 1;
@@ -921,7 +922,9 @@ impl Qp {
             }
             let psn = w.first_psn.add(w.next_pkt);
             let piece_end = w.read_piece_end(w.next_pkt);
-            if rc && psn.forward_from(comp_psn) >= win {
+            // Signed: a PSN before `comp_psn` is inside the window, not 2^24 past it
+            // (rxe `rxe_req.c` compares PSNs with `psn_compare`).
+            if rc && i64::from(psn.diff(comp_psn)) >= i64::from(win) {
                 return None;
             }
             // READ pieces: one out at a time (the WQE counts once against

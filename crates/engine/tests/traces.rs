@@ -1157,3 +1157,76 @@ fn fatal_nak_goes_after_the_atomic_ack_queued_before_it() {
     assert_eq!(sim.engines[0].qp_state(a.qpn), Some(QpState::Err));
     assert_eq!(sim.engines[1].qp_state(b.qpn), Some(QpState::Err));
 }
+
+/// A mid-message AckReq packet P overtaken by P+1: the responder NAKs the gap at P,
+/// then executes P and ACKs it; both answers reach the requester in one batch. The
+/// sequence NAK sends it back to P, the ACK then acknowledges P: it goes on from P+1
+/// at once (IBTA 9.7.5.2.5), not after the retransmit timeout.
+#[test]
+fn ack_after_a_sequence_nak_moves_the_go_back_point_up() {
+    let mut sim = sim2();
+    let o = PairOpts {
+        mem_len: 1 << 20,
+        ..opts()
+    };
+    let (a, b) = pair(&mut sim, &o);
+    let data = pattern(200 * 1024, 3);
+    fill(&a, 0, &data);
+    send(
+        &mut sim,
+        &a,
+        rdma(1, WrOpcode::RdmaWrite, sge(&a, 0, 200 * 1024), &b, 0),
+    );
+    let p = tx(&mut sim, 0);
+    let i = p
+        .iter()
+        .position(|p| p.packet().bth().ack_req())
+        .expect("an AckReq packet in the first window");
+    let ack_req = p[i].psn();
+    let sent_end = p.last().unwrap().psn() + 1;
+    // Everything before P, then P+1, then P; the rest of the window is lost.
+    rx_all(&mut sim, &p[..i]);
+    rx(&mut sim, &p[i + 1]);
+    rx(&mut sim, &p[i]);
+    let back = tx(&mut sim, 1);
+    assert_eq!(
+        lines(&back),
+        [
+            la("RC_ACKNOWLEDGE", ack_req, "NAK-SEQ msn=0"),
+            la("RC_ACKNOWLEDGE", ack_req, "ACK msn=0"),
+        ]
+    );
+    rx_all(&mut sim, &back);
+    let t = sim.now;
+    let again = tx(&mut sim, 0);
+    assert_eq!(sim.now, t);
+    assert!(
+        !again.is_empty(),
+        "the requester waits for its retransmit timer"
+    );
+    assert_eq!(
+        again[0].psn(),
+        ack_req + 1,
+        "resends from the first PSN not ACKed"
+    );
+    // The window counts from the ACKed PSN: the resend goes past the first burst's end.
+    assert_eq!(again.last().unwrap().psn(), ack_req + 1 + 127);
+    assert!(again.last().unwrap().psn() >= sent_end);
+    assert_eq!(sim.engines[0].counters().retransmit_timeouts, 0);
+    // And the WRITE completes without a timeout.
+    let mut wcs = Vec::new();
+    let mut out = again;
+    for _ in 0..10 {
+        rx_all(&mut sim, &out);
+        let back = tx(&mut sim, 1);
+        rx_all(&mut sim, &back);
+        wcs.extend(drain(&mut sim, &a));
+        if !wcs.is_empty() {
+            break;
+        }
+        out = tx(&mut sim, 0);
+    }
+    assert_eq!(st(&wcs), [(1, WcStatus::Success)]);
+    assert_eq!(sim.engines[0].counters().retransmit_timeouts, 0);
+    assert_eq!(&b.mem.snapshot()[..data.len()], &data[..]);
+}
