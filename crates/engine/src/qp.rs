@@ -1427,6 +1427,17 @@ impl Qp {
             }
             return Wake::default();
         }
+        if !psn.in_window(self.comp_psn, self.sent_psn_end.forward_from(self.comp_psn)) {
+            // A PSN given to a WQE but never sent (the window held it back): no
+            // request of ours can have been answered there, so it acknowledges
+            // nothing and is dropped as a ghost (IBTA 9.7.5.2.5: the requester
+            // checks a response's PSN against those it has outstanding; rxe
+            // `rxe_comp.c` completes a WQE only once it is wholly sent,
+            // `wqe_state_pending`, and drops a response past one that is not).
+            // Not a sign of a live peer either: no timer restart.
+            ctx.counters.rx_ghost_responses += 1;
+            return Wake::default();
+        }
         let syndrome = pkt
             .aeth()
             .map(|a| rverbs_wire::ext::Syndrome::from_byte(a.syndrome()));

@@ -1230,3 +1230,87 @@ fn ack_after_a_sequence_nak_moves_the_go_back_point_up() {
     assert_eq!(sim.engines[0].counters().retransmit_timeouts, 0);
     assert_eq!(&b.mem.snapshot()[..data.len()], &data[..]);
 }
+
+/// An ACK for a PSN the requester gave a WQE but has not sent yet (the window held
+/// it back) answers nothing: it is a ghost, and the WRITE completes only once all of
+/// it went out and was acknowledged.
+#[test]
+fn ack_for_a_psn_not_yet_sent_is_a_ghost() {
+    use rverbs_wire::bth::BthRepr;
+    use rverbs_wire::ext::{AethRepr, Syndrome};
+    use rverbs_wire::opcode::Opcode;
+    use rverbs_wire::packet::PacketRepr;
+    use rverbs_wire::psn::Psn;
+    let mut sim = sim2();
+    let o = PairOpts {
+        mem_len: 1 << 20,
+        ..opts()
+    };
+    let (a, b) = pair(&mut sim, &o);
+    let len = 300 * 1024;
+    let data = pattern(len, 6);
+    fill(&a, 0, &data);
+    send(
+        &mut sim,
+        &a,
+        rdma(1, WrOpcode::RdmaWrite, sge(&a, 0, len as u32), &b, 0),
+    );
+    let p = tx(&mut sim, 0);
+    assert_eq!(p.len(), 128, "one window");
+    // The WRITE's last PSN, 399, and one inside its unsent part, 300.
+    for psn in [399, 300] {
+        let bth = BthRepr {
+            opcode: Opcode::RC_ACKNOWLEDGE,
+            solicited: false,
+            mig_req: false,
+            pad: 0,
+            pkey: 0xffff,
+            fecn: false,
+            becn: false,
+            dest_qp: a.qpn,
+            ack_req: false,
+            psn: Psn::new(psn),
+        };
+        let aeth = AethRepr {
+            syndrome: Syndrome::ACK,
+            msn: 1,
+        };
+        let ack = craft(
+            &sim,
+            1,
+            0,
+            &PacketRepr {
+                aeth: Some(aeth),
+                ..PacketRepr::new(bth, &[])
+            },
+        );
+        let ghosts = sim.engines[0].counters().rx_ghost_responses;
+        rx(&mut sim, &ack);
+        assert_eq!(
+            sim.engines[0].counters().rx_ghost_responses,
+            ghosts + 1,
+            "ACK {psn}"
+        );
+        assert!(
+            drain(&mut sim, &a).is_empty(),
+            "ACK {psn} completed the WRITE"
+        );
+        assert!(tx(&mut sim, 0).is_empty(), "ACK {psn} opened the window");
+    }
+    // The real exchange still completes it.
+    let mut wcs = Vec::new();
+    let mut out = p;
+    for _ in 0..10 {
+        rx_all(&mut sim, &out);
+        let back = tx(&mut sim, 1);
+        rx_all(&mut sim, &back);
+        wcs.extend(drain(&mut sim, &a));
+        if !wcs.is_empty() {
+            break;
+        }
+        out = tx(&mut sim, 0);
+    }
+    assert_eq!(st(&wcs), [(1, WcStatus::Success)]);
+    assert_eq!(&b.mem.snapshot()[..len], &data[..]);
+    assert_eq!(sim.engines[0].counters().retransmit_timeouts, 0);
+}
