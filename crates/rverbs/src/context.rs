@@ -531,11 +531,15 @@ impl Shared {
             // With trains, an ACK followed by a request to the same peer that is at
             // least as long (a ping-pong's deferred ACK and its reply) swaps places
             // with it, so the ACK rides as the last segment of the request's buffer:
-            // one skb, one wake-up of the peer, not two. The receiver handles a
-            // train's ACK segments first (`ingest_batch`), restoring the order; should
-            // a swapped ACK not join its request's buffer, the batch goes unswapped.
-            if !self.trains(ts, plan, self.gso) {
-                self.trains(ts, plan, false);
+            // one skb, one wake-up of the peer, not two. The receiver handles an ACK
+            // that follows requests before them (`ingest_batch`), restoring the order;
+            // should a swapped ACK not join its request's buffer, the batch goes
+            // unswapped. Only behind a request: a response (READ RESPONSE, ATOMIC
+            // ACKNOWLEDGE) is in the ACK's own stream, in the responder's PSN order,
+            // which neither side may change (an ACK seen ahead of a READ's response
+            // is an implied NAK, IBTA 9.7.5.1.3).
+            if !Shared::trains(self.gso, ts, plan, self.gso) {
+                Shared::trains(self.gso, ts, plan, false);
             }
             // Runs of messages to one peer leave through its connected socket; when
             // it has none, through this socket.
@@ -605,12 +609,14 @@ impl Shared {
         }
     }
 
-    /// Groups one socket's datagrams (`plan.mine`) into `UDP_SEGMENT` trains
-    /// (loopback device only, see `gso`) in `plan.msgs` / `plan.order`, swapping an
-    /// ACK behind the request that follows it when `swap` (see `send_all`). False
-    /// when a swapped ACK did not join that request's train.
-    fn trains(&self, ts: &[Transmit], plan: &mut TxPlan, swap: bool) -> bool {
+    /// Groups one socket's datagrams (`plan.mine`) into `UDP_SEGMENT` trains when
+    /// `gso` (loopback device only, see `Shared::gso`) in `plan.msgs` / `plan.order`,
+    /// swapping an ACK behind the request (never a response) that follows it when
+    /// `swap` (see `send_all`). False when a swapped ACK did not join that request's
+    /// train.
+    fn trains(gso: bool, ts: &[Transmit], plan: &mut TxPlan, swap: bool) -> bool {
         let is_ack = |t: &Transmit| t.payload.first() == Some(&Opcode::RC_ACKNOWLEDGE.0);
+        let is_req = |t: &Transmit| t.payload.first().is_some_and(|&o| is_request(o));
         let TxPlan {
             mine, order, msgs, ..
         } = plan;
@@ -622,7 +628,7 @@ impl Shared {
             let pair = if swap && is_ack(t) {
                 mine.get(i + 1).copied().filter(|&u| {
                     let u = &ts[u];
-                    u.dst == t.dst && Meta::of(u) == Meta::of(t) && !is_ack(u) && u.len() >= t.len()
+                    u.dst == t.dst && Meta::of(u) == Meta::of(t) && is_req(u) && u.len() >= t.len()
                 })
             } else {
                 None
@@ -647,7 +653,7 @@ impl Shared {
                 order.push(at);
                 if let Some(last) = msgs.last_mut() {
                     let seg = last.first_len;
-                    if self.gso
+                    if gso
                         && last.dst == dst
                         && Meta::of(&ts[order[last.first]]) == Meta::of(t)
                         && last.last_len == seg
@@ -856,39 +862,9 @@ impl Shared {
         steer: &mut (Vec<u8>, rverbs_flow::classify::Verdict),
     ) {
         for r in list {
-            let seg = if r.segment > 0 {
-                r.segment
-            } else {
-                r.len.max(1)
-            };
-            let mut at = r.offset;
-            let end = r.offset + r.len;
-            // A train's ACKs first: one may have been swapped behind the request the
-            // peer queued after it (`trains`); ACKs and requests belong to
-            // independent streams (IBTA 9.7.5.1: separate PSN spaces), so handling
-            // every ACK of the train first is an order the peer could have sent, and
-            // it is the one in which it produced them.
-            // (Bit i of `done`: segment i, an ACK, was handled; segments past the
-            // 64th keep their order.)
-            let mut done = 0u64;
-            if r.segment > 0 {
-                let (mut k, mut i) = (at, 0);
-                while k < end && i < 64 {
-                    let next = (k + seg).min(end);
-                    if buf[k] == Opcode::RC_ACKNOWLEDGE.0 {
-                        self.ingest(engine, now, local, *r, &mut buf[k..next], steer);
-                        done |= 1 << i;
-                    }
-                    (k, i) = (next, i + 1);
-                }
-            }
-            let mut i = 0;
-            while at < end {
-                let next = (at + seg).min(end);
-                if i >= 64 || done & (1 << i) == 0 {
-                    self.ingest(engine, now, local, *r, &mut buf[at..next], steer);
-                }
-                (at, i) = (next, i + 1);
+            let mut order = TrainOrder::new(r.offset, r.len, r.segment);
+            while let Some(d) = order.next(buf) {
+                self.ingest(engine, now, local, *r, &mut buf[d], steer);
             }
         }
     }
@@ -1372,6 +1348,79 @@ pub(crate) fn share_peer_buffer(
         e.set_qp_window(q, window)?;
     }
     Ok(())
+}
+
+/// The order in which the datagrams of one received buffer (a coalesced `UDP_GRO`
+/// train, or one datagram) are handled: the train's order, but for an ACK right behind
+/// a run of requests, which goes first: the peer may have swapped it behind the request
+/// it queued after it (`Shared::trains`). Requests and responses are independent
+/// streams (IBTA 9.7.5.1), so that is an order the peer could have sent. Never past a
+/// response, though: READ RESPONSEs, ATOMIC ACKNOWLEDGEs, ACKs and NAKs are one stream
+/// in the responder's PSN order, and an ACK handled before the READ RESPONSE of a lower
+/// PSN reads as an implied NAK (IBTA 9.7.5.1.3): the READ is redone after a
+/// retransmit timeout.
+struct TrainOrder {
+    /// The next datagram in the train's order, and the buffer's end.
+    at: usize,
+    end: usize,
+    /// The datagrams' size (the last may be shorter; a lone datagram's own size).
+    seg: usize,
+    /// The end of the run of requests last looked through for an ACK behind it.
+    scanned: usize,
+    /// Where the ACK handled ahead of its run is (skipped when its turn comes).
+    hoisted: Option<usize>,
+}
+
+impl TrainOrder {
+    /// The buffer of `len` bytes at `offset`, a train of `segment`-byte datagrams
+    /// (0: one datagram).
+    fn new(offset: usize, len: usize, segment: usize) -> TrainOrder {
+        TrainOrder {
+            at: offset,
+            end: offset + len,
+            seg: if segment > 0 { segment } else { len.max(1) },
+            scanned: offset,
+            hoisted: None,
+        }
+    }
+
+    /// Where the next datagram to handle is in `buf` (the receive buffer, which may
+    /// change between calls only inside the datagrams already returned).
+    fn next(&mut self, buf: &[u8]) -> Option<std::ops::Range<usize>> {
+        let step = |k: usize| (k + self.seg).min(self.end);
+        loop {
+            let at = self.at;
+            if at >= self.end {
+                return None;
+            }
+            if self.hoisted == Some(at) {
+                self.hoisted = None;
+                self.at = step(at);
+                continue;
+            }
+            if at >= self.scanned && is_request(buf[at]) {
+                let mut k = step(at);
+                while k < self.end && is_request(buf[k]) {
+                    k = step(k);
+                }
+                self.scanned = k;
+                if k < self.end && buf[k] == Opcode::RC_ACKNOWLEDGE.0 {
+                    // The run's requests follow it (`at` again, not scanned twice).
+                    self.hoisted = Some(k);
+                    return Some(k..step(k));
+                }
+            }
+            self.at = step(at);
+            return Some(at..self.at);
+        }
+    }
+}
+
+/// Whether a packet with this BTH opcode is a request (SEND, WRITE, READ request,
+/// atomics, ... of any transport; a MAD is a UD SEND). Responses (READ RESPONSE, ATOMIC
+/// ACKNOWLEDGE, ACKNOWLEDGE), CNPs and opcodes rverbs does not know are not.
+fn is_request(opcode: u8) -> bool {
+    Opcode(opcode).info().is_some_and(|i| i.is_request)
 }
 
 /// [`window_for`] of a receive buffer of `smallest` bytes, a small buffer's window at
@@ -1864,8 +1913,12 @@ fn plan(shared: &Shared, e: &Engine, bound: Nanos, busy_at: &mut Nanos) -> Nanos
 
 #[cfg(test)]
 mod tests {
-    use super::{peer_window, window_for, PollBatch, RX_BATCH, RX_SLOT};
+    use super::{
+        peer_window, window_for, PollBatch, Shared, TrainOrder, TxPlan, RX_BATCH, RX_SLOT,
+    };
     use crate::sys;
+    use rverbs_engine::Transmit;
+    use rverbs_wire::opcode::Opcode;
     use socket2::{Domain, Socket, Type};
     use std::net::{IpAddr, Ipv4Addr};
 
@@ -1998,5 +2051,110 @@ mod tests {
         assert_eq!(one(&big), want);
         assert_eq!(window_for(&[small, big]), (24, 24), "the smallest counts");
         assert_eq!(window_for(&[]), (128, 0), "no size known");
+    }
+
+    /// The datagrams of a received buffer (`seg`-byte segments, the last `last` bytes;
+    /// segment `i`'s first byte is `ops[i]`) in the order `TrainOrder` hands them out,
+    /// by index.
+    fn handled(ops: &[Opcode], seg: usize, last: usize) -> Vec<usize> {
+        let len = (ops.len() - 1) * seg + last;
+        // At an offset, as in a batch buffer.
+        let mut buf = vec![0u8; 7 + len];
+        for (i, o) in ops.iter().enumerate() {
+            buf[7 + i * seg] = o.0;
+        }
+        let mut order = TrainOrder::new(7, len, if ops.len() > 1 { seg } else { 0 });
+        let mut got = Vec::new();
+        while let Some(d) = order.next(&buf) {
+            assert_eq!(d.len(), if d.end == 7 + len { last } else { seg });
+            assert_eq!((d.start - 7) % seg, 0);
+            got.push((d.start - 7) / seg);
+        }
+        got
+    }
+
+    /// A train's ACK is handled ahead of the requests right before it (the sender's
+    /// swap, undone), never ahead of a response: READ RESPONSE, ATOMIC ACKNOWLEDGE and
+    /// ACKNOWLEDGE are one stream in the responder's PSN order (IBTA 9.7.5.1.3).
+    #[test]
+    fn a_train_s_ack_moves_ahead_of_requests_only() {
+        const ACK: Opcode = Opcode::RC_ACKNOWLEDGE;
+        const SEND: Opcode = Opcode::RC_SEND_ONLY;
+        const WRITE: Opcode = Opcode::RC_RDMA_WRITE_ONLY;
+        const READ_REQ: Opcode = Opcode::RC_RDMA_READ_REQUEST;
+        const READ_RESP: Opcode = Opcode::RC_RDMA_READ_RESPONSE_ONLY;
+        const ATOMIC_ACK: Opcode = Opcode::RC_ATOMIC_ACKNOWLEDGE;
+        // The ping-pong's swapped pair: the ACK first.
+        assert_eq!(handled(&[SEND, ACK], 24, 20), [1, 0]);
+        assert_eq!(handled(&[READ_REQ, WRITE, ACK], 32, 20), [2, 0, 1]);
+        // Responses keep their order: the READ's data before the ACK of the SEND
+        // after it (the bug: ACK 1 first, an implied NAK of the READ).
+        assert_eq!(handled(&[READ_RESP, ACK], 84, 20), [0, 1]);
+        assert_eq!(handled(&[ATOMIC_ACK, ACK], 28, 20), [0, 1]);
+        assert_eq!(handled(&[ACK, ACK], 20, 20), [0, 1]);
+        // Past requests, not past the response before them.
+        assert_eq!(handled(&[READ_RESP, SEND, ACK], 84, 20), [0, 2, 1]);
+        assert_eq!(
+            handled(&[SEND, ACK, READ_RESP, SEND, WRITE, ACK, SEND], 84, 24),
+            [1, 0, 2, 5, 3, 4, 6]
+        );
+        // A CNP or an opcode not known is no request: nothing moves past it.
+        assert_eq!(handled(&[Opcode::CNP, ACK], 32, 20), [0, 1]);
+        assert_eq!(handled(&[Opcode(0x1f), ACK], 32, 20), [0, 1]);
+        // One datagram; no datagram.
+        assert_eq!(handled(&[ACK], 20, 20), [0]);
+        let mut none = TrainOrder::new(3, 0, 0);
+        assert_eq!(none.next(&[0; 8]), None);
+    }
+
+    fn packet(op: Opcode, len: usize) -> Transmit {
+        let mut payload = vec![0u8; len];
+        payload[0] = op.0;
+        Transmit {
+            src: IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2)),
+            dst: IpAddr::V4(Ipv4Addr::new(127, 0, 0, 3)),
+            src_port: 4791,
+            hop_limit: 64,
+            traffic_class: 0,
+            flow_label: 0,
+            roce_v1: false,
+            payload,
+            body: None,
+        }
+    }
+
+    /// The sender swaps an ACK behind the request after it (one buffer, the ACK as its
+    /// last segment), never behind a response of its own stream.
+    #[test]
+    fn an_ack_swaps_places_with_a_request_only() {
+        let trains = |ts: &[Transmit]| {
+            let mut plan = TxPlan::default();
+            plan.mine.extend(0..ts.len());
+            assert!(Shared::trains(true, ts, &mut plan, true));
+            let counts: Vec<usize> = plan.msgs.iter().map(|m| m.count).collect();
+            (plan.order.clone(), counts)
+        };
+        let ack = || packet(Opcode::RC_ACKNOWLEDGE, 20);
+        assert_eq!(
+            trains(&[ack(), packet(Opcode::RC_SEND_ONLY, 24)]),
+            (vec![1, 0], vec![2])
+        );
+        assert_eq!(
+            trains(&[ack(), packet(Opcode::RC_RDMA_READ_REQUEST, 32)]),
+            (vec![1, 0], vec![2])
+        );
+        assert_eq!(
+            trains(&[ack(), packet(Opcode::RC_RDMA_READ_RESPONSE_ONLY, 84)]),
+            (vec![0, 1], vec![1, 1])
+        );
+        assert_eq!(
+            trains(&[ack(), packet(Opcode::RC_ATOMIC_ACKNOWLEDGE, 28)]),
+            (vec![0, 1], vec![1, 1])
+        );
+        // A response then its ACK: one train in their order.
+        assert_eq!(
+            trains(&[packet(Opcode::RC_RDMA_READ_RESPONSE_ONLY, 84), ack()]),
+            (vec![0, 1], vec![2])
+        );
     }
 }
