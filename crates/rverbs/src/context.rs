@@ -224,6 +224,11 @@ pub(crate) struct Shared {
     /// over loopback it even receives the train whole (`UDP_GRO`) — but a peer that
     /// checks the ICRC against the real header (rxe) would drop all but the first.
     gso: bool,
+    /// With `gso`: an ACK may swap places with the request after it to ride in its
+    /// train (`send_all`). Only when the receiver gets trains whole (`UDP_GRO` took
+    /// on every socket of ours; the peers, loopback contexts on the same kernel, set
+    /// it as we do): it restores the order within a train, not across datagrams.
+    swap_acks: bool,
     /// The engine leaves RoCE v2 ICRCs to us (`Config::sender_fills_icrc`): every send
     /// path fills them for the port and IPv4 ID the datagram leaves with. (Not in raw
     /// RoCE v2 mode, whose frames the engine completes itself.)
@@ -538,7 +543,7 @@ impl Shared {
             // ACKNOWLEDGE) is in the ACK's own stream, in the responder's PSN order,
             // which neither side may change (an ACK seen ahead of a READ's response
             // is an implied NAK, IBTA 9.7.5.1.3).
-            if !Shared::trains(self.gso, ts, plan, self.gso) {
+            if !Shared::trains(self.gso, ts, plan, self.swap_acks) {
                 Shared::trains(self.gso, ts, plan, false);
             }
             // Runs of messages to one peer leave through its connected socket; when
@@ -1446,12 +1451,8 @@ fn loopback_socket() -> Result<(IpAddr, Socket)> {
         let x = 2 + (start.wrapping_add(i) % 253);
         let addr = IpAddr::V4(Ipv4Addr::new(127, 0, 0, x));
         match udp_socket(addr) {
-            Ok(s) => {
-                // Trains sent with UDP_SEGMENT by other loopback contexts arrive whole;
-                // without GRO the kernel cuts them up (slower, same result).
-                let _ = sys::set_udp_gro(&s);
-                return Ok((addr, s));
-            }
+            // (`UDP_GRO` is set by `Context::open_with`, as on the IPv6 socket.)
+            Ok(s) => return Ok((addr, s)),
             Err(e) => last = Some(e),
         }
     }
@@ -1499,7 +1500,10 @@ impl Context {
     /// takes them from the environment.
     pub fn open_with(info: DeviceInfo, opts: &OpenOptions) -> Result<Context> {
         let mut sockets = Vec::new();
+        // Every receiving socket takes UDP_SEGMENT trains whole (loopback device).
+        let mut gro = false;
         if info.is_loopback() {
+            gro = true;
             sockets.push(loopback_socket()?);
             // IPv6 has no 127/8. A context takes the first IPv6 address an
             // administrator added to lo whose port 4791 is free; `::1` only with
@@ -1508,6 +1512,16 @@ impl Context {
             let with_v6_localhost = std::env::var("RVERBS_LOOPBACK_IPV6").is_ok_and(|v| v == "1");
             if let Some(v6) = loopback_v6_socket(&info.addrs, with_v6_localhost) {
                 sockets.push(v6);
+            }
+            // Trains sent with UDP_SEGMENT by loopback contexts (this one included)
+            // arrive whole only at a socket with UDP_GRO: at any other the kernel
+            // cuts them into their datagrams before queueing them
+            // (`udp_unexpected_gso`, include/linux/udp.h; `udp_queue_rcv_skb`,
+            // net/ipv4/udp.c; `udpv6_queue_rcv_skb`, net/ipv6/udp.c): slower, and an
+            // ACK swapped behind its request (`send_all`) would be handled after it.
+            // So on every socket that receives them, IPv6 included.
+            for (_, s) in &sockets {
+                gro &= sys::set_udp_gro(s).is_ok();
             }
         } else {
             for &a in &info.addrs {
@@ -1607,6 +1621,9 @@ impl Context {
                 steer: (Vec::new(), rverbs_flow::classify::Verdict::default()),
             }),
             gso,
+            // The peers are loopback contexts on this kernel: where ours took
+            // UDP_GRO, theirs did.
+            swap_acks: gso && gro,
             fills_icrc: !raw_v2,
             // The connected sockets are made in the namespace of the thread that
             // opens the device, as its own sockets are.
