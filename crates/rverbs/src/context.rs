@@ -592,8 +592,14 @@ impl Shared {
                         sys::send_batch(&**sock, rest, &parts, scratch, true);
                     } else {
                         // One by one, each with its TTL / TOS control messages. A
-                        // send error is a lost packet, as in `send_raw`.
-                        for k in packets(rest, order) {
+                        // send error is a lost packet, as in `send_raw`. In the
+                        // engine's order (`mine`'s, ascending), not the trains': an
+                        // ACK swapped behind its request (`trains`) arrives as a
+                        // datagram of its own, which the receiver handles as it comes;
+                        // only inside a train does it go first (`TrainOrder`).
+                        let mut ks: Vec<usize> = packets(rest, order).collect();
+                        ks.sort_unstable();
+                        for k in ks {
                             let bytes = whole(&ts[k], body(k));
                             let _ = sys::send_with_meta(sock, &bytes, dst, ip_meta);
                         }
