@@ -862,7 +862,9 @@ impl Shared {
     }
 
     /// Feeds one `recv_batch` worth of buffers to the engine, cutting coalesced
-    /// (`UDP_GRO`) trains back into their datagrams.
+    /// (`UDP_GRO`) trains back into their datagrams. (Kept out of line, once per
+    /// batch: `bench/hop_cost.sh` counts a round trip's receive work here.)
+    #[inline(never)]
     fn ingest_batch(
         &self,
         engine: &mut Engine,
