@@ -19,7 +19,8 @@
 //! batch: ACKs coalesce). On the loopback device, trains of same-size datagrams to one
 //! peer go as one `UDP_SEGMENT` buffer and arrive whole (`UDP_GRO`), so a 64 KiB
 //! message costs the kernel one pass, not sixteen (see `Shared::gso` for why only
-//! there). With `RVERBS_FAULTS` or `RVERBS_PCAP` every datagram goes out on its own.
+//! there). With `RVERBS_FAULTS` every datagram goes out on its own; `RVERBS_PCAP`
+//! records each datagram of a train as it is sent.
 
 use crate::capture::PcapWriter;
 use crate::conn_tx::{body_of, ConnTx, Meta, Path};
