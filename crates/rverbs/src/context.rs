@@ -474,9 +474,9 @@ impl Shared {
             self.send(t);
         }
         // Payloads left in their memory regions (`Transmit::body`, large requests and
-        // READ responses) are hashed into the ICRC and sent from there: each region is
-        // lent once for the whole batch (locked until the sends return; lending it
-        // twice would deadlock), which spares copying every payload into its datagram
+        // READ responses) are hashed into the ICRC and sent from there: one region is
+        // lent for the whole batch (locked until the sends return; lending it twice
+        // would deadlock), which spares copying every payload into its datagram
         // (7% of a 64 KiB WRITE stream's sender in profiles). `bodies[k]` is packet
         // k's body (empty for a batch without bodies, as a ping-pong's).
         let mut regions: Vec<Arc<dyn Memory>> = Vec::new();
@@ -484,6 +484,23 @@ impl Shared {
             if !regions.iter().any(|r| same_region(r, b.memory())) {
                 regions.push(b.memory().clone());
             }
+        }
+        if regions.len() > 1 {
+            // Never two region locks at once: an application thread may hold one
+            // region in `Mr::with` while it reads another (which `with` allows), and
+            // holding the second while waiting for the first would deadlock it with
+            // us, the engine lock included. The bodies of all regions but one are
+            // copied in first, one region lock at a time, then that one is lent.
+            let keep = regions[0].clone();
+            for t in ts.iter_mut() {
+                if t.body
+                    .as_ref()
+                    .is_some_and(|b| !same_region(&keep, b.memory()))
+                {
+                    t.materialize();
+                }
+            }
+            regions.truncate(1);
         }
         let lent: Vec<Option<Lent<'_>>> = regions.iter().map(|r| r.lend()).collect();
         let lent_of = |b: &Body| {
