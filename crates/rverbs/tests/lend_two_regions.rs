@@ -43,7 +43,7 @@ fn a_send_from_two_regions_does_not_deadlock_with_a_nested_with() {
                 let sges = [mr_b.slice(0..8192), mr_a.slice(0..8192)];
                 a.qp.post_send(&SendRequest::send(2, &sges)).unwrap();
                 let (mut sent, mut got) = (false, false);
-                while !(sent && got) && !stop.load(Ordering::Relaxed) {
+                while !(stop.load(Ordering::Relaxed) || sent && got) {
                     if a.cq
                         .poll_wait(&mut out[..1], Duration::from_millis(50))
                         .unwrap()
