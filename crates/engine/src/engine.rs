@@ -484,6 +484,16 @@ impl Engine {
         self.mrs.get(key_slot(lkey)).is_some_and(|m| m.key == lkey)
     }
 
+    /// True while `lkey` names a registered memory region of protection domain `pd`
+    /// that allows `need` (IBTA 10.6.3.1: a work request's local buffers must belong
+    /// to the QP's PD, and a receive's must allow local write), for work rverbs runs
+    /// outside the engine (RAW_PACKET QPs).
+    pub fn lkey_allows(&self, lkey: u32, pd: PdId, need: Access) -> bool {
+        self.mrs
+            .get(key_slot(lkey))
+            .is_some_and(|m| m.key == lkey && m.pd == pd.0 && m.access.contains(need))
+    }
+
     /// `ibv_create_cq` with room for `cqe` completions.
     pub fn create_cq(&mut self, cqe: u32) -> VerbResult<CqId> {
         if cqe == 0 || cqe > self.cfg.max_cqe {

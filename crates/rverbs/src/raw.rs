@@ -278,6 +278,9 @@ pub(crate) struct Target {
 /// A RAW_PACKET QP's state beside its [`RawQp`].
 pub(crate) struct RawQpInner {
     pub(crate) raw: RawQp,
+    /// The QP's protection domain: its receive buffers must be in it (and allow local
+    /// write), as the engine checks for its own QPs.
+    pub(crate) pd: rverbs_engine::PdId,
     pub(crate) send_cq: CqId,
     pub(crate) recv_cq: CqId,
     pub(crate) sq_sig_all: bool,
@@ -386,7 +389,10 @@ impl RawQpInner {
                 debug_assert_eq!(wr_id, w.wr_id);
                 let mut wc = wc;
                 if w.status == RawWcStatus::Success {
-                    if targets.iter().all(|t| engine.lkey_valid(t.lkey)) {
+                    let ok = |t: &Target| {
+                        engine.lkey_allows(t.lkey, self.pd, rverbs_engine::Access::LOCAL_WRITE)
+                    };
+                    if targets.iter().all(ok) {
                         scatter(&w.buf[..w.byte_len as usize], &targets);
                     } else {
                         wc.status = WcStatus::LocProtErr;

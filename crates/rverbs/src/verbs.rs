@@ -322,6 +322,7 @@ impl Pd {
         };
         let inner = Arc::new(crate::raw::RawQpInner {
             raw,
+            pd: self.inner.id,
             send_cq: attr.send_cq.inner.id,
             recv_cq: attr.recv_cq.inner.id,
             sq_sig_all: attr.sq_sig_all,
@@ -1319,10 +1320,28 @@ impl Qp {
             return Err(inval("inline data beyond cap.max_inline_data"));
         }
         let signaled = r.sq_sig_all || wr.flags.contains(SendFlags::SIGNALED);
+        let s = self.shared();
+        // Buffers of another PD (IBTA 10.6.3.1; rxe's `copy_data` looks the key up in
+        // the QP's PD): the request completes with a local protection error and
+        // nothing is sent (an error completes whether signaled or not).
+        if wr.bufs.as_slice().iter().any(|b| b.mr.pd.id != self.pd.id) {
+            let wc = Wc {
+                wr_id: wr.wr_id,
+                status: rverbs_engine::WcStatus::LocProtErr,
+                opcode: rverbs_engine::WcOpcode::Send,
+                qp_num: self.qpn,
+                ..Wc::default()
+            };
+            r.lock().local.push_back((r.send_cq, wc));
+            let mut e = s.lock_verb("post_send")?;
+            s.drain_raw_qps(&mut e);
+            let now = s.now();
+            s.flush(&mut e, now);
+            return Ok(());
+        }
         r.raw
             .post_send_wr(wr.wr_id, &[&frame], signaled)
             .map_err(|e| Error::io("sending a raw frame", e))?;
-        let s = self.shared();
         let mut e = s.lock_verb("post_send")?;
         if s.drain_raw_qps(&mut e) {
             let now = s.now();

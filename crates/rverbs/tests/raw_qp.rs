@@ -693,3 +693,64 @@ fn raw_qp_state_inside_mr_with_while_the_driver_waits_for_it() {
     assert_eq!(st, QpState::Rts);
     assert_eq!(q.recv(1).len(), 1);
 }
+
+/// A RAW_PACKET QP's buffers must be in its PD, and a receive's must allow local write
+/// (IBTA 10.6.3.1), as for every other QP: a frame for a receive posted in a region of
+/// another PD without LOCAL_WRITE completes with a local protection error and leaves
+/// the region untouched, and a send from that region completes with one and sends
+/// nothing. Both went through before (the frame landed in the read-only region).
+#[test]
+fn raw_qp_buffers_must_be_in_its_pd() {
+    let Some(pair) = VethPair::new() else { return };
+    let tx = sender(&pair);
+    let ctx = raw_context(&pair.ns_b, &pair.if_b);
+    let pd1 = ctx.alloc_pd().unwrap();
+    let pd2 = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(64).unwrap();
+    let other = pd2.reg_mr(4096, AccessFlags::NONE).unwrap();
+    let cap = QpCap {
+        max_send_wr: 8,
+        max_recv_wr: 2,
+        max_send_sge: 4,
+        max_recv_sge: 4,
+        max_inline_data: 0,
+    };
+    let qp = pd1
+        .create_qp(&QpInitAttr::new(QpType::RawPacket, &cq).cap(cap))
+        .unwrap();
+    qp.init(&ConnectOpts::default()).unwrap();
+    qp.post_recv(1, &[other.slice(0..2048)]).unwrap();
+    let _f = qp
+        .create_flow(&FlowAttr::normal(0, vec![FlowSpec::udp_dst(Some(7))]))
+        .unwrap();
+    common::connect_nobody(&qp);
+    let f = udp4("10.0.0.1", "10.0.0.2", 2, 7);
+    tx.send(&f).unwrap();
+    let mut wcs = [Wc::default(); 4];
+    assert_eq!(cq.poll_wait(&mut wcs, WAIT).unwrap(), 1);
+    assert_eq!((wcs[0].wr_id, wcs[0].status), (1, WcStatus::LocProtErr));
+    let mut back = vec![0; f.len()];
+    other.read(0, &mut back);
+    assert!(
+        back.iter().all(|&b| b == 0),
+        "the frame landed in another PD's region"
+    );
+    let marker = udp4("10.0.0.2", "10.0.0.1", 9, 9);
+    other.write(0, &marker);
+    qp.post_send(&SendRequest::send(9, &[other.slice(0..marker.len())]))
+        .unwrap();
+    assert_eq!(cq.poll_wait(&mut wcs, WAIT).unwrap(), 1);
+    assert_eq!(
+        (wcs[0].wr_id, wcs[0].status, wcs[0].opcode),
+        (9, WcStatus::LocProtErr, WcOpcode::Send)
+    );
+    let mut buf = vec![0u8; 4096];
+    tx.set_read_timeout(Some(Duration::from_millis(50)))
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_millis(300);
+    while Instant::now() < deadline {
+        if let Ok(r) = tx.recv(&mut buf) {
+            assert_ne!(buf[r.start..r.start + r.len], marker[..], "the frame left");
+        }
+    }
+}
