@@ -360,3 +360,18 @@ fn ud_send_tools_in_both_roles() {
     );
     assert_eq!(field(&s[0], "msgs"), "100", "{s:?}");
 }
+
+/// `-Q` above `-t` is lowered to it, as perftest's force_dependecies does: the sender
+/// stops at `-t` outstanding, so a larger moderation would wait for a completion it
+/// never asked for (the run stalled and failed).
+#[test]
+fn completion_moderation_above_the_depth_is_capped() {
+    let (s, c) = pair(
+        &[
+            "write", "bw", "-n", "1000", "-s", "64", "-Q", "200", "-t", "128",
+        ],
+        19690,
+    );
+    assert_eq!((s.len(), c.len()), (1, 1), "{s:?} {c:?}");
+    assert_eq!(field(&c[0], "msgs"), "1000");
+}

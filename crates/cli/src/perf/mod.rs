@@ -856,9 +856,9 @@ mod tests {
         assert_eq!(Side::from_msg(&old).unwrap().resent, 0);
     }
 
-    #[test]
-    fn mismatched_tests_are_refused() {
-        let o = Opts {
+    /// A write bandwidth test's options, for tests to adjust.
+    pub(crate) fn opts() -> Opts {
+        Opts {
             op: Op::Write,
             kind: Kind::Bw,
             server: None,
@@ -881,7 +881,12 @@ mod tests {
             transport: rverbs::QpType::Rc,
             perftest: false,
             json: false,
-        };
+        }
+    }
+
+    #[test]
+    fn mismatched_tests_are_refused() {
+        let o = opts();
         let a = hello(&o);
         assert!(check_hello(&a, &a).is_ok());
         let b = hello(&Opts {

@@ -832,11 +832,7 @@ impl Conn {
         wait_rx: bool,
     ) -> Result<Side, String> {
         let list = o.post_list.max(1) as u64;
-        let cq_mod = match o.cq_mod {
-            Some(q) => q as u64,
-            None if list > 1 => list,
-            None => (o.depth as u64 / 4).clamp(1, 100),
-        };
+        let cq_mod = bw_cq_mod(o);
         let (start, cpu0) = (Instant::now(), super::cpu_seconds());
         let until = o.duration.map(|d| start + Duration::from_secs_f64(d));
         // Per QP (`-q`, perftest's `scnt[index]`): requests posted, and whether its
@@ -1077,7 +1073,9 @@ pub fn check(o: &Opts) -> Result<Tool, String> {
         if o.duration.is_none() && o.iters % o.post_list as u64 != 0 {
             return Err("--perftest: -n must be a multiple of the post list (-l)".into());
         }
-        if o.cq_mod.is_some_and(|q| o.post_list % q != 0) {
+        if o.cq_mod
+            .is_some_and(|_| o.post_list as u64 % bw_cq_mod(o) != 0)
+        {
             return Err("--perftest: the post list (-l) must be a multiple of -Q".into());
         }
     }
@@ -1135,6 +1133,21 @@ pub fn check(o: &Opts) -> Result<Tool, String> {
         return Err("--perftest: -c UD with -b is not spoken".into());
     }
     Ok(tool)
+}
+
+/// A bandwidth test's completion moderation: `-Q` lowered to the TX depth (`-t`), as
+/// perftest's `force_dependecies` lowers it before checking it against the post list
+/// (a larger one would never be reached: the sender stops at `-t` outstanding and
+/// waits for a completion that is not requested); without `-Q`, the post list's size
+/// or one in a quarter of the depth (at most 100).
+fn bw_cq_mod(o: &Opts) -> u64 {
+    let depth = o.depth.max(1) as u64;
+    let list = o.post_list.max(1) as u64;
+    match o.cq_mod {
+        Some(q) => (q as u64).clamp(1, depth),
+        None if list > 1 => list,
+        None => (depth / 4).clamp(1, 100),
+    }
 }
 
 /// Runs one side of a perftest tool's test against an unmodified perftest peer,
@@ -1415,6 +1428,29 @@ mod tests {
         assert_eq!(lat_samples(&t, true), vec![5_000, 10_000]);
         assert_eq!(lat_samples(&t, false), vec![10_000, 20_000]);
         assert!(lat_samples(&t[..1], true).is_empty());
+    }
+
+    #[test]
+    fn bw_completion_moderation_is_capped_at_the_tx_depth() {
+        let o = |cq_mod, depth, post_list| Opts {
+            cq_mod,
+            depth,
+            post_list,
+            ..super::super::tests::opts()
+        };
+        // `-Q 200 -t 128` signals every 128th request (perftest's force_dependecies).
+        assert_eq!(bw_cq_mod(&o(Some(200), 128, 1)), 128);
+        assert_eq!(bw_cq_mod(&o(Some(50), 128, 1)), 50);
+        assert_eq!(bw_cq_mod(&o(None, 128, 1)), 32);
+        assert_eq!(bw_cq_mod(&o(None, 128, 8)), 8);
+        // The post list is checked against the lowered -Q: `-l 32 -t 32 -Q 64` is
+        // -Q 32, a divisor of 32.
+        let mut l = o(Some(64), 32, 32);
+        l.perftest = true;
+        l.iters = 64;
+        assert!(check(&l).is_ok(), "{:?}", check(&l));
+        l.cq_mod = Some(24);
+        assert!(check(&l).is_err());
     }
 
     #[test]
