@@ -375,3 +375,72 @@ fn completion_moderation_above_the_depth_is_capped() {
     assert_eq!((s.len(), c.len()), (1, 1), "{s:?} {c:?}");
     assert_eq!(field(&c[0], "msgs"), "1000");
 }
+
+/// The handshake steps have a read timeout (shortened here to 1 s), but the wait for
+/// the peer's end of a run does not: an `ib_write_bw -D` client that runs longer than
+/// the timeout leaves our server waiting, not failing (it used to time out mid-test).
+/// A peer that connects and says nothing still gets a clear error, not a hang.
+#[test]
+fn the_wait_for_the_end_of_a_run_outlasts_the_handshake_timeout() {
+    let bin = env!("CARGO_BIN_EXE_rverbs");
+    let args = [
+        "perf",
+        "write",
+        "bw",
+        "-D",
+        "2.5",
+        "-s",
+        "512",
+        "--perftest",
+    ];
+    let env = ("RVERBS_PERFTEST_PEER_TIMEOUT_MS", "1000");
+    let server = Command::new(bin)
+        .args(args)
+        .args(["-p", "19691", "--json"])
+        .env(env.0, env.1)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let c = Command::new(bin)
+        .args(args)
+        .args(["-p", "19691", "--json", "127.0.0.1"])
+        .env(env.0, env.1)
+        .output()
+        .unwrap();
+    let s = server.wait_with_output().unwrap();
+    assert!(
+        c.status.success(),
+        "client: {}\nserver: {}",
+        text(&c),
+        text(&s)
+    );
+    assert!(
+        s.status.success(),
+        "server: {}\nclient: {}",
+        text(&s),
+        text(&c)
+    );
+
+    let l = TcpListener::bind(("127.0.0.1", 19692)).unwrap();
+    let t = std::thread::spawn(move || {
+        let (s, _) = l.accept().unwrap();
+        std::thread::sleep(Duration::from_secs(5));
+        drop(s);
+    });
+    let start = std::time::Instant::now();
+    let o = Command::new(bin)
+        .args(["perf", "write", "bw", "-n", "5", "--perftest"])
+        .args(["-p", "19692", "127.0.0.1"])
+        .env(env.0, env.1)
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(
+        start.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        start.elapsed()
+    );
+    assert!(text(&o).contains("perftest exchange"), "{}", text(&o));
+    let _ = t.join();
+}

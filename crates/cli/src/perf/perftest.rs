@@ -50,9 +50,32 @@ const UC_MAX_RX: u64 = 16_000;
 /// `check_sys_data`.
 const PAGE: i32 = 4096;
 const CACHE_LINE: i32 = 64;
-/// How long one step of the exchange may wait for the peer (a server waits here while
-/// the client runs its traffic; the TCG guest is slow).
+/// How long one handshake step of the exchange may wait for the peer (the TCG guest
+/// is slow). A wait for the peer's end of a run has no read timeout (it lasts as long
+/// as the run, e.g. `-D 400`): TCP keepalive ([`keepalive`]) ends it if the peer's
+/// host vanishes.
 const PEER_TIMEOUT: Duration = Duration::from_secs(300);
+/// For tests: the handshake timeout in milliseconds instead of [`PEER_TIMEOUT`].
+const PEER_TIMEOUT_ENV: &str = "RVERBS_PERFTEST_PEER_TIMEOUT_MS";
+
+/// [`PEER_TIMEOUT`], or the one [`PEER_TIMEOUT_ENV`] sets.
+fn peer_timeout() -> Duration {
+    std::env::var(PEER_TIMEOUT_ENV)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .map_or(PEER_TIMEOUT, Duration::from_millis)
+}
+
+/// TCP keepalive on the exchange socket: a peer host that vanishes while we wait
+/// (untimed) for the end of its run is noticed after about 2 minutes (60 s idle, then
+/// 6 probes 10 s apart).
+fn keepalive(s: &TcpStream) {
+    let k = socket2::TcpKeepalive::new()
+        .with_time(Duration::from_secs(60))
+        .with_interval(Duration::from_secs(10))
+        .with_retries(6);
+    let _ = socket2::SockRef::from(s).set_tcp_keepalive(&k);
+}
 /// perftest's largest `-a` size (`MAX_SIZE`).
 const MAX_SIZE: usize = 1 << 23;
 /// A receive's `wr_id` carries this bit.
@@ -373,6 +396,16 @@ impl Oob {
         decode(&self.xchg(&encode(me))?)
     }
 
+    /// Runs `f`, an exchange that waits for the peer's end of a run (which lasts as
+    /// long as the run does), with no read timeout; handshake steps after it have
+    /// theirs again. Keepalive ends the wait if the peer's host vanishes.
+    fn after_run<T>(&mut self, f: impl FnOnce(&mut Oob) -> Result<T, String>) -> Result<T, String> {
+        let _ = self.s.set_read_timeout(None);
+        let r = f(self);
+        let _ = self.s.set_read_timeout(Some(peer_timeout()));
+        r
+    }
+
     /// `xchg_bw_reports`: ours out, theirs in.
     fn reports(&mut self, mine: &BwReport) -> Result<BwReport, String> {
         let mut theirs = [[0u8; 8]; 5];
@@ -481,7 +514,8 @@ fn setup(o: &Opts, tool: Tool, max_size: usize) -> Result<Conn, String> {
     let e = |e: rverbs::Error| e.to_string();
     let (s, peer) = open_tcp(o)?;
     let _ = s.set_nodelay(true);
-    let _ = s.set_read_timeout(Some(PEER_TIMEOUT));
+    let _ = s.set_read_timeout(Some(peer_timeout()));
+    keepalive(&s);
     let mut oob = Oob {
         s,
         client: o.server.is_some(),
@@ -798,6 +832,17 @@ impl Conn {
     /// awaited; the figures cover the whole run.
     fn bw_send(&self, tool: Tool, o: &Opts, size: usize) -> Result<Side, String> {
         self.bw_run(tool, o, size, &mut self.counts(), 0, false)
+    }
+
+    /// [`Oob::after_run`] for an exchange that needs the connection.
+    fn after_run<T>(
+        &mut self,
+        f: impl FnOnce(&mut Conn) -> Result<T, String>,
+    ) -> Result<T, String> {
+        let _ = self.oob.s.set_read_timeout(None);
+        let r = f(self);
+        let _ = self.oob.s.set_read_timeout(Some(peer_timeout()));
+        r
     }
 
     /// A bidirectional size's figures: ours (`me`) and the peer's, exchanged as
@@ -1192,10 +1237,14 @@ pub fn run(o: &Opts, out: &mut impl Write) -> Result<Vec<Report>, String> {
             for &size in &sizes {
                 c.oob.hand_shake(&c.me())?;
                 let me = c.bw_send(tool, o, size)?;
-                if o.all && tool != Tool::AtomicBw {
-                    c.oob.hand_shake(&c.me())?;
-                }
-                let r = c.both_ways(size, &me)?;
+                // The peer's run may end later than ours.
+                let r = if o.all && tool != Tool::AtomicBw {
+                    let d = c.me();
+                    c.oob.after_run(|b| b.hand_shake(&d))?;
+                    c.both_ways(size, &me)?
+                } else {
+                    c.after_run(|c| c.both_ways(size, &me))?
+                };
                 show(out, &r)?;
                 reports.push(r);
             }
@@ -1213,7 +1262,8 @@ pub fn run(o: &Opts, out: &mut impl Write) -> Result<Vec<Report>, String> {
                 }
             }
             // The server waits here while the client runs every size.
-            c.oob.hand_shake(&c.me())?;
+            let d = c.me();
+            c.oob.after_run(|b| b.hand_shake(&d))?;
             let theirs = c.oob.reports(&last)?;
             c.oob.close(&c.me())?;
             if !client {
@@ -1238,7 +1288,7 @@ pub fn run(o: &Opts, out: &mut impl Write) -> Result<Vec<Report>, String> {
                 c.prepost(&mut k, o.iters)?;
                 c.oob.hand_shake(&c.me())?;
                 let me = c.bw_bi(o, size, &mut k, client)?;
-                let r = c.both_ways(size, &me)?;
+                let r = c.after_run(|c| c.both_ways(size, &me))?;
                 show(out, &r)?;
                 reports.push(r);
                 if o.all {
@@ -1305,7 +1355,8 @@ pub fn run(o: &Opts, out: &mut impl Write) -> Result<Vec<Report>, String> {
                 }
             }
             // The server only answers: its close waits out the client's traffic.
-            c.oob.close(&c.me())?;
+            let d = c.me();
+            c.oob.after_run(|b| b.close(&d))?;
             if !client {
                 let r = Report::new(sizes[0], &Side::default(), &Side::default(), None);
                 show(out, &r)?;
