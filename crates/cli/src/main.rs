@@ -46,7 +46,7 @@ enum Command {
         /// Port of the device (only 1 exists).
         #[arg(short = 'i', long = "ib-port", default_value_t = 1)]
         ib_port: u8,
-        /// Message size (default 4096; 2048 for ud).
+        /// Message size (default 4096; 1024 for ud, as ibv_ud_pingpong since rdma-core v26).
         #[arg(short = 's', long)]
         size: Option<usize>,
         /// Path MTU (rc, uc).
@@ -436,11 +436,7 @@ fn main() -> ExitCode {
                 server,
                 port,
                 dev,
-                size: size.unwrap_or(if qp_type == rverbs::QpType::Ud {
-                    2048
-                } else {
-                    4096
-                }),
+                size: size.unwrap_or(rverbs_cli::pingpong::default_size(qp_type)),
                 mtu,
                 rx_depth: rx_depth.max(2),
                 iters: iters.max(1),

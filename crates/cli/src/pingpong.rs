@@ -66,6 +66,17 @@ pub struct Opts {
     pub linger: std::time::Duration,
 }
 
+/// The default message size (`-s`): 4096 bytes, and over UD 1024, which fits the
+/// smallest usual path MTU (`ibv_ud_pingpong` since rdma-core v26, commit 7ffa09b9c,
+/// though its help text still says 2048).
+pub fn default_size(qp_type: QpType) -> usize {
+    if qp_type == QpType::Ud {
+        1024
+    } else {
+        4096
+    }
+}
+
 const RECV_WRID: u64 = 1;
 const SEND_WRID: u64 = 2;
 const GRH: usize = 40;
@@ -547,5 +558,13 @@ mod tests {
         let mut bad = m;
         bad[5] = b'x';
         assert!(decode(&bad).is_err());
+    }
+
+    #[test]
+    fn ud_default_size_fits_a_1024_mtu() {
+        assert_eq!(default_size(QpType::Ud), 1024);
+        assert!(default_size(QpType::Ud) <= Mtu::M1024.bytes());
+        assert_eq!(default_size(QpType::Rc), 4096);
+        assert_eq!(default_size(QpType::Uc), 4096);
     }
 }

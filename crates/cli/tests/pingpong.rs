@@ -42,6 +42,8 @@ fn rc_uc_ud_between_processes() {
         ),
         (&["ud", "-n", "200", "-s", "1000"], "200 iters in"),
         (&["ud", "-n", "100", "-s", "2048", "-e"], "100 iters in"),
+        // The default UD size is 1024 (rdma-core v26+): 100 × 1024 × 2 bytes.
+        (&["ud", "-n", "100"], "204800 bytes in"),
     ];
     for (i, (args, want)) in cases.iter().enumerate() {
         let (s, c) = pair(
