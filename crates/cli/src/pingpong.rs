@@ -98,6 +98,11 @@ fn encode(d: &Dest) -> [u8; 52] {
 }
 
 fn decode(msg: &[u8; 52]) -> Result<Dest, String> {
+    // ASCII only: the fixed offsets below must fall between characters (a multi-byte
+    // UTF-8 character there made slicing panic).
+    if !msg[..51].is_ascii() {
+        return Err("bad remote address: not ASCII text".into());
+    }
     let text = std::str::from_utf8(&msg[..51]).map_err(|_| "peer address is not text")?;
     let mut f = text.split(':');
     let mut hex = |what: &str| -> Result<u32, String> {
@@ -558,6 +563,23 @@ mod tests {
         let mut bad = m;
         bad[5] = b'x';
         assert!(decode(&bad).is_err());
+    }
+
+    #[test]
+    fn non_ascii_peer_address_is_an_error_not_a_panic() {
+        // `0:0:0:`, 12 × `a`, `é` (2 bytes), 31 × `0`, NUL: 52 bytes, valid UTF-8, with
+        // the `é` across the GID's fixed offset 19.
+        let mut v = b"0:0:0:".to_vec();
+        v.extend([b'a'; 12]);
+        v.extend("é".as_bytes());
+        v.extend([b'0'; 31]);
+        v.push(0);
+        let m: [u8; 52] = v.try_into().unwrap();
+        assert!(std::str::from_utf8(&m[..51]).is_ok());
+        let err = decode(&m).unwrap_err();
+        assert!(err.contains("remote address"), "{err}");
+        assert!(decode(&[0xff; 52]).is_err());
+        assert!(decode(&[0; 52]).is_err());
     }
 
     #[test]
