@@ -136,15 +136,32 @@ fn mtu_of(bytes: usize) -> Result<Mtu, String> {
     })
 }
 
-/// The `-c` buffer, as rdma-core's pingpong fills it: 0x7b everywhere and 0 at the
-/// start of every 4 KiB page (`buf[i] = i / page_size % sizeof(char)`), so an rverbs peer
-/// and an rdma-core peer validate each other. Unlike rdma-core (which checks the page
-/// starts once, at the end, on the server) every received buffer is checked whole.
-fn pattern(buf: &mut [u8]) {
+/// The `-c` buffer, as rdma-core's pingpong fills it: 0x7b everywhere (its initial
+/// fill) and `i / page_size % sizeof(char)`, i.e. 0, at the start of every page of
+/// `page` bytes (the host's page size, `sysconf(_SC_PAGESIZE)`), so an rverbs peer and
+/// an rdma-core peer validate each other. Unlike rdma-core (which checks the page starts
+/// once, at the end, on the server) every received message is checked whole.
+fn pattern(buf: &mut [u8], page: usize) {
     for (i, b) in buf.iter_mut().enumerate() {
-        *b = if i % 4096 == 0 { 0 } else { 0x7b };
+        *b = if i % page.max(1) == 0 { 0 } else { 0x7b };
     }
 }
+
+/// The host's page size (`sysconf(_SC_PAGESIZE)`, as rdma-core's pingpongs take it).
+#[allow(unsafe_code)]
+fn page_size() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if p > 0 {
+        p as usize
+    } else {
+        4096
+    }
+}
+
+/// What `-c` poisons the receive area with before each message: neither byte of the
+/// pattern, so every byte checked must have come from the peer.
+const POISON: u8 = 0xa5;
 
 /// Runs one side. Output goes to `out` in rdma-core's format.
 pub fn run<W: Write>(o: &Opts, out: &mut W) -> Result<(), String> {
@@ -162,9 +179,21 @@ pub fn run<W: Write>(o: &Opts, out: &mut W) -> Result<(), String> {
     let pd = ctx.alloc_pd().map_err(e)?;
     let cq = ctx.create_cq(o.rx_depth as u32 + 1).map_err(e)?;
     let buf_len = if ud { o.size + GRH } else { o.size };
+    // Sends go out from the first `buf_len` bytes and receives land in the next ones
+    // (rdma-core shares one area; with separate ones `-c` can clear what it received
+    // without changing what it sends).
+    let rx_off = buf_len.max(1);
     let mr = pd
-        .reg_mr_from(vec![0x7b; buf_len.max(1)], AccessFlags::LOCAL_WRITE)
+        .reg_mr_from(vec![0x7b; 2 * rx_off], AccessFlags::LOCAL_WRITE)
         .map_err(e)?;
+    let data_off = if ud { GRH } else { 0 };
+    let page = page_size();
+    if o.check {
+        mr.with(|b| {
+            pattern(&mut b[data_off..][..o.size], page);
+            b[rx_off..].fill(POISON);
+        });
+    }
     let mut attr = QpInitAttr::new(o.qp_type, &cq);
     attr.cap.max_send_wr = 1;
     attr.cap.max_recv_wr = o.rx_depth as u32;
@@ -188,7 +217,7 @@ pub fn run<W: Write>(o: &Opts, out: &mut W) -> Result<(), String> {
         qkey: 0x1111_1111,
     };
     qp.init(&conn_opts).map_err(e)?;
-    let recv_buf = mr.slice(0..buf_len);
+    let recv_buf = mr.slice(rx_off..rx_off + buf_len);
     let send_buf = if ud {
         mr.slice(GRH..GRH + o.size)
     } else {
@@ -355,9 +384,6 @@ pub fn run<W: Write>(o: &Opts, out: &mut W) -> Result<(), String> {
     };
     let mut reply_qpn = rem.qpn;
     let mut shown = false;
-    if o.check {
-        mr.with(|b| pattern(&mut b[if ud { GRH } else { 0 }..][..o.size]));
-    }
     let post_send = |ah: &Option<rverbs::Ah>, qpn: u32| -> Result<(), String> {
         let mut req = SendRequest::send(SEND_WRID, &[send_buf]);
         if inline {
@@ -407,7 +433,7 @@ pub fn run<W: Write>(o: &Opts, out: &mut W) -> Result<(), String> {
                     if from_wc {
                         // The send of the previous round has completed (`pending`), so
                         // its AH can go; the next reply uses this datagram's.
-                        let grh = mr.with(|b| b[..GRH].to_vec());
+                        let grh = mr.with(|b| b[rx_off..][..GRH].to_vec());
                         let attr = ctx.init_ah_from_wc(1, wc, &grh).map_err(e)?;
                         if !shown {
                             w(writeln!(
@@ -426,10 +452,24 @@ pub fn run<W: Write>(o: &Opts, out: &mut W) -> Result<(), String> {
                         reply_qpn = wc.src_qp;
                     }
                     if o.check {
+                        // The whole message, and the peer's bytes: the area was
+                        // poisoned before it arrived, and is again for the next.
+                        if wc.byte_len as usize != buf_len {
+                            return Err(format!(
+                                "Error validating received buffer of iteration {rcnt}: \
+                                 {} bytes, expected {buf_len}",
+                                wc.byte_len
+                            ));
+                        }
                         let mut want = vec![0u8; o.size];
-                        pattern(&mut want);
-                        let got = mr.with(|b| b[if ud { GRH } else { 0 }..][..o.size].to_vec());
-                        if got != want {
+                        pattern(&mut want, page);
+                        let ok = mr.with(|b| {
+                            let rx = &mut b[rx_off..];
+                            let ok = rx[data_off..][..o.size] == want[..];
+                            rx.fill(POISON);
+                            ok
+                        });
+                        if !ok {
                             return Err(format!(
                                 "Error validating received buffer of iteration {rcnt}"
                             ));
@@ -580,6 +620,16 @@ mod tests {
         assert!(err.contains("remote address"), "{err}");
         assert!(decode(&[0xff; 52]).is_err());
         assert!(decode(&[0; 52]).is_err());
+    }
+
+    #[test]
+    fn check_pattern_follows_the_page_size() {
+        let mut b = [1u8; 20];
+        pattern(&mut b, 8);
+        assert_eq!(&b[..9], &[0, 0x7b, 0x7b, 0x7b, 0x7b, 0x7b, 0x7b, 0x7b, 0]);
+        assert_eq!(b[16], 0);
+        assert!(page_size() >= 4096 && page_size().is_power_of_two());
+        const { assert!(POISON != 0 && POISON != 0x7b) };
     }
 
     #[test]

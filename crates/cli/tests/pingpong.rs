@@ -99,3 +99,40 @@ fn bad_arguments_fail_cleanly() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("larger than port MTU"));
 }
+
+/// `-c` checks that each message is whole and the peer's: a peer sending 50-byte
+/// messages to a `-s 100 -c` server is refused at the first one (it used to pass,
+/// since the rest of the area still held the pattern written locally).
+#[test]
+fn check_refuses_a_short_message() {
+    let bin = env!("CARGO_BIN_EXE_rverbs");
+    let port = (19694 + std::process::id() % 4).to_string();
+    let server = Command::new(bin)
+        .args(["pingpong", "ud", "-s", "100", "-n", "5", "-c", "-p", &port])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let mut client = Command::new(bin)
+        .args(["pingpong", "ud", "-s", "50", "-n", "5", "-c", "-p", &port])
+        .arg("localhost")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let s = server.wait_with_output().unwrap();
+    // The client waits for an answer that will not come.
+    let _ = client.kill();
+    let _ = client.wait();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&s.stdout),
+        String::from_utf8_lossy(&s.stderr)
+    );
+    assert!(!s.status.success(), "{text}");
+    assert!(
+        text.contains("Error validating received buffer of iteration 0: 90 bytes, expected 140"),
+        "{text}"
+    );
+}
