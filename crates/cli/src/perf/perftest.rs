@@ -1228,7 +1228,6 @@ pub fn run(o: &Opts, out: &mut impl Write) -> Result<Vec<Report>, String> {
         w(writeln!(out, "{}", super::header(o)))?;
     }
     let mut reports = Vec::new();
-    let cpu0 = super::cpu_seconds();
     match tool {
         Tool::WriteBw | Tool::ReadBw | Tool::AtomicBw if o.bidir => {
             // Both sides send (`duplex` in write_bw.c, read_bw.c, atomic_bw.c): for each
@@ -1325,6 +1324,8 @@ pub fn run(o: &Opts, out: &mut impl Write) -> Result<Vec<Report>, String> {
         }
         Tool::WriteLat => {
             for &size in &sizes {
+                // CPU time per size: the report divides it by this size's time.
+                let cpu0 = super::cpu_seconds();
                 let t = c.write_lat(o.iters, size, !client)?;
                 let r = lat_report(o, size, &t, true, cpu0);
                 show(out, &r)?;
@@ -1338,6 +1339,7 @@ pub fn run(o: &Opts, out: &mut impl Write) -> Result<Vec<Report>, String> {
                 let mut k = c.counts();
                 c.prepost(&mut k, o.iters)?;
                 c.oob.hand_shake(&c.me())?;
+                let cpu0 = super::cpu_seconds();
                 let t = c.send_lat(&mut k, o.iters, size, client)?;
                 let r = lat_report(o, size, &t, true, cpu0);
                 show(out, &r)?;
@@ -1348,6 +1350,7 @@ pub fn run(o: &Opts, out: &mut impl Write) -> Result<Vec<Report>, String> {
         Tool::ReadLat | Tool::AtomicLat => {
             if client {
                 for &size in &sizes {
+                    let cpu0 = super::cpu_seconds();
                     let t = c.rt_lat(tool, o.iters, size)?;
                     let r = lat_report(o, size, &t, false, cpu0);
                     show(out, &r)?;
