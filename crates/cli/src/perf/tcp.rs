@@ -170,18 +170,21 @@ impl Bench for Tcp {
         let sbuf = &self.buf[..size];
         let spin = self.spin;
         let ws = &mut self.s;
+        let start = meter.start;
         let (sent, secs, rx) = std::thread::scope(|sc| -> Result<(u64, f64, u64), String> {
-            // The receiver counts bytes until the peer's announced total arrived.
-            let receiver = sc.spawn(move || -> Result<u64, String> {
+            // The receiver counts bytes until the peer's announced total arrived, and
+            // when the last of them did (seconds since the start).
+            let receiver = sc.spawn(move || -> Result<(u64, f64), String> {
                 if !plan.receives {
-                    return Ok(0);
+                    return Ok((0, 0.0));
                 }
                 let mut bytes = 0u64;
                 let mut last = Instant::now();
+                let mut last_byte = 0.0;
                 loop {
                     if let Some(n) = peer.get()? {
                         if bytes >= n * size as u64 {
-                            return Ok(bytes / size as u64);
+                            return Ok((bytes / size as u64, last_byte));
                         }
                     }
                     match read_some(&mut rs, &mut rbuf, spin) {
@@ -189,6 +192,7 @@ impl Bench for Tcp {
                         Ok(n) => {
                             bytes += n as u64;
                             last = Instant::now();
+                            last_byte = (last - start).as_secs_f64();
                         }
                         Err(e)
                             if matches!(
@@ -216,13 +220,17 @@ impl Bench for Tcp {
                         p.tick(sent, plan.iters);
                     }
                 }
-                // Bytes in the socket are not yet delivered: the time counts until the
-                // receiver has them all (it answers after the `done`).
+                // Bytes in the socket are not yet delivered: this is only when the
+                // last write returned. The receiver's figure is when its last byte
+                // arrived, and the report takes the later of the two sides' (the
+                // sides' stats are exchanged after the run), so a transfer counts
+                // until the receiver has everything, as an RDMA send counts until its
+                // completion (the receiver's acknowledgement).
                 secs = meter.secs();
             }
             ctrl::send(ctrl_w, &Msg::new("done").with("sent", sent))?;
-            let rx = receiver.join().map_err(|_| "receiver thread panicked")??;
-            Ok((sent, secs, rx))
+            let (rx, rx_secs) = receiver.join().map_err(|_| "receiver thread panicked")??;
+            Ok((sent, secs.max(rx_secs), rx))
         })?;
         Ok(meter.side(sent, rx, secs))
     }
