@@ -298,6 +298,9 @@ pub fn run<W: Write>(o: &Opts, out: &mut W) -> Result<(), String> {
                 }
             }
             let (mut s, addr) = stream.ok_or(format!("Couldn't connect to {server}:{}", o.port))?;
+            // rdma-core waits for ever; a peer that says nothing is an error here.
+            s.set_read_timeout(Some(crate::perf::handshake_timeout()))
+                .map_err(|e| e.to_string())?;
             let v6 = addr.ip().is_ipv6()
                 && !matches!(addr.ip(), IpAddr::V6(v) if v.to_ipv4_mapped().is_some());
             // The TCP connection's family, or the other one when this device has no GID
@@ -318,7 +321,7 @@ pub fn run<W: Write>(o: &Opts, out: &mut W) -> Result<(), String> {
             s.write_all(&encode(&me)).map_err(|e| e.to_string())?;
             let mut msg = [0u8; 52];
             s.read_exact(&mut msg)
-                .map_err(|_| "Couldn't read/write remote address")?;
+                .map_err(|e| format!("Couldn't read/write remote address: {}", why(&e)))?;
             s.write_all(b"done\0").map_err(|e| e.to_string())?;
             let rem = decode(&msg)?;
             (rem, sgid)
@@ -327,9 +330,13 @@ pub fn run<W: Write>(o: &Opts, out: &mut W) -> Result<(), String> {
             let listener = listen_dual_stack(o.port)
                 .map_err(|err| format!("Couldn't listen to port {}: {err}", o.port))?;
             let (mut s, _) = listener.accept().map_err(|e| e.to_string())?;
+            // Waiting for a client is unbounded (as rdma-core); a client that connects
+            // and says nothing is not.
+            s.set_read_timeout(Some(crate::perf::handshake_timeout()))
+                .map_err(|e| e.to_string())?;
             let mut msg = [0u8; 52];
             s.read_exact(&mut msg)
-                .map_err(|_| "Couldn't read remote address")?;
+                .map_err(|e| format!("Couldn't read remote address: {}", why(&e)))?;
             let rem = decode(&msg)?;
             let sgid = pick_gid(rem.gid.to_ipv4_mapped().is_none())?;
             let me = announce(out, sgid)?;
@@ -525,6 +532,17 @@ pub fn run<W: Write>(o: &Opts, out: &mut W) -> Result<(), String> {
         std::thread::sleep(o.linger);
     }
     Ok(())
+}
+
+/// An exchange read's failure, in words (a read timeout says so).
+fn why(e: &std::io::Error) -> String {
+    match e.kind() {
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => format!(
+            "the peer sent nothing for {} s",
+            crate::perf::handshake_timeout().as_secs_f64()
+        ),
+        _ => e.to_string(),
+    }
 }
 
 /// A TCP listener on every IPv6 and IPv4 address (`[::]` with `IPV6_V6ONLY` off), or on

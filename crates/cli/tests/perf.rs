@@ -234,3 +234,57 @@ fn atomic_type_picks_the_operation_on_the_wire() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("CMP_AND_SWAP"));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A peer that connects to the control port and says nothing gets a clear error after
+/// the handshake timeout (shortened here to 1 s), not a hang.
+#[test]
+fn silent_peer_times_out() {
+    use std::time::{Duration, Instant};
+    let l = std::net::TcpListener::bind(("127.0.0.1", 19693)).unwrap();
+    let t = std::thread::spawn(move || {
+        let (s, _) = l.accept().unwrap();
+        std::thread::sleep(Duration::from_secs(5));
+        drop(s);
+    });
+    let start = Instant::now();
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_rverbs"))
+        .args(["perf", "write", "bw", "-n", "5", "-p", "19693", "127.0.0.1"])
+        .env("RVERBS_HANDSHAKE_TIMEOUT_MS", "1000")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stderr).to_string();
+    assert!(!o.status.success());
+    assert!(
+        start.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        start.elapsed()
+    );
+    assert!(text.contains("the peer sent nothing"), "{text}");
+    let _ = t.join();
+}
+
+/// The wait for the peer's end of a run has no handshake timeout: a `-D 2` run with
+/// a 1 s handshake timeout completes on both sides.
+#[test]
+fn a_run_outlasts_the_handshake_timeout() {
+    let bin = env!("CARGO_BIN_EXE_rverbs");
+    let args = ["perf", "tcp", "bw", "-D", "2", "-s", "1000", "-p", "19687"];
+    let env = ("RVERBS_HANDSHAKE_TIMEOUT_MS", "1000");
+    let server = std::process::Command::new(bin)
+        .args(args)
+        .env(env.0, env.1)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let c = std::process::Command::new(bin)
+        .args(args)
+        .arg("127.0.0.1")
+        .env(env.0, env.1)
+        .output()
+        .unwrap();
+    let s = server.wait_with_output().unwrap();
+    let t = |o: &std::process::Output| String::from_utf8_lossy(&o.stderr).to_string();
+    assert!(c.status.success(), "client: {}\nserver: {}", t(&c), t(&s));
+    assert!(s.status.success(), "server: {}", t(&s));
+}

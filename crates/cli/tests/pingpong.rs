@@ -136,3 +136,77 @@ fn check_refuses_a_short_message() {
         "{text}"
     );
 }
+
+/// A peer that connects and says nothing gets a clear error after the handshake
+/// timeout (shortened here to 1 s), on either side, not a hang.
+#[test]
+fn silent_peer_times_out() {
+    use std::time::{Duration, Instant};
+    let bin = env!("CARGO_BIN_EXE_rverbs");
+    let env = ("RVERBS_HANDSHAKE_TIMEOUT_MS", "1000");
+    // Our client against a server that accepts and stays silent.
+    let l = std::net::TcpListener::bind(("127.0.0.1", 19698)).unwrap();
+    let t = std::thread::spawn(move || {
+        let (s, _) = l.accept().unwrap();
+        std::thread::sleep(Duration::from_secs(5));
+        drop(s);
+    });
+    let start = Instant::now();
+    let o = Command::new(bin)
+        .args(["pingpong", "rc", "-p", "19698", "127.0.0.1"])
+        .env(env.0, env.1)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stderr).to_string();
+    assert!(!o.status.success());
+    assert!(
+        start.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        start.elapsed()
+    );
+    assert!(
+        text.contains("remote address: the peer sent nothing"),
+        "{text}"
+    );
+    let _ = t.join();
+
+    // Our server against a client that connects and stays silent.
+    let mut server = Command::new(bin)
+        .args(["pingpong", "rc", "-p", "19699"])
+        .env(env.0, env.1)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let c = loop {
+        if let Ok(c) = std::net::TcpStream::connect(("127.0.0.1", 19699)) {
+            break c;
+        }
+        assert!(Instant::now() < deadline, "server never listened");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let start = Instant::now();
+    let mut done = None;
+    while start.elapsed() < Duration::from_secs(5) {
+        if let Some(st) = server.try_wait().unwrap() {
+            done = Some(st);
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    if done.is_none() {
+        let _ = server.kill();
+    }
+    let o = server.wait_with_output().unwrap();
+    drop(c);
+    let text = String::from_utf8_lossy(&o.stderr).to_string();
+    assert!(
+        done.is_some_and(|s| !s.success()),
+        "server still waiting: {text}"
+    );
+    assert!(
+        text.contains("remote address: the peer sent nothing"),
+        "{text}"
+    );
+}

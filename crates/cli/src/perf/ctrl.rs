@@ -143,7 +143,13 @@ pub fn read_msg<R: BufRead>(r: &mut R) -> Result<Msg, String> {
     let n = r
         .take(MAX_LINE as u64 + 1)
         .read_until(b'\n', &mut line)
-        .map_err(|e| format!("control connection: {e}"))?;
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => format!(
+                "control connection: the peer sent nothing for {} s",
+                super::handshake_timeout().as_secs_f64()
+            ),
+            _ => format!("control connection: {e}"),
+        })?;
     if n == 0 {
         return Err("the peer closed the control connection".into());
     }

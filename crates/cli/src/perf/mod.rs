@@ -445,6 +445,21 @@ impl PeerDone {
 /// How long a test may make no progress before it is declared stuck.
 pub const STALL: Duration = Duration::from_secs(30);
 
+/// How long a handshake step (control messages before and after a run, pingpong's
+/// address exchange) may wait for the peer: a peer that connects and says nothing is an
+/// error, not a hang. Waits that last a whole run have none.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(60);
+/// For tests: the handshake timeout in milliseconds instead of [`HANDSHAKE_TIMEOUT`].
+const HANDSHAKE_TIMEOUT_ENV: &str = "RVERBS_HANDSHAKE_TIMEOUT_MS";
+
+/// [`HANDSHAKE_TIMEOUT`], or the one `RVERBS_HANDSHAKE_TIMEOUT_MS` sets.
+pub fn handshake_timeout() -> Duration {
+    std::env::var(HANDSHAKE_TIMEOUT_ENV)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .map_or(HANDSHAKE_TIMEOUT, Duration::from_millis)
+}
+
 /// What one side does for one size.
 pub struct Plan {
     /// Message size.
@@ -606,6 +621,15 @@ fn control(o: &Opts) -> Result<(Ctrl, Option<SocketAddr>, Option<TcpListener>), 
             (s, Some(peer), Some(l))
         }
     };
+    s.set_read_timeout(Some(handshake_timeout()))
+        .map_err(|e| e.to_string())?;
+    // The wait for the peer's `done` has no timeout: keepalive ends it if the peer's
+    // host vanishes (60 s idle, then 6 probes 10 s apart).
+    let k = socket2::TcpKeepalive::new()
+        .with_time(Duration::from_secs(60))
+        .with_interval(Duration::from_secs(10))
+        .with_retries(6);
+    let _ = socket2::SockRef::from(&s).set_tcp_keepalive(&k);
     let mut c = Ctrl::new(s)?;
     let mine = hello(o);
     c.send(&mine)?;
@@ -685,6 +709,9 @@ pub fn run(o: &Opts, out: &mut impl Write) -> Result<Vec<Report>, String> {
         };
         let peer = PeerDone::new();
         let mut prog = Progress::new(progress, size);
+        // The peer's `done` comes at the end of its run, however long that is (-D):
+        // no read timeout meanwhile (the stream's clones share the socket's).
+        let _ = c.w.set_read_timeout(None);
         let Ctrl { w: cw, r: cr } = &mut c;
         let result = std::thread::scope(|sc| {
             let reader = sc.spawn(|| {
@@ -714,6 +741,7 @@ pub fn run(o: &Opts, out: &mut impl Write) -> Result<Vec<Report>, String> {
             res
         });
         prog.clear();
+        let _ = c.w.set_read_timeout(Some(handshake_timeout()));
         let (me, mut samples) = result?;
         c.send(&me.msg())?;
         let them = Side::from_msg(&c.recv()?.expect("stats")?)?;
