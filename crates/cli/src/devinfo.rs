@@ -52,6 +52,16 @@ fn state_str(s: PortState) -> &'static str {
     }
 }
 
+/// `enum ibv_port_state`'s value, which ibv_devinfo prints beside the name
+/// (`IBV_PORT_DOWN` 1, `IBV_PORT_INIT` 2, `IBV_PORT_ARMED` 3, `IBV_PORT_ACTIVE` 4,
+/// `IBV_PORT_ACTIVE_DEFER` 5); not the Rust enum's own discriminant.
+fn state_num(s: PortState) -> u8 {
+    match s {
+        PortState::Down => 1,
+        PortState::Active => 4,
+    }
+}
+
 fn phys_state_str(p: u8) -> &'static str {
     match p {
         5 => "LINK_UP",
@@ -183,7 +193,7 @@ pub fn text(s: &Snapshot, verbose: bool) -> String {
         o,
         "\t\t\tstate:\t\t\t{} ({})",
         state_str(p.state),
-        p.state as u8
+        state_num(p.state)
     );
     let _ = writeln!(o, "\t\t\tmax_mtu:\t\t{}", mtu_str(p.max_mtu));
     let _ = writeln!(o, "\t\t\tactive_mtu:\t\t{}", mtu_str(p.active_mtu));
@@ -344,6 +354,20 @@ pub fn run(dev: Option<&str>, verbose: bool, as_json: bool) -> Result<String, St
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn port_state_numbers_are_ibv_port_states() {
+        assert_eq!(state_num(PortState::Down), 1);
+        assert_eq!(state_num(PortState::Active), 4);
+        let s = Snapshot::take(&rverbs::device(None).unwrap()).unwrap();
+        let t = text(&s, false);
+        let line = t.lines().find(|l| l.contains("state:")).unwrap();
+        let want = match s.port.state {
+            PortState::Active => "PORT_ACTIVE (4)",
+            PortState::Down => "PORT_DOWN (1)",
+        };
+        assert!(line.ends_with(want), "{line}");
+    }
 
     #[test]
     fn guid_like_ibv_devinfo() {
