@@ -106,7 +106,7 @@ fn bad_arguments_fail_cleanly() {
 #[test]
 fn check_refuses_a_short_message() {
     let bin = env!("CARGO_BIN_EXE_rverbs");
-    let port = (19694 + std::process::id() % 4).to_string();
+    let port = (19344 + std::process::id() % 4).to_string();
     let server = Command::new(bin)
         .args(["pingpong", "ud", "-s", "100", "-n", "5", "-c", "-p", &port])
         .stdout(std::process::Stdio::piped())
@@ -145,7 +145,7 @@ fn silent_peer_times_out() {
     let bin = env!("CARGO_BIN_EXE_rverbs");
     let env = ("RVERBS_HANDSHAKE_TIMEOUT_MS", "1000");
     // Our client against a server that accepts and stays silent.
-    let l = std::net::TcpListener::bind(("127.0.0.1", 19698)).unwrap();
+    let l = std::net::TcpListener::bind(("127.0.0.1", 19341)).unwrap();
     let t = std::thread::spawn(move || {
         let (s, _) = l.accept().unwrap();
         std::thread::sleep(Duration::from_secs(5));
@@ -153,7 +153,7 @@ fn silent_peer_times_out() {
     });
     let start = Instant::now();
     let o = Command::new(bin)
-        .args(["pingpong", "rc", "-p", "19698", "127.0.0.1"])
+        .args(["pingpong", "rc", "-p", "19341", "127.0.0.1"])
         .env(env.0, env.1)
         .output()
         .unwrap();
@@ -172,7 +172,7 @@ fn silent_peer_times_out() {
 
     // Our server against a client that connects and stays silent.
     let mut server = Command::new(bin)
-        .args(["pingpong", "rc", "-p", "19699"])
+        .args(["pingpong", "rc", "-p", "19342"])
         .env(env.0, env.1)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -180,7 +180,7 @@ fn silent_peer_times_out() {
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
     let c = loop {
-        if let Ok(c) = std::net::TcpStream::connect(("127.0.0.1", 19699)) {
+        if let Ok(c) = std::net::TcpStream::connect(("127.0.0.1", 19342)) {
             break c;
         }
         assert!(Instant::now() < deadline, "server never listened");
