@@ -14,6 +14,11 @@ use rverbs_wire::psn::Psn;
 use rverbs_wire::{ipv4, ipv6};
 use std::net::IpAddr;
 
+/// The largest RDMA WRITE or READ a RETH may ask for: 2^31 bytes, IBTA's largest
+/// message (the DMA Length field is 32 bits wide); a longer one is an invalid request
+/// (rxe `rxe_resp.c` `check_length`: NAK invalid request).
+const MAX_DMA_LEN: usize = 1 << 31;
+
 /// How a request ends when it cannot be carried out (IBTA 9.9.2, error classes).
 enum Fail {
     /// Class B: NAK sequence error (once) and drop.
@@ -270,6 +275,9 @@ impl Qp {
                 if info.starts_message {
                     let reth = pkt.reth().expect("WRITE FIRST/ONLY has a RETH");
                     let len = reth.dma_len() as usize;
+                    if len > MAX_DMA_LEN {
+                        return Err(Fail::Fatal(NakCode::InvalidRequest, None));
+                    }
                     let seg = if len == 0 {
                         None
                     } else {
@@ -307,8 +315,10 @@ impl Qp {
             OpKind::RdmaReadRequest => {
                 let reth = pkt.reth().expect("READ request has a RETH");
                 let len = reth.dma_len() as usize;
-                // Not enabled on the QP: invalid request (rxe `check_op_valid`).
-                let seg = if !access.contains(Access::REMOTE_READ) {
+                // Not enabled on the QP: invalid request (rxe `check_op_valid`); so is
+                // a length past the largest message (`MAX_DMA_LEN`), whose responses
+                // would also wrap the 24-bit PSN space back onto the request's PSN.
+                let seg = if !access.contains(Access::REMOTE_READ) || len > MAX_DMA_LEN {
                     return Err(Fail::Fatal(NakCode::InvalidRequest, None));
                 } else if len == 0 {
                     crate::objects::Seg {

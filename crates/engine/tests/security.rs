@@ -657,3 +657,62 @@ fn bad_local_sge_behind_an_outstanding_send_completes_in_order() {
     );
     assert_eq!(sim.engines[0].qp_state(a.qpn), Some(QpState::Err));
 }
+
+/// A 4 GiB region of zeros that allocates nothing (for RETH lengths past 2^31).
+struct Huge;
+impl Memory for Huge {
+    fn len(&self) -> usize {
+        1 << 32
+    }
+    fn read(&self, _: usize, dst: &mut [u8]) {
+        dst.fill(0)
+    }
+    fn write(&self, _: usize, _: &[u8]) {}
+    fn atomic(&self, _: usize, _: AtomicOp) -> u64 {
+        0
+    }
+}
+
+/// A READ or WRITE longer than 2^31 bytes (IBTA's largest message) is an invalid
+/// request (rxe `check_length`), even where the region is that large: a READ of
+/// 2^32 - 1 bytes at MTU 256 was answered, its 2^24 response PSNs wrapping the
+/// responder's expected PSN back onto the request's own (so its resend ran again as a
+/// new READ instead of being a duplicate).
+#[test]
+fn a_reth_longer_than_2_gib_is_an_invalid_request() {
+    for op in [Opcode::RC_RDMA_READ_REQUEST, Opcode::RC_RDMA_WRITE_FIRST] {
+        let mut sim = Sim::new(2, false, LinkConfig::default(), 21);
+        let o = PairOpts {
+            psn: [100, 900],
+            mtu: Mtu::M256,
+            ..Default::default()
+        };
+        let (_a, b) = pair(&mut sim, &o);
+        let access = Access::REMOTE_READ | Access::REMOTE_WRITE | Access::LOCAL_WRITE;
+        let k = sim.engines[1]
+            .reg_mr(b.pd, Arc::new(Huge), 0x1_0000_0000, access)
+            .unwrap();
+        let payload = [0u8; 256];
+        let body: &[u8] = if op == Opcode::RC_RDMA_READ_REQUEST {
+            &[]
+        } else {
+            &payload
+        };
+        let req = PacketRepr {
+            reth: Some(RethRepr {
+                va: 0x1_0000_0000,
+                rkey: k.rkey,
+                dma_len: (1 << 31) + 1,
+            }),
+            ..PacketRepr::new(bth(op, b.qpn, 100), body)
+        };
+        let p = craft(&sim, 0, 1, &req);
+        rx(&mut sim, &p);
+        let now = sim.now;
+        let answer = sim.engines[1]
+            .poll_transmit(now)
+            .map(|t| Pkt { from: 1, t }.line())
+            .expect("an answer");
+        assert!(answer.contains("NAK-INV"), "{op:?}: {answer}");
+    }
+}
