@@ -78,6 +78,7 @@ impl Srq {
     /// `ibv_post_srq_recv` of one receive. ENOMEM when the SRQ is full, EINVAL with
     /// more SGEs than `max_sge`.
     pub fn post_recv(&self, wr_id: u64, bufs: &[LocalBuf<'_>]) -> Result<()> {
+        crate::verbs::sge_lens_fit("post_srq_recv", bufs.iter().map(LocalBuf::byte_len))?;
         let wr = RecvWr {
             wr_id,
             sg_list: bufs.iter().map(LocalBuf::sge).collect(),

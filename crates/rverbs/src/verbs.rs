@@ -36,6 +36,19 @@ pub(crate) fn check_not_in_with(verb: &'static str) -> Result<()> {
     Ok(())
 }
 
+/// EINVAL when a buffer is 4 GiB or longer: `ibv_sge.length` (and the engine's) is 32
+/// bits, and such a buffer was cut short to its length modulo 2^32.
+pub(crate) fn sge_lens_fit(
+    verb: &'static str,
+    lens: impl IntoIterator<Item = usize>,
+) -> Result<()> {
+    if lens.into_iter().any(|n| u32::try_from(n).is_err()) {
+        let why = "a buffer of 4 GiB or more (an SGE's length is 32 bits)";
+        return Err(rverbs_engine::VerbError::new(verb, rverbs_engine::Errno::Inval, why).into());
+    }
+    Ok(())
+}
+
 /// Counts a thread's [`Mr::with`] depth, also when the closure panics.
 struct WithGuard;
 
@@ -453,11 +466,16 @@ impl Mr {
     /// What a peer needs to read, write or use atomics on `range` of this region.
     ///
     /// # Panics
-    /// If `range` is not inside the region.
+    /// If `range` is not inside the region, or is 4 GiB or longer (a RETH's DMA
+    /// length is 32 bits).
     pub fn remote(&self, range: Range<usize>) -> RemoteBuf {
         assert!(
             range.start <= range.end && range.end <= self.len,
             "RemoteBuf range outside the MR"
+        );
+        assert!(
+            u32::try_from(range.end - range.start).is_ok(),
+            "RemoteBuf of 4 GiB or more"
         );
         RemoteBuf {
             addr: self.addr + range.start as u64,
@@ -507,6 +525,12 @@ pub struct LocalBuf<'a> {
 }
 
 impl LocalBuf<'_> {
+    /// The buffer's length in bytes.
+    pub(crate) fn byte_len(&self) -> usize {
+        self.len
+    }
+
+    /// (Callers check [`sge_lens_fit`] first: `length` is 32 bits.)
     pub(crate) fn sge(&self) -> Sge {
         Sge {
             addr: self.mr.addr + self.offset as u64,
@@ -1255,6 +1279,7 @@ impl Qp {
         if let Some(r) = &self.raw {
             return self.post_send_raw(r, wr);
         }
+        sge_lens_fit("post_send", wr.bufs.as_slice().iter().map(|b| b.len))?;
         let s = self.shared();
         let mut e = s.lock_verb("post_send")?;
         let now = s.now();
@@ -1286,8 +1311,9 @@ impl Qp {
         let now = s.now();
         let mut failed = None;
         for (i, wr) in wrs.iter().enumerate() {
-            if let Err(err) = e.post_send(self.qpn, wr.to_engine(), now) {
-                failed = Some((i, Error::from(err)));
+            let fits = sge_lens_fit("post_send", wr.bufs.as_slice().iter().map(|b| b.len));
+            if let Err(err) = fits.and_then(|()| Ok(e.post_send(self.qpn, wr.to_engine(), now)?)) {
+                failed = Some((i, err));
                 break;
             }
         }
@@ -1366,6 +1392,7 @@ impl Qp {
         if let Some(r) = &self.raw {
             return self.post_recv_raw(r, wr_id, bufs);
         }
+        sge_lens_fit("post_recv", bufs.iter().map(|b| b.len))?;
         let s = self.shared();
         let wr = RecvWr {
             wr_id,
@@ -1875,5 +1902,17 @@ mod tests {
         );
         drop(second);
         assert_eq!(window(&first).0, 24, "alone again");
+    }
+}
+
+#[cfg(test)]
+mod sge_tests {
+    /// A buffer of 4 GiB or more is EINVAL (its SGE length would be cut to 32 bits).
+    #[test]
+    fn buffers_of_4_gib_or_more_are_refused() {
+        assert!(super::sge_lens_fit("post_send", [0, 8, u32::MAX as usize]).is_ok());
+        let e = super::sge_lens_fit("post_send", [8, 1 << 32]).unwrap_err();
+        assert_eq!(e.errno(), libc::EINVAL);
+        assert!(super::sge_lens_fit("post_recv", [(1 << 32) + 16]).is_err());
     }
 }
