@@ -10,32 +10,12 @@
 mod common;
 use common::*;
 use rverbs::*;
-use std::time::{Duration, Instant};
 
 const ROUNDS: u64 = 200;
 /// Paths with a connected socket at most (`conn_tx::MAX_CONNECTED`).
 const MAX_CONNECTED: u8 = 64;
 /// The ping-pong's TTL; the paths that take the slots use 100, 101, ...
 const TTL: u8 = 42;
-
-/// The next completion, sleeping in `Cq::wait` (no spin); fails after 10 s.
-fn next(cq: &Cq) -> Wc {
-    let start = Instant::now();
-    let mut wc = [Wc::default()];
-    loop {
-        let n = cq
-            .wait(&mut wc, Duration::ZERO, Duration::from_millis(1))
-            .unwrap();
-        if n == 1 {
-            assert_eq!(wc[0].status, WcStatus::Success, "{:?}", wc[0]);
-            return wc[0];
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "no completion in 10 s"
-        );
-    }
-}
 
 #[test]
 fn unconnected_sends_with_a_ttl_keep_ack_before_next_request() {
@@ -67,39 +47,8 @@ fn unconnected_sends_with_a_ttl_keep_ack_before_next_request() {
     }
     let (a, b) = (end(ctx.clone(), 4096), end(ctx.clone(), 4096));
     connect(&a, &b, &with_ttl(TTL));
-    let server = std::thread::spawn(move || {
-        b.qp.post_recv(0, &[b.mr.slice(0..64)]).unwrap();
-        for i in 0..ROUNDS {
-            let wc = next(&b.cq);
-            assert_eq!((wc.opcode, wc.byte_len), (WcOpcode::Recv, 8), "round {i}");
-            b.qp.post_recv(i + 1, &[b.mr.slice(0..64)]).unwrap();
-            b.qp.post_send(&SendRequest::send(i, &[b.mr.slice(64..72)]))
-                .unwrap();
-            // The client's next message follows our echo's ACK: the echo completes
-            // first.
-            let wc = next(&b.cq);
-            assert_eq!((wc.opcode, wc.wr_id), (WcOpcode::Send, i), "round {i}");
-        }
-    });
-    a.qp.post_recv(0, &[a.mr.slice(0..64)]).unwrap();
-    for i in 0..ROUNDS {
-        a.qp.post_send(&SendRequest::send(i, &[a.mr.slice(64..72)]))
-            .unwrap();
-        let (mut sent, mut echoed) = (false, false);
-        while !(sent && echoed) {
-            let wc = next(&a.cq);
-            match wc.opcode {
-                WcOpcode::Send => sent = true,
-                WcOpcode::Recv => {
-                    a.qp.post_recv(i + 1, &[a.mr.slice(0..64)]).unwrap();
-                    echoed = true;
-                }
-                o => panic!("round {i}: unexpected {o:?}"),
-            }
-        }
-    }
-    server.join().unwrap();
-    drop((a, fillers, ctx));
+    ping_pong_in_order(a, b, ROUNDS);
+    drop((fillers, ctx));
     // The ping-pong took the path the test means: its datagrams left from port 4791
     // (the unconnected socket), not from a connected socket's port.
     let cap = std::fs::read(&pcap).unwrap();
