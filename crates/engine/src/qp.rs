@@ -586,6 +586,13 @@ impl Qp {
         match next {
             QpState::Reset => self.reset(),
             QpState::Err if prev != QpState::Err => self.flush(ctx),
+            // Already in the error state after a fatal NAK, whose earlier responses
+            // and the NAK itself were still to leave (`next_response`): the
+            // application's move to ERR stops them, as it does any responder output.
+            QpState::Err => {
+                self.out.clear();
+                self.pending_nak = None;
+            }
             QpState::Sqd => {
                 self.sqd_notified = false;
                 // The drain completes on the ACKs of what is out: ask for them now
@@ -953,7 +960,11 @@ impl Qp {
             } else {
                 psn.next()
             };
-            if end.is_after(self.sent_psn_end) {
+            // Forward distances from `comp_psn`, not the signed PSN compare: a READ of
+            // 2^23 packets (2 GiB at MTU 256) ends exactly half the PSN space ahead,
+            // which the signed compare reads as behind, and `sent_psn_end` (which
+            // bounds the responses accepted) would stay put.
+            if end.forward_from(self.comp_psn) > self.sent_psn_end.forward_from(self.comp_psn) {
                 self.sent_psn_end = end;
             }
             if rc && self.unacked_since.is_none() {

@@ -716,3 +716,52 @@ fn a_reth_longer_than_2_gib_is_an_invalid_request() {
         assert!(answer.contains("NAK-INV"), "{op:?}: {answer}");
     }
 }
+
+/// A READ of exactly 2^31 bytes (the largest message) at MTU 256 is 2^23 response
+/// PSNs: its responses are accepted. Its end lies exactly half the PSN space ahead,
+/// which the signed PSN compare read as behind: the requester's end of what it sent
+/// stayed put, and every response was dropped as a ghost (a response past what was
+/// sent) until the READ failed with retries exhausted.
+#[test]
+fn the_responses_of_a_2_gib_read_are_accepted() {
+    let mut sim = Sim::new(2, false, LinkConfig::default(), 21);
+    let o = PairOpts {
+        psn: [100, 900],
+        mtu: Mtu::M256,
+        ..Default::default()
+    };
+    let (a, b) = pair(&mut sim, &o);
+    let local = sim.engines[0]
+        .reg_mr(a.pd, Arc::new(Huge), 0x1_0000_0000, Access::LOCAL_WRITE)
+        .unwrap();
+    let remote = sim.engines[1]
+        .reg_mr(b.pd, Arc::new(Huge), 0x1_0000_0000, Access::REMOTE_READ)
+        .unwrap();
+    let sge = Sge {
+        addr: 0x1_0000_0000,
+        length: 1 << 31,
+        lkey: local.lkey,
+    };
+    let mut w = SendWr::send(1, vec![sge]);
+    w.opcode = WrOpcode::RdmaRead;
+    w.remote_addr = 0x1_0000_0000;
+    w.rkey = remote.rkey;
+    w.flags = SendFlags::SIGNALED;
+    let now = sim.now;
+    sim.engines[0].post_send(a.qpn, w, now).unwrap();
+    let req = tx(&mut sim, 0);
+    assert_eq!(req.len(), 1);
+    rx_all(&mut sim, &req);
+    // The first responses (the responder streams 2^23 of them; a few are enough).
+    let mut got = 0;
+    while got < 8 {
+        let now = sim.now;
+        let Some(t) = sim.engines[1].poll_transmit(now) else {
+            break;
+        };
+        rx(&mut sim, &Pkt { from: 1, t });
+        got += 1;
+    }
+    assert_eq!(got, 8);
+    assert_eq!(sim.engines[0].counters().rx_ghost_responses, 0);
+}

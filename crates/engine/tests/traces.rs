@@ -1123,6 +1123,35 @@ fn fatal_nak_goes_after_the_read_responses_queued_before_it() {
     assert_eq!(sim.engines[0].qp_state(a.qpn), Some(QpState::Err));
 }
 
+/// After a fatal NAK the QP is already in the error state, with earlier READ responses
+/// and the NAK still to leave: the application moving it to ERR stops them, as a move
+/// to ERR stops any responder output (they kept streaming, the flush being skipped for
+/// a QP already in ERR).
+#[test]
+fn moving_to_err_after_a_fatal_nak_stops_what_was_still_to_leave() {
+    let mut sim = sim2();
+    let (a, b) = pair(&mut sim, &opts());
+    send(
+        &mut sim,
+        &a,
+        rdma(1, WrOpcode::RdmaRead, sge(&a, 0, 3000), &b, 0),
+    );
+    let mut w = rdma(2, WrOpcode::RdmaWrite, sge(&a, 4096, 16), &b, 0);
+    w.rkey ^= 0x55;
+    send(&mut sim, &a, w);
+    let p = tx(&mut sim, 0);
+    rx_all(&mut sim, &p);
+    assert_eq!(sim.engines[1].qp_state(b.qpn), Some(QpState::Err));
+    let attr = rverbs_engine::modify::QpAttr {
+        qp_state: QpState::Err,
+        ..Default::default()
+    };
+    sim.engines[1]
+        .modify_qp(b.qpn, &attr, rverbs_engine::modify::QpAttrMask::STATE, 0)
+        .unwrap();
+    assert!(tx(&mut sim, 1).is_empty(), "sent after the move to ERR");
+}
+
 /// The same with an atomic before the failing WRITE: its ATOMIC ACKNOWLEDGE, with the
 /// original value, leaves before the NAK, and the atomic executed once.
 #[test]
