@@ -101,8 +101,15 @@ pub(crate) fn process(
         }
     }
     if m == method::TRAP_REPRESS {
-        // The BMA sends each trap once, so a repress needs nothing more; it goes on
-        // to the agents (opa-ff checks its B_Key all the same).
+        // The BMA sends each trap once, so a repress of one of its traps (its TID:
+        // the port's own counter, high half 0, as no agent has id 0) needs nothing
+        // more and is consumed: left to the agents, none owned it and it counted as a
+        // dropped QP1 MAD. Other represses go on to the agents (opa-ff checks the
+        // B_Key all the same).
+        let tid = h.transaction_id();
+        if tid >> 32 == 0 && tid != 0 && tid <= p.bma.tid {
+            return MadResult::SUCCESS | MadResult::CONSUMED;
+        }
         return MadResult::SUCCESS;
     }
     match (m, attr_id) {

@@ -973,3 +973,28 @@ fn the_b_key_lease_ends_for_local_gets_too() {
         (false, 0xb0b)
     );
 }
+
+/// A TrapRepress of one of the BMA's own traps (its TID) is consumed: each trap is sent
+/// once, so nothing more is to be done. It went on to the agents, where none owned it
+/// and it counted as a dropped QP1 MAD. A repress with another TID still goes on.
+#[test]
+fn a_trap_repress_of_our_own_bm_trap_is_consumed() {
+    let c = Counters::default();
+    let mut p = port();
+    p.set_b_key(0xb0b, true);
+    let wc = wc_from(0x42, 7);
+    let grh = grh_v4([127, 0, 0, 2], [127, 0, 0, 3]);
+    let set = bm(method::SET, attr::BM_BKEY_INFO, 0xdead);
+    assert_eq!(
+        p.process_mad(0, &c, 0, PORT, Some(&wc), Some(&grh), &set).0,
+        CONSUMED
+    );
+    let trap = p.poll_trap().expect("trap 259");
+    let mut repress = bm(method::TRAP_REPRESS, attr::NOTICE, 0xb0b);
+    repress[8..16].copy_from_slice(&trap.mad[8..16]);
+    let r = p.process_mad(SEC, &c, 0, PORT, Some(&wc), Some(&grh), &repress);
+    assert_eq!(r, (CONSUMED, repress));
+    repress[8..16].copy_from_slice(&((5u64 << 32) | 1).to_be_bytes());
+    let r = p.process_mad(SEC, &c, 0, PORT, Some(&wc), Some(&grh), &repress);
+    assert_eq!(r, (MadResult::SUCCESS, repress));
+}
