@@ -11,11 +11,9 @@ use driver::*;
 use rverbs_engine::modify::{QpAttr, QpAttrMask};
 use rverbs_engine::sim::{LinkConfig, Sim};
 use rverbs_engine::*;
-use rverbs_wire::bth::BthRepr;
 use rverbs_wire::ext::{AtomicEthRepr, RethRepr};
 use rverbs_wire::opcode::Opcode;
 use rverbs_wire::packet::PacketRepr;
-use rverbs_wire::psn::Psn;
 use std::sync::Arc;
 
 const MEM: usize = 1 << 16;
@@ -243,21 +241,6 @@ fn write_out_of_bounds() {
     );
     assert!(b.mem.snapshot() == before);
     assert_eq!(sim.engines[1].qp_state(b.qpn), Some(QpState::Err));
-}
-
-fn bth(opcode: Opcode, qpn: u32, psn: u32) -> BthRepr {
-    BthRepr {
-        opcode,
-        solicited: false,
-        mig_req: true,
-        pad: 0,
-        pkey: 0xffff,
-        fecn: false,
-        becn: false,
-        dest_qp: qpn,
-        ack_req: true,
-        psn: Psn::new(psn),
-    }
 }
 
 #[test]

@@ -1269,7 +1269,6 @@ fn ack_for_a_psn_not_yet_sent_is_a_ghost() {
     use rverbs_wire::ext::{AethRepr, Syndrome};
     use rverbs_wire::opcode::Opcode;
     use rverbs_wire::packet::PacketRepr;
-    use rverbs_wire::psn::Psn;
     let mut sim = sim2();
     let o = PairOpts {
         mem_len: 1 << 20,
@@ -1289,16 +1288,9 @@ fn ack_for_a_psn_not_yet_sent_is_a_ghost() {
     // The WRITE's last PSN, 399, and one inside its unsent part, 300.
     for psn in [399, 300] {
         let bth = BthRepr {
-            opcode: Opcode::RC_ACKNOWLEDGE,
-            solicited: false,
             mig_req: false,
-            pad: 0,
-            pkey: 0xffff,
-            fecn: false,
-            becn: false,
-            dest_qp: a.qpn,
             ack_req: false,
-            psn: Psn::new(psn),
+            ..bth(Opcode::RC_ACKNOWLEDGE, a.qpn, psn)
         };
         let aeth = AethRepr {
             syndrome: Syndrome::ACK,

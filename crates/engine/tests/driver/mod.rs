@@ -6,9 +6,11 @@
 
 use rverbs_engine::sim::Sim;
 use rverbs_engine::*;
+use rverbs_wire::bth::BthRepr;
 use rverbs_wire::ext::{NakCode, Syndrome};
 use rverbs_wire::opcode::Opcode;
 use rverbs_wire::packet::{Packet, PacketRepr};
+use rverbs_wire::psn::Psn;
 
 /// A datagram one engine sent.
 #[derive(Clone)]
@@ -129,4 +131,21 @@ pub fn craft(sim: &Sim, from: usize, to: usize, repr: &PacketRepr<'_>) -> Pkt {
 /// Every pending asynchronous event of engine `i`.
 pub fn events(sim: &mut Sim, i: usize) -> Vec<AsyncEvent> {
     std::iter::from_fn(|| sim.engines[i].poll_event()).collect()
+}
+
+/// A BTH for a hand-made packet to QP `qpn` at PSN `psn` (P_Key default, AckReq and
+/// MigReq set, as a requester sends them).
+pub fn bth(opcode: Opcode, qpn: u32, psn: u32) -> BthRepr {
+    BthRepr {
+        opcode,
+        solicited: false,
+        mig_req: true,
+        pad: 0,
+        pkey: 0xffff,
+        fecn: false,
+        becn: false,
+        dest_qp: qpn,
+        ack_req: true,
+        psn: Psn::new(psn),
+    }
 }
