@@ -239,28 +239,9 @@ fn atomic_type_picks_the_operation_on_the_wire() {
 /// the handshake timeout (shortened here to 1 s), not a hang.
 #[test]
 fn silent_peer_times_out() {
-    use std::time::{Duration, Instant};
-    let l = std::net::TcpListener::bind(("127.0.0.1", 19693)).unwrap();
-    let t = std::thread::spawn(move || {
-        let (s, _) = l.accept().unwrap();
-        std::thread::sleep(Duration::from_secs(5));
-        drop(s);
-    });
-    let start = Instant::now();
-    let o = std::process::Command::new(env!("CARGO_BIN_EXE_rverbs"))
-        .args(["perf", "write", "bw", "-n", "5", "-p", "19693", "127.0.0.1"])
-        .env("RVERBS_HANDSHAKE_TIMEOUT_MS", "1000")
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&o.stderr).to_string();
-    assert!(!o.status.success());
-    assert!(
-        start.elapsed() < Duration::from_secs(4),
-        "{:?}",
-        start.elapsed()
-    );
+    let args = ["perf", "write", "bw", "-n", "5", "-p", "19693", "127.0.0.1"];
+    let text = common::against_silent_server(19693, &args);
     assert!(text.contains("the peer sent nothing"), "{text}");
-    let _ = t.join();
 }
 
 /// The wait for the peer's end of a run has no handshake timeout: a `-D 2` run with

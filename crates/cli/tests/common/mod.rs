@@ -155,3 +155,30 @@ pub fn json_field<'a>(line: &'a str, key: &str) -> &'a str {
     let rest = &line[at..];
     &rest[..rest.find([',', '}']).unwrap_or(rest.len())]
 }
+
+/// Runs `rverbs ARGS` (a client of a TCP exchange on 127.0.0.1:`port`) against a server
+/// that accepts and then says nothing for 5 s, with the handshake timeout shortened to
+/// 1 s: the run must fail within 4 s. Returns its stderr.
+pub fn against_silent_server(port: u16, args: &[&str]) -> String {
+    use std::time::{Duration, Instant};
+    let l = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
+    let t = std::thread::spawn(move || {
+        let (s, _) = l.accept().unwrap();
+        std::thread::sleep(Duration::from_secs(5));
+        drop(s);
+    });
+    let start = Instant::now();
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_rverbs"))
+        .args(args)
+        .env("RVERBS_HANDSHAKE_TIMEOUT_MS", "1000")
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(
+        start.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        start.elapsed()
+    );
+    let _ = t.join();
+    String::from_utf8_lossy(&o.stderr).to_string()
+}
