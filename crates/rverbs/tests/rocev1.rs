@@ -182,8 +182,17 @@ fn rc_send_and_read_over_v1() {
     .unwrap();
     assert_eq!(wait(&cqa).wr_id, 3);
     assert_eq!(&mra.to_vec()[8192..13192], &msg[..]);
-    // It all went as RoCE v1 frames, none through the UDP sockets' v2 path.
-    let (sa, sb) = (a.roce_v1_stats().unwrap(), b.roce_v1_stats().unwrap());
+    // It all went as RoCE v1 frames, none through the UDP sockets' v2 path. (B counts
+    // a frame once it is sent, which may be after A completed on it: wait for the
+    // count to catch up with what A received.)
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let (sa, sb) = loop {
+        let (sa, sb) = (a.roce_v1_stats().unwrap(), b.roce_v1_stats().unwrap());
+        if sb.tx_frames >= sa.rx_frames || std::time::Instant::now() > deadline {
+            break (sa, sb);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    };
     assert!(sa.tx_frames >= 6 && sb.tx_frames >= 6, "{sa:?} {sb:?}");
     assert_eq!(sa.rx_frames, sb.tx_frames, "{sa:?} {sb:?}");
     assert_eq!(sa.rx_icrc_errors + sb.rx_icrc_errors, 0);
