@@ -60,3 +60,12 @@ pub fn grh_ah(data: &[u8]) {
         }
     }
 }
+
+/// `same_host_ring`: the bytes are the memory of an inbound same-host ring (a 4 KiB
+/// header, then a 4 KiB data area; short input is zero-filled), which the reader
+/// drains as it would a peer's. It must never panic, and it can hand over no more
+/// payload than its four passes over a 4 KiB area hold.
+pub fn same_host_ring(data: &[u8]) {
+    let n = rverbs::fuzz_same_host_ring(data);
+    assert!(n <= 4 * 4096, "{n} payload bytes out of a 4 KiB ring");
+}

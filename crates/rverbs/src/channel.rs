@@ -167,7 +167,10 @@ impl ChannelInner {
             fds.clear();
             fds.push(self.events.fd.as_raw_fd());
             fds.extend(shared.socket_fds());
-            if sys::poll_readable(&fds, sys::poll_ms(sleep), &mut ready).is_err() {
+            if shared
+                .poll_wait(&fds, sys::poll_ms(sleep), &mut ready)
+                .is_err()
+            {
                 std::thread::sleep(Duration::from_millis(1));
                 continue;
             }

@@ -409,7 +409,7 @@ pub(crate) fn body_of<'a>(bodies: &[&'a [u8]], k: usize) -> &'a [u8] {
     bodies.get(k).copied().unwrap_or(&[])
 }
 
-fn current_netns() -> Option<(u64, u64)> {
+pub(crate) fn current_netns() -> Option<(u64, u64)> {
     use std::os::unix::fs::MetadataExt;
     let m = std::fs::metadata("/proc/thread-self/ns/net").ok()?;
     Some((m.dev(), m.ino()))

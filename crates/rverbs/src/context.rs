@@ -77,6 +77,10 @@ struct RxBatch {
     /// removed socket closes as soon as it did when receivers took their own copy.
     socks: Arc<SocketList>,
     socks_gen: u64,
+    /// The same-host carrier's inbound rings `receive` reads, and the list's
+    /// generation then.
+    links: Arc<Vec<Arc<crate::same_host::InLink>>>,
+    links_gen: u64,
 }
 
 /// How many buffers a non-sleeping receive asks one socket for. With more buffers
@@ -180,6 +184,10 @@ struct TxBatch {
     plan: TxPlan,
     /// The peers' connected sockets (`conn_tx.rs`).
     conn: crate::conn_tx::ConnTx,
+    /// Datagrams the same-host carrier took (`same_host.rs`), and the queue's rest:
+    /// reused.
+    carried: Vec<Transmit>,
+    rest: Vec<Transmit>,
 }
 
 #[derive(Default)]
@@ -256,6 +264,11 @@ pub(crate) struct Shared {
     /// engine lock when none is).
     pub(crate) cq_armed: AtomicBool,
     wake: OwnedFd,
+    /// The same-host carrier (`same_host.rs`), unless off or in raw mode.
+    pub(crate) same_host: Option<crate::same_host::SameHost>,
+    /// Set by `poll_wait` when only a same-host doorbell woke it: the next `receive`
+    /// leaves the sockets alone.
+    skip_sockets_once: AtomicBool,
     epoch: Instant,
     shutdown: AtomicBool,
     pub(crate) info: DeviceInfo,
@@ -340,9 +353,21 @@ impl Shared {
             // The fast path: everything the engine has goes out in one sendmmsg per
             // socket.
             let mut tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
-            let TxBatch { queue, plan, conn } = &mut *tx;
+            let TxBatch {
+                queue,
+                plan,
+                conn,
+                carried,
+                rest,
+            } = &mut *tx;
             while let Some(t) = engine.poll_transmit(now) {
                 queue.push(t);
+            }
+            if let Some(sh) = self.same_host.as_ref().filter(|_| !queue.is_empty()) {
+                self.send_same_host(sh, now, queue, carried, rest);
+                for t in carried.drain(..) {
+                    engine.recycle(t.payload);
+                }
             }
             if !queue.is_empty() {
                 self.send_all(queue, plan, conn);
@@ -433,6 +458,81 @@ impl Shared {
             return self.send_udp(&t2);
         }
         self.send_udp(t)
+    }
+
+    /// Moves the datagrams of `queue` whose destination is another rverbs context of
+    /// this host into its ring (`same_host.rs`), and into `carried`; the rest stay in
+    /// `queue`, in order. (`rest`: scratch.)
+    fn send_same_host(
+        &self,
+        sh: &crate::same_host::SameHost,
+        now: Nanos,
+        queue: &mut Vec<Transmit>,
+        carried: &mut Vec<Transmit>,
+        rest: &mut Vec<Transmit>,
+    ) {
+        let mut ring: Option<(IpAddr, Option<crate::same_host::Handle<'_>>)> = None;
+        for mut t in queue.drain(..) {
+            if t.dst.is_multicast() || t.roce_v1 {
+                rest.push(t);
+                continue;
+            }
+            // One ring locked per run of datagrams to one peer.
+            if ring.as_ref().map(|(d, _)| *d) != Some(t.dst) {
+                // (The last run's ring first: it holds the carrier's lock.)
+                drop(ring.take());
+                ring = Some((t.dst, sh.writer_for(t.dst, now)));
+            }
+            let Some((_, Some(h))) = &mut ring else {
+                rest.push(t);
+                continue;
+            };
+            t.materialize();
+            if self.fills_icrc {
+                // As from the device's socket: port 4791, IPv4 ID 0.
+                rverbs_engine::net::fill_icrc(t.src, t.dst, ROCE_PORT, &mut t.payload);
+            }
+            let meta = IpMeta {
+                hop_limit: t.hop_limit,
+                traffic_class: t.traffic_class,
+                flow_label: t.flow_label,
+            };
+            self.carry(h, t.src, t.dst, meta, &t.payload);
+            carried.push(t);
+        }
+        drop(ring);
+        std::mem::swap(queue, rest);
+    }
+
+    /// Writes one datagram into a same-host ring, with its capture record, carrying
+    /// what a datagram from the device's socket would (port 4791, the socket's
+    /// default TTL for 0, no flow label).
+    fn carry(
+        &self,
+        h: &mut crate::same_host::Handle<'_>,
+        src: IpAddr,
+        dst: IpAddr,
+        meta: IpMeta,
+        bytes: &[u8],
+    ) {
+        let ip = IpMeta {
+            hop_limit: if meta.hop_limit == 0 {
+                64
+            } else {
+                meta.hop_limit
+            },
+            flow_label: 0,
+            ..meta
+        };
+        self.record(src, dst, ROCE_PORT, ip, bytes);
+        h.push(
+            &crate::same_host::RecordMeta {
+                src,
+                src_port: ROCE_PORT,
+                ip,
+            },
+            bytes,
+        );
     }
 
     fn send_udp(&self, t: &Transmit) {
@@ -738,6 +838,12 @@ impl Shared {
     }
 
     fn send_raw(&self, src: IpAddr, dst: IpAddr, meta: IpMeta, bytes: &[u8]) {
+        if let Some(sh) = self.same_host.as_ref().filter(|_| !dst.is_multicast()) {
+            if let Some(mut h) = sh.writer_for(dst, self.now()) {
+                self.carry(&mut h, src, dst, meta, bytes);
+                return;
+            }
+        }
         let socks = self.sockets.read().unwrap_or_else(|e| e.into_inner());
         let Some((_, sock)) = socks.iter().find(|(a, _)| *a == src).or_else(|| {
             socks
@@ -822,6 +928,8 @@ impl Shared {
             poll,
             socks,
             socks_gen,
+            links,
+            links_gen,
         } = &mut *rx;
         // The generation first, then the list: a change made after the load is
         // seen next time at the latest.
@@ -833,12 +941,14 @@ impl Shared {
         let socks = &**socks;
         let buf = &mut buf[..];
         let mut got = 0;
+        let skip_sockets = self.skip_sockets_once.load(Ordering::Relaxed)
+            && self.skip_sockets_once.swap(false, Ordering::Relaxed);
         // Datagrams queued right after a one-buffer sleeping receive: a stream, whose
         // wake-ups should take a whole batch.
         let check_stream = std::mem::take(after_wake);
         poll.resize(socks.len(), PollBatch::default());
         for ((local, sock), pb) in socks.iter().zip(poll.iter_mut()) {
-            while got < budget {
+            while got < budget && !skip_sockets {
                 let Some(n) = pb.recv(sock, buf, list, hdrs) else {
                     break;
                 };
@@ -860,7 +970,78 @@ impl Shared {
                 self.flush(engine, now);
             }
         }
+        if let Some(sh) = &self.same_host {
+            let gen = sh.inbound_gen();
+            if gen != *links_gen {
+                (*links, *links_gen) = sh.inbound();
+            }
+            for link in links.iter() {
+                if got >= budget {
+                    break;
+                }
+                let closed = link.closed.load(Ordering::Acquire);
+                let r = link.reader.drain(budget - got, buf, |m, bytes| {
+                    self.ingest_from(
+                        engine, now, m.src, m.src_port, link.local, m.ip, bytes, steer,
+                    )
+                });
+                let n = match r {
+                    Ok(n) => n,
+                    Err(_) => {
+                        sh.remove(link, true);
+                        continue;
+                    }
+                };
+                sh.count_rx(n);
+                got += n;
+                if n > 0 {
+                    // As for a socket's batch (above).
+                    if defer && n < RX_BATCH {
+                        self.defer_answers(now);
+                    } else {
+                        self.flush(engine, now);
+                    }
+                }
+                if closed && !link.reader.pending() {
+                    sh.remove(link, false);
+                }
+            }
+        }
         got
+    }
+
+    /// Sleeps in `poll(2)` on `fds` and on the doorbells of the same-host carrier's
+    /// inbound rings (marked asleep meanwhile: `same_host.rs`), for at most `ms` —
+    /// not at all when records already wait. `ready` says which of `fds` are.
+    pub(crate) fn poll_wait(
+        &self,
+        fds: &[i32],
+        ms: i32,
+        ready: &mut Vec<bool>,
+    ) -> std::io::Result<()> {
+        let Some(sh) = &self.same_host else {
+            return sys::poll_readable(fds, ms, ready);
+        };
+        let links = sh.inbound().0;
+        if links.is_empty() {
+            return sys::poll_readable(fds, ms, ready);
+        }
+        let ms = if sh.arm(&links) { 0 } else { ms };
+        let mut all = Vec::with_capacity(fds.len() + 1);
+        all.extend_from_slice(fds);
+        all.push(sh.bell_fd());
+        let r = sys::poll_readable(&all, ms, ready);
+        let rung = ready.get(fds.len()).copied().unwrap_or(false);
+        sh.disarm(&links, rung);
+        ready.truncate(fds.len());
+        // None of `fds` was readable (the doorbell, records already waiting, or the
+        // time woke us): the next receive need not ask the sockets (one system call
+        // less on the wake-up's path; a datagram that came since is taken by the
+        // receive after).
+        if r.is_ok() && !ready.contains(&true) {
+            self.skip_sockets_once.store(true, Ordering::Relaxed);
+        }
+        r
     }
 
     /// Leaves what the engine answers to the datagrams just received (ACKs) to the next
@@ -908,6 +1089,10 @@ impl Shared {
     /// device with several sockets, or another thread already receiving): the caller
     /// then sleeps in `poll(2)`.
     pub(crate) fn sleep_receive(&self) -> Option<usize> {
+        // Same-host rings wake their sleepers through `poll_wait`.
+        if self.same_host.as_ref().is_some_and(|s| s.has_inbound()) {
+            return None;
+        }
         let (local, sock) = {
             let socks = self.sockets.read().unwrap_or_else(|e| e.into_inner());
             match socks.as_slice() {
@@ -974,9 +1159,34 @@ impl Shared {
         bytes: &mut [u8],
         steer: &mut (Vec<u8>, rverbs_flow::classify::Verdict),
     ) {
-        let (from, ip) = (r.from, r.meta.ip());
         let dst = r.meta.dst.unwrap_or(local);
-        self.record(from.ip(), dst, from.port(), ip, bytes);
+        self.ingest_from(
+            engine,
+            now,
+            r.from.ip(),
+            r.from.port(),
+            dst,
+            r.meta.ip(),
+            bytes,
+            steer,
+        );
+    }
+
+    /// One received datagram (from a socket or a same-host ring): capture, fault
+    /// injection, the engine.
+    #[allow(clippy::too_many_arguments)]
+    fn ingest_from(
+        &self,
+        engine: &mut Engine,
+        now: Nanos,
+        src: IpAddr,
+        src_port: u16,
+        dst: IpAddr,
+        ip: IpMeta,
+        bytes: &mut [u8],
+        steer: &mut (Vec<u8>, rverbs_flow::classify::Verdict),
+    ) {
+        self.record(src, dst, src_port, ip, bytes);
         let copies = match &self.faults {
             Some(f) => {
                 f.lock()
@@ -988,9 +1198,9 @@ impl Shared {
         };
         for _ in 0..copies {
             let d = Datagram {
-                src: from.ip(),
+                src,
                 dst,
-                src_port: from.port(),
+                src_port,
                 hop_limit: ip.hop_limit,
                 traffic_class: ip.traffic_class,
                 flow_label: ip.flow_label,
@@ -1168,6 +1378,21 @@ pub struct OpenOptions {
     /// elsewhere); `Some` forces it (or `RVERBS_WRITE_PIECES=1|0` with
     /// [`Context::open`]).
     pub write_pieces: Option<bool>,
+    /// Whether datagrams to other rverbs contexts of this host (and network
+    /// namespace) travel through shared memory instead of the kernel's UDP path (the
+    /// README's "Same-host carrier"; [`Context::same_host_stats`]). `None`, the
+    /// default: `RVERBS_SAME_HOST` (on when unset; `0` turns it off). Never in raw
+    /// mode.
+    pub same_host: Option<bool>,
+}
+
+/// `RVERBS_SAME_HOST`: `1` (or unset/empty) or `0`.
+fn same_host_from_env() -> Result<bool> {
+    match std::env::var("RVERBS_SAME_HOST").as_deref() {
+        Err(_) | Ok("") | Ok("1") => Ok(true),
+        Ok("0") => Ok(false),
+        Ok(other) => Err(bad_env("reading RVERBS_SAME_HOST", other, "\"1\" or \"0\"")),
+    }
 }
 
 /// `RVERBS_ACK_POLICY`: `coalesce` (or unset/empty) or `every-message`.
@@ -1518,6 +1743,7 @@ impl Context {
                     .filter(|s| !s.is_empty()),
                 ack_policy: ack_policy_from_env()?,
                 write_pieces: write_pieces_from_env()?,
+                same_host: None,
             },
         )
     }
@@ -1624,6 +1850,19 @@ impl Context {
         cfg.limits.active_mtu = info.active_mtu();
         let mut engine = Engine::new(cfg);
         crate::mad::set_identity(&mut engine, &info);
+        let wake = sys::eventfd().map_err(|e| Error::io("creating the driver's eventfd", e))?;
+        let same_host = match opts.same_host {
+            Some(on) => on,
+            None => same_host_from_env()?,
+        } && raw.is_none();
+        let same_host = if same_host {
+            Some(
+                crate::same_host::SameHost::start(&bound, &wake)
+                    .map_err(|e| Error::io("starting the same-host carrier", e))?,
+            )
+        } else {
+            None
+        };
         let shared = Arc::new(Shared {
             engine: Mutex::new(engine),
             hub: crate::channel::EventHub::new()?,
@@ -1644,6 +1883,8 @@ impl Context {
                 poll: Vec::new(),
                 socks: Arc::new(Vec::new()),
                 socks_gen: u64::MAX,
+                links: Arc::new(Vec::new()),
+                links_gen: u64::MAX,
                 steer: (Vec::new(), rverbs_flow::classify::Verdict::default()),
             }),
             gso,
@@ -1663,7 +1904,9 @@ impl Context {
             driver_wake_at: std::sync::atomic::AtomicU64::new(0),
             driver_standoff: AtomicBool::new(false),
             cq_armed: AtomicBool::new(false),
-            wake: sys::eventfd().map_err(|e| Error::io("creating the driver's eventfd", e))?,
+            wake,
+            same_host,
+            skip_sockets_once: AtomicBool::new(false),
             epoch: Instant::now(),
             shutdown: AtomicBool::new(false),
             info,
@@ -1745,6 +1988,12 @@ impl Context {
     /// steered, lost for want of a posted receive, ...), in raw mode with CAP_NET_RAW.
     pub fn raw_stats(&self) -> Option<rverbs_raw::RawStats> {
         self.shared().raw.as_ref()?.dev.as_ref().map(|d| d.stats())
+    }
+
+    /// Counts of the same-host carrier (`None` when it is off: `RVERBS_SAME_HOST=0`,
+    /// [`OpenOptions::same_host`], raw mode).
+    pub fn same_host_stats(&self) -> Option<crate::SameHostStats> {
+        self.shared().same_host.as_ref().map(|s| s.stats())
     }
 
     /// What the fault injector did so far (all zero without `RVERBS_FAULTS`).
@@ -1885,7 +2134,12 @@ fn driver(shared: Arc<Shared>) {
             ),
         };
         let ms = sys::poll_ms(until.saturating_sub(shared.now()));
-        if sys::poll_readable(watch, ms, &mut ready).is_err() {
+        let polled = if standing_off {
+            sys::poll_readable(watch, ms, &mut ready)
+        } else {
+            shared.poll_wait(watch, ms, &mut ready)
+        };
+        if polled.is_err() {
             std::thread::sleep(std::time::Duration::from_millis(1));
             continue;
         }

@@ -105,6 +105,7 @@ mod progress;
 mod qp_attr;
 mod raw;
 mod rawnet;
+mod same_host;
 mod srq;
 mod sys;
 pub mod sysfs;
@@ -134,6 +135,9 @@ pub use rverbs_engine::{
 pub use rverbs_flow as flow;
 pub use rverbs_raw::{IBV_DEVICE_MANAGED_FLOW_STEERING, IBV_DEVICE_RAW_IP_CSUM};
 pub use rverbs_wire::grh::Gid;
+#[doc(hidden)]
+pub use same_host::fuzz_ring as fuzz_same_host_ring;
+pub use same_host::SameHostStats;
 pub use srq::{Srq, SrqInitAttr};
 pub use verbs::{
     AccessFlags, Ah, AhAttrs, ConnectOpts, Cq, Flow, LocalBuf, Mr, Pd, PeerInfo, Qp, QpInitAttr,

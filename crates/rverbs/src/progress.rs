@@ -302,7 +302,7 @@ impl crate::Cq {
             if sleep < SLEEP_RECV_NS || shared.sleep_receive().is_none() {
                 let ms = crate::sys::poll_ms(sleep);
                 let mut ready = Vec::new();
-                let _ = crate::sys::poll_readable(&shared.socket_fds(), ms, &mut ready);
+                let _ = shared.poll_wait(&shared.socket_fds(), ms, &mut ready);
             }
             return self.poll(out);
         }

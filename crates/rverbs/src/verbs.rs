@@ -1069,8 +1069,13 @@ impl Qp {
         // to a peer with less room than ours get windows its buffer takes together
         // (`peer_window`).
         let peer_rcvbuf = match av {
+            // (With the same-host carrier the datagrams wait in its ring, no
+            // larger than this, instead: `same_host.rs`.)
             Some(h) if self.qp_type == QpType::Rc && s.info.is_loopback() => {
-                crate::context::peer_rcvbuf(h.av.dgid)
+                crate::context::peer_rcvbuf(h.av.dgid).map(|b| match &s.same_host {
+                    Some(_) => b.min(crate::same_host::DATA_BYTES),
+                    None => b,
+                })
             }
             _ => None,
         };

@@ -16,3 +16,8 @@ use replay::replay;
 fn grh_ah() {
     replay("grh_ah", oracles::grh_ah);
 }
+
+#[test]
+fn same_host_ring() {
+    replay("same_host_ring", oracles::same_host_ring);
+}

@@ -1,0 +1,1323 @@
+//! The same-host carrier: RoCE v2 datagrams between two rverbs contexts of one
+//! machine (and one network namespace) through shared memory instead of the kernel's
+//! UDP path.
+//!
+//! The packets are the same: every byte a peer on the network would get (BTH and
+//! the rest, ICRC included, checked on receipt), the same capture records
+//! (`RVERBS_PCAP`) and the same fault injection (`RVERBS_FAULTS`), which both work
+//! above the carrier. What changes is how a datagram travels to a context of this
+//! host: instead of `sendmsg` → the kernel's IP and UDP layers → `recvmsg`, the sender
+//! writes it into a ring in memory both processes map and the receiver reads it from
+//! there — the way a RoCE NIC loops traffic between two of its own functions without
+//! putting it on the wire. An 8-byte ping-pong then costs what rverbs itself costs
+//! plus a memory hand-over (and, when the receiver sleeps, one `write(2)` to wake it),
+//! not two trips through the kernel's network stack (`bench/kernel_floor.c`, `shm`).
+//!
+//! **Finding the peer.** Each context listens on an abstract `AF_UNIX` seqpacket
+//! socket named after each of its unicast addresses (`rverbs-roce-v2:<address>`;
+//! abstract names live in the network namespace, so only contexts that could reach
+//! each other over loopback find each other). The first datagram to an address
+//! tries to connect there; without a listener (rxe, a NIC, any other program), the
+//! datagram goes over UDP as always and the address is tried again after
+//! [`RETRY_NS`]. A connection carries one message, the hello (a magic and the ring's
+//! size, with the ring's memfd as `SCM_RIGHTS`), and afterwards only doorbells.
+//!
+//! **The ring** (one per direction and pair of contexts, made by its writer): a
+//! 4 KiB header — the writer's position, the reader's position, each on a cache line
+//! of its own, and the reader's doorbell word — and [`DATA_BYTES`] of records, each a
+//! 32-byte header (payload length, source address, source port, TTL / hop limit,
+//! TOS / traffic class, flow label) and the UDP payload, 8-byte aligned. A record
+//! never wraps: the writer marks the end's leftover as skipped. The reader trusts
+//! nothing in the ring: positions and lengths out of bounds end the link (counted in
+//! [`SameHostStats::corrupt_links`]), it copies every record out before it reads it,
+//! and it maps the memfd only when the writer sealed its size (`F_SEAL_SHRINK`), so
+//! a peer cannot make it fault. A full ring drops the datagram (counted), as a full
+//! socket buffer would; the transport retransmits.
+//!
+//! **Doorbells.** A receiver about to sleep in `poll(2)` marks every inbound ring
+//! asleep and looks once more; a writer that publishes into a ring marked asleep
+//! marks it rung and writes one byte on the connection, which wakes the sleeper (who
+//! reads it before its next sleep). Spinning receivers never mark rings asleep, so
+//! spinning senders make no system call at all.
+//!
+//! **Endings.** A housekeeping thread per context accepts connections (only from
+//! processes of the same user, `SO_PEERCRED`) and watches every connection: when the
+//! peer closes it (its process or context ended), an inbound ring is read to its end
+//! and dropped, an outbound one is dropped and the address tried afresh (a new
+//! context may have taken the address).
+//!
+//! The carrier is on by default for contexts in UDP-socket mode (never in raw mode);
+//! `RVERBS_SAME_HOST=0` (or [`crate::OpenOptions::same_host`]) keeps every datagram
+//! on UDP, as a capture of `lo` shows them.
+
+#![allow(unsafe_code)]
+
+use crate::sys::IpMeta;
+use std::collections::HashMap;
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+/// Bytes of records in a ring (4 MiB: more than the loopback window of a stream of
+/// 64 KiB messages, with their headers).
+pub(crate) const DATA_BYTES: usize = 4 << 20;
+/// Bytes of the ring's header.
+const HEADER: usize = 4096;
+/// Bytes of a record's header.
+const REC: usize = 32;
+/// Longest payload a record may carry (a whole UDP payload).
+pub(crate) const MAX_PAYLOAD: usize = 65536;
+/// Datagrams up to this long (ACKs, NAKs, atomic ACKs: 20-28 bytes) may use the
+/// last [`RESERVE`] bytes of a ring (a quarter of a smaller one), which longer ones
+/// leave free: a ring filled by a
+/// stream still carries the acknowledgements that let the stream go on (a full ring
+/// that dropped them too would keep both directions' requesters resending windows
+/// that fill it again).
+const SMALL: usize = 64;
+const RESERVE: u64 = 64 << 10;
+/// The length word of a record that marks the rest of the ring as skipped.
+const SKIP: u32 = u32::MAX;
+/// The hello: this magic (format version 1), then the ring's data bytes (u64 LE).
+const MAGIC: &[u8; 8] = b"rvshm01\0";
+const HELLO: usize = 16;
+/// The answer to a hello: this magic, with the receiver's doorbell eventfd attached.
+const BELL: &[u8; 8] = b"rvbell1\0";
+/// How long a new link waits for the receiver's doorbell (50 ms; it comes within
+/// microseconds unless the peer's process is stopped).
+const BELL_WAIT_MS: i32 = 50;
+/// An address without a listener is tried again after this long (1 s).
+pub(crate) const RETRY_NS: u64 = 1_000_000_000;
+
+// Header words.
+const HEAD: usize = 0;
+const TAIL: usize = 64;
+/// The number of the reader's threads asleep on the ring (any thread of the reader
+/// may sleep on it: the application's and the driver), and whether the writer rang
+/// since the last of them went to sleep.
+const SLEEPERS: usize = 128;
+const RUNG: usize = 192;
+
+fn pad8(n: usize) -> usize {
+    (n + 7) & !7
+}
+
+/// Memory a ring lives in: a shared mapping, or (tests, fuzzing) a private buffer.
+pub(crate) struct Mem {
+    ptr: *mut u8,
+    len: usize,
+    mapped: bool,
+    _heap: Vec<u64>,
+}
+
+// SAFETY: the memory is only reached through atomics and raw copies (see `Ring`);
+// the pointer stays valid until `Drop`.
+unsafe impl Send for Mem {}
+// SAFETY: as above.
+unsafe impl Sync for Mem {}
+
+impl Mem {
+    /// A private buffer of `len` bytes (a multiple of 8), zeroed.
+    pub(crate) fn heap(len: usize) -> Mem {
+        let mut v = vec![0u64; len.div_ceil(8)];
+        Mem {
+            ptr: v.as_mut_ptr().cast(),
+            len: v.len() * 8,
+            mapped: false,
+            _heap: v,
+        }
+    }
+
+    /// Maps `len` bytes of `fd` shared, read and write.
+    fn map(fd: &OwnedFd, len: usize) -> io::Result<Mem> {
+        // SAFETY: a fresh mapping of a file we hold; the result is checked.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Mem {
+            ptr: p.cast(),
+            len,
+            mapped: true,
+            _heap: Vec::new(),
+        })
+    }
+}
+
+impl Drop for Mem {
+    fn drop(&mut self) {
+        if self.mapped {
+            // SAFETY: the mapping made in `map`, unmapped once.
+            unsafe { libc::munmap(self.ptr.cast(), self.len) };
+        }
+    }
+}
+
+/// A ring's memory: its header words and its data area of `cap` bytes.
+pub(crate) struct Ring {
+    mem: Mem,
+    cap: usize,
+}
+
+impl Ring {
+    /// A ring over `mem`, whose data area is what follows the header (a power of two
+    /// of at least 4 KiB), or `None`.
+    pub(crate) fn new(mem: Mem) -> Option<Ring> {
+        let cap = mem.len.checked_sub(HEADER)?;
+        (cap >= 4096 && cap.is_power_of_two()).then_some(Ring { mem, cap })
+    }
+
+    fn word64(&self, off: usize) -> &AtomicU64 {
+        // SAFETY: `off` is one of the header's 8-aligned offsets, inside the memory,
+        // which is page- (mapping) or 8- (heap) aligned and lives as long as `self`.
+        unsafe { &*(self.mem.ptr.add(off) as *const AtomicU64) }
+    }
+
+    fn word32(&self, off: usize) -> &AtomicU32 {
+        // SAFETY: as `word64` (4-aligned offsets).
+        unsafe { &*(self.mem.ptr.add(off) as *const AtomicU32) }
+    }
+
+    /// Copies `src` to data offset `pos` (inside the area: the callers check).
+    fn put(&self, pos: usize, src: &[u8]) {
+        debug_assert!(pos + src.len() <= self.cap);
+        // SAFETY: in bounds (checked by the callers); the other process only reads
+        // this part of the area until the head is published past it.
+        unsafe {
+            std::ptr::copy_nonoverlapping(src.as_ptr(), self.mem.ptr.add(HEADER + pos), src.len())
+        }
+    }
+
+    /// Copies data at offset `pos` (inside the area: the callers check) into `dst`.
+    fn get(&self, pos: usize, dst: &mut [u8]) {
+        debug_assert!(pos + dst.len() <= self.cap);
+        // SAFETY: in bounds (checked by the callers). A misbehaving writer may change
+        // the bytes meanwhile; they are copied out and checked afterwards.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                self.mem.ptr.add(HEADER + pos),
+                dst.as_mut_ptr(),
+                dst.len(),
+            )
+        }
+    }
+}
+
+/// Where a datagram came from, as a record carries it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RecordMeta {
+    pub(crate) src: IpAddr,
+    pub(crate) src_port: u16,
+    pub(crate) ip: IpMeta,
+}
+
+/// The writing end of a ring (the sender's).
+pub(crate) struct Writer {
+    ring: Ring,
+    /// Bytes written so far (the published head once `publish` ran).
+    head: u64,
+    /// The reader's position last read.
+    tail: u64,
+}
+
+impl Writer {
+    /// A writer over fresh (zeroed) ring memory.
+    pub(crate) fn new(ring: Ring) -> Writer {
+        Writer {
+            ring,
+            head: 0,
+            tail: 0,
+        }
+    }
+
+    /// Appends one datagram; false (nothing written) when the ring has no room for
+    /// it, or the payload is longer than [`MAX_PAYLOAD`].
+    pub(crate) fn push(&mut self, m: &RecordMeta, payload: &[u8]) -> bool {
+        if payload.len() > MAX_PAYLOAD {
+            return false;
+        }
+        let cap = self.ring.cap as u64;
+        let need = (REC + pad8(payload.len())) as u64;
+        let reserve = if payload.len() > SMALL {
+            RESERVE.min(cap / 4)
+        } else {
+            0
+        };
+        let pos = self.head % cap;
+        let skip = if cap - pos < need { cap - pos } else { 0 };
+        let fits = |w: &Writer| {
+            let used = w.head.wrapping_sub(w.tail);
+            used <= cap && cap - used >= skip + need + reserve
+        };
+        if !fits(self) {
+            self.tail = self.ring.word64(TAIL).load(Ordering::Acquire);
+            if !fits(self) {
+                return false;
+            }
+        }
+        if skip > 0 {
+            self.ring.put(pos as usize, &SKIP.to_le_bytes());
+            self.head += skip;
+        }
+        let pos = (self.head % cap) as usize;
+        let mut h = [0u8; REC];
+        h[0..4].copy_from_slice(&(payload.len() as u32).to_le_bytes());
+        let src = match m.src {
+            IpAddr::V4(a) => {
+                h[8..12].copy_from_slice(&a.octets());
+                0
+            }
+            IpAddr::V6(a) => {
+                h[8..24].copy_from_slice(&a.octets());
+                1
+            }
+        };
+        h[4..8].copy_from_slice(&(src as u32).to_le_bytes());
+        h[24..26].copy_from_slice(&m.src_port.to_le_bytes());
+        h[26] = m.ip.hop_limit;
+        h[27] = m.ip.traffic_class;
+        h[28..32].copy_from_slice(&m.ip.flow_label.to_le_bytes());
+        self.ring.put(pos, &h);
+        self.ring.put(pos + REC, payload);
+        self.head += need;
+        true
+    }
+
+    /// Publishes what was pushed; true when the reader sleeps and must be rung (the
+    /// caller writes the doorbell byte).
+    pub(crate) fn publish(&mut self) -> bool {
+        self.ring.word64(HEAD).store(self.head, Ordering::Release);
+        // Pairs with the reader's fence in `Reader::arm`: either it sees the new
+        // head, or this sees it asleep. One doorbell per sleep.
+        fence(Ordering::SeqCst);
+        self.ring.word32(SLEEPERS).load(Ordering::Relaxed) != 0
+            && self.ring.word32(RUNG).swap(1, Ordering::AcqRel) == 0
+    }
+}
+
+/// What was wrong with a ring (the link ends).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Corrupt(pub(crate) &'static str);
+
+/// The reading end of a ring (the receiver's).
+pub(crate) struct Reader {
+    ring: Ring,
+    /// Bytes read so far: ours (the copy in the ring is for the writer only).
+    tail: AtomicU64,
+}
+
+impl Reader {
+    pub(crate) fn new(ring: Ring) -> Reader {
+        Reader {
+            ring,
+            tail: AtomicU64::new(0),
+        }
+    }
+
+    /// Whether the writer has published records not read yet.
+    pub(crate) fn pending(&self) -> bool {
+        self.ring.word64(HEAD).load(Ordering::Acquire) != self.tail.load(Ordering::Relaxed)
+    }
+
+    /// Counts a thread asleep on the ring (and asks for a doorbell) before it
+    /// sleeps; true when records are waiting (do not sleep). Every `arm` is followed
+    /// by one `disarm`.
+    pub(crate) fn arm(&self) -> bool {
+        self.ring.word32(RUNG).store(0, Ordering::Relaxed);
+        self.ring.word32(SLEEPERS).fetch_add(1, Ordering::Relaxed);
+        fence(Ordering::SeqCst);
+        self.pending()
+    }
+
+    /// The thread's sleep ended. (A thread that wakes never takes the doorbell from
+    /// another one still asleep: they are counted.)
+    pub(crate) fn disarm(&self) {
+        self.ring.word32(SLEEPERS).fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// Reads up to `budget` records, handing each to `f` with its payload copied into
+    /// `buf` (at least [`MAX_PAYLOAD`] bytes). Returns how many were read, or what was
+    /// wrong with the ring (the records before it were handed over).
+    pub(crate) fn drain(
+        &self,
+        budget: usize,
+        buf: &mut [u8],
+        mut f: impl FnMut(&RecordMeta, &mut [u8]),
+    ) -> Result<usize, Corrupt> {
+        let cap = self.ring.cap as u64;
+        let head = self.ring.word64(HEAD).load(Ordering::Acquire);
+        let mut tail = self.tail.load(Ordering::Relaxed);
+        if head.wrapping_sub(tail) > cap {
+            return Err(Corrupt("the writer's position is out of range"));
+        }
+        let mut n = 0;
+        let mut result = Ok(());
+        while tail != head && n < budget {
+            let pos = (tail % cap) as usize;
+            let avail = head - tail;
+            let room = cap as usize - pos;
+            if avail < 8 {
+                result = Err(Corrupt("a record cut short"));
+                break;
+            }
+            let mut h = [0u8; REC];
+            self.ring.get(pos, &mut h[..8.min(room)]);
+            let len = u32::from_le_bytes(h[0..4].try_into().unwrap());
+            if len == SKIP {
+                if room as u64 > avail {
+                    result = Err(Corrupt("a skip past the writer's position"));
+                    break;
+                }
+                tail += room as u64;
+                continue;
+            }
+            let len = len as usize;
+            let need = REC + pad8(len);
+            if len > MAX_PAYLOAD || len > buf.len() || need > room || need as u64 > avail {
+                result = Err(Corrupt("a record longer than the ring holds"));
+                break;
+            }
+            self.ring.get(pos, &mut h);
+            let src = match u32::from_le_bytes(h[4..8].try_into().unwrap()) {
+                0 => IpAddr::V4(Ipv4Addr::new(h[8], h[9], h[10], h[11])),
+                1 => IpAddr::V6(Ipv6Addr::from(<[u8; 16]>::try_from(&h[8..24]).unwrap())),
+                _ => {
+                    result = Err(Corrupt("a record of an unknown address family"));
+                    break;
+                }
+            };
+            let m = RecordMeta {
+                src,
+                src_port: u16::from_le_bytes([h[24], h[25]]),
+                ip: IpMeta {
+                    hop_limit: h[26],
+                    traffic_class: h[27],
+                    flow_label: u32::from_le_bytes(h[28..32].try_into().unwrap()) & 0xf_ffff,
+                },
+            };
+            self.ring.get(pos + REC, &mut buf[..len]);
+            tail += need as u64;
+            n += 1;
+            f(&m, &mut buf[..len]);
+        }
+        self.tail.store(tail, Ordering::Relaxed);
+        self.ring.word64(TAIL).store(tail, Ordering::Release);
+        result.map(|()| n)
+    }
+}
+
+/// Counts of a context's same-host carrier ([`crate::Context::same_host_stats`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SameHostStats {
+    /// Rings this context opened to other contexts (connections made).
+    pub links_out: u64,
+    /// Rings other contexts opened to this one (connections accepted).
+    pub links_in: u64,
+    /// Datagrams written into outbound rings.
+    pub tx_datagrams: u64,
+    /// Datagrams read from inbound rings.
+    pub rx_datagrams: u64,
+    /// Datagrams dropped because their ring was full (the transport retransmits).
+    pub tx_ring_full: u64,
+    /// Doorbells written (the receiver slept).
+    pub doorbells: u64,
+    /// Connections refused: another user's process, or a malformed hello or ring.
+    pub refused: u64,
+    /// Inbound rings ended because their contents broke the format.
+    pub corrupt_links: u64,
+}
+
+#[derive(Default)]
+struct Stats {
+    links_out: AtomicU64,
+    links_in: AtomicU64,
+    tx: AtomicU64,
+    rx: AtomicU64,
+    full: AtomicU64,
+    doorbells: AtomicU64,
+    refused: AtomicU64,
+    corrupt: AtomicU64,
+}
+
+/// An inbound ring and its connection.
+pub(crate) struct InLink {
+    pub(crate) reader: Reader,
+    fd: OwnedFd,
+    /// The local address the peer connected to (the records' destination).
+    pub(crate) local: IpAddr,
+    /// The peer closed the connection: read the ring to its end, then drop it.
+    pub(crate) closed: AtomicBool,
+}
+
+/// An outbound ring and its connection.
+struct OutLink {
+    writer: Writer,
+    fd: OwnedFd,
+    /// Set by the housekeeping thread when the peer closed the connection.
+    dead: Arc<AtomicBool>,
+    /// The receiver's doorbell (its eventfd), once its answer to the hello came.
+    bell: Option<OwnedFd>,
+}
+
+impl OutLink {
+    /// Takes the answer to the hello (the receiver's doorbell) if it came.
+    fn take_bell(&mut self) {
+        if self.bell.is_some() {
+            return;
+        }
+        let mut m = [0u8; BELL.len() + 1];
+        match recv_fds(&self.fd, &mut m) {
+            Ok((n, mut fds)) if n == BELL.len() && &m[..n] == BELL && fds.len() == 1 => {
+                self.bell = fds.pop();
+            }
+            // The peer closed: the link ends (the housekeeping thread sees it too).
+            Ok((0, _)) => self.dead.store(true, Ordering::Release),
+            _ => {}
+        }
+    }
+
+    /// Rings the receiver's doorbell, first picking up the answer to the hello that
+    /// carries it if not done yet (without it, the receiver is woken by its
+    /// housekeeping thread when it takes the link, and by its sleep's bound).
+    fn ring(&mut self) -> bool {
+        self.take_bell();
+        match &self.bell {
+            Some(b) => crate::sys::eventfd_signal(b),
+            None => return false,
+        }
+        true
+    }
+}
+
+enum Out {
+    Up(Box<OutLink>),
+    /// No rverbs context listens there (or the last link ended): UDP until `retry`.
+    Absent {
+        retry: u64,
+    },
+}
+
+/// What the housekeeping thread and the context share.
+struct Common {
+    inbound: RwLock<Arc<Vec<Arc<InLink>>>>,
+    /// Bumped whenever `inbound` changes.
+    gen: AtomicU64,
+    stats: Stats,
+    /// Outbound connections to watch (a duplicate of each descriptor).
+    watch_out: Mutex<Vec<(OwnedFd, Arc<AtomicBool>)>>,
+    stop: AtomicBool,
+    /// Wakes the housekeeping thread.
+    poke: OwnedFd,
+    /// Wakes the context's driver thread (a duplicate of its eventfd).
+    driver: OwnedFd,
+    /// The doorbell of all of this context's inbound rings (an eventfd its writers
+    /// get in the answer to their hello), and whether the last sleep found it rung.
+    bell: OwnedFd,
+    bell_rung: AtomicBool,
+}
+
+impl Common {
+    fn set_inbound(&self, f: impl FnOnce(&mut Vec<Arc<InLink>>)) {
+        let mut g = self.inbound.write().unwrap_or_else(|e| e.into_inner());
+        f(Arc::make_mut(&mut g));
+        self.gen.fetch_add(1, Ordering::AcqRel);
+    }
+}
+
+/// A context's same-host carrier: its listeners (through the housekeeping thread),
+/// its outbound rings and its inbound ones.
+pub(crate) struct SameHost {
+    common: Arc<Common>,
+    /// The network namespace the context was opened in: connections are made only
+    /// from threads in it (an abstract name is looked up in the caller's namespace),
+    /// as the connected UDP sockets are (`conn_tx.rs`).
+    netns: Option<(u64, u64)>,
+    out: Mutex<HashMap<IpAddr, Out>>,
+    keeper: Option<std::thread::JoinHandle<()>>,
+}
+
+/// The abstract socket name of the context bound to `a`.
+fn name_of(a: IpAddr) -> (libc::sockaddr_un, libc::socklen_t) {
+    let a = a.to_canonical();
+    // SAFETY: sockaddr_un is plain data; all zero is a valid value.
+    let mut sun: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    sun.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    let name = format!("rverbs-roce-v2:{a}");
+    // sun_path[0] stays 0: the abstract namespace.
+    for (d, s) in sun.sun_path[1..].iter_mut().zip(name.bytes()) {
+        *d = s as libc::c_char;
+    }
+    let len = std::mem::size_of::<libc::sa_family_t>() + 1 + name.len();
+    (sun, len as libc::socklen_t)
+}
+
+fn seqpacket() -> io::Result<OwnedFd> {
+    // SAFETY: plain socket creation; the result is checked.
+    let fd = unsafe {
+        libc::socket(
+            libc::AF_UNIX,
+            libc::SOCK_SEQPACKET | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+            0,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a descriptor we just opened and own.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+fn cvt(rc: libc::c_int) -> io::Result<libc::c_int> {
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(rc)
+    }
+}
+
+/// A listener for `a` (`None` when another context of this namespace has it).
+fn listen(a: IpAddr) -> Option<OwnedFd> {
+    let fd = seqpacket().ok()?;
+    let (sun, len) = name_of(a);
+    // SAFETY: `sun` is a valid address of `len` bytes.
+    cvt(unsafe {
+        libc::bind(
+            fd.as_raw_fd(),
+            (&sun as *const libc::sockaddr_un).cast(),
+            len,
+        )
+    })
+    .ok()?;
+    // SAFETY: a bound socket of ours.
+    cvt(unsafe { libc::listen(fd.as_raw_fd(), 64) }).ok()?;
+    Some(fd)
+}
+
+/// A new ring in a sealed memfd: its descriptor and its writer.
+fn new_ring() -> io::Result<(OwnedFd, Writer)> {
+    let len = HEADER + DATA_BYTES;
+    // SAFETY: a NUL-terminated name; the result is checked.
+    let fd = cvt(unsafe {
+        libc::memfd_create(
+            c"rverbs-same-host-ring".as_ptr(),
+            libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
+        )
+    })?;
+    // SAFETY: a descriptor we just opened and own.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: plain calls on our descriptor.
+    cvt(unsafe { libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) })?;
+    // The reader maps it only when its size can no longer change.
+    cvt(unsafe {
+        libc::fcntl(
+            fd.as_raw_fd(),
+            libc::F_ADD_SEALS,
+            libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL,
+        )
+    })?;
+    let mem = Mem::map(&fd, len)?;
+    let ring = Ring::new(mem).ok_or_else(|| io::Error::other("ring size"))?;
+    Ok((fd, Writer::new(ring)))
+}
+
+/// Connects to the context bound to `dst` and hands it a new ring.
+fn connect(dst: IpAddr) -> io::Result<OutLink> {
+    let sock = seqpacket()?;
+    let (sun, len) = name_of(dst);
+    // SAFETY: `sun` is a valid address of `len` bytes.
+    cvt(unsafe {
+        libc::connect(
+            sock.as_raw_fd(),
+            (&sun as *const libc::sockaddr_un).cast(),
+            len,
+        )
+    })?;
+    let (memfd, writer) = new_ring()?;
+    let mut hello = [0u8; HELLO];
+    hello[..8].copy_from_slice(MAGIC);
+    hello[8..].copy_from_slice(&(DATA_BYTES as u64).to_le_bytes());
+    send_fd(&sock, &hello, memfd.as_raw_fd())?;
+    let mut l = OutLink {
+        writer,
+        fd: sock,
+        dead: Arc::new(AtomicBool::new(false)),
+        bell: None,
+    };
+    // The peer's housekeeping thread answers at once with its doorbell; wait a little
+    // for it (a peer that does not answer in time gets it picked up later, `ring`).
+    let mut ready = Vec::new();
+    let _ = crate::sys::poll_readable(&[l.fd.as_raw_fd()], BELL_WAIT_MS, &mut ready);
+    l.take_bell();
+    Ok(l)
+}
+
+/// Sends `bytes` with descriptor `fd` attached (`SCM_RIGHTS`).
+fn send_fd(sock: &OwnedFd, bytes: &[u8], fd: RawFd) -> io::Result<()> {
+    let mut ctl = [0u64; 4];
+    let mut iov = libc::iovec {
+        iov_base: bytes.as_ptr() as *mut libc::c_void,
+        iov_len: bytes.len(),
+    };
+    // SAFETY: msghdr is plain data; the pointers set below outlive the call.
+    let mut h: libc::msghdr = unsafe { std::mem::zeroed() };
+    h.msg_iov = &mut iov;
+    h.msg_iovlen = 1;
+    h.msg_control = ctl.as_mut_ptr().cast();
+    // SAFETY: CMSG_SPACE is a pure computation.
+    h.msg_controllen = unsafe { libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) } as _;
+    // SAFETY: the control buffer holds one header and one descriptor (32 bytes).
+    unsafe {
+        let c = libc::CMSG_FIRSTHDR(&h);
+        (*c).cmsg_level = libc::SOL_SOCKET;
+        (*c).cmsg_type = libc::SCM_RIGHTS;
+        (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as _;
+        std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<RawFd>(), fd);
+    }
+    // SAFETY: `h` describes live buffers.
+    let n = unsafe { libc::sendmsg(sock.as_raw_fd(), &h, libc::MSG_NOSIGNAL) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if n as usize != bytes.len() {
+        return Err(io::Error::other("hello cut short"));
+    }
+    Ok(())
+}
+
+/// Receives one message into `buf` and the descriptors attached to it (all of them
+/// are ours to close: the caller keeps the first).
+fn recv_fds(sock: &OwnedFd, buf: &mut [u8]) -> io::Result<(usize, Vec<OwnedFd>)> {
+    let mut ctl = [0u64; 16];
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    // SAFETY: msghdr is plain data; the pointers set below outlive the call.
+    let mut h: libc::msghdr = unsafe { std::mem::zeroed() };
+    h.msg_iov = &mut iov;
+    h.msg_iovlen = 1;
+    h.msg_control = ctl.as_mut_ptr().cast();
+    h.msg_controllen = std::mem::size_of_val(&ctl) as _;
+    // SAFETY: `h` describes live buffers.
+    let n = unsafe {
+        libc::recvmsg(
+            sock.as_raw_fd(),
+            &mut h,
+            libc::MSG_DONTWAIT | libc::MSG_CMSG_CLOEXEC,
+        )
+    };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let mut fds = Vec::new();
+    // SAFETY: walks the control messages the kernel wrote into `ctl`, within
+    // `msg_controllen`; every SCM_RIGHTS descriptor is now ours.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(&h);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
+                let data = libc::CMSG_DATA(c);
+                let bytes = (*c).cmsg_len as usize - (data as usize - c as usize);
+                for k in 0..bytes / std::mem::size_of::<RawFd>() {
+                    let fd = std::ptr::read_unaligned(data.cast::<RawFd>().add(k));
+                    fds.push(OwnedFd::from_raw_fd(fd));
+                }
+            }
+            c = libc::CMSG_NXTHDR(&h, c);
+        }
+    }
+    if h.msg_flags & (libc::MSG_TRUNC | libc::MSG_CTRUNC) != 0 {
+        return Err(io::Error::other("hello cut short"));
+    }
+    Ok((n as usize, fds))
+}
+
+/// Takes a connection's hello: the peer's ring, mapped, if all is well.
+fn accept_ring(conn: &OwnedFd) -> Result<Reader, &'static str> {
+    // SAFETY: ucred is plain data; getsockopt writes at most its size.
+    let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: as above.
+    let rc = unsafe {
+        libc::getsockopt(
+            conn.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    // SAFETY: getuid cannot fail.
+    if rc != 0 || cred.uid != unsafe { libc::getuid() } {
+        return Err("another user's process");
+    }
+    // The hello follows the connect at once; wait a little for it.
+    let mut ready = Vec::new();
+    let _ = crate::sys::poll_readable(&[conn.as_raw_fd()], 1000, &mut ready);
+    let mut hello = [0u8; HELLO + 1];
+    let (n, mut fds) = recv_fds(conn, &mut hello).map_err(|_| "no hello")?;
+    if n != HELLO || &hello[..8] != MAGIC || fds.len() != 1 {
+        return Err("a malformed hello");
+    }
+    let cap = u64::from_le_bytes(hello[8..16].try_into().unwrap());
+    if !(4096..=(64 << 20)).contains(&cap) || !cap.is_power_of_two() {
+        return Err("a ring of a bad size");
+    }
+    let memfd = fds.swap_remove(0);
+    let len = HEADER + cap as usize;
+    // SAFETY: stat is plain data, written by fstat.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: plain calls on a descriptor we own.
+    let seals = unsafe { libc::fcntl(memfd.as_raw_fd(), libc::F_GET_SEALS) };
+    if unsafe { libc::fstat(memfd.as_raw_fd(), &mut st) } != 0
+        || st.st_size as u64 != len as u64
+        || seals < 0
+        || seals & libc::F_SEAL_SHRINK == 0
+    {
+        return Err("a ring whose size is not sealed");
+    }
+    let mem = Mem::map(&memfd, len).map_err(|_| "a ring that cannot be mapped")?;
+    Ring::new(mem)
+        .map(Reader::new)
+        .ok_or("a ring of a bad size")
+}
+
+impl SameHost {
+    /// The carrier of a context bound to `locals` (its unicast addresses); `driver`
+    /// is its driver's eventfd.
+    pub(crate) fn start(locals: &[IpAddr], driver: &OwnedFd) -> io::Result<SameHost> {
+        let listeners: Vec<(IpAddr, OwnedFd)> = locals
+            .iter()
+            .filter(|a| !a.is_multicast())
+            .filter_map(|&a| listen(a).map(|fd| (a, fd)))
+            .collect();
+        let common = Arc::new(Common {
+            inbound: RwLock::new(Arc::new(Vec::new())),
+            gen: AtomicU64::new(0),
+            stats: Stats::default(),
+            watch_out: Mutex::new(Vec::new()),
+            stop: AtomicBool::new(false),
+            poke: crate::sys::eventfd()?,
+            driver: driver.try_clone()?,
+            bell: crate::sys::eventfd()?,
+            bell_rung: AtomicBool::new(false),
+        });
+        let c = Arc::clone(&common);
+        let keeper = std::thread::Builder::new()
+            .name("rverbs-same-host".into())
+            .spawn(move || keep(&c, listeners))?;
+        Ok(SameHost {
+            common,
+            netns: crate::conn_tx::current_netns(),
+            out: Mutex::new(HashMap::new()),
+            keeper: Some(keeper),
+        })
+    }
+
+    pub(crate) fn stats(&self) -> SameHostStats {
+        let s = &self.common.stats;
+        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        SameHostStats {
+            links_out: l(&s.links_out),
+            links_in: l(&s.links_in),
+            tx_datagrams: l(&s.tx),
+            rx_datagrams: l(&s.rx),
+            tx_ring_full: l(&s.full),
+            doorbells: l(&s.doorbells),
+            refused: l(&s.refused),
+            corrupt_links: l(&s.corrupt),
+        }
+    }
+
+    /// The inbound rings now, and the generation of the list.
+    pub(crate) fn inbound(&self) -> (Arc<Vec<Arc<InLink>>>, u64) {
+        let gen = self.common.gen.load(Ordering::Acquire);
+        let l = self
+            .common
+            .inbound
+            .read()
+            .unwrap_or_else(|e| e.into_inner());
+        (Arc::clone(&l), gen)
+    }
+
+    pub(crate) fn inbound_gen(&self) -> u64 {
+        self.common.gen.load(Ordering::Acquire)
+    }
+
+    /// Counts `n` datagrams read.
+    pub(crate) fn count_rx(&self, n: usize) {
+        self.common.stats.rx.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    /// Ends an inbound ring (read to its end, or corrupt).
+    pub(crate) fn remove(&self, link: &Arc<InLink>, corrupt: bool) {
+        if corrupt {
+            self.common.stats.corrupt.fetch_add(1, Ordering::Relaxed);
+        }
+        link.closed.store(true, Ordering::Release);
+        self.common
+            .set_inbound(|v| v.retain(|l| !Arc::ptr_eq(l, link)));
+        // The housekeeping thread lets go of it too.
+        crate::sys::eventfd_signal(&self.common.poke);
+    }
+
+    /// Sends a batch: `f` is asked for each datagram (by index) whether it goes to
+    /// the ring for its destination; `dst_of(i)` names it, `write(i, push)` writes it
+    /// with `push` (returns false when it was not written: full ring). Returns, for
+    /// each index, whether it was taken (`taken`), and rings doorbells at the end.
+    ///
+    /// Simpler form used by the senders: [`SameHost::send`].
+    pub(crate) fn writer_for(&self, dst: IpAddr, now: u64) -> Option<Handle<'_>> {
+        let mut out = self.out.lock().unwrap_or_else(|e| e.into_inner());
+        let key = dst.to_canonical();
+        let up = match out.get(&key) {
+            Some(Out::Up(l)) if !l.dead.load(Ordering::Acquire) => true,
+            // (An ended link is replaced at once: a new context may have taken the
+            // address; without one, UDP until the retry.)
+            Some(Out::Absent { retry }) if *retry > now => false,
+            // (Another namespace's thread: UDP, and no verdict on the address.)
+            _ if self.netns.is_some() && crate::conn_tx::current_netns() != self.netns => false,
+            _ => match connect(key) {
+                Ok(l) => {
+                    self.register(&l);
+                    out.insert(key, Out::Up(Box::new(l)));
+                    true
+                }
+                Err(_) => {
+                    out.insert(
+                        key,
+                        Out::Absent {
+                            retry: now + RETRY_NS,
+                        },
+                    );
+                    false
+                }
+            },
+        };
+        up.then_some(Handle {
+            out,
+            key,
+            sh: self,
+            pushed: 0,
+        })
+    }
+
+    fn register(&self, l: &OutLink) {
+        self.common.stats.links_out.fetch_add(1, Ordering::Relaxed);
+        if let Ok(dup) = l.fd.try_clone() {
+            self.common
+                .watch_out
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push((dup, Arc::clone(&l.dead)));
+            crate::sys::eventfd_signal(&self.common.poke);
+        }
+    }
+
+    /// Whether any outbound ring or retry is known (cheap check before a batch).
+    pub(crate) fn has_inbound(&self) -> bool {
+        !self
+            .common
+            .inbound
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_empty()
+    }
+}
+
+/// An outbound ring, locked for a batch of writes; publishes (and rings) on drop.
+pub(crate) struct Handle<'a> {
+    out: std::sync::MutexGuard<'a, HashMap<IpAddr, Out>>,
+    key: IpAddr,
+    sh: &'a SameHost,
+    pushed: u64,
+}
+
+impl Handle<'_> {
+    /// Writes one datagram; false when the ring was full (dropped, counted).
+    pub(crate) fn push(&mut self, m: &RecordMeta, payload: &[u8]) -> bool {
+        let Some(Out::Up(l)) = self.out.get_mut(&self.key) else {
+            return false;
+        };
+        if l.writer.push(m, payload) {
+            self.pushed += 1;
+            true
+        } else {
+            self.sh.common.stats.full.fetch_add(1, Ordering::Relaxed);
+            false
+        }
+    }
+}
+
+impl Drop for Handle<'_> {
+    fn drop(&mut self) {
+        if self.pushed == 0 {
+            return;
+        }
+        let stats = &self.sh.common.stats;
+        stats.tx.fetch_add(self.pushed, Ordering::Relaxed);
+        let Some(Out::Up(l)) = self.out.get_mut(&self.key) else {
+            return;
+        };
+        if l.writer.publish() && l.ring() {
+            stats.doorbells.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+impl Drop for SameHost {
+    fn drop(&mut self) {
+        self.common.stop.store(true, Ordering::Release);
+        crate::sys::eventfd_signal(&self.common.poke);
+        if let Some(k) = self.keeper.take() {
+            let _ = k.join();
+        }
+    }
+}
+
+impl SameHost {
+    /// Before a sleep on the inbound rings `links`: resets the doorbell if the last
+    /// sleep found it rung, marks the rings asleep, and tells whether records (or a
+    /// closed link's end) already wait: then sleep for 0.
+    pub(crate) fn arm(&self, links: &[Arc<InLink>]) -> bool {
+        if self.common.bell_rung.swap(false, Ordering::Relaxed) {
+            crate::sys::eventfd_drain(&self.common.bell);
+        }
+        let mut pending = false;
+        for l in links {
+            pending |= l.reader.arm() || l.closed.load(Ordering::Acquire);
+        }
+        pending
+    }
+
+    /// After the sleep: marks the rings awake; `rung`: `poll` found the doorbell
+    /// readable (it is reset before the next sleep, off the wake-up's path).
+    pub(crate) fn disarm(&self, links: &[Arc<InLink>], rung: bool) {
+        for l in links {
+            l.reader.disarm();
+        }
+        if rung {
+            self.common.bell_rung.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// The doorbell's descriptor, for a sleeper's `poll`.
+    pub(crate) fn bell_fd(&self) -> RawFd {
+        self.common.bell.as_raw_fd()
+    }
+}
+
+/// The housekeeping thread: accepts connections to `listeners`, watches every
+/// connection for its end.
+fn keep(c: &Common, listeners: Vec<(IpAddr, OwnedFd)>) {
+    // The inbound links this thread watches (it drops its reference when the link is
+    // removed from the shared list, or when the peer closed).
+    let mut mine: Vec<Arc<InLink>> = Vec::new();
+    let mut outs: Vec<(OwnedFd, Arc<AtomicBool>)> = Vec::new();
+    let mut pfds: Vec<libc::pollfd> = Vec::new();
+    let pollfd = |fd: RawFd, events: libc::c_short| libc::pollfd {
+        fd,
+        events,
+        revents: 0,
+    };
+    while !c.stop.load(Ordering::Acquire) {
+        outs.append(&mut c.watch_out.lock().unwrap_or_else(|e| e.into_inner()));
+        // Outbound links their sender dropped need no watching.
+        outs.retain(|(_, dead)| Arc::strong_count(dead) > 1 && !dead.load(Ordering::Relaxed));
+        mine.retain(|l| !l.closed.load(Ordering::Acquire));
+        pfds.clear();
+        pfds.push(pollfd(c.poke.as_raw_fd(), libc::POLLIN));
+        pfds.extend(
+            listeners
+                .iter()
+                .map(|(_, fd)| pollfd(fd.as_raw_fd(), libc::POLLIN)),
+        );
+        // (Events 0: only the end of the connection, POLLHUP / POLLERR.)
+        pfds.extend(mine.iter().map(|l| pollfd(l.fd.as_raw_fd(), 0)));
+        pfds.extend(outs.iter().map(|(fd, _)| pollfd(fd.as_raw_fd(), 0)));
+        // SAFETY: `pfds` is a live array of its length.
+        let rc = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, 1000) };
+        if rc <= 0 {
+            continue;
+        }
+        if pfds[0].revents != 0 {
+            crate::sys::eventfd_drain(&c.poke);
+        }
+        let ended =
+            |p: &libc::pollfd| p.revents & (libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0;
+        let n_l = listeners.len();
+        let mut woke_driver = false;
+        for (k, l) in mine.iter().enumerate() {
+            if ended(&pfds[1 + n_l + k]) {
+                // Read to the end by the receivers, then dropped.
+                l.closed.store(true, Ordering::Release);
+                woke_driver = true;
+            }
+        }
+        for (k, (_, dead)) in outs.iter().enumerate() {
+            if ended(&pfds[1 + n_l + mine.len() + k]) {
+                dead.store(true, Ordering::Release);
+            }
+        }
+        for (k, (local, lfd)) in listeners.iter().enumerate() {
+            if pfds[1 + k].revents == 0 {
+                continue;
+            }
+            loop {
+                // SAFETY: accepts on our listener; the result is checked.
+                let fd = unsafe {
+                    libc::accept4(
+                        lfd.as_raw_fd(),
+                        std::ptr::null_mut(),
+                        std::ptr::null_mut(),
+                        libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+                    )
+                };
+                if fd < 0 {
+                    break;
+                }
+                // SAFETY: a descriptor accept4 just gave us.
+                let conn = unsafe { OwnedFd::from_raw_fd(fd) };
+                // The ring, then our doorbell for its writer.
+                match accept_ring(&conn).and_then(|r| {
+                    send_fd(&conn, BELL, c.bell.as_raw_fd())
+                        .map(|()| r)
+                        .map_err(|_| "the peer left")
+                }) {
+                    Ok(reader) => {
+                        let link = Arc::new(InLink {
+                            reader,
+                            fd: conn,
+                            local: *local,
+                            closed: AtomicBool::new(false),
+                        });
+                        c.stats.links_in.fetch_add(1, Ordering::Relaxed);
+                        c.set_inbound(|v| v.push(Arc::clone(&link)));
+                        mine.push(link);
+                        woke_driver = true;
+                    }
+                    // Closing the connection tells the peer (it falls back to UDP).
+                    Err(_) => {
+                        c.stats.refused.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+        }
+        if woke_driver {
+            // A new link or an ended one: the driver and every sleeper look again.
+            crate::sys::eventfd_signal(&c.driver);
+            crate::sys::eventfd_signal(&c.bell);
+        }
+    }
+}
+
+/// Fuzzing entry (`fuzz/oracles/rverbs.rs`): `bytes` as the memory of an inbound
+/// ring (header and a 4 KiB data area) read to its end; must never panic, and every
+/// record handed over must fit the buffer.
+#[doc(hidden)]
+pub fn fuzz_ring(bytes: &[u8]) -> usize {
+    let mem = Mem::heap(HEADER + 4096);
+    // SAFETY: copies into the private buffer of its length.
+    unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), mem.ptr, bytes.len().min(mem.len)) };
+    let Some(ring) = Ring::new(mem) else {
+        return 0;
+    };
+    let r = Reader::new(ring);
+    let mut buf = vec![0u8; MAX_PAYLOAD];
+    let mut n = 0;
+    for _ in 0..4 {
+        match r.drain(64, &mut buf, |_, p| n += p.len()) {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+    }
+    n
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meta(port: u16) -> RecordMeta {
+        RecordMeta {
+            src: "127.0.0.9".parse().unwrap(),
+            src_port: port,
+            ip: IpMeta {
+                hop_limit: 64,
+                traffic_class: 2,
+                flow_label: 0,
+            },
+        }
+    }
+
+    /// A writer and a reader over the same private memory.
+    fn pair(cap: usize) -> (Writer, Reader) {
+        let mem = Mem::heap(HEADER + cap);
+        let alias = Mem {
+            ptr: mem.ptr,
+            len: mem.len,
+            mapped: false,
+            _heap: Vec::new(),
+        };
+        // (`alias` borrows `mem`'s buffer; the writer owns `mem` and outlives the
+        // reader in every test below.)
+        (
+            Writer::new(Ring::new(mem).unwrap()),
+            Reader::new(Ring::new(alias).unwrap()),
+        )
+    }
+
+    fn read_all(r: &Reader) -> Result<Vec<(RecordMeta, Vec<u8>)>, Corrupt> {
+        let mut buf = vec![0u8; MAX_PAYLOAD];
+        let mut got = Vec::new();
+        r.drain(usize::MAX, &mut buf, |m, p| got.push((*m, p.to_vec())))?;
+        Ok(got)
+    }
+
+    #[test]
+    fn records_arrive_in_order_across_the_end_of_the_ring() {
+        let (mut w, r) = pair(8192);
+        let mut sent = 0u32;
+        let mut read = 0u32;
+        // Sizes that leave odd leftovers at the end, many times round the ring.
+        for round in 0..400u32 {
+            for k in 0..3u32 {
+                let len = ((round * 7 + k * 131) % 900) as usize;
+                let body = vec![(sent % 251) as u8; len];
+                let mut m = meta(sent as u16);
+                m.src = if sent % 2 == 0 {
+                    "::1".parse().unwrap()
+                } else {
+                    m.src
+                };
+                assert!(w.push(&m, &body), "room for record {sent}");
+                sent += 1;
+            }
+            w.publish();
+            for (m, p) in read_all(&r).unwrap() {
+                assert_eq!(m.src_port, read as u16);
+                assert_eq!(m.src.is_ipv6(), read % 2 == 0);
+                assert!(p.iter().all(|&b| b == (read % 251) as u8));
+                read += 1;
+            }
+        }
+        assert_eq!(read, sent);
+        assert!(!r.pending());
+    }
+
+    #[test]
+    fn a_full_ring_refuses_until_the_reader_moves() {
+        let (mut w, _r) = pair(4096);
+        let body = [7u8; 1000];
+        let mut n = 0;
+        while w.push(&meta(1), &body) {
+            n += 1;
+        }
+        // (A quarter of a 4 KiB ring is reserved for acknowledgements.)
+        assert_eq!(n, (4096 - 1024) / (REC + 1000));
+        let (mut w, r) = pair(1 << 20);
+        let mut n = 0;
+        while w.push(&meta(1), &body) {
+            n += 1;
+        }
+        assert_eq!(n, ((1 << 20) - RESERVE as usize) / (REC + 1000));
+        // Acknowledgements still fit.
+        let ack = [0u8; 20];
+        let mut acks = 0;
+        while w.push(&meta(1), &ack) {
+            acks += 1;
+        }
+        assert!(acks >= RESERVE as usize / (REC + 24), "{acks}");
+        w.publish();
+        assert_eq!(read_all(&r).unwrap().len(), n + acks);
+        assert!(w.push(&meta(1), &body), "room again once read");
+        assert!(
+            !w.push(&meta(1), &[0u8; MAX_PAYLOAD + 1]),
+            "too long for any ring"
+        );
+    }
+
+    #[test]
+    fn a_doorbell_is_asked_for_only_while_the_reader_sleeps() {
+        let (mut w, r) = pair(4096);
+        w.push(&meta(1), b"x");
+        assert!(!w.publish(), "awake: no doorbell");
+        read_all(&r).unwrap();
+        assert!(!r.arm(), "nothing waits");
+        w.push(&meta(1), b"y");
+        assert!(w.publish(), "asleep: ring once");
+        w.push(&meta(1), b"z");
+        assert!(!w.publish(), "already rung");
+        // A second thread goes to sleep meanwhile: records wait, it does not; the
+        // first one's wake-up does not take the doorbell from the second.
+        assert!(r.arm(), "records wait: do not sleep");
+        r.disarm();
+        read_all(&r).unwrap();
+        assert!(!r.arm());
+        r.disarm(); // (the first sleeper wakes: one still sleeps)
+        w.push(&meta(1), b"v");
+        assert!(w.publish(), "the one still asleep is rung");
+        r.disarm();
+        w.push(&meta(1), b"w");
+        assert!(!w.publish(), "nobody sleeps");
+    }
+
+    /// Writes raw bytes into the ring's memory (as a misbehaving writer would).
+    fn poke(w: &Writer, off: usize, bytes: &[u8]) {
+        // SAFETY: test memory of `mem.len` bytes; offsets below are in range.
+        unsafe {
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), w.ring.mem.ptr.add(off), bytes.len())
+        }
+    }
+
+    #[test]
+    fn a_corrupt_ring_is_reported_not_trusted() {
+        // A head far beyond the tail.
+        let (w, r) = pair(4096);
+        poke(&w, HEAD, &(1u64 << 40).to_le_bytes());
+        assert!(read_all(&r).is_err());
+        // A record longer than what was published.
+        let (mut w, r) = pair(4096);
+        w.push(&meta(1), &[1u8; 100]);
+        w.publish();
+        poke(&w, HEADER, &4000u32.to_le_bytes());
+        assert!(read_all(&r).is_err());
+        // An unknown address family.
+        let (mut w, r) = pair(4096);
+        w.push(&meta(1), &[1u8; 8]);
+        w.publish();
+        poke(&w, HEADER + 4, &9u32.to_le_bytes());
+        assert!(read_all(&r).is_err());
+        // A skip marker past the head.
+        let (mut w, r) = pair(4096);
+        w.push(&meta(1), &[1u8; 8]);
+        w.publish();
+        poke(&w, HEADER, &SKIP.to_le_bytes());
+        assert!(read_all(&r).is_err());
+        // A head that is not a record boundary (7 bytes of a record).
+        let (w, r) = pair(4096);
+        poke(&w, HEAD, &7u64.to_le_bytes());
+        assert!(read_all(&r).is_err());
+    }
+
+    #[test]
+    fn the_fuzz_entry_survives_junk() {
+        let mut junk = vec![0xffu8; HEADER + 4096];
+        assert_eq!(fuzz_ring(&junk), 0);
+        junk[..8].copy_from_slice(&64u64.to_le_bytes());
+        junk[HEADER..HEADER + 4].copy_from_slice(&8u32.to_le_bytes());
+        junk[HEADER + 4..HEADER + 8].copy_from_slice(&0u32.to_le_bytes());
+        assert_eq!(fuzz_ring(&junk), 8);
+        assert_eq!(fuzz_ring(&[]), 0);
+    }
+}
