@@ -11,15 +11,17 @@
 # the range of those ratios. Latency is measured in both wait policies, each against
 # the TCP baseline in the same policy, and both with every SEND signaled (perftest's
 # latency default) and with one in 100 (-Q 100):
-#   sleep: `--spin-us 0` on both sides (rverbs sleeps in recvmmsg at once, TCP in a
-#          blocking read): the wake-up of the scheduler is part of every round trip;
+#   sleep: `--spin-us 0` on both sides (rverbs sleeps in recvmmsg at once — in
+#          poll(2) with the same-host carrier —, TCP in a blocking read): the
+#          wake-up of the scheduler is part of every round trip;
 #   spin:  `--spin-us $SPIN_US` on both sides (rverbs polls its CQ, TCP polls its
 #          socket with MSG_DONTWAIT): each process keeps a core.
 #
 # Environment: RVERBS (binary, default target/release/rverbs), DUR (seconds per
 # measurement, default 3), REPS (alternating pairs per figure, default 5), SPIN_US
 # (the spin policy's busy-poll, default 1000000), PORT (first TCP control port,
-# default 18600), SMOKE=1 (one pair of a few hundred messages per figure: checks the
+# default 18600), RVERBS_SAME_HOST=0 (rverbs over the kernel's UDP path instead of
+# the same-host carrier, crates/rverbs/src/same_host.rs), SMOKE=1 (one pair of a few hundred messages per figure: checks the
 # script, not the speed).
 set -euo pipefail
 BIN=${RVERBS:-target/release/rverbs}

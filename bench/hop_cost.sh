@@ -19,9 +19,14 @@
 # reply's system call. With BIN2, both binaries are measured and the ratio printed.
 # System calls and the spin loop's empty polls are not in these rows.
 #
+# The rows count the UDP path (`RVERBS_SAME_HOST=0` for both processes): between
+# two rverbs processes of one host the same-host carrier would otherwise take the
+# datagrams (crates/rverbs/src/same_host.rs), and `ingest_batch` would see none.
+#
 # Environment: ITERS (round trips, default 5000), PORT (default 19870). Needs
 # valgrind (installed with apt-get when missing and run as root).
 set -euo pipefail
+export RVERBS_SAME_HOST=0
 cd "$(dirname "$0")/.."
 ITERS=${ITERS:-5000}
 PORT=${PORT:-19870}

@@ -9,8 +9,11 @@
 # device sent until it kept a connected socket per peer. A second table does the same
 # for the sleep policy (each side blocks in its receive call; rverbs with
 # --spin-us 0, the default of `rverbs perf`): TCP, the device's calls and rverbs.
-# `shm` is no design of ours yet: the floor of a same-host transport through shared
-# memory, which would not pay for the kernel's UDP path at all.
+# `shm` is the floor of a same-host transport through shared memory, which does not
+# pay for the kernel's UDP path at all; rverbs' own same-host carrier
+# (crates/rverbs/src/same_host.rs) is such a transport, so the rverbs rows here run
+# with it off (RVERBS_SAME_HOST=0): they measure rverbs over UDP against the UDP
+# floors. bench/compare.sh measures what users get (the carrier on).
 #
 #   cargo build --release -p rverbs-cli && bench/kernel_floor.sh
 #
@@ -25,6 +28,7 @@ REPS=${REPS:-5}
 ITERS=${ITERS:-200000}
 DUR=${DUR:-2}
 PORT=${PORT:-18960}
+export RVERBS_SAME_HOST=0
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 "${CC:-gcc}" -O2 -Wall -Wextra -pthread -o "$TMP/kernel_floor" bench/kernel_floor.c
