@@ -975,16 +975,23 @@ impl Shared {
             if gen != *links_gen {
                 (*links, *links_gen) = sh.inbound();
             }
+            // The rings have a budget of their own: a flood on the sockets must not
+            // leave them unread (nor they the sockets, which come first).
+            let mut from_rings = 0;
             for link in links.iter() {
-                if got >= budget {
+                if from_rings >= budget {
                     break;
                 }
                 let closed = link.closed.load(Ordering::Acquire);
-                let r = link.reader.drain(budget - got, buf, |m, bytes| {
-                    self.ingest_from(
-                        engine, now, m.src, m.src_port, link.local, m.ip, bytes, steer,
-                    )
-                });
+                // (Each ring a share, so one busy ring does not starve the others.)
+                let share = (budget / links.len()).max(RX_BATCH);
+                let r = link
+                    .reader
+                    .drain(share.min(budget - from_rings), buf, |m, bytes| {
+                        self.ingest_from(
+                            engine, now, m.src, m.src_port, link.local, m.ip, bytes, steer,
+                        )
+                    });
                 let n = match r {
                     Ok(n) => n,
                     Err(_) => {
@@ -993,6 +1000,7 @@ impl Shared {
                     }
                 };
                 sh.count_rx(n);
+                from_rings += n;
                 got += n;
                 if n > 0 {
                     // As for a socket's batch (above).

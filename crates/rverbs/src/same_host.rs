@@ -642,6 +642,11 @@ fn connect(dst: IpAddr) -> io::Result<OutLink> {
             len,
         )
     })?;
+    // Abstract names have no permissions: whoever bound the name first listens
+    // there. Only a process of our own user gets our datagrams.
+    if !peer_is_our_user(&sock) {
+        return Err(io::Error::other("the listener is another user's process"));
+    }
     let (memfd, writer) = new_ring()?;
     let mut hello = [0u8; HELLO];
     hello[..8].copy_from_slice(MAGIC);
@@ -653,12 +658,19 @@ fn connect(dst: IpAddr) -> io::Result<OutLink> {
         dead: Arc::new(AtomicBool::new(false)),
         bell: None,
     };
-    // The peer's housekeeping thread answers at once with its doorbell; wait a little
-    // for it (a peer that does not answer in time gets it picked up later, `ring`).
+    // The peer's housekeeping thread answers at once with its doorbell. A peer that
+    // refused the ring (closed the connection), does not answer in time, or whose
+    // doorbell is not an eventfd that cannot block us gets UDP instead (`writer_for`
+    // tries again after `RETRY_NS`).
     let mut ready = Vec::new();
     let _ = crate::sys::poll_readable(&[l.fd.as_raw_fd()], BELL_WAIT_MS, &mut ready);
     l.take_bell();
-    Ok(l)
+    match &l.bell {
+        Some(b) if is_nonblocking_eventfd(b) => Ok(l),
+        _ => Err(io::Error::other(
+            "the peer did not answer with its doorbell",
+        )),
+    }
 }
 
 /// Sends `bytes` with descriptor `fd` attached (`SCM_RIGHTS`).
@@ -742,15 +754,15 @@ fn recv_fds(sock: &OwnedFd, buf: &mut [u8]) -> io::Result<(usize, Vec<OwnedFd>)>
     Ok((n as usize, fds))
 }
 
-/// Takes a connection's hello: the peer's ring, mapped, if all is well.
-fn accept_ring(conn: &OwnedFd) -> Result<Reader, &'static str> {
+/// Whether the process at the other end of `sock` runs as our user (`SO_PEERCRED`).
+fn peer_is_our_user(sock: &OwnedFd) -> bool {
     // SAFETY: ucred is plain data; getsockopt writes at most its size.
     let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
     let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
     // SAFETY: as above.
     let rc = unsafe {
         libc::getsockopt(
-            conn.as_raw_fd(),
+            sock.as_raw_fd(),
             libc::SOL_SOCKET,
             libc::SO_PEERCRED,
             (&mut cred as *mut libc::ucred).cast(),
@@ -758,7 +770,23 @@ fn accept_ring(conn: &OwnedFd) -> Result<Reader, &'static str> {
         )
     };
     // SAFETY: getuid cannot fail.
-    if rc != 0 || cred.uid != unsafe { libc::getuid() } {
+    rc == 0 && cred.uid == unsafe { libc::getuid() }
+}
+
+/// Whether `fd` is an eventfd whose writes never block (a doorbell a peer handed us:
+/// anything else could stall the sender).
+fn is_nonblocking_eventfd(fd: &OwnedFd) -> bool {
+    let link = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()));
+    // SAFETY: F_GETFL on a descriptor we own.
+    let flags = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) };
+    link.is_ok_and(|l| l.as_os_str() == "anon_inode:[eventfd]")
+        && flags >= 0
+        && flags & libc::O_NONBLOCK != 0
+}
+
+/// Takes a connection's hello: the peer's ring, mapped, if all is well.
+fn accept_ring(conn: &OwnedFd) -> Result<Reader, &'static str> {
+    if !peer_is_our_user(conn) {
         return Err("another user's process");
     }
     // The hello follows the connect at once; wait a little for it.

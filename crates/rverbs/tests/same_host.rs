@@ -275,3 +275,74 @@ fn a_ring_whose_writer_breaks_the_format_is_ended_and_counted() {
         libc::close(fd);
     }
 }
+
+/// A UDP socket at a free 127.0.0.x:4791 (the peer's address), reading with a timeout.
+fn udp_peer() -> (std::net::UdpSocket, std::net::Ipv4Addr) {
+    let (s, ip) = (200..=250u8)
+        .rev()
+        .find_map(|x| {
+            let ip = std::net::Ipv4Addr::new(127, 0, 0, x);
+            std::net::UdpSocket::bind((ip, 4791)).ok().map(|s| (s, ip))
+        })
+        .expect("a free 127.0.0.x:4791");
+    s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    (s, ip)
+}
+
+/// A listener on the carrier's name for `ip` that is not an rverbs context: it
+/// takes each connection and closes it (`accept_and_close`), or never takes any.
+fn fake_listener(ip: IpAddr, accept_and_close: bool) -> i32 {
+    // SAFETY: plain socket calls on descriptors this test owns.
+    unsafe {
+        let l = libc::socket(libc::AF_UNIX, libc::SOCK_SEQPACKET, 0);
+        let (sun, len) = listener_name(ip);
+        assert_eq!(
+            libc::bind(l, (&sun as *const libc::sockaddr_un).cast(), len),
+            0
+        );
+        assert_eq!(libc::listen(l, 8), 0);
+        if accept_and_close {
+            std::thread::spawn(move || loop {
+                let c = libc::accept(l, std::ptr::null_mut(), std::ptr::null_mut());
+                if c < 0 {
+                    return;
+                }
+                libc::close(c);
+            });
+        }
+        l
+    }
+}
+
+#[test]
+fn a_listener_that_refuses_or_never_answers_leaves_the_datagrams_on_udp() {
+    // (Both peers stay bound to the end: the second takes another address.)
+    let mut peers = Vec::new();
+    for accept_and_close in [true, false] {
+        let (peer, ip) = udp_peer();
+        let _l = fake_listener(IpAddr::V4(ip), accept_and_close);
+        let a = end(open(true), 4096);
+        let to_peer = PeerInfo {
+            qpn: 0x77,
+            psn: 0,
+            gid: Gid::from(ip),
+        };
+        a.qp.connect(&to_peer, &ConnectOpts::default()).unwrap();
+        for i in 0..3 {
+            a.qp.post_send(&SendRequest::send(i, &[a.mr.slice(0..8)]))
+                .unwrap();
+        }
+        // Every SEND reaches the peer's UDP socket (none vanishes into a ring).
+        let mut psns = std::collections::BTreeSet::new();
+        let mut buf = [0u8; 256];
+        while psns.len() < 3 {
+            let n = peer.recv(&mut buf).expect("the SENDs over UDP");
+            assert!(n >= 12 + 8 + 4);
+            psns.insert(u32::from_be_bytes([0, buf[9], buf[10], buf[11]]));
+        }
+        assert_eq!(psns.into_iter().collect::<Vec<_>>(), [0, 1, 2]);
+        let s = stats(&a.ctx);
+        assert_eq!((s.links_out, s.tx_datagrams), (0, 0), "{s:?}");
+        peers.push(peer);
+    }
+}
