@@ -1556,14 +1556,17 @@ fn udp_socket(addr: IpAddr) -> std::io::Result<Socket> {
 ///   as one burst overflowed the buffer every time.
 ///
 /// Returns the window and the READ piece (0: whole READs).
-fn window_for(sockets: &[(IpAddr, Socket)]) -> (u32, u32) {
+fn window_for(sockets: &[(IpAddr, Socket)], cap: Option<usize>) -> (u32, u32) {
     // (No size known: rxe's window and whole READs.)
     sockets
         .iter()
         .filter_map(|(_, s)| s.recv_buffer_size().ok())
         .min()
         .map_or((rverbs_engine::MAX_UNACKED_PSNS, 0), |b| {
-            window_for_bytes(b, rverbs_engine::MIN_UNACKED_PSNS)
+            window_for_bytes(
+                b.min(cap.unwrap_or(usize::MAX)),
+                rverbs_engine::MIN_UNACKED_PSNS,
+            )
         })
 }
 
@@ -1821,8 +1824,14 @@ impl Context {
         // Over loopback the peer is this machine, with this machine's buffers;
         // elsewhere, rxe's window and whole READs (a remote peer's buffers are
         // unknown; rxe and adapters take READ bursts in their rings).
+        let same_host = match opts.same_host {
+            Some(on) => on,
+            None => same_host_from_env()?,
+        } && raw.is_none();
+        // With the same-host carrier, what a loopback peer sends us (READ responses
+        // above all) waits in our inbound ring, not in the socket's buffer.
         let (window, read_piece) = if info.is_loopback() {
-            window_for(&sockets)
+            window_for(&sockets, same_host.then_some(crate::same_host::RING_ROOM))
         } else {
             (rverbs_engine::MAX_UNACKED_PSNS, 0)
         };
@@ -1859,10 +1868,6 @@ impl Context {
         let mut engine = Engine::new(cfg);
         crate::mad::set_identity(&mut engine, &info);
         let wake = sys::eventfd().map_err(|e| Error::io("creating the driver's eventfd", e))?;
-        let same_host = match opts.same_host {
-            Some(on) => on,
-            None => same_host_from_env()?,
-        } && raw.is_none();
         let same_host = if same_host {
             Some(
                 crate::same_host::SameHost::start(&bound, &wake)
@@ -2330,7 +2335,7 @@ mod tests {
             }
             (IpAddr::V4(Ipv4Addr::LOCALHOST), s)
         };
-        let one = |s: &(IpAddr, Socket)| window_for(std::slice::from_ref(s));
+        let one = |s: &(IpAddr, Socket)| window_for(std::slice::from_ref(s), None);
         // (The kernel doubles what it is asked for.)
         let small = sock(64 << 10, false);
         assert_eq!(small.1.recv_buffer_size().unwrap(), 128 << 10);
@@ -2354,8 +2359,19 @@ mod tests {
             (w, w)
         };
         assert_eq!(one(&big), want);
-        assert_eq!(window_for(&[small, big]), (24, 24), "the smallest counts");
-        assert_eq!(window_for(&[]), (128, 0), "no size known");
+        // With the same-host carrier the ring bounds both (READ responses in pieces).
+        let (w, piece) = window_for(
+            std::slice::from_ref(&big),
+            Some(crate::same_host::RING_ROOM),
+        );
+        assert!(piece > 0, "READs in pieces");
+        assert!((w.max(piece) as usize) * 4096 <= crate::same_host::RING_ROOM);
+        assert_eq!(
+            window_for(&[small, big], None),
+            (24, 24),
+            "the smallest counts"
+        );
+        assert_eq!(window_for(&[], None), (128, 0), "no size known");
     }
 
     /// The datagrams of a received buffer (`seg`-byte segments, the last `last` bytes;

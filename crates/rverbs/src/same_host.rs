@@ -77,6 +77,9 @@ pub(crate) const MAX_PAYLOAD: usize = 65536;
 /// that fill it again).
 const SMALL: usize = 64;
 const RESERVE: u64 = 64 << 10;
+/// What a ring holds of long datagrams: the buffer RC windows and READ pieces are
+/// sized for when the carrier is on (`context.rs`, `window_for`; `verbs.rs`).
+pub(crate) const RING_ROOM: usize = DATA_BYTES - RESERVE as usize;
 /// The length word of a record that marks the rest of the ring as skipped.
 const SKIP: u32 = u32::MAX;
 /// The hello: this magic (format version 1), then the ring's data bytes (u64 LE).

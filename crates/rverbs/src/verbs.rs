@@ -1073,7 +1073,7 @@ impl Qp {
             // larger than this, instead: `same_host.rs`.)
             Some(h) if self.qp_type == QpType::Rc && s.info.is_loopback() => {
                 crate::context::peer_rcvbuf(h.av.dgid).map(|b| match &s.same_host {
-                    Some(_) => b.min(crate::same_host::DATA_BYTES),
+                    Some(_) => b.min(crate::same_host::RING_ROOM),
                     None => b,
                 })
             }
