@@ -239,6 +239,16 @@ pub fn run(out: &mut impl Write, iters: usize, size: usize) -> std::result::Resu
         ca.rx_icrc_errors + cb.rx_icrc_errors,
         ca.retransmitted_packets + cb.retransmitted_packets
     ))?;
+    // Which carrier took the packets between the two endpoints (README, "Same-host
+    // carrier").
+    let carrier = match (a.ctx.same_host_stats(), b.ctx.same_host_stats()) {
+        (Some(sa), Some(sb)) if sa.tx_datagrams + sb.tx_datagrams > 0 => format!(
+            "same-host rings ({} of A's and {} of B's packets; RVERBS_SAME_HOST=0 for UDP)",
+            sa.tx_datagrams, sb.tx_datagrams
+        ),
+        _ => "UDP over loopback".to_string(),
+    };
+    w(writeln!(out, "carrier: {carrier}"))?;
     w(writeln!(out, "demo passed"))?;
     Ok(())
 }
@@ -262,6 +272,14 @@ mod tests {
             .and_then(|t| t.split(' ').next())
             .and_then(|n| n.parse::<u64>().ok());
         assert!(in_place.is_some_and(|n| n >= 40), "{text}");
+        // The two contexts of one process reach each other through the same-host
+        // carrier, unless it is turned off.
+        let carrier = if std::env::var("RVERBS_SAME_HOST").as_deref() == Ok("0") {
+            "carrier: UDP over loopback"
+        } else {
+            "carrier: same-host rings"
+        };
+        assert!(text.contains(carrier), "{text}");
         assert!(text.ends_with("demo passed\n"), "{text}");
     }
 

@@ -525,6 +525,9 @@ pub fn run<W: Write>(o: &Opts, out: &mut W) -> Result<(), String> {
         if let Some(s) = ctx.raw_net_stats() {
             eprintln!("rverbs raw path: {s:?}");
         }
+        if let Some(s) = ctx.same_host_stats() {
+            eprintln!("rverbs same-host carrier: {s:?}");
+        }
     }
     if !o.linger.is_zero() {
         w(out.flush())?;

@@ -171,6 +171,24 @@ impl Transmit {
         b.mem.read(b.offset, &mut self.payload[at..at + n]);
     }
 
+    /// Writes the whole packet into `dst` ([`Transmit::len`] bytes), reading the
+    /// body straight from its region: [`Transmit::materialize`] without the copy into
+    /// `payload` (a same-host sender writes it into its ring this way).
+    ///
+    /// # Panics
+    /// If `dst` is not `len()` bytes long.
+    pub fn write_into(&self, dst: &mut [u8]) {
+        assert_eq!(dst.len(), self.len());
+        let Some(b) = &self.body else {
+            dst.copy_from_slice(&self.payload);
+            return;
+        };
+        let at = b.at.min(self.payload.len());
+        dst[..at].copy_from_slice(&self.payload[..at]);
+        b.mem.read(b.offset, &mut dst[at..at + b.len]);
+        dst[at + b.len..].copy_from_slice(&self.payload[at..]);
+    }
+
     /// The packet in three pieces to be sent (or hashed) one after the other: the
     /// payload before the body, `body` (the body's bytes, from [`Body::bytes`]; empty
     /// when there is no body) and the rest of the payload.

@@ -2041,6 +2041,9 @@ mod tests {
                 if v1 || len < crate::LEND_MIN {
                     assert_eq!(lent, copied, "len {len}, v1 {v1}: copied");
                     assert!(filled.get());
+                    let mut whole = vec![0u8; copied.len()];
+                    copied.write_into(&mut whole);
+                    assert_eq!(whole, copied.payload);
                     continue;
                 }
                 assert!(!filled.get(), "len {len}: a lent payload is not copied");
@@ -2053,6 +2056,9 @@ mod tests {
                 assert!(b.bytes(&big[..len]).is_empty());
                 let parts = lent.parts(b.bytes(&big)).concat();
                 assert_eq!(parts, copied.payload, "len {len}: the pieces");
+                let mut whole = vec![0u8; lent.len()];
+                lent.write_into(&mut whole);
+                assert_eq!(whole, copied.payload, "len {len}: written in place");
                 lent.materialize();
                 assert_eq!(lent, copied, "len {len}: materialized");
             }

@@ -472,7 +472,7 @@ impl Shared {
         rest: &mut Vec<Transmit>,
     ) {
         let mut ring: Option<(IpAddr, Option<crate::same_host::Handle<'_>>)> = None;
-        for mut t in queue.drain(..) {
+        for t in queue.drain(..) {
             if t.dst.is_multicast() || t.roce_v1 {
                 rest.push(t);
                 continue;
@@ -487,21 +487,43 @@ impl Shared {
                 rest.push(t);
                 continue;
             };
-            t.materialize();
-            if self.fills_icrc {
-                // As from the device's socket: port 4791, IPv4 ID 0.
-                rverbs_engine::net::fill_icrc(t.src, t.dst, ROCE_PORT, &mut t.payload);
-            }
-            let meta = IpMeta {
+            // Written straight into the ring (a body from its region), then its
+            // ICRC as from the device's socket (port 4791, IPv4 ID 0).
+            let ip = Self::carried_meta(IpMeta {
                 hop_limit: t.hop_limit,
                 traffic_class: t.traffic_class,
                 flow_label: t.flow_label,
+            });
+            let meta = crate::same_host::RecordMeta {
+                src: t.src,
+                src_port: ROCE_PORT,
+                ip,
             };
-            self.carry(h, t.src, t.dst, meta, &t.payload);
+            h.push_with(&meta, t.len(), |slot| {
+                t.write_into(slot);
+                if self.fills_icrc {
+                    rverbs_engine::net::fill_icrc(t.src, t.dst, ROCE_PORT, slot);
+                }
+                self.record(t.src, t.dst, ROCE_PORT, ip, slot);
+            });
             carried.push(t);
         }
         drop(ring);
         std::mem::swap(queue, rest);
+    }
+
+    /// What a datagram from the device's socket carries of `meta`: the socket's
+    /// default TTL for 0, no flow label (`send_raw`).
+    fn carried_meta(meta: IpMeta) -> IpMeta {
+        IpMeta {
+            hop_limit: if meta.hop_limit == 0 {
+                64
+            } else {
+                meta.hop_limit
+            },
+            flow_label: 0,
+            ..meta
+        }
     }
 
     /// Writes one datagram into a same-host ring, with its capture record, carrying
@@ -515,15 +537,7 @@ impl Shared {
         meta: IpMeta,
         bytes: &[u8],
     ) {
-        let ip = IpMeta {
-            hop_limit: if meta.hop_limit == 0 {
-                64
-            } else {
-                meta.hop_limit
-            },
-            flow_label: 0,
-            ..meta
-        };
+        let ip = Self::carried_meta(meta);
         self.record(src, dst, ROCE_PORT, ip, bytes);
         h.push(
             &crate::same_host::RecordMeta {

@@ -191,6 +191,16 @@ impl Ring {
         unsafe { &*(self.mem.ptr.add(off) as *const AtomicU32) }
     }
 
+    /// The data area's bytes at `pos..pos + len` (inside the area: the callers check),
+    /// which only the writer touches until it publishes them.
+    #[allow(clippy::mut_from_ref)]
+    fn slot(&self, pos: usize, len: usize) -> &mut [u8] {
+        assert!(pos + len <= self.cap);
+        // SAFETY: in bounds; the reader reads these bytes only after the head is
+        // published past them, and the writer makes one slot at a time.
+        unsafe { std::slice::from_raw_parts_mut(self.mem.ptr.add(HEADER + pos), len) }
+    }
+
     /// Copies `src` to data offset `pos` (inside the area: the callers check).
     fn put(&self, pos: usize, src: &[u8]) {
         debug_assert!(pos + src.len() <= self.cap);
@@ -245,17 +255,24 @@ impl Writer {
 
     /// Appends one datagram; false (nothing written) when the ring has no room for
     /// it, or the payload is longer than [`MAX_PAYLOAD`].
+    #[cfg(test)]
     pub(crate) fn push(&mut self, m: &RecordMeta, payload: &[u8]) -> bool {
-        if payload.len() > MAX_PAYLOAD {
+        self.push_with(m, payload.len(), |slot| slot.copy_from_slice(payload))
+    }
+
+    /// Appends one `len`-byte datagram that `fill` writes in place (see `push`).
+    pub(crate) fn push_with(
+        &mut self,
+        m: &RecordMeta,
+        len: usize,
+        fill: impl FnOnce(&mut [u8]),
+    ) -> bool {
+        if len > MAX_PAYLOAD {
             return false;
         }
         let cap = self.ring.cap as u64;
-        let need = (REC + pad8(payload.len())) as u64;
-        let reserve = if payload.len() > SMALL {
-            RESERVE.min(cap / 4)
-        } else {
-            0
-        };
+        let need = (REC + pad8(len)) as u64;
+        let reserve = if len > SMALL { RESERVE.min(cap / 4) } else { 0 };
         let pos = self.head % cap;
         let skip = if cap - pos < need { cap - pos } else { 0 };
         let fits = |w: &Writer| {
@@ -274,7 +291,7 @@ impl Writer {
         }
         let pos = (self.head % cap) as usize;
         let mut h = [0u8; REC];
-        h[0..4].copy_from_slice(&(payload.len() as u32).to_le_bytes());
+        h[0..4].copy_from_slice(&(len as u32).to_le_bytes());
         let src = match m.src {
             IpAddr::V4(a) => {
                 h[8..12].copy_from_slice(&a.octets());
@@ -291,7 +308,7 @@ impl Writer {
         h[27] = m.ip.traffic_class;
         h[28..32].copy_from_slice(&m.ip.flow_label.to_le_bytes());
         self.ring.put(pos, &h);
-        self.ring.put(pos + REC, payload);
+        fill(self.ring.slot(pos + REC, len));
         self.head += need;
         true
     }
@@ -977,10 +994,20 @@ pub(crate) struct Handle<'a> {
 impl Handle<'_> {
     /// Writes one datagram; false when the ring was full (dropped, counted).
     pub(crate) fn push(&mut self, m: &RecordMeta, payload: &[u8]) -> bool {
+        self.push_with(m, payload.len(), |slot| slot.copy_from_slice(payload))
+    }
+
+    /// [`Handle::push`] of a `len`-byte datagram that `fill` writes in place.
+    pub(crate) fn push_with(
+        &mut self,
+        m: &RecordMeta,
+        len: usize,
+        fill: impl FnOnce(&mut [u8]),
+    ) -> bool {
         let Some(Out::Up(l)) = self.out.get_mut(&self.key) else {
             return false;
         };
-        if l.writer.push(m, payload) {
+        if l.writer.push_with(m, len, fill) {
             self.pushed += 1;
             true
         } else {
