@@ -539,14 +539,12 @@ impl Shared {
     ) {
         let ip = Self::carried_meta(meta);
         self.record(src, dst, ROCE_PORT, ip, bytes);
-        h.push(
-            &crate::same_host::RecordMeta {
-                src,
-                src_port: ROCE_PORT,
-                ip,
-            },
-            bytes,
-        );
+        let meta = crate::same_host::RecordMeta {
+            src,
+            src_port: ROCE_PORT,
+            ip,
+        };
+        h.push_with(&meta, bytes.len(), |slot| slot.copy_from_slice(bytes));
     }
 
     fn send_udp(&self, t: &Transmit) {

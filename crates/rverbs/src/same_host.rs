@@ -730,27 +730,7 @@ fn send_fd(sock: &OwnedFd, bytes: &[u8], fd: RawFd) -> io::Result<()> {
 /// are ours to close: the caller keeps the first).
 fn recv_fds(sock: &OwnedFd, buf: &mut [u8]) -> io::Result<(usize, Vec<OwnedFd>)> {
     let mut ctl = [0u64; 16];
-    let mut iov = libc::iovec {
-        iov_base: buf.as_mut_ptr().cast(),
-        iov_len: buf.len(),
-    };
-    // SAFETY: msghdr is plain data; the pointers set below outlive the call.
-    let mut h: libc::msghdr = unsafe { std::mem::zeroed() };
-    h.msg_iov = &mut iov;
-    h.msg_iovlen = 1;
-    h.msg_control = ctl.as_mut_ptr().cast();
-    h.msg_controllen = std::mem::size_of_val(&ctl) as _;
-    // SAFETY: `h` describes live buffers.
-    let n = unsafe {
-        libc::recvmsg(
-            sock.as_raw_fd(),
-            &mut h,
-            libc::MSG_DONTWAIT | libc::MSG_CMSG_CLOEXEC,
-        )
-    };
-    if n < 0 {
-        return Err(io::Error::last_os_error());
-    }
+    let (n, h) = crate::sys::recvmsg_ctl(sock, buf, &mut ctl, libc::MSG_CMSG_CLOEXEC)?;
     let mut fds = Vec::new();
     // SAFETY: walks the control messages the kernel wrote into `ctl`, within
     // `msg_controllen`; every SCM_RIGHTS descriptor is now ours.
@@ -771,7 +751,7 @@ fn recv_fds(sock: &OwnedFd, buf: &mut [u8]) -> io::Result<(usize, Vec<OwnedFd>)>
     if h.msg_flags & (libc::MSG_TRUNC | libc::MSG_CTRUNC) != 0 {
         return Err(io::Error::other("hello cut short"));
     }
-    Ok((n as usize, fds))
+    Ok((n, fds))
 }
 
 /// Whether the process at the other end of `sock` runs as our user (`SO_PEERCRED`).
@@ -992,12 +972,8 @@ pub(crate) struct Handle<'a> {
 }
 
 impl Handle<'_> {
-    /// Writes one datagram; false when the ring was full (dropped, counted).
-    pub(crate) fn push(&mut self, m: &RecordMeta, payload: &[u8]) -> bool {
-        self.push_with(m, payload.len(), |slot| slot.copy_from_slice(payload))
-    }
-
-    /// [`Handle::push`] of a `len`-byte datagram that `fill` writes in place.
+    /// Writes one `len`-byte datagram, which `fill` writes in place; false when the
+    /// ring was full (dropped, counted).
     pub(crate) fn push_with(
         &mut self,
         m: &RecordMeta,

@@ -45,6 +45,20 @@ pub(crate) fn set_tx_loop(fd: &impl AsRawFd, on: bool) -> io::Result<()> {
 /// (cut to `buf`).
 pub(crate) fn recv_error_queue(fd: &impl AsRawFd, buf: &mut [u8]) -> io::Result<usize> {
     let mut ctl = [0u64; 32];
+    let (n, _) = recvmsg_ctl(fd, buf, &mut ctl, libc::MSG_ERRQUEUE)?;
+    Ok(n.min(buf.len()))
+}
+
+/// One non-blocking `recvmsg` (`flags` | `MSG_DONTWAIT`) into `buf`, with `ctl` as the
+/// control buffer: the length received and the header, whose `msg_control`,
+/// `msg_controllen` and `msg_flags` describe what the kernel wrote into `ctl` (its
+/// iovec fields are cleared: they pointed at this call's locals).
+pub(crate) fn recvmsg_ctl(
+    fd: &impl AsRawFd,
+    buf: &mut [u8],
+    ctl: &mut [u64],
+    flags: libc::c_int,
+) -> io::Result<(usize, libc::msghdr)> {
     let mut iov = libc::iovec {
         iov_base: buf.as_mut_ptr().cast(),
         iov_len: buf.len(),
@@ -54,20 +68,16 @@ pub(crate) fn recv_error_queue(fd: &impl AsRawFd, buf: &mut [u8]) -> io::Result<
     h.msg_iov = &mut iov;
     h.msg_iovlen = 1;
     h.msg_control = ctl.as_mut_ptr().cast();
-    h.msg_controllen = std::mem::size_of_val(&ctl) as _;
+    h.msg_controllen = std::mem::size_of_val(ctl) as _;
     // SAFETY: the header points at a live iovec over `buf` and at a live control
     // buffer of the sizes given; both outlive the call, which does not block.
-    let n = unsafe {
-        libc::recvmsg(
-            fd.as_raw_fd(),
-            &mut h,
-            libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT,
-        )
-    };
+    let n = unsafe { libc::recvmsg(fd.as_raw_fd(), &mut h, flags | libc::MSG_DONTWAIT) };
     if n < 0 {
         return Err(io::Error::last_os_error());
     }
-    Ok((n as usize).min(buf.len()))
+    h.msg_iov = std::ptr::null_mut();
+    h.msg_iovlen = 0;
+    Ok((n as usize, h))
 }
 
 /// Sets an integer socket option.
