@@ -605,19 +605,25 @@ fn cvt(rc: libc::c_int) -> io::Result<libc::c_int> {
     }
 }
 
-/// A listener for `a` (`None` when another context of this namespace has it).
-fn listen(a: IpAddr) -> Option<OwnedFd> {
-    let fd = seqpacket().ok()?;
+/// A seqpacket socket bound (`bind`) or connected (else) to the name of `a`.
+fn socket_at(a: IpAddr, bind: bool) -> io::Result<OwnedFd> {
+    let fd = seqpacket()?;
     let (sun, len) = name_of(a);
+    let op = if bind { libc::bind } else { libc::connect };
     // SAFETY: `sun` is a valid address of `len` bytes.
     cvt(unsafe {
-        libc::bind(
+        op(
             fd.as_raw_fd(),
             (&sun as *const libc::sockaddr_un).cast(),
             len,
         )
-    })
-    .ok()?;
+    })?;
+    Ok(fd)
+}
+
+/// A listener for `a` (`None` when another context of this namespace has it).
+fn listen(a: IpAddr) -> Option<OwnedFd> {
+    let fd = socket_at(a, true).ok()?;
     // SAFETY: a bound socket of ours.
     cvt(unsafe { libc::listen(fd.as_raw_fd(), 64) }).ok()?;
     Some(fd)
@@ -652,16 +658,7 @@ fn new_ring() -> io::Result<(OwnedFd, Writer)> {
 
 /// Connects to the context bound to `dst` and hands it a new ring.
 fn connect(dst: IpAddr) -> io::Result<OutLink> {
-    let sock = seqpacket()?;
-    let (sun, len) = name_of(dst);
-    // SAFETY: `sun` is a valid address of `len` bytes.
-    cvt(unsafe {
-        libc::connect(
-            sock.as_raw_fd(),
-            (&sun as *const libc::sockaddr_un).cast(),
-            len,
-        )
-    })?;
+    let sock = socket_at(dst, false)?;
     // Abstract names have no permissions: whoever bound the name first listens
     // there. Only a process of our own user gets our datagrams.
     if !peer_is_our_user(&sock) {
