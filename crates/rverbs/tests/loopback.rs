@@ -359,14 +359,21 @@ fn qps_to_one_peer_share_its_receive_buffer() {
         rkey: 0x99,
         len: 1 << 16,
     };
-    // The peer QP numbers tell the two streams apart.
+    // The peer QP numbers tell the two streams apart. A 4 s ACK timeout, as below:
+    // with the default one the retries into the silence could run out while the
+    // test reads (a gap under its 100 ms read timeout each time), move `a` to the
+    // error state and give `b` the whole buffer, 48 PSNs (seen under load).
+    let opts = ConnectOpts {
+        timeout: 20,
+        ..ConnectOpts::default()
+    };
     for (qp, rqpn) in [(&a.qp, 0x123), (&b, 0x124)] {
         let to_peer = PeerInfo {
             qpn: rqpn,
             psn: 0,
             gid: Gid::from(ip),
         };
-        qp.connect(&to_peer, &ConnectOpts::default()).unwrap();
+        qp.connect(&to_peer, &opts).unwrap();
     }
     for (qp, base) in [(&a.qp, 0), (&b, 100)] {
         for i in 0..8 {
