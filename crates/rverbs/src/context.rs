@@ -202,6 +202,11 @@ struct TxPlan {
 }
 
 pub(crate) struct Shared {
+    /// The same-host carrier (`same_host.rs`), unless off or in raw mode. (First:
+    /// fields drop in order, and its listeners must close before the sockets do, or
+    /// a context that binds the address meanwhile finds its name taken and its peers
+    /// reach this one.)
+    pub(crate) same_host: Option<crate::same_host::SameHost>,
     pub(crate) engine: Mutex<Engine>,
     /// Completion channels and the async event queue (fed by `flush`).
     pub(crate) hub: crate::channel::EventHub,
@@ -264,8 +269,6 @@ pub(crate) struct Shared {
     /// engine lock when none is).
     pub(crate) cq_armed: AtomicBool,
     wake: OwnedFd,
-    /// The same-host carrier (`same_host.rs`), unless off or in raw mode.
-    pub(crate) same_host: Option<crate::same_host::SameHost>,
     /// Set by `poll_wait` when only a same-host doorbell woke it: the next `receive`
     /// leaves the sockets alone.
     skip_sockets_once: AtomicBool,

@@ -300,26 +300,56 @@ fn udp_peer() -> (std::net::UdpSocket, std::net::Ipv4Addr) {
 
 /// A listener on the carrier's name for `ip` that is not an rverbs context: it
 /// takes each connection and closes it (`accept_and_close`), or never takes any.
-fn fake_listener(ip: IpAddr, accept_and_close: bool) -> i32 {
+/// Dropping it frees the name (other tests of this binary may bind the address later).
+struct FakeListener {
+    fd: i32,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+fn fake_listener(ip: IpAddr, accept_and_close: bool) -> FakeListener {
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     // SAFETY: plain socket calls on descriptors this test owns.
-    unsafe {
-        let l = libc::socket(libc::AF_UNIX, libc::SOCK_SEQPACKET, 0);
+    let l = unsafe {
+        let l = libc::socket(libc::AF_UNIX, libc::SOCK_SEQPACKET | libc::SOCK_NONBLOCK, 0);
         let (sun, len) = listener_name(ip);
         assert_eq!(
             libc::bind(l, (&sun as *const libc::sockaddr_un).cast(), len),
             0
         );
         assert_eq!(libc::listen(l, 8), 0);
-        if accept_and_close {
-            std::thread::spawn(move || loop {
-                let c = libc::accept(l, std::ptr::null_mut(), std::ptr::null_mut());
-                if c < 0 {
-                    return;
-                }
-                libc::close(c);
-            });
-        }
         l
+    };
+    let s2 = stop.clone();
+    let thread = accept_and_close.then(|| {
+        std::thread::spawn(move || {
+            while !s2.load(std::sync::atomic::Ordering::Relaxed) {
+                // SAFETY: as above.
+                unsafe {
+                    let c = libc::accept(l, std::ptr::null_mut(), std::ptr::null_mut());
+                    if c >= 0 {
+                        libc::close(c);
+                    }
+                }
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        })
+    });
+    FakeListener {
+        fd: l,
+        stop,
+        thread,
+    }
+}
+
+impl Drop for FakeListener {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            t.join().unwrap();
+        }
+        // SAFETY: the descriptor this listener opened.
+        unsafe { libc::close(self.fd) };
     }
 }
 
@@ -329,7 +359,7 @@ fn a_listener_that_refuses_or_never_answers_leaves_the_datagrams_on_udp() {
     let mut peers = Vec::new();
     for accept_and_close in [true, false] {
         let (peer, ip) = udp_peer();
-        let _l = fake_listener(IpAddr::V4(ip), accept_and_close);
+        let fake = fake_listener(IpAddr::V4(ip), accept_and_close);
         let a = end(open(true), 4096);
         let to_peer = PeerInfo {
             qpn: 0x77,
@@ -352,6 +382,8 @@ fn a_listener_that_refuses_or_never_answers_leaves_the_datagrams_on_udp() {
         assert_eq!(psns.into_iter().collect::<Vec<_>>(), [0, 1, 2]);
         let s = stats(&a.ctx);
         assert_eq!((s.links_out, s.tx_datagrams), (0, 0), "{s:?}");
+        drop(a);
+        drop(fake);
         peers.push(peer);
     }
 }
