@@ -160,6 +160,11 @@ pub fn json_field<'a>(line: &'a str, key: &str) -> &'a str {
 /// that accepts and then says nothing for 5 s, with the handshake timeout shortened to
 /// 1 s: the run must fail within 4 s. Returns its stderr.
 pub fn against_silent_server(port: u16, args: &[&str]) -> String {
+    against_silent_server_env(port, args, ("RVERBS_HANDSHAKE_TIMEOUT_MS", "1000"))
+}
+
+/// [`against_silent_server`] with `env` (a timeout of 1 s) set for the run instead.
+pub fn against_silent_server_env(port: u16, args: &[&str], env: (&str, &str)) -> String {
     use std::time::{Duration, Instant};
     let l = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
     let t = std::thread::spawn(move || {
@@ -170,7 +175,7 @@ pub fn against_silent_server(port: u16, args: &[&str]) -> String {
     let start = Instant::now();
     let o = std::process::Command::new(env!("CARGO_BIN_EXE_rverbs"))
         .args(args)
-        .env("RVERBS_HANDSHAKE_TIMEOUT_MS", "1000")
+        .env(env.0, env.1)
         .output()
         .unwrap();
     assert!(!o.status.success());
