@@ -896,12 +896,10 @@ impl SameHost {
         crate::sys::eventfd_signal(&self.common.poke);
     }
 
-    /// Sends a batch: `f` is asked for each datagram (by index) whether it goes to
-    /// the ring for its destination; `dst_of(i)` names it, `write(i, push)` writes it
-    /// with `push` (returns false when it was not written: full ring). Returns, for
-    /// each index, whether it was taken (`taken`), and rings doorbells at the end.
-    ///
-    /// Simpler form used by the senders: [`SameHost::send`].
+    /// The ring to the context bound to `dst`, locked for a batch of writes
+    /// (published, and its reader rung, when the handle drops): the link made now if
+    /// none is known or the last one ended; `None` (send over UDP) when nobody there
+    /// takes a ring, until [`RETRY_NS`] after the last try.
     pub(crate) fn writer_for(&self, dst: IpAddr, now: u64) -> Option<Handle<'_>> {
         let mut out = self.out.lock().unwrap_or_else(|e| e.into_inner());
         let key = dst.to_canonical();
@@ -949,7 +947,8 @@ impl SameHost {
         }
     }
 
-    /// Whether any outbound ring or retry is known (cheap check before a batch).
+    /// Whether other contexts write to this one through rings (its sleepers then wait
+    /// in `poll` on the doorbell, not in `recvmmsg`).
     pub(crate) fn has_inbound(&self) -> bool {
         !self
             .common
