@@ -414,3 +414,113 @@ fn large_reads_fit_the_ring_without_drops() {
     assert_eq!(sb.tx_ring_full, 0, "{sb:?}");
     assert_eq!(ca.retransmit_timeouts, 0, "{ca:?}");
 }
+
+/// A peer that takes the ring and answers with a doorbell like an rverbs context, and
+/// then never reads: its ring fills, and what does not fit is dropped and counted —
+/// the sender neither blocks nor fails.
+#[test]
+fn a_full_ring_drops_and_counts_without_blocking_the_sender() {
+    let (_udp, ip4) = udp_peer();
+    let ip = IpAddr::V4(ip4);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // SAFETY: plain socket calls on descriptors this test owns; buffers outlive them.
+    let l = unsafe {
+        let l = libc::socket(libc::AF_UNIX, libc::SOCK_SEQPACKET | libc::SOCK_NONBLOCK, 0);
+        let (sun, len) = listener_name(ip);
+        assert_eq!(
+            libc::bind(l, (&sun as *const libc::sockaddr_un).cast(), len),
+            0
+        );
+        assert_eq!(libc::listen(l, 8), 0);
+        l
+    };
+    let s2 = stop.clone();
+    let deaf = std::thread::spawn(move || {
+        let mut keep = Vec::new();
+        while !s2.load(std::sync::atomic::Ordering::Relaxed) {
+            // SAFETY: as above.
+            unsafe {
+                let c = libc::accept(l, std::ptr::null_mut(), std::ptr::null_mut());
+                if c < 0 {
+                    std::thread::sleep(Duration::from_micros(200));
+                    continue;
+                }
+                // The hello and its memfd (kept open, never mapped: nobody reads).
+                let mut buf = [0u8; 64];
+                let mut ctl = [0u64; 8];
+                let mut iov = libc::iovec {
+                    iov_base: buf.as_mut_ptr().cast(),
+                    iov_len: buf.len(),
+                };
+                let mut h: libc::msghdr = std::mem::zeroed();
+                h.msg_iov = &mut iov;
+                h.msg_iovlen = 1;
+                h.msg_control = ctl.as_mut_ptr().cast();
+                h.msg_controllen = std::mem::size_of_val(&ctl) as _;
+                assert_eq!(libc::recvmsg(c, &mut h, 0), 16, "the hello");
+                let cm = libc::CMSG_FIRSTHDR(&h);
+                assert!(!cm.is_null());
+                keep.push(std::ptr::read_unaligned(libc::CMSG_DATA(cm).cast::<i32>()));
+                // The answer: a doorbell (an eventfd nobody waits on).
+                let bell = libc::eventfd(0, libc::EFD_NONBLOCK);
+                keep.extend([c, bell]);
+                let answer = b"rvbell1\0";
+                let mut iov = libc::iovec {
+                    iov_base: answer.as_ptr() as *mut libc::c_void,
+                    iov_len: answer.len(),
+                };
+                let mut h: libc::msghdr = std::mem::zeroed();
+                h.msg_iov = &mut iov;
+                h.msg_iovlen = 1;
+                h.msg_control = ctl.as_mut_ptr().cast();
+                h.msg_controllen = libc::CMSG_SPACE(4) as _;
+                let cm = libc::CMSG_FIRSTHDR(&h);
+                (*cm).cmsg_level = libc::SOL_SOCKET;
+                (*cm).cmsg_type = libc::SCM_RIGHTS;
+                (*cm).cmsg_len = libc::CMSG_LEN(4) as _;
+                std::ptr::write_unaligned(libc::CMSG_DATA(cm).cast::<i32>(), bell);
+                assert_eq!(libc::sendmsg(c, &h, 0), answer.len() as isize);
+            }
+        }
+        for fd in keep.into_iter().chain([l]) {
+            // SAFETY: descriptors this thread opened or received.
+            unsafe { libc::close(fd) };
+        }
+    });
+    // UD datagrams of 4000 bytes (no window holds them back) to the deaf peer: 1,200
+    // of them are more than its 4 MiB ring takes.
+    let ctx = open(true);
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(1024).unwrap();
+    let qp = pd.create_qp(&QpInitAttr::new(QpType::Ud, &cq)).unwrap();
+    let mr = pd.reg_mr(4000, AccessFlags::LOCAL_WRITE).unwrap();
+    connect_nobody(&qp);
+    let ah = pd
+        .create_ah(&AhAttrs {
+            dgid: Gid::from(ip4),
+            sgid_index: 1,
+            hop_limit: 64,
+            traffic_class: 0,
+            flow_label: 0,
+        })
+        .unwrap();
+    let start = Instant::now();
+    for i in 0..1200u64 {
+        qp.post_send(&SendRequest::send(i, &[mr.slice(0..4000)]).to(&ah, 0x99, 0x1111_1111))
+            .unwrap();
+        // Every send completes, ring full or not.
+        assert_eq!(wait(&cq).status, WcStatus::Success, "send {i}");
+    }
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "the sender was held up"
+    );
+    let s = stats(&ctx);
+    assert_eq!(s.links_out, 1, "{s:?}");
+    assert!(s.tx_ring_full > 0, "{s:?}");
+    assert_eq!(s.tx_datagrams + s.tx_ring_full, 1200, "{s:?}");
+    // What fitted: about a ring's worth (4 MiB less the acknowledgements' reserve).
+    assert!((1000..1050).contains(&s.tx_datagrams), "{s:?}");
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    deaf.join().unwrap();
+}
