@@ -183,10 +183,19 @@ fn fake_writer(ip: IpAddr, hello: &[u8], fd: Option<i32>) -> i32 {
             0,
             "the context listens"
         );
+        send_with_fd(s, hello, fd);
+        s
+    }
+}
+
+/// Sends `bytes` on seqpacket socket `s`, with descriptor `fd` attached if given.
+fn send_with_fd(s: i32, bytes: &[u8], fd: Option<i32>) {
+    // SAFETY: the header points at live buffers for the call.
+    unsafe {
         let mut ctl = [0u64; 4];
         let mut iov = libc::iovec {
-            iov_base: hello.as_ptr() as *mut libc::c_void,
-            iov_len: hello.len(),
+            iov_base: bytes.as_ptr() as *mut libc::c_void,
+            iov_len: bytes.len(),
         };
         let mut h: libc::msghdr = std::mem::zeroed();
         h.msg_iov = &mut iov;
@@ -200,8 +209,22 @@ fn fake_writer(ip: IpAddr, hello: &[u8], fd: Option<i32>) -> i32 {
             (*c).cmsg_len = libc::CMSG_LEN(4) as _;
             std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<i32>(), fd);
         }
-        assert_eq!(libc::sendmsg(s, &h, 0), hello.len() as isize);
-        s
+        assert_eq!(libc::sendmsg(s, &h, 0), bytes.len() as isize);
+    }
+}
+
+/// A non-blocking listener on the carrier's name for `ip` (as a context makes).
+fn bind_listener(ip: IpAddr) -> i32 {
+    // SAFETY: plain socket calls on a descriptor this test owns.
+    unsafe {
+        let l = libc::socket(libc::AF_UNIX, libc::SOCK_SEQPACKET | libc::SOCK_NONBLOCK, 0);
+        let (sun, len) = listener_name(ip);
+        assert_eq!(
+            libc::bind(l, (&sun as *const libc::sockaddr_un).cast(), len),
+            0
+        );
+        assert_eq!(libc::listen(l, 8), 0);
+        l
     }
 }
 
@@ -309,17 +332,7 @@ struct FakeListener {
 
 fn fake_listener(ip: IpAddr, accept_and_close: bool) -> FakeListener {
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    // SAFETY: plain socket calls on descriptors this test owns.
-    let l = unsafe {
-        let l = libc::socket(libc::AF_UNIX, libc::SOCK_SEQPACKET | libc::SOCK_NONBLOCK, 0);
-        let (sun, len) = listener_name(ip);
-        assert_eq!(
-            libc::bind(l, (&sun as *const libc::sockaddr_un).cast(), len),
-            0
-        );
-        assert_eq!(libc::listen(l, 8), 0);
-        l
-    };
+    let l = bind_listener(ip);
     let s2 = stop.clone();
     let thread = accept_and_close.then(|| {
         std::thread::spawn(move || {
@@ -423,17 +436,7 @@ fn a_full_ring_drops_and_counts_without_blocking_the_sender() {
     let (_udp, ip4) = udp_peer();
     let ip = IpAddr::V4(ip4);
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    // SAFETY: plain socket calls on descriptors this test owns; buffers outlive them.
-    let l = unsafe {
-        let l = libc::socket(libc::AF_UNIX, libc::SOCK_SEQPACKET | libc::SOCK_NONBLOCK, 0);
-        let (sun, len) = listener_name(ip);
-        assert_eq!(
-            libc::bind(l, (&sun as *const libc::sockaddr_un).cast(), len),
-            0
-        );
-        assert_eq!(libc::listen(l, 8), 0);
-        l
-    };
+    let l = bind_listener(ip);
     let s2 = stop.clone();
     let deaf = std::thread::spawn(move || {
         let mut keep = Vec::new();
@@ -464,22 +467,7 @@ fn a_full_ring_drops_and_counts_without_blocking_the_sender() {
                 // The answer: a doorbell (an eventfd nobody waits on).
                 let bell = libc::eventfd(0, libc::EFD_NONBLOCK);
                 keep.extend([c, bell]);
-                let answer = b"rvbell1\0";
-                let mut iov = libc::iovec {
-                    iov_base: answer.as_ptr() as *mut libc::c_void,
-                    iov_len: answer.len(),
-                };
-                let mut h: libc::msghdr = std::mem::zeroed();
-                h.msg_iov = &mut iov;
-                h.msg_iovlen = 1;
-                h.msg_control = ctl.as_mut_ptr().cast();
-                h.msg_controllen = libc::CMSG_SPACE(4) as _;
-                let cm = libc::CMSG_FIRSTHDR(&h);
-                (*cm).cmsg_level = libc::SOL_SOCKET;
-                (*cm).cmsg_type = libc::SCM_RIGHTS;
-                (*cm).cmsg_len = libc::CMSG_LEN(4) as _;
-                std::ptr::write_unaligned(libc::CMSG_DATA(cm).cast::<i32>(), bell);
-                assert_eq!(libc::sendmsg(c, &h, 0), answer.len() as isize);
+                send_with_fd(c, b"rvbell1\0", Some(bell));
             }
         }
         for fd in keep.into_iter().chain([l]) {
