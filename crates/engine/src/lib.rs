@@ -25,6 +25,7 @@ mod resp;
 pub mod sim;
 mod slab;
 mod timers;
+pub mod train;
 pub mod types;
 
 pub use counters::Counters;

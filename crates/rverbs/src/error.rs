@@ -5,6 +5,7 @@ use std::fmt;
 
 /// An error from a verb or from the device.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum Error {
     /// A verb refused its arguments or the object's state.
     Verb(VerbError),
@@ -17,6 +18,14 @@ pub enum Error {
     },
     /// No device matched.
     NoDevice(String),
+    /// An environment variable (or the option it stands for) has a value the library
+    /// cannot use (EINVAL).
+    Config {
+        /// The variable.
+        var: &'static str,
+        /// What is wrong with its value, and what it accepts.
+        why: String,
+    },
     /// A verb was called from inside [`crate::Mr::with`], where waiting for the device
     /// could deadlock (EDEADLK).
     WouldDeadlock {
@@ -35,6 +44,7 @@ impl Error {
             Error::Verb(v) => v.errno.code(),
             Error::Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
             Error::NoDevice(_) => libc::ENODEV,
+            Error::Config { .. } => libc::EINVAL,
             Error::WouldDeadlock { .. } => libc::EDEADLK,
             Error::Flow(e) => e.errno(),
         }
@@ -42,6 +52,13 @@ impl Error {
 
     pub(crate) fn io(what: &'static str, source: std::io::Error) -> Self {
         Error::Io { what, source }
+    }
+
+    pub(crate) fn env(var: &'static str, why: impl Into<String>) -> Self {
+        Error::Config {
+            var,
+            why: why.into(),
+        }
     }
 }
 
@@ -51,6 +68,7 @@ impl fmt::Display for Error {
             Error::Verb(v) => v.fmt(f),
             Error::Io { what, source } => write!(f, "{what}: {source}"),
             Error::NoDevice(name) => write!(f, "no RDMA device named {name}"),
+            Error::Config { var, why } => write!(f, "{var}: {why}"),
             Error::WouldDeadlock { verb } => write!(
                 f,
                 "{verb}: called inside Mr::with, where waiting for the device could deadlock (EDEADLK)"
@@ -66,7 +84,7 @@ impl std::error::Error for Error {
             Error::Verb(v) => Some(v),
             Error::Io { source, .. } => Some(source),
             Error::Flow(e) => Some(e),
-            Error::NoDevice(_) | Error::WouldDeadlock { .. } => None,
+            Error::NoDevice(_) | Error::Config { .. } | Error::WouldDeadlock { .. } => None,
         }
     }
 }

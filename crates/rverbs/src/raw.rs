@@ -12,16 +12,13 @@
 //! The context's own RoCE frames (v2, v1, ARP, ND) do not pass through the device's
 //! queues: they come through a socket of their own, read inline (`rawnet.rs`).
 
-use crate::context::Shared;
+use crate::carrier::raw::v1::V1Port;
+use crate::carrier::raw::NetPort;
 use crate::error::Result;
-use crate::rawnet::NextHop;
 use rverbs_engine::{CqId, Engine, QpState, VecMemory, Wc, WcFlags, WcOpcode, WcStatus};
 use rverbs_raw::{RawDevice, RawQp, RawRecvWr, RawWc, RawWcOpcode, RawWcStatus};
-use rverbs_wire::ethernet::{ethertype, EthernetRepr, MacAddr};
-use rverbs_wire::grh::{Gid, GRH_LEN};
-use rverbs_wire::rocev1::{self, RoceV1Repr};
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 /// The raw side of a context.
@@ -33,194 +30,6 @@ pub(crate) struct RawMode {
     pub(crate) dev: Option<RawDevice>,
     /// Live raw QPs, whose completions the driver moves into their CQs.
     pub(crate) qps: Mutex<Vec<Weak<RawQpInner>>>,
-    /// RoCE v1 on the device (with `dev`): the GID table then has v1 entries.
-    pub(crate) v1: Option<V1Port>,
-    /// RoCE v2, v1, ARP and ND on the interface (with `dev`; `rawnet.rs`): sent
-    /// through the device, received on a socket of their own, read inline.
-    pub(crate) net: Option<crate::rawnet::NetPort>,
-}
-
-/// RoCE v1 (IBTA Annex A16) on the raw path: EtherType 0x8915 frames, received on the
-/// RoCE socket of `rawnet.rs`, and the interface's MAC to send from.
-pub(crate) struct V1Port {
-    mac: MacAddr,
-    /// Frames dropped: malformed or bad ICRC on receive, no neighbour on send.
-    pub(crate) stats: V1Stats,
-}
-
-/// Counts of the RoCE v1 path.
-#[derive(Default)]
-pub(crate) struct V1Stats {
-    pub(crate) rx_frames: AtomicU64,
-    pub(crate) rx_malformed: AtomicU64,
-    pub(crate) rx_icrc_errors: AtomicU64,
-    pub(crate) tx_frames: AtomicU64,
-    pub(crate) tx_no_neighbour: AtomicU64,
-}
-
-impl V1Port {
-    fn open(ifname: &str) -> Result<V1Port> {
-        let mac = crate::sys::interface_mac(ifname)
-            .map(MacAddr)
-            .map_err(|e| crate::Error::io("reading the raw interface's MAC address", e))?;
-        Ok(V1Port {
-            mac,
-            stats: V1Stats::default(),
-        })
-    }
-
-    /// One engine datagram marked `roce_v1` as an Ethernet frame with a blank
-    /// destination MAC: GRH from the datagram's addresses (as GIDs) and path fields, the
-    /// ICRC recomputed over it; and where the frame goes. `None` (counted) when the
-    /// frame cannot be built.
-    pub(crate) fn frame(&self, t: &rverbs_engine::Transmit) -> Option<(Vec<u8>, NextHop)> {
-        let sgid = rverbs_engine::net::ip_to_gid(t.src);
-        let dgid = rverbs_engine::net::ip_to_gid(t.dst);
-        let repr = RoceV1Repr {
-            traffic_class: t.traffic_class,
-            flow_label: t.flow_label & 0xf_ffff,
-            // 0 means the default, as on the UDP path.
-            hop_limit: if t.hop_limit == 0 { 64 } else { t.hop_limit },
-            sgid,
-            dgid,
-        };
-        let eth = EthernetRepr {
-            src: self.mac,
-            dst: MacAddr([0; 6]),
-            vlan_tci: None,
-            ethertype: ethertype::ROCE_V1,
-        };
-        let mut frame = vec![0u8; eth.buffer_len() + GRH_LEN + t.payload.len()];
-        match repr.emit_frame(&eth, &t.payload, &mut frame) {
-            Ok(n) => {
-                frame.truncate(n);
-                Some((frame, v1_next_hop(&dgid)))
-            }
-            Err(_) => {
-                self.count_no_neighbour();
-                None
-            }
-        }
-    }
-
-    /// Counts a frame not sent for want of a neighbour.
-    pub(crate) fn count_no_neighbour(&self) {
-        self.stats.tx_no_neighbour.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// Counts a frame sent.
-    pub(crate) fn count_tx(&self) {
-        self.stats.tx_frames.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// Counts a received frame dropped as malformed before it could be parsed.
-    pub(crate) fn count_malformed(&self) {
-        self.stats.rx_frames.fetch_add(1, Ordering::Relaxed);
-        self.stats.rx_malformed.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// Feeds one received v1 frame to the engine (capture and faults first): a frame
-    /// that does not parse or whose ICRC is wrong is counted and dropped here (the
-    /// engine checks the ICRC again). True if it reached the engine.
-    pub(crate) fn receive_frame(
-        &self,
-        shared: &Shared,
-        engine: &mut Engine,
-        now: rverbs_engine::Nanos,
-        frame: &mut [u8],
-    ) -> bool {
-        shared.record_frame(frame);
-        let copies = match &shared.faults {
-            Some(f) => {
-                let from = frame.len().min(14);
-                f.lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .judge(&mut frame[from..], false)
-                    .copies
-            }
-            None => 1,
-        };
-        let mut any = false;
-        for _ in 0..copies {
-            any |= self.receive_one(engine, now, frame);
-        }
-        any
-    }
-
-    /// One received v1 frame (after capture and faults).
-    fn receive_one(&self, engine: &mut Engine, now: rverbs_engine::Nanos, frame: &[u8]) -> bool {
-        {
-            self.stats.rx_frames.fetch_add(1, Ordering::Relaxed);
-            let p = match rocev1::parse_ethernet(frame) {
-                Ok(Some(p)) => p,
-                _ => {
-                    self.stats.rx_malformed.fetch_add(1, Ordering::Relaxed);
-                    return false;
-                }
-            };
-            if !p.icrc_ok {
-                self.stats.rx_icrc_errors.fetch_add(1, Ordering::Relaxed);
-                return false;
-            }
-            let d = rverbs_engine::Datagram {
-                src: rverbs_engine::net::gid_to_ip(p.grh.sgid),
-                dst: rverbs_engine::net::gid_to_ip(p.grh.dgid),
-                src_port: 0,
-                hop_limit: p.grh.hop_limit,
-                traffic_class: p.grh.traffic_class,
-                flow_label: p.grh.flow_label,
-                ipv4_id: None,
-                roce_v1: true,
-                icrc_checked: true,
-                payload: p.packet.into_inner(),
-            };
-            engine.handle_datagram(now, &d);
-            true
-        }
-    }
-}
-
-/// Where a RoCE v1 frame to `gid` goes, as the kernel's `rdma_addr_find_l2_eth_by_grh`
-/// (`core/addr.c`) decides: a link-local GID (fe80::/64) whose interface ID is an
-/// EUI-64 (`ff:fe` in its middle) gives the MAC directly (`rdma_link_local_addr` /
-/// `rdma_get_ll_mac`); a multicast GID maps to 33:33 + its low 32 bits
-/// (`rdma_is_multicast_addr` -> `ipv6_eth_mc_map`); any other GID is an IP address
-/// (IPv4-mapped or IPv6) whose neighbour is resolved (ARP / ND, `neigh.rs`), as
-/// `addr_resolve` does through the routing table's neighbour.
-pub(crate) fn v1_next_hop(gid: &Gid) -> NextHop {
-    let g = gid.octets();
-    if g[0] == 0xff {
-        return NextHop::Mac(MacAddr([0x33, 0x33, g[12], g[13], g[14], g[15]]));
-    }
-    if g[..8] == [0xfe, 0x80, 0, 0, 0, 0, 0, 0] && g[11] == 0xff && g[12] == 0xfe {
-        return NextHop::Mac(MacAddr([g[8] ^ 0x02, g[9], g[10], g[13], g[14], g[15]]));
-    }
-    NextHop::Resolve(rverbs_engine::net::gid_to_ip(*gid))
-}
-
-/// The MAC of `ip` in `/proc/net/arp` text: a complete entry (flags with ATF_COM, 0x2).
-pub(crate) fn arp_lookup(table: &str, ip: std::net::Ipv4Addr) -> Option<MacAddr> {
-    let want = ip.to_string();
-    for line in table.lines().skip(1) {
-        let f: Vec<&str> = line.split_whitespace().collect();
-        if f.len() < 4 || f[0] != want {
-            continue;
-        }
-        let flags = u32::from_str_radix(f[2].trim_start_matches("0x"), 16).ok()?;
-        if flags & 0x2 == 0 {
-            continue;
-        }
-        let mut mac = [0u8; 6];
-        let parts: Vec<&str> = f[3].split(':').collect();
-        if parts.len() != 6 {
-            continue;
-        }
-        for (m, p) in mac.iter_mut().zip(parts) {
-            *m = u8::from_str_radix(p, 16).ok()?;
-        }
-        return Some(MacAddr(mac));
-    }
-    None
 }
 
 /// How the raw device receives for RAW_PACKET QPs and flows: the TPACKET_V3 ring
@@ -237,8 +46,9 @@ fn rx_mode() -> rverbs_raw::RxMode {
 
 impl RawMode {
     /// Opens raw mode on `ifname`: the device when the process holds CAP_NET_RAW, and
-    /// with `v2` RoCE v2 on it too (`rawnet.rs`).
-    pub(crate) fn open(ifname: &str, v2: bool) -> Result<RawMode> {
+    /// with it the raw carrier's ports: RoCE v1, and with `v2` RoCE v2 too
+    /// (`carrier::raw`): sent through the device, received on a socket of their own.
+    pub(crate) fn open(ifname: &str, v2: bool) -> Result<(RawMode, Option<(V1Port, NetPort)>)> {
         let dev = if rverbs_raw::has_cap_net_raw() {
             Some(
                 RawDevice::open_with(ifname, rx_mode())
@@ -247,20 +57,16 @@ impl RawMode {
         } else {
             None
         };
-        let (v1, net) = match &dev {
-            Some(d) => (
-                Some(V1Port::open(ifname)?),
-                Some(crate::rawnet::NetPort::open(d, ifname, v2)?),
-            ),
-            None => (None, None),
+        let ports = match &dev {
+            Some(d) => Some((V1Port::open(ifname)?, NetPort::open(d, ifname, v2)?)),
+            None => None,
         };
-        Ok(RawMode {
+        let mode = RawMode {
             ifname: ifname.to_string(),
             dev,
             qps: Mutex::new(Vec::new()),
-            v1,
-            net,
-        })
+        };
+        Ok((mode, ports))
     }
 }
 
@@ -473,87 +279,4 @@ fn scatter(mut frame: &[u8], targets: &[Target]) {
     }
 }
 
-impl Shared {
-    /// Moves the completions of every raw QP into their CQs and receives what waits on
-    /// the RoCE socket (under the engine lock); true if anything moved.
-    pub(crate) fn drain_raw(&self, engine: &mut Engine) -> bool {
-        // RoCE v2 / v1, ARP and ND from the RoCE socket, inline.
-        self.drain_raw_qps(engine) | self.net_receive(engine, self.now())
-    }
 
-    /// [`Shared::drain_raw`] without reading the RoCE socket: only the raw QPs'
-    /// completions (no system call).
-    pub(crate) fn drain_raw_qps(&self, engine: &mut Engine) -> bool {
-        let Some(raw) = &self.raw else {
-            return false;
-        };
-        let qps: Vec<Arc<RawQpInner>> = {
-            let mut l = raw.qps.lock().unwrap_or_else(|e| e.into_inner());
-            l.retain(|w| w.strong_count() > 0);
-            l.iter().filter_map(Weak::upgrade).collect()
-        };
-        let mut any = false;
-        for q in qps {
-            any |= q.drain(engine);
-        }
-        any
-    }
-
-    /// Sends a RoCE v1 datagram through the raw device.
-    pub(crate) fn v1_send(&self, t: &rverbs_engine::Transmit) {
-        let Some(v1) = self.raw.as_ref().and_then(|r| r.v1.as_ref()) else {
-            return;
-        };
-        if let Some((frame, hop)) = v1.frame(t) {
-            self.net_send_v1(v1, frame, hop);
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn v1_destinations() {
-        let mac = |g: Gid| match v1_next_hop(&g) {
-            NextHop::Mac(m) => Some(m),
-            NextHop::Resolve(_) => None,
-        };
-        let hop = |g: Gid| match v1_next_hop(&g) {
-            NextHop::Mac(_) => None,
-            NextHop::Resolve(ip) => Some(ip),
-        };
-        let v6 = |s: &str| Gid::from(s.parse::<std::net::Ipv6Addr>().unwrap());
-        assert_eq!(
-            mac(v6("fe80::5054:ff:fe77:2")),
-            Some(MacAddr([0x52, 0x54, 0, 0x77, 0, 2]))
-        );
-        assert_eq!(
-            mac(v6("ff0e::1:2:3")),
-            Some(MacAddr([0x33, 0x33, 0, 2, 0, 3]))
-        );
-        // Link-local but not EUI-64, a global IPv6 GID and an IPv4-mapped one: resolved.
-        assert_eq!(hop(v6("fe80::1")), Some("fe80::1".parse().unwrap()));
-        assert_eq!(hop(v6("fd00::1")), Some("fd00::1".parse().unwrap()));
-        let v4 = Gid::from(std::net::Ipv4Addr::new(10, 9, 0, 2));
-        assert_eq!(hop(v4), Some("10.9.0.2".parse().unwrap()));
-    }
-
-    #[test]
-    fn arp_table_lookup() {
-        let t = "IP address       HW type     Flags       HW address            Mask     Device\n\
-                 10.9.0.2         0x1         0x2         52:54:00:12:34:56     *        v0\n\
-                 10.9.0.3         0x1         0x0         00:00:00:00:00:00     *        v0\n\
-                 10.9.0.4         0x1         0x2         bad                   *        v0\n";
-        let ip = |s: &str| s.parse().unwrap();
-        assert_eq!(
-            arp_lookup(t, ip("10.9.0.2")),
-            Some(MacAddr([0x52, 0x54, 0, 0x12, 0x34, 0x56]))
-        );
-        assert_eq!(arp_lookup(t, ip("10.9.0.3")), None, "incomplete entry");
-        assert_eq!(arp_lookup(t, ip("10.9.0.4")), None, "malformed entry");
-        assert_eq!(arp_lookup(t, ip("10.9.0.5")), None);
-        assert_eq!(arp_lookup("", ip("10.9.0.2")), None);
-    }
-}

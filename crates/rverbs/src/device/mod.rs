@@ -193,7 +193,7 @@ fn from_spec(
     addrs: &[(String, u32, IpAddr)],
     by_name: &BTreeMap<String, (u32, Vec<IpAddr>)>,
 ) -> Result<Vec<DeviceInfo>> {
-    let bad = |why: String| Error::NoDevice(format!("RVERBS_DEVICES: {why}"));
+    let bad = |why: String| Error::env("RVERBS_DEVICES", why);
     let mut out = Vec::new();
     for entry in spec.split(',').map(str::trim).filter(|e| !e.is_empty()) {
         let (name, target) = entry

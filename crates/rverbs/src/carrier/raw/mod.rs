@@ -38,10 +38,17 @@
 //! `RVERBS_FAULTS` and `RVERBS_PCAP` see these frames as they see datagrams on the UDP
 //! path (the capture of a raw-mode context is LINKTYPE_ETHERNET, see `capture.rs`).
 
-use crate::context::Shared;
-use crate::neigh::{Lookup, Neighbours, Probe};
-use crate::raw::V1Port;
-use rverbs_engine::{Datagram, Engine, Nanos, Transmit};
+pub(crate) mod neigh;
+pub(crate) mod v1;
+
+use crate::carrier::udp::Udp;
+use crate::carrier::{Arrival, Carrier, Seal, Sink, TxQueue, Waker};
+use crate::sys::IpMeta;
+use crate::tap::FrameTaps;
+use neigh::{Lookup, Neighbours, Probe};
+use rverbs_engine::{Nanos, Transmit};
+use std::sync::Arc;
+use v1::V1Port;
 use rverbs_raw::{RawDevice, RawPort, RawQp, SockFilter};
 use rverbs_wire::arp::{self, ArpOp, ArpRepr};
 use rverbs_wire::ethernet::{ethertype, EthernetFrame, EthernetRepr, MacAddr};
@@ -148,8 +155,6 @@ pub(crate) struct NetPort {
     /// by the driver's address re-scan, both in the interface's namespace (senders may
     /// run in another one, where `getifaddrs` would not see the interface).
     prefixes: Mutex<Vec<(IpAddr, u8)>>,
-    /// Scratch of the UD flow-steering classifier for received frames.
-    steer: Mutex<(Vec<u8>, rverbs_flow::classify::Verdict)>,
     counts: Counts,
 }
 
@@ -177,7 +182,6 @@ impl NetPort {
             neigh: Mutex::new(Neighbours::default()),
             local: Mutex::new(VecDeque::new()),
             prefixes: Mutex::new(interface_prefixes(ifname)),
-            steer: Mutex::new((Vec::new(), Default::default())),
             counts: Counts::default(),
         })
     }
@@ -251,7 +255,7 @@ impl NetPort {
         f.rewind().ok()?;
         let mut s = String::new();
         f.read_to_string(&mut s).ok()?;
-        crate::raw::arp_lookup(&s, v4)
+        v1::arp_lookup(&s, v4)
     }
 }
 
@@ -305,15 +309,57 @@ pub(crate) enum NextHop {
     Resolve(IpAddr),
 }
 
-impl Shared {
-    /// The raw path's network port (raw mode with CAP_NET_RAW).
-    pub(crate) fn net(&self) -> Option<&NetPort> {
-        self.raw.as_ref()?.net.as_ref()
+impl RawNet {
+    /// The raw device's RoCE path over `port` (and `v1`), beside the UDP carrier
+    /// `udp` (the context's addresses and groups); `epoch`: the soft device's clock.
+    pub(crate) fn new(
+        port: NetPort,
+        v1: Option<V1Port>,
+        taps: FrameTaps,
+        udp: Arc<Udp>,
+        waker: Waker,
+        epoch: std::time::Instant,
+    ) -> RawNet {
+        RawNet {
+            port,
+            v1,
+            taps,
+            udp,
+            waker,
+            epoch,
+        }
+    }
+
+    fn net(&self) -> Option<&NetPort> {
+        Some(&self.port)
+    }
+
+    fn now(&self) -> Nanos {
+        self.epoch.elapsed().as_nanos() as Nanos
+    }
+
+    fn wake(&self) {
+        self.waker.wake();
     }
 
     /// Whether RoCE v2 goes through the raw device.
     pub(crate) fn raw_v2(&self) -> bool {
-        self.net().is_some_and(|n| n.v2)
+        self.port.v2
+    }
+
+    /// The RoCE v1 port, when the raw device speaks it.
+    pub(crate) fn v1(&self) -> Option<&V1Port> {
+        self.v1.as_ref()
+    }
+
+    /// Counts of the raw RoCE v2 path and neighbour resolution.
+    pub(crate) fn stats(&self) -> RawNetStats {
+        self.port.stats()
+    }
+
+    /// Re-reads the interface's prefixes (on the driver thread, in its namespace).
+    pub(crate) fn refresh_prefixes(&self) {
+        self.port.refresh_prefixes();
     }
 
     /// Sends one RoCE v2 datagram of a raw-mode context as a frame. False when it is
@@ -429,7 +475,7 @@ impl Shared {
         for f in frames {
             bump(&net.counts.neigh_dropped);
             if f.get(12..14) == Some(&ethertype::ROCE_V1.to_be_bytes()[..]) {
-                if let Some(v1) = self.raw.as_ref().and_then(|r| r.v1.as_ref()) {
+                if let Some(v1) = self.v1.as_ref() {
                     v1.count_no_neighbour();
                 }
             }
@@ -489,33 +535,16 @@ impl Shared {
         self.net_emit(net, &buf[..n]);
     }
 
-    /// One frame onto the wire: capture, faults (loss, duplication, corruption of the
-    /// bytes after the Ethernet header, delay), the raw device.
+    /// One frame onto the wire through the frame taps (capture; faults: loss,
+    /// duplication, corruption of the bytes after the Ethernet header, delay).
     pub(crate) fn net_emit(&self, net: &NetPort, frame: &[u8]) {
-        let Some(faults) = self.faults.as_ref() else {
-            self.net_wire(net, frame);
-            return;
-        };
-        let mut bytes = frame.to_vec();
-        let mut f = faults.lock().unwrap_or_else(|e| e.into_inner());
-        let from = bytes.len().min(14);
-        let v = f.judge(&mut bytes[from..], true);
-        for _ in 0..v.copies {
-            if v.delay_ns == 0 {
-                self.net_wire(net, &bytes);
-            } else {
-                f.hold_frame(self.now() + v.delay_ns, bytes.clone());
-            }
-        }
-        if v.delay_ns > 0 {
-            drop(f);
+        if self.taps.emit(self.now(), frame, &mut |f| self.net_post(net, f)) {
             self.wake();
         }
     }
 
-    /// Captures and sends one frame as it is.
-    pub(crate) fn net_wire(&self, net: &NetPort, frame: &[u8]) {
-        self.record_frame(frame);
+    /// Sends one frame as it is (the taps had it).
+    fn net_post(&self, net: &NetPort, frame: &[u8]) {
         // A send error is a lost packet: the transport's retransmission covers it.
         if let Ok(true) = net.qp.post_send(frame) {
             let et = frame.get(12..14).map(|b| u16::from_be_bytes([b[0], b[1]]));
@@ -527,7 +556,7 @@ impl Shared {
             if udp {
                 bump(&net.counts.tx_frames);
             } else if et == Some(ethertype::ROCE_V1) {
-                if let Some(v1) = self.raw.as_ref().and_then(|r| r.v1.as_ref()) {
+                if let Some(v1) = self.v1.as_ref() {
                     v1.count_tx();
                 }
             }
@@ -535,8 +564,8 @@ impl Shared {
     }
 
     /// Runs the neighbour timers (probes, give-ups); when they next need to run.
-    pub(crate) fn net_due(&self, now: Nanos) -> Option<Nanos> {
-        let net = self.net()?;
+    fn net_due(&self, now: Nanos) -> Option<Nanos> {
+        let net = &self.port;
         let (probes, dropped) = net.lock_neigh().poll(now);
         self.count_neigh_drops(net, &dropped);
         for p in probes {
@@ -549,12 +578,10 @@ impl Shared {
     /// multicast copies to ourselves, under the engine lock: RoCE v2 and v1 to the
     /// engine, ARP and ND to the neighbour cache. True if the engine got anything (the
     /// caller then sends what it answers).
-    pub(crate) fn net_receive(&self, engine: &mut Engine, now: Nanos) -> bool {
-        let Some(net) = self.net() else {
-            return false;
-        };
+    fn net_receive(&self, sink: &mut dyn Sink) -> bool {
+        let net = &self.port;
+        let now = self.now();
         let mut any = false;
-        let mut steer = net.steer.lock().unwrap_or_else(|e| e.into_inner());
         {
             let mut buf = net.rx_buf.lock().unwrap_or_else(|e| e.into_inner());
             for _ in 0..RX_BUDGET {
@@ -569,7 +596,7 @@ impl Shared {
                     self.count_truncated(net, f);
                     continue;
                 }
-                any |= self.net_frame(net, engine, now, f, r.csum_ok, &mut steer);
+                any |= self.net_frame(net, now, f, r.csum_ok, sink);
             }
         }
         let local: Vec<Vec<u8>> = net
@@ -580,7 +607,7 @@ impl Shared {
             .collect();
         for mut f in local {
             // Our own copy: its checksums are known good.
-            any |= self.net_frame(net, engine, now, &mut f, true, &mut steer);
+            any |= self.net_frame(net, now, &mut f, true, sink);
         }
         any
     }
@@ -590,37 +617,26 @@ impl Shared {
     fn net_frame(
         &self,
         net: &NetPort,
-        engine: &mut Engine,
         now: Nanos,
         f: &mut [u8],
         csum_ok: bool,
-        steer: &mut (Vec<u8>, rverbs_flow::classify::Verdict),
+        sink: &mut dyn Sink,
     ) -> bool {
         let et = EthernetFrame::new_checked(&f[..]).map(|e| e.ethertype());
         match et {
             Ok(arp::ETHERTYPE) => self.net_arp(net, f, now),
             Ok(ethertype::IPV6) if is_icmpv6(f) => self.net_nd(net, f, now),
             Ok(ethertype::ROCE_V1) => {
-                if let Some(v1) = self.raw.as_ref().and_then(|r| r.v1.as_ref()) {
-                    return v1.receive_frame(self, engine, now, f);
+                if let Some(v1) = self.v1.as_ref() {
+                    return v1.receive_frame(&self.taps, f, sink);
                 }
             }
             Ok(ethertype::IPV4 | ethertype::IPV6) if !self.raw_v2() => {}
             _ => {
-                self.record_frame(f);
-                let copies = match &self.faults {
-                    Some(fs) => {
-                        let from = f.len().min(14);
-                        fs.lock()
-                            .unwrap_or_else(|e| e.into_inner())
-                            .judge(&mut f[from..], false)
-                            .copies
-                    }
-                    None => 1,
-                };
+                let copies = self.taps.arrive(f);
                 let mut any = false;
                 for _ in 0..copies {
-                    any |= self.net_rx_v2(net, engine, now, f, csum_ok, steer);
+                    any |= self.net_rx_v2(net, f, csum_ok, sink);
                 }
                 return any;
             }
@@ -631,7 +647,7 @@ impl Shared {
     /// Counts a frame the RoCE socket could not take whole.
     fn count_truncated(&self, net: &NetPort, f: &[u8]) {
         if f.get(12..14) == Some(&ethertype::ROCE_V1.to_be_bytes()[..]) {
-            if let Some(v1) = self.raw.as_ref().and_then(|r| r.v1.as_ref()) {
+            if let Some(v1) = self.v1.as_ref() {
                 v1.count_malformed();
             }
             return;
@@ -640,15 +656,7 @@ impl Shared {
         bump(&net.counts.rx_malformed);
     }
 
-    fn net_rx_v2(
-        &self,
-        net: &NetPort,
-        engine: &mut Engine,
-        now: Nanos,
-        f: &[u8],
-        csum_ok: bool,
-        steer: &mut (Vec<u8>, rverbs_flow::classify::Verdict),
-    ) -> bool {
+    fn net_rx_v2(&self, net: &NetPort, f: &mut [u8], csum_ok: bool, sink: &mut dyn Sink) -> bool {
         let c = &net.counts;
         let p = rocev2::parse_frame_with(f, !csum_ok);
         // Other frames the socket filter let in are not RoCE: not counted.
@@ -682,26 +690,31 @@ impl Shared {
             return false;
         }
         bump(&c.rx_delivered);
-        let d = Datagram {
-            src: p.src,
-            dst: p.dst,
-            src_port: p.src_port,
+        let (src, dst, src_port, ipv4_id) = (p.src, p.dst, p.src_port, p.ipv4_ident);
+        let ip = IpMeta {
             hop_limit: p.hop_limit,
             traffic_class: p.traffic_class,
             flow_label: p.flow_label,
-            ipv4_id: p.ipv4_ident,
+        };
+        let range = range_in(f, p.packet);
+        sink.deliver(Arrival {
+            src,
+            dst,
+            src_port,
+            ip,
+            ipv4_id,
             roce_v1: false,
             icrc_checked: true,
-            payload: p.packet,
-        };
-        self.handle_datagram(engine, now, &d, steer);
+            framed: true,
+            bytes: &mut f[range],
+        });
         true
     }
 
     /// An ARP packet: learn the sender (RFC 826 merge: update a known entry; add one when
     /// the packet is for one of our addresses). The kernel answers requests itself.
     fn net_arp(&self, net: &NetPort, f: &[u8], now: Nanos) {
-        self.record_frame(f);
+        self.taps.record(f);
         bump(&net.counts.neigh_rx);
         let Ok(frame) = EthernetFrame::new_checked(f) else {
             return;
@@ -716,7 +729,7 @@ impl Shared {
     /// A Neighbor Advertisement confirms (RFC 4861 7.2.5); a Solicitation for one of
     /// our addresses teaches us the sender's link-layer address (RFC 4861 7.2.3).
     fn net_nd(&self, net: &NetPort, f: &[u8], now: Nanos) {
-        self.record_frame(f);
+        self.taps.record(f);
         bump(&net.counts.neigh_rx);
         match ndisc::parse_frame(f) {
             Ok(Some((
@@ -751,20 +764,110 @@ impl Shared {
 
     /// Whether `a` is one of the context's unicast addresses.
     pub(crate) fn is_local_addr(&self, a: IpAddr) -> bool {
-        !a.is_multicast() && self.has_socket(a)
+        !a.is_multicast() && self.udp.has_socket(a)
     }
 
     /// Whether the context joined multicast group `g` (it has a socket for it).
     fn joined(&self, g: IpAddr) -> bool {
-        self.has_socket(g)
+        self.udp.has_socket(g)
     }
 
     /// The context's unicast addresses.
     fn local_addrs(&self) -> Vec<IpAddr> {
-        self.socket_addrs()
+        self.udp
+            .socket_addrs()
             .into_iter()
             .filter(|a| !a.is_multicast())
             .collect()
+    }
+}
+
+
+/// Where `inner` (a slice of `outer`, as a parser returns it) lies in `outer`.
+pub(crate) fn range_in(outer: &[u8], inner: &[u8]) -> std::ops::Range<usize> {
+    let start = (inner.as_ptr() as usize).wrapping_sub(outer.as_ptr() as usize);
+    let start = start.min(outer.len());
+    start..(start + inner.len()).min(outer.len())
+}
+
+/// The raw carrier: RoCE v1, and with `NetPort::v2` RoCE v2, as Ethernet frames on the
+/// raw device, with neighbour resolution; its frames pass its own taps.
+pub(crate) struct RawNet {
+    port: NetPort,
+    v1: Option<V1Port>,
+    taps: FrameTaps,
+    /// The UDP carrier: the context's addresses and groups (its sockets).
+    udp: Arc<Udp>,
+    waker: Waker,
+    epoch: std::time::Instant,
+}
+
+impl RawNet {
+    /// Whether this carrier sends `t` as frames: RoCE v1 always; RoCE v2 to a group or
+    /// an on-link address that is not our own (the rest goes to the UDP socket).
+    fn takes(&self, t: &Transmit) -> bool {
+        if t.roce_v1 {
+            return true;
+        }
+        self.port.v2
+            && (t.dst.is_multicast() || (!self.is_local_addr(t.dst) && self.port.on_link(t.dst)))
+    }
+}
+
+impl Carrier for RawNet {
+    fn seal(&self, t: &mut Transmit) -> Seal {
+        // (Frames keep the engine's ICRC, the QP's entropy port, as rxe sends.)
+        if self.takes(t) {
+            Seal::Frames
+        } else {
+            Seal::Pass
+        }
+    }
+
+    fn send(&self, q: &mut TxQueue, _now: Nanos) {
+        let queue = std::mem::take(&mut q.queue);
+        for mut t in queue {
+            if t.roce_v1 {
+                t.materialize();
+                if let Some(v1) = &self.v1 {
+                    if let Some((frame, hop)) = v1.frame(&t) {
+                        self.net_send_v1(v1, frame, hop);
+                    }
+                }
+                q.drop_one(t);
+                continue;
+            }
+            if self.port.v2 {
+                t.materialize();
+                if self.net_send_v2(&t) {
+                    q.drop_one(t);
+                    continue;
+                }
+            }
+            q.rest.push(t);
+        }
+        std::mem::swap(&mut q.queue, &mut q.rest);
+    }
+
+    fn receive(&self, _budget: usize, sink: &mut dyn Sink) -> usize {
+        // (Its own budget, `RX_BUDGET` frames; what the engine answers leaves at once.)
+        let any = self.net_receive(sink);
+        if any {
+            sink.batch_end(1, true);
+        }
+        usize::from(any)
+    }
+
+    fn watch(&self, fds: &mut Vec<std::os::fd::RawFd>) {
+        fds.push(self.port.rx_fd());
+    }
+
+    fn poll(&self, now: Nanos) -> Option<Nanos> {
+        let held = self.taps.due(now, &mut |f| self.net_post(&self.port, f));
+        match (held, self.net_due(now)) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 }
 

@@ -78,7 +78,7 @@ impl Faults {
         match std::env::var("RVERBS_FAULTS") {
             Ok(spec) => Faults::parse(&spec)
                 .map(Some)
-                .map_err(|e| format!("RVERBS_FAULTS: {e}")),
+                .map_err(|e| format!("{spec:?}: {e}")),
             Err(_) => Ok(None),
         }
     }
@@ -115,7 +115,9 @@ pub(crate) struct FaultState {
     rng: u64,
     seq: u64,
     pub(crate) stats: FaultStats,
+    /// Held datagrams, and held frames (the raw device's own taps take those).
     delayed: BinaryHeap<Delayed>,
+    delayed_frames: BinaryHeap<Delayed>,
 }
 
 /// What to do with one datagram.
@@ -134,6 +136,7 @@ impl FaultState {
             seq: 0,
             stats: FaultStats::default(),
             delayed: BinaryHeap::new(),
+            delayed_frames: BinaryHeap::new(),
         }
     }
 
@@ -204,21 +207,35 @@ impl FaultState {
 
     fn push(&mut self, due: u64, what: Held) {
         self.seq += 1;
-        self.delayed.push(Reverse((due, self.seq, what)));
+        let heap = match what {
+            Held::Datagram(..) => &mut self.delayed,
+            Held::Frame(_) => &mut self.delayed_frames,
+        };
+        heap.push(Reverse((due, self.seq, what)));
     }
 
-    /// The next held datagram or frame due at or before `now`.
-    pub(crate) fn due(&mut self, now: u64) -> Option<Held> {
-        if self.delayed.peek().is_some_and(|Reverse(d)| d.0 <= now) {
-            self.delayed.pop().map(|Reverse((_, _, what))| what)
+    /// The next held datagram (or, with `frames`, frame) due at or before `now`.
+    pub(crate) fn due(&mut self, now: u64, frames: bool) -> Option<Held> {
+        let heap = if frames {
+            &mut self.delayed_frames
+        } else {
+            &mut self.delayed
+        };
+        if heap.peek().is_some_and(|Reverse(d)| d.0 <= now) {
+            heap.pop().map(|Reverse((_, _, what))| what)
         } else {
             None
         }
     }
 
-    /// When the next held datagram is due.
-    pub(crate) fn next_due(&self) -> Option<u64> {
-        self.delayed.peek().map(|Reverse(d)| d.0)
+    /// When the next held datagram (or frame) is due.
+    pub(crate) fn next_due(&self, frames: bool) -> Option<u64> {
+        let heap = if frames {
+            &self.delayed_frames
+        } else {
+            &self.delayed
+        };
+        heap.peek().map(|Reverse(d)| d.0)
     }
 }
 

@@ -1,0 +1,391 @@
+//! Taps: fault injection (`RVERBS_FAULTS`) and packet capture (`RVERBS_PCAP`) as
+//! wrappers that stack on any carrier, as smoltcp's `phy::FaultInjector` and
+//! `phy::PcapWriter` wrap a `Device`.
+//!
+//! A soft device stacks them `Faulty(Captured(chain))`: the capture sits closest to
+//! the wire, so it records what really left (after loss, with corruption) and what
+//! really arrived (before the fault injector drops or corrupts it). Each tap works at
+//! the level its carrier carries: datagrams for UDP and the same-host rings; the raw
+//! device taps its own Ethernet frames ([`FrameTaps`]: ARP and ND included), and the
+//! datagram taps pass what it carries through untouched ([`Seal::Frames`]).
+
+pub(crate) mod capture;
+pub(crate) mod faults;
+
+use crate::carrier::{Arrival, Carrier, Departure, Seal, Sink, TxQueue, Waker, ROCE_PORT};
+use crate::sys::IpMeta;
+use capture::PcapWriter;
+use faults::{FaultState, Held};
+use rverbs_engine::{Nanos, Transmit};
+use std::os::fd::RawFd;
+use std::sync::{Arc, Mutex};
+
+/// A tap's shared state, locked per datagram.
+pub(crate) type Shared<T> = Arc<Mutex<T>>;
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A datagram carrier with faults injected into both directions.
+pub(crate) struct Faulty<C> {
+    inner: C,
+    state: Shared<FaultState>,
+    /// Tells the driver to look at the held datagrams' deadline.
+    waker: Waker,
+}
+
+impl<C: Carrier> Faulty<C> {
+    pub(crate) fn new(inner: C, state: Shared<FaultState>, waker: Waker) -> Self {
+        Faulty {
+            inner,
+            state,
+            waker,
+        }
+    }
+}
+
+/// A datagram held back by a delay, sent by [`Carrier::poll`] when due.
+fn held_transmit(src: std::net::IpAddr, dst: std::net::IpAddr, m: (u8, u8, u32), bytes: Vec<u8>) -> Transmit {
+    Transmit {
+        src,
+        dst,
+        src_port: ROCE_PORT,
+        hop_limit: m.0,
+        traffic_class: m.1,
+        flow_label: m.2,
+        roce_v1: false,
+        payload: bytes,
+        body: None,
+    }
+}
+
+impl<C: Carrier> Carrier for Faulty<C> {
+    fn send(&self, q: &mut TxQueue, now: Nanos) {
+        // Every datagram is judged as it will leave: its bytes final (sealed for the
+        // port it leaves from), so a corruption is one the receiver sees. The raw
+        // device's frames are judged by its own taps.
+        let mut dropped = Vec::new();
+        let all = std::mem::take(&mut q.queue);
+        let mut st = lock(&self.state);
+        let mut held = false;
+        for mut t in all {
+            if self.inner.seal(&mut t) == Seal::Frames {
+                q.queue.push(t);
+                continue;
+            }
+            let v = st.judge(&mut t.payload, true);
+            if v.copies == 0 {
+                dropped.push(t);
+                continue;
+            }
+            let copies = if v.delay_ns == 0 {
+                v.copies
+            } else {
+                let m = (t.hop_limit, t.traffic_class, t.flow_label);
+                for _ in 0..v.copies {
+                    st.hold(now + v.delay_ns, t.src, t.dst, meta_of(m), t.payload.clone());
+                }
+                held = true;
+                dropped.push(t);
+                continue;
+            };
+            if copies == 2 {
+                let m = (t.hop_limit, t.traffic_class, t.flow_label);
+                q.queue.push(held_transmit(t.src, t.dst, m, t.payload.clone()));
+            }
+            q.queue.push(t);
+        }
+        drop(st);
+        q.sealed = true;
+        self.inner.send(q, now);
+        q.sealed = false;
+        for t in dropped {
+            q.drop_one(t);
+        }
+        if held {
+            self.waker.wake();
+        }
+    }
+
+    fn seal(&self, t: &mut Transmit) -> Seal {
+        self.inner.seal(t)
+    }
+
+    fn receive(&self, budget: usize, sink: &mut dyn Sink) -> usize {
+        let mut s = FaultySink {
+            inner: sink,
+            state: &self.state,
+        };
+        self.inner.receive(budget, &mut s)
+    }
+
+    fn sleep_receive(
+        &self,
+        with_sink: &mut dyn FnMut(&mut dyn FnMut(&mut dyn Sink)),
+    ) -> Option<usize> {
+        let state = &self.state;
+        self.inner.sleep_receive(&mut |f| {
+            with_sink(&mut |sink| {
+                let mut s = FaultySink { inner: sink, state };
+                f(&mut s)
+            })
+        })
+    }
+
+    fn watch(&self, fds: &mut Vec<RawFd>) {
+        self.inner.watch(fds)
+    }
+
+    fn bell(&self) -> Option<RawFd> {
+        self.inner.bell()
+    }
+
+    fn arm(&self) -> bool {
+        self.inner.arm()
+    }
+
+    fn disarm(&self, rung: bool) {
+        self.inner.disarm(rung)
+    }
+
+    fn quiet_wake(&self) {
+        self.inner.quiet_wake()
+    }
+
+    fn poll(&self, now: Nanos) -> Option<Nanos> {
+        // The held datagrams that are due, then when the next one is.
+        let mut q = TxQueue::default();
+        let next = loop {
+            let mut st = lock(&self.state);
+            match st.due(now, false) {
+                Some(Held::Datagram(src, dst, m, bytes)) => {
+                    drop(st);
+                    q.queue.push(held_transmit(src, dst, m, bytes));
+                }
+                Some(Held::Frame(_)) => {}
+                None => break st.next_due(false),
+            }
+        };
+        if !q.queue.is_empty() {
+            q.sealed = true;
+            self.inner.send(&mut q, now);
+        }
+        match (next, self.inner.poll(now)) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    fn has_inbound(&self) -> bool {
+        self.inner.has_inbound()
+    }
+}
+
+fn meta_of(m: (u8, u8, u32)) -> IpMeta {
+    IpMeta {
+        hop_limit: m.0,
+        traffic_class: m.1,
+        flow_label: m.2,
+    }
+}
+
+/// Received datagrams through the fault injector: lost, corrupted or duplicated.
+struct FaultySink<'a> {
+    inner: &'a mut dyn Sink,
+    state: &'a Mutex<FaultState>,
+}
+
+impl Sink for FaultySink<'_> {
+    fn deliver(&mut self, a: Arrival<'_>) {
+        if a.framed {
+            return self.inner.deliver(a);
+        }
+        let mut a = a;
+        let copies = lock(self.state).judge(a.bytes, false).copies;
+        for _ in 0..copies {
+            self.inner.deliver(a.reborrow());
+        }
+    }
+
+    fn batch_end(&mut self, n: usize, more: bool) {
+        self.inner.batch_end(n, more)
+    }
+}
+
+/// A datagram carrier whose traffic is written to a capture file.
+pub(crate) struct Captured<C> {
+    inner: C,
+    pcap: Shared<PcapWriter>,
+}
+
+impl<C: Carrier> Captured<C> {
+    pub(crate) fn new(inner: C, pcap: Shared<PcapWriter>) -> Self {
+        Captured { inner, pcap }
+    }
+}
+
+impl<C: Carrier> Carrier for Captured<C> {
+    fn send(&self, q: &mut TxQueue, now: Nanos) {
+        let start = q.done.len();
+        let was = std::mem::replace(&mut q.log, true);
+        let left_start = q.left.len();
+        self.inner.send(q, now);
+        q.log = was;
+        let left: Vec<Option<Departure>> = q.left.drain(left_start..).collect();
+        let mut p = lock(&self.pcap);
+        for (t, how) in q.done[start..].iter_mut().zip(left.iter()) {
+            if let Some(d) = how {
+                // As sent: the body copied in if it was sent from its region.
+                t.materialize();
+                p.write(d.src, t.dst, (d.src_port, ROCE_PORT), d.ip, &t.payload);
+            }
+        }
+        if was {
+            q.left.extend(left);
+        }
+    }
+
+    fn seal(&self, t: &mut Transmit) -> Seal {
+        self.inner.seal(t)
+    }
+
+    fn receive(&self, budget: usize, sink: &mut dyn Sink) -> usize {
+        let mut s = CapturedSink {
+            inner: sink,
+            pcap: &self.pcap,
+        };
+        self.inner.receive(budget, &mut s)
+    }
+
+    fn sleep_receive(
+        &self,
+        with_sink: &mut dyn FnMut(&mut dyn FnMut(&mut dyn Sink)),
+    ) -> Option<usize> {
+        let pcap = &self.pcap;
+        self.inner.sleep_receive(&mut |f| {
+            with_sink(&mut |sink| {
+                let mut s = CapturedSink { inner: sink, pcap };
+                f(&mut s)
+            })
+        })
+    }
+
+    fn watch(&self, fds: &mut Vec<RawFd>) {
+        self.inner.watch(fds)
+    }
+
+    fn bell(&self) -> Option<RawFd> {
+        self.inner.bell()
+    }
+
+    fn arm(&self) -> bool {
+        self.inner.arm()
+    }
+
+    fn disarm(&self, rung: bool) {
+        self.inner.disarm(rung)
+    }
+
+    fn quiet_wake(&self) {
+        self.inner.quiet_wake()
+    }
+
+    fn poll(&self, now: Nanos) -> Option<Nanos> {
+        lock(&self.pcap).flush();
+        self.inner.poll(now)
+    }
+
+    fn has_inbound(&self) -> bool {
+        self.inner.has_inbound()
+    }
+}
+
+/// Received datagrams written to the capture first.
+struct CapturedSink<'a> {
+    inner: &'a mut dyn Sink,
+    pcap: &'a Mutex<PcapWriter>,
+}
+
+impl Sink for CapturedSink<'_> {
+    fn deliver(&mut self, a: Arrival<'_>) {
+        if !a.framed {
+            lock(self.pcap).write(a.src, a.dst, (a.src_port, ROCE_PORT), a.ip, a.bytes);
+        }
+        self.inner.deliver(a)
+    }
+
+    fn batch_end(&mut self, n: usize, more: bool) {
+        self.inner.batch_end(n, more)
+    }
+}
+
+/// The taps of a carrier of Ethernet frames (the raw device): what it sends and
+/// receives is captured whole, and faults apply to the bytes after the Ethernet
+/// header.
+#[derive(Default, Clone)]
+pub(crate) struct FrameTaps {
+    pub(crate) pcap: Option<Shared<PcapWriter>>,
+    pub(crate) faults: Option<Shared<FaultState>>,
+}
+
+impl FrameTaps {
+    /// Judges one frame to send: the copies to put on the wire now (each through
+    /// `wire`), the delayed ones held (true: the driver must look at the deadline).
+    pub(crate) fn emit(&self, now: Nanos, frame: &[u8], wire: &mut dyn FnMut(&[u8])) -> bool {
+        let Some(faults) = &self.faults else {
+            self.record(frame);
+            wire(frame);
+            return false;
+        };
+        let mut bytes = frame.to_vec();
+        let mut f = lock(faults);
+        let from = bytes.len().min(14);
+        let v = f.judge(&mut bytes[from..], true);
+        for _ in 0..v.copies {
+            if v.delay_ns == 0 {
+                self.record(&bytes);
+                wire(&bytes);
+            } else {
+                f.hold_frame(now + v.delay_ns, bytes.clone());
+            }
+        }
+        v.delay_ns > 0
+    }
+
+    /// Records one frame as it is (sent or received).
+    pub(crate) fn record(&self, frame: &[u8]) {
+        if let Some(p) = &self.pcap {
+            lock(p).write_frame(frame);
+        }
+    }
+
+    /// One received frame: captured, then judged: how many copies to take in.
+    pub(crate) fn arrive(&self, frame: &mut [u8]) -> u32 {
+        self.record(frame);
+        match &self.faults {
+            Some(f) => {
+                let from = frame.len().min(14);
+                lock(f).judge(&mut frame[from..], false).copies
+            }
+            None => 1,
+        }
+    }
+
+    /// The held frames that are due now, in order; when the next is.
+    pub(crate) fn due(&self, now: Nanos, wire: &mut dyn FnMut(&[u8])) -> Option<Nanos> {
+        let faults = self.faults.as_ref()?;
+        loop {
+            let mut f = lock(faults);
+            match f.due(now, true) {
+                Some(Held::Frame(frame)) => {
+                    drop(f);
+                    self.record(&frame);
+                    wire(&frame);
+                }
+                Some(Held::Datagram(..)) => {}
+                None => return f.next_due(true),
+            }
+        }
+    }
+}
