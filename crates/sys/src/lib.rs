@@ -18,6 +18,7 @@
 //! seqpacket sockets, `SCM_RIGHTS`, `SO_PEERCRED`), [`diag`] (socket diagnostics)
 //! and [`misc`]. The most used items are also at the crate root.
 #![deny(unsafe_op_in_unsafe_fn)]
+#![warn(missing_docs)]
 
 pub mod diag;
 pub mod event;

@@ -1,4 +1,4 @@
-//! Shared memory: the one `mmap(2)` wrapper of the workspace ([`Mapping`], also under
+//! Shared memory: the one `mmap(2)` wrapper of the workspace (`Mapping`, also under
 //! the AF_PACKET ring), sealed memfds, and [`SharedMap`], a region another process
 //! maps too, reached only through checked atomic words and checked copies.
 
@@ -129,6 +129,11 @@ enum Backing {
 /// out ([`SharedMap::read`]) with plain `memcpy`, so what is read is a snapshot the
 /// caller must check. Every access is bounds-checked with one comparison against the
 /// region's length and fails with [`OutOfRange`] instead of touching memory outside.
+///
+/// Use each byte range one way: as atomic words, or as bytes copied in and out. A
+/// copy out over words another thread stores atomically at the same moment reads
+/// them as the peer's writes are read (torn, any value); the same-host ring keeps
+/// its atomics in the header and copies only the data area.
 pub struct SharedMap {
     ptr: NonNull<u8>,
     len: usize,

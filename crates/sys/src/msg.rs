@@ -7,7 +7,7 @@ use std::io;
 use std::os::fd::AsRawFd;
 
 /// Takes one message from the socket's error queue (`MSG_ERRQUEUE`, non-blocking) into
-/// `buf`: with [`set_tx_loop`], a looped copy of a sent datagram. Returns its length
+/// `buf`: with [`crate::udp::set_tx_loop`], a looped copy of a sent datagram. Returns its length
 /// (cut to `buf`).
 pub fn recv_error_queue(fd: &impl AsRawFd, buf: &mut [u8]) -> io::Result<usize> {
     let mut ctl = [0u64; 32];
@@ -19,7 +19,7 @@ pub fn recv_error_queue(fd: &impl AsRawFd, buf: &mut [u8]) -> io::Result<usize> 
 /// control buffer: the length received and the header, whose `msg_control`,
 /// `msg_controllen` and `msg_flags` describe what the kernel wrote into `ctl` (its
 /// iovec fields are cleared: they pointed at this call's locals).
-pub fn recvmsg_ctl(
+pub(crate) fn recvmsg_ctl(
     fd: &impl AsRawFd,
     buf: &mut [u8],
     ctl: &mut [u64],

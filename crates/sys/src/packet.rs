@@ -290,12 +290,16 @@ impl Ring {
 
 /// One frame of a ring block, as the kernel described it.
 pub struct RingFrame<'a> {
+    /// The bytes the ring kept, from the link-layer header (`tp_mac`).
     pub data: &'a [u8],
     /// `tp_len`: the frame's length on the wire; more than `data.len()` (`tp_snaplen`)
     /// when the ring kept only its start.
     pub len: u32,
+    /// `tp_status` (`TP_STATUS_*`).
     pub status: u32,
+    /// `tp_vlan_tci`.
     pub vlan_tci: u16,
+    /// `tp_vlan_tpid`.
     pub vlan_tpid: u16,
 }
 

@@ -122,10 +122,15 @@ pub fn set_udp_gro(fd: &impl AsRawFd) -> io::Result<()> {
 /// of the datagrams it holds when the kernel coalesced several (`UDP_GRO`), else 0.
 #[derive(Debug, Clone, Copy)]
 pub struct Received {
+    /// Where the buffer starts in the batch buffer (a multiple of the slot size).
     pub offset: usize,
+    /// Bytes received (cut to the slot).
     pub len: usize,
+    /// The sender.
     pub from: std::net::SocketAddr,
+    /// `UDP_GRO` segment size, or 0.
     pub segment: usize,
+    /// What the control messages said.
     pub meta: RecvMeta,
 }
 
@@ -300,13 +305,19 @@ fn recv_batch_flags(
 /// buffers `first .. first + count` of the batch ([`send_batch`]'s `buf`).
 #[derive(Debug, Clone, Copy)]
 pub struct Outgoing {
+    /// The destination.
     pub dst: std::net::SocketAddr,
+    /// The first buffer of the batch this message sends.
     pub first: usize,
+    /// How many buffers (datagrams) it sends.
     pub count: usize,
+    /// `UDP_SEGMENT` size, or 0 for one datagram.
     pub segment: u16,
-    /// Bytes of the first buffer, of the last one, and of all.
+    /// Bytes of the first buffer.
     pub first_len: usize,
+    /// Bytes of the last buffer.
     pub last_len: usize,
+    /// Bytes of all.
     pub bytes: usize,
 }
 
