@@ -1,6 +1,6 @@
 //! Library side of the `rverbs` command-line tool, so its pieces are testable and
 //! fuzzable without spawning the binary.
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod demo;

@@ -1,4 +1,5 @@
 //! `rverbs`: the command-line tool of the rverbs RDMA stack.
+#![forbid(unsafe_code)]
 
 use clap::{Parser, Subcommand};
 use rverbs_cli::mad;

@@ -148,15 +148,8 @@ fn pattern(buf: &mut [u8], page: usize) {
 }
 
 /// The host's page size (`sysconf(_SC_PAGESIZE)`, as rdma-core's pingpongs take it).
-#[allow(unsafe_code)]
 fn page_size() -> usize {
-    // SAFETY: sysconf has no preconditions.
-    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    if p > 0 {
-        p as usize
-    } else {
-        4096
-    }
+    rverbs_sys::misc::page_size()
 }
 
 /// What `-c` poisons the receive area with before the first message: neither byte of

@@ -32,8 +32,8 @@ pub const MIN_UNACKED_PSNS: u32 = 16;
 /// so few PSNs out, the requester asks for an ACK at every message end and every half
 /// window within a long message).
 pub const MIN_QP_WINDOW: u32 = 4;
-/// The default P_Key (index 0 of the only P_Key table entry).
-pub const DEFAULT_PKEY: u16 = 0xffff;
+/// The default P_Key (index 0 of the only P_Key table entry): the wire format's.
+pub use rverbs_wire::bth::DEFAULT_PKEY;
 
 /// Local ACK timeout: 4.096 µs · 2^timeout (IBTA 9.7.6.1.3); 0 means infinite.
 pub fn ack_timeout_ns(timeout: u8) -> Option<Nanos> {

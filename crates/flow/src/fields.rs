@@ -7,6 +7,7 @@
 //! simply absent) or, for fewer than 14 bytes, [`FrameError`]. It never panics and reads
 //! each byte at most a bounded number of times.
 
+use rverbs_wire::checksum::sum;
 use std::fmt;
 
 /// Bytes in a [`FieldVector`].
@@ -459,21 +460,6 @@ mod tests {
     }
 }
 
-/// One's-complement sum of `b` as 16-bit big-endian words (RFC 1071), folded.
-fn ones_sum(mut acc: u32, b: &[u8]) -> u32 {
-    let mut chunks = b.chunks_exact(2);
-    for c in &mut chunks {
-        acc += u32::from(u16::from_be_bytes([c[0], c[1]]));
-    }
-    if let [last] = chunks.remainder() {
-        acc += u32::from(*last) << 8;
-    }
-    while acc > 0xffff {
-        acc = (acc & 0xffff) + (acc >> 16);
-    }
-    acc
-}
-
 /// Whether `frame` is an IP packet whose checksums verify, what `IBV_WC_IP_CSUM_OK` reports
 /// (mlx5: IPv4 header checksum and TCP/UDP checksum both good): IPv4 header checksum
 /// (RFC 791), and for an unfragmented TCP or UDP payload its checksum over the pseudo
@@ -495,7 +481,7 @@ pub fn checksums_ok(frame: &[u8]) -> bool {
             else {
                 return false;
             };
-            if h[0] >> 4 != 4 || ihl < 20 || total < ihl || ones_sum(0, hdr) != 0xffff {
+            if h[0] >> 4 != 4 || ihl < 20 || total < ihl || sum(hdr, 0) != 0xffff {
                 return false;
             }
             let frag = u16::from_be_bytes([h[6], h[7]]) & 0x3fff; // MF + offset
@@ -510,8 +496,7 @@ pub fn checksums_ok(frame: &[u8]) -> bool {
             pseudo[..8].copy_from_slice(&h[12..20]);
             pseudo[9] = proto;
             pseudo[10..].copy_from_slice(&(l4.len() as u16).to_be_bytes());
-            l4.len() >= if proto == 6 { 20 } else { 8 }
-                && ones_sum(ones_sum(0, &pseudo), l4) == 0xffff
+            l4.len() >= if proto == 6 { 20 } else { 8 } && sum(l4, sum(&pseudo, 0)) == 0xffff
         }
         0x86dd => {
             let Some(h) = frame.get(off..off + 40) else {
@@ -532,7 +517,7 @@ pub fn checksums_ok(frame: &[u8]) -> bool {
             pseudo[..32].copy_from_slice(&h[8..40]);
             pseudo[32..36].copy_from_slice(&(l4.len() as u32).to_be_bytes());
             pseudo[39] = proto;
-            ones_sum(ones_sum(0, &pseudo), l4) == 0xffff
+            sum(l4, sum(&pseudo, 0)) == 0xffff
         }
         _ => false,
     }
@@ -543,7 +528,7 @@ mod checksum_tests {
     use super::*;
 
     fn csum(acc: u32, b: &[u8]) -> u16 {
-        !(ones_sum(acc, b) as u16)
+        !(sum(b, acc) as u16)
     }
 
     /// IPv4/UDP frame with correct checksums; `udp_csum` false leaves the UDP one 0.

@@ -21,11 +21,16 @@
 //! ([`RxMode::Plain`]); sends are one `send(2)` per frame. `bench/raw_pps.sh` measures
 //! both against a bare `AF_PACKET` reader in the same run (on a shared 2-core machine:
 //! ring 1.11x, plain 0.68x the bare reader's packets/s, medians of 5 rounds).
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod netns;
-mod sys;
+/// The system calls, from the crate that holds all of them.
+mod sys {
+    pub(crate) use rverbs_sys::misc::setns_net;
+    pub(crate) use rverbs_sys::packet::*;
+    pub(crate) use rverbs_sys::poll::poll_in;
+}
 
 use rverbs_flow::attr::{validate, FlowAttr, FlowContext, FlowQpType};
 use rverbs_flow::classify::{Classifier, Direction, FlowId, Verdict};
@@ -205,17 +210,7 @@ pub fn attach_socket_filter(fd: &impl AsRawFd, prog: &[SockFilter]) -> io::Resul
 
 /// One classic BPF instruction (`struct sock_filter`, linux/filter.h) of a program
 /// for [`RawPort::open_filtered`] or [`attach_socket_filter`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SockFilter {
-    /// Opcode (`BPF_LD | BPF_H | BPF_ABS`, ...).
-    pub code: u16,
-    /// Jump offset when the test is true.
-    pub jt: u8,
-    /// Jump offset when the test is false.
-    pub jf: u8,
-    /// The instruction's constant.
-    pub k: u32,
-}
+pub use rverbs_sys::packet::SockFilter;
 
 /// Where [`RawPort::recv`] put a frame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

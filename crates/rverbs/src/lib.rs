@@ -28,8 +28,9 @@
 //! as any `T` lets a peer write pointers into it; a region over a `Vec` the caller can
 //! still resize or free leaves the device with a dangling address; registering
 //! arbitrary memory needs `unsafe`). rverbs is built so that **no safe code can cause
-//! undefined behaviour**, and the crate has no `unsafe` outside a handful of system
-//! calls in one module, each with its promise written beside it. The rules:
+//! undefined behaviour**: the crate forbids `unsafe`; the few system calls it needs
+//! live in `rverbs-sys`, safe wrappers each with its promise written beside it. The
+//! rules:
 //!
 //! 1. **A memory region owns its bytes.** [`Pd::reg_mr`] allocates them,
 //!    [`Pd::reg_mr_from`] takes a `Vec<u8>` by value (the caller cannot resize, free
@@ -85,7 +86,7 @@
 //! `ibv_create_flow` semantics and errnos ([`flow`]). On UD QPs of any context,
 //! [`Qp::create_flow`] steers received RoCE v2 UD datagrams by their outer headers.
 //! Both need CAP_NET_RAW (EPERM otherwise), as in the kernel.
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 mod ah_wc;
@@ -107,7 +108,7 @@ mod raw;
 mod rawnet;
 mod same_host;
 mod srq;
-mod sys;
+pub(crate) use rverbs_sys as sys;
 pub mod sysfs;
 mod ud_steer;
 mod verbs;

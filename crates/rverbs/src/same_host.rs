@@ -50,13 +50,12 @@
 //! `RVERBS_SAME_HOST=0` (or [`crate::OpenOptions::same_host`]) keeps every datagram
 //! on UDP, as a capture of `lo` shows them.
 
-#![allow(unsafe_code)]
-
+use crate::sys::mem::SharedMap;
 use crate::sys::IpMeta;
 use std::collections::HashMap;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -106,123 +105,54 @@ fn pad8(n: usize) -> usize {
     (n + 7) & !7
 }
 
-/// Memory a ring lives in: a shared mapping, or (tests, fuzzing) a private buffer.
-pub(crate) struct Mem {
-    ptr: *mut u8,
-    len: usize,
-    mapped: bool,
-    _heap: Vec<u64>,
-}
-
-// SAFETY: the memory is only reached through atomics and raw copies (see `Ring`);
-// the pointer stays valid until `Drop`.
-unsafe impl Send for Mem {}
-// SAFETY: as above.
-unsafe impl Sync for Mem {}
-
-impl Mem {
-    /// A private buffer of `len` bytes (a multiple of 8), zeroed.
-    pub(crate) fn heap(len: usize) -> Mem {
-        let mut v = vec![0u64; len.div_ceil(8)];
-        Mem {
-            ptr: v.as_mut_ptr().cast(),
-            len: v.len() * 8,
-            mapped: false,
-            _heap: v,
-        }
-    }
-
-    /// Maps `len` bytes of `fd` shared, read and write.
-    fn map(fd: &OwnedFd, len: usize) -> io::Result<Mem> {
-        // SAFETY: a fresh mapping of a file we hold; the result is checked.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd.as_raw_fd(),
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(Mem {
-            ptr: p.cast(),
-            len,
-            mapped: true,
-            _heap: Vec::new(),
-        })
-    }
-}
-
-impl Drop for Mem {
-    fn drop(&mut self) {
-        if self.mapped {
-            // SAFETY: the mapping made in `map`, unmapped once.
-            unsafe { libc::munmap(self.ptr.cast(), self.len) };
-        }
-    }
-}
-
-/// A ring's memory: its header words and its data area of `cap` bytes.
+/// A ring's memory: its header words and its data area of `cap` bytes, in a region
+/// the peer maps too (or, for tests and fuzzing, private memory). Every access is
+/// bounds-checked by the region; the offsets below are always inside it (`new`
+/// checks the size), so a failed access means a broken ring, handled as such.
 pub(crate) struct Ring {
-    mem: Mem,
+    mem: SharedMap,
     cap: usize,
 }
 
 impl Ring {
     /// A ring over `mem`, whose data area is what follows the header (a power of two
     /// of at least 4 KiB), or `None`.
-    pub(crate) fn new(mem: Mem) -> Option<Ring> {
-        let cap = mem.len.checked_sub(HEADER)?;
+    pub(crate) fn new(mem: SharedMap) -> Option<Ring> {
+        let cap = mem.len().checked_sub(HEADER)?;
         (cap >= 4096 && cap.is_power_of_two()).then_some(Ring { mem, cap })
     }
 
-    fn word64(&self, off: usize) -> &AtomicU64 {
-        // SAFETY: `off` is one of the header's 8-aligned offsets, inside the memory,
-        // which is page- (mapping) or 8- (heap) aligned and lives as long as `self`.
-        unsafe { &*(self.mem.ptr.add(off) as *const AtomicU64) }
+    /// The header word at `off` (8-aligned).
+    #[inline]
+    fn word64(&self, off: usize) -> Option<&AtomicU64> {
+        self.mem.atomic_u64(off).ok()
     }
 
-    fn word32(&self, off: usize) -> &AtomicU32 {
-        // SAFETY: as `word64` (4-aligned offsets).
-        unsafe { &*(self.mem.ptr.add(off) as *const AtomicU32) }
+    /// The header word at `off` (4-aligned).
+    #[inline]
+    fn word32(&self, off: usize) -> Option<&AtomicU32> {
+        self.mem.atomic_u32(off).ok()
     }
 
-    /// The data area's bytes at `pos..pos + len` (inside the area: the callers check),
-    /// which only the writer touches until it publishes them.
-    #[allow(clippy::mut_from_ref)]
-    fn slot(&self, pos: usize, len: usize) -> &mut [u8] {
-        assert!(pos + len <= self.cap);
-        // SAFETY: in bounds; the reader reads these bytes only after the head is
-        // published past them, and the writer makes one slot at a time.
-        unsafe { std::slice::from_raw_parts_mut(self.mem.ptr.add(HEADER + pos), len) }
+    /// Hands `fill` the data area's bytes at `pos..pos + len`, which only the writer
+    /// touches until it publishes them; false if they are outside the area.
+    #[inline]
+    fn fill(&mut self, pos: usize, len: usize, fill: impl FnOnce(&mut [u8])) -> bool {
+        self.mem.write_with(HEADER + pos, len, fill).is_ok()
     }
 
-    /// Copies `src` to data offset `pos` (inside the area: the callers check).
-    fn put(&self, pos: usize, src: &[u8]) {
-        debug_assert!(pos + src.len() <= self.cap);
-        // SAFETY: in bounds (checked by the callers); the other process only reads
-        // this part of the area until the head is published past it.
-        unsafe {
-            std::ptr::copy_nonoverlapping(src.as_ptr(), self.mem.ptr.add(HEADER + pos), src.len())
-        }
+    /// Copies `src` to data offset `pos`; false if outside the area.
+    #[inline]
+    fn put(&mut self, pos: usize, src: &[u8]) -> bool {
+        self.mem.write(HEADER + pos, src).is_ok()
     }
 
-    /// Copies data at offset `pos` (inside the area: the callers check) into `dst`.
-    fn get(&self, pos: usize, dst: &mut [u8]) {
-        debug_assert!(pos + dst.len() <= self.cap);
-        // SAFETY: in bounds (checked by the callers). A misbehaving writer may change
-        // the bytes meanwhile; they are copied out and checked afterwards.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                self.mem.ptr.add(HEADER + pos),
-                dst.as_mut_ptr(),
-                dst.len(),
-            )
-        }
+    /// Copies data at offset `pos` into `dst`; false if outside the area. A
+    /// misbehaving writer may change the bytes meanwhile: they are checked once
+    /// copied out.
+    #[inline]
+    fn get(&self, pos: usize, dst: &mut [u8]) -> bool {
+        self.mem.read(HEADER + pos, dst).is_ok()
     }
 }
 
@@ -280,13 +210,18 @@ impl Writer {
             used <= cap && cap - used >= skip + need + reserve
         };
         if !fits(self) {
-            self.tail = self.ring.word64(TAIL).load(Ordering::Acquire);
+            let Some(tail) = self.ring.word64(TAIL) else {
+                return false;
+            };
+            self.tail = tail.load(Ordering::Acquire);
             if !fits(self) {
                 return false;
             }
         }
         if skip > 0 {
-            self.ring.put(pos as usize, &SKIP.to_le_bytes());
+            if !self.ring.put(pos as usize, &SKIP.to_le_bytes()) {
+                return false;
+            }
             self.head += skip;
         }
         let pos = (self.head % cap) as usize;
@@ -307,8 +242,9 @@ impl Writer {
         h[26] = m.ip.hop_limit;
         h[27] = m.ip.traffic_class;
         h[28..32].copy_from_slice(&m.ip.flow_label.to_le_bytes());
-        self.ring.put(pos, &h);
-        fill(self.ring.slot(pos + REC, len));
+        if !self.ring.put(pos, &h) || !self.ring.fill(pos + REC, len, fill) {
+            return false;
+        }
         self.head += need;
         true
     }
@@ -316,12 +252,17 @@ impl Writer {
     /// Publishes what was pushed; true when the reader sleeps and must be rung (the
     /// caller writes the doorbell byte).
     pub(crate) fn publish(&mut self) -> bool {
-        self.ring.word64(HEAD).store(self.head, Ordering::Release);
+        let r = &self.ring;
+        let (Some(head), Some(sleepers), Some(rung)) =
+            (r.word64(HEAD), r.word32(SLEEPERS), r.word32(RUNG))
+        else {
+            return false;
+        };
+        head.store(self.head, Ordering::Release);
         // Pairs with the reader's fence in `Reader::arm`: either it sees the new
         // head, or this sees it asleep. One doorbell per sleep.
         fence(Ordering::SeqCst);
-        self.ring.word32(SLEEPERS).load(Ordering::Relaxed) != 0
-            && self.ring.word32(RUNG).swap(1, Ordering::AcqRel) == 0
+        sleepers.load(Ordering::Relaxed) != 0 && rung.swap(1, Ordering::AcqRel) == 0
     }
 }
 
@@ -346,15 +287,21 @@ impl Reader {
 
     /// Whether the writer has published records not read yet.
     pub(crate) fn pending(&self) -> bool {
-        self.ring.word64(HEAD).load(Ordering::Acquire) != self.tail.load(Ordering::Relaxed)
+        self.ring
+            .word64(HEAD)
+            .is_some_and(|h| h.load(Ordering::Acquire) != self.tail.load(Ordering::Relaxed))
     }
 
     /// Counts a thread asleep on the ring (and asks for a doorbell) before it
     /// sleeps; true when records are waiting (do not sleep). Every `arm` is followed
     /// by one `disarm`.
     pub(crate) fn arm(&self) -> bool {
-        self.ring.word32(RUNG).store(0, Ordering::Relaxed);
-        self.ring.word32(SLEEPERS).fetch_add(1, Ordering::Relaxed);
+        let (Some(rung), Some(sleepers)) = (self.ring.word32(RUNG), self.ring.word32(SLEEPERS))
+        else {
+            return false;
+        };
+        rung.store(0, Ordering::Relaxed);
+        sleepers.fetch_add(1, Ordering::Relaxed);
         fence(Ordering::SeqCst);
         self.pending()
     }
@@ -362,7 +309,9 @@ impl Reader {
     /// The thread's sleep ended. (A thread that wakes never takes the doorbell from
     /// another one still asleep: they are counted.)
     pub(crate) fn disarm(&self) {
-        self.ring.word32(SLEEPERS).fetch_sub(1, Ordering::Relaxed);
+        if let Some(sleepers) = self.ring.word32(SLEEPERS) {
+            sleepers.fetch_sub(1, Ordering::Relaxed);
+        }
     }
 
     /// Reads up to `budget` records, handing each to `f` with its payload copied into
@@ -375,7 +324,11 @@ impl Reader {
         mut f: impl FnMut(&RecordMeta, &mut [u8]),
     ) -> Result<usize, Corrupt> {
         let cap = self.ring.cap as u64;
-        let head = self.ring.word64(HEAD).load(Ordering::Acquire);
+        let (Some(head_word), Some(tail_word)) = (self.ring.word64(HEAD), self.ring.word64(TAIL))
+        else {
+            return Err(Corrupt("a ring without its header"));
+        };
+        let head = head_word.load(Ordering::Acquire);
         let mut tail = self.tail.load(Ordering::Relaxed);
         if head.wrapping_sub(tail) > cap {
             return Err(Corrupt("the writer's position is out of range"));
@@ -391,7 +344,10 @@ impl Reader {
                 break;
             }
             let mut h = [0u8; REC];
-            self.ring.get(pos, &mut h[..8.min(room)]);
+            if !self.ring.get(pos, &mut h[..8.min(room)]) {
+                result = Err(Corrupt("a record outside the ring"));
+                break;
+            }
             let len = u32::from_le_bytes(h[0..4].try_into().unwrap());
             if len == SKIP {
                 if room as u64 > avail {
@@ -407,7 +363,10 @@ impl Reader {
                 result = Err(Corrupt("a record longer than the ring holds"));
                 break;
             }
-            self.ring.get(pos, &mut h);
+            if !self.ring.get(pos, &mut h) {
+                result = Err(Corrupt("a record outside the ring"));
+                break;
+            }
             let src = match u32::from_le_bytes(h[4..8].try_into().unwrap()) {
                 0 => IpAddr::V4(Ipv4Addr::new(h[8], h[9], h[10], h[11])),
                 1 => IpAddr::V6(Ipv6Addr::from(<[u8; 16]>::try_from(&h[8..24]).unwrap())),
@@ -425,13 +384,16 @@ impl Reader {
                     flow_label: u32::from_le_bytes(h[28..32].try_into().unwrap()) & 0xf_ffff,
                 },
             };
-            self.ring.get(pos + REC, &mut buf[..len]);
+            if !self.ring.get(pos + REC, &mut buf[..len]) {
+                result = Err(Corrupt("a record outside the ring"));
+                break;
+            }
             tail += need as u64;
             n += 1;
             f(&m, &mut buf[..len]);
         }
         self.tail.store(tail, Ordering::Relaxed);
-        self.ring.word64(TAIL).store(tail, Ordering::Release);
+        tail_word.store(tail, Ordering::Release);
         result.map(|()| n)
     }
 }
@@ -496,7 +458,7 @@ impl OutLink {
             return;
         }
         let mut m = [0u8; BELL.len() + 1];
-        match recv_fds(&self.fd, &mut m) {
+        match crate::sys::unix::recv_with_fds(&self.fd, &mut m) {
             Ok((n, mut fds)) if n == BELL.len() && &m[..n] == BELL && fds.len() == 1 => {
                 self.bell = fds.pop();
             }
@@ -567,98 +529,28 @@ pub(crate) struct SameHost {
 }
 
 /// The abstract socket name of the context bound to `a`.
-fn name_of(a: IpAddr) -> (libc::sockaddr_un, libc::socklen_t) {
-    let a = a.to_canonical();
-    // SAFETY: sockaddr_un is plain data; all zero is a valid value.
-    let mut sun: libc::sockaddr_un = unsafe { std::mem::zeroed() };
-    sun.sun_family = libc::AF_UNIX as libc::sa_family_t;
-    let name = format!("rverbs-roce-v2:{a}");
-    // sun_path[0] stays 0: the abstract namespace.
-    for (d, s) in sun.sun_path[1..].iter_mut().zip(name.bytes()) {
-        *d = s as libc::c_char;
-    }
-    let len = std::mem::size_of::<libc::sa_family_t>() + 1 + name.len();
-    (sun, len as libc::socklen_t)
-}
-
-fn seqpacket() -> io::Result<OwnedFd> {
-    // SAFETY: plain socket creation; the result is checked.
-    let fd = unsafe {
-        libc::socket(
-            libc::AF_UNIX,
-            libc::SOCK_SEQPACKET | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
-            0,
-        )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: a descriptor we just opened and own.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
-fn cvt(rc: libc::c_int) -> io::Result<libc::c_int> {
-    if rc < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(rc)
-    }
-}
-
-/// A seqpacket socket bound (`bind`) or connected (else) to the name of `a`.
-fn socket_at(a: IpAddr, bind: bool) -> io::Result<OwnedFd> {
-    let fd = seqpacket()?;
-    let (sun, len) = name_of(a);
-    let op = if bind { libc::bind } else { libc::connect };
-    // SAFETY: `sun` is a valid address of `len` bytes.
-    cvt(unsafe {
-        op(
-            fd.as_raw_fd(),
-            (&sun as *const libc::sockaddr_un).cast(),
-            len,
-        )
-    })?;
-    Ok(fd)
+fn name_of(a: IpAddr) -> String {
+    format!("rverbs-roce-v2:{}", a.to_canonical())
 }
 
 /// A listener for `a` (`None` when another context of this namespace has it).
 fn listen(a: IpAddr) -> Option<OwnedFd> {
-    let fd = socket_at(a, true).ok()?;
-    // SAFETY: a bound socket of ours.
-    cvt(unsafe { libc::listen(fd.as_raw_fd(), 64) }).ok()?;
-    Some(fd)
+    crate::sys::unix::listen_abstract(name_of(a).as_bytes(), 64).ok()
 }
 
 /// A new ring in a sealed memfd: its descriptor and its writer.
 fn new_ring() -> io::Result<(OwnedFd, Writer)> {
     let len = HEADER + DATA_BYTES;
-    // SAFETY: a NUL-terminated name; the result is checked.
-    let fd = cvt(unsafe {
-        libc::memfd_create(
-            c"rverbs-same-host-ring".as_ptr(),
-            libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
-        )
-    })?;
-    // SAFETY: a descriptor we just opened and own.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    // SAFETY: plain calls on our descriptor.
-    cvt(unsafe { libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) })?;
     // The reader maps it only when its size can no longer change.
-    cvt(unsafe {
-        libc::fcntl(
-            fd.as_raw_fd(),
-            libc::F_ADD_SEALS,
-            libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL,
-        )
-    })?;
-    let mem = Mem::map(&fd, len)?;
+    let fd = crate::sys::mem::sealed_memfd(c"rverbs-same-host-ring", len)?;
+    let mem = SharedMap::map_sealed(&fd, len)?;
     let ring = Ring::new(mem).ok_or_else(|| io::Error::other("ring size"))?;
     Ok((fd, Writer::new(ring)))
 }
 
 /// Connects to the context bound to `dst` and hands it a new ring.
 fn connect(dst: IpAddr) -> io::Result<OutLink> {
-    let sock = socket_at(dst, false)?;
+    let sock = crate::sys::unix::connect_abstract(name_of(dst).as_bytes())?;
     // Abstract names have no permissions: whoever bound the name first listens
     // there. Only a process of our own user gets our datagrams.
     if !peer_is_our_user(&sock) {
@@ -668,7 +560,7 @@ fn connect(dst: IpAddr) -> io::Result<OutLink> {
     let mut hello = [0u8; HELLO];
     hello[..8].copy_from_slice(MAGIC);
     hello[8..].copy_from_slice(&(DATA_BYTES as u64).to_le_bytes());
-    send_fd(&sock, &hello, memfd.as_raw_fd())?;
+    crate::sys::unix::send_with_fd(&sock, &hello, &memfd)?;
     let mut l = OutLink {
         writer,
         fd: sock,
@@ -683,102 +575,16 @@ fn connect(dst: IpAddr) -> io::Result<OutLink> {
     let _ = crate::sys::poll_readable(&[l.fd.as_raw_fd()], BELL_WAIT_MS, &mut ready);
     l.take_bell();
     match &l.bell {
-        Some(b) if is_nonblocking_eventfd(b) => Ok(l),
+        Some(b) if crate::sys::event::is_nonblocking_eventfd(b) => Ok(l),
         _ => Err(io::Error::other(
             "the peer did not answer with its doorbell",
         )),
     }
 }
 
-/// Sends `bytes` with descriptor `fd` attached (`SCM_RIGHTS`).
-fn send_fd(sock: &OwnedFd, bytes: &[u8], fd: RawFd) -> io::Result<()> {
-    let mut ctl = [0u64; 4];
-    let mut iov = libc::iovec {
-        iov_base: bytes.as_ptr() as *mut libc::c_void,
-        iov_len: bytes.len(),
-    };
-    // SAFETY: msghdr is plain data; the pointers set below outlive the call.
-    let mut h: libc::msghdr = unsafe { std::mem::zeroed() };
-    h.msg_iov = &mut iov;
-    h.msg_iovlen = 1;
-    h.msg_control = ctl.as_mut_ptr().cast();
-    // SAFETY: CMSG_SPACE is a pure computation.
-    h.msg_controllen = unsafe { libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) } as _;
-    // SAFETY: the control buffer holds one header and one descriptor (32 bytes).
-    unsafe {
-        let c = libc::CMSG_FIRSTHDR(&h);
-        (*c).cmsg_level = libc::SOL_SOCKET;
-        (*c).cmsg_type = libc::SCM_RIGHTS;
-        (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as _;
-        std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<RawFd>(), fd);
-    }
-    // SAFETY: `h` describes live buffers.
-    let n = unsafe { libc::sendmsg(sock.as_raw_fd(), &h, libc::MSG_NOSIGNAL) };
-    if n < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    if n as usize != bytes.len() {
-        return Err(io::Error::other("hello cut short"));
-    }
-    Ok(())
-}
-
-/// Receives one message into `buf` and the descriptors attached to it (all of them
-/// are ours to close: the caller keeps the first).
-fn recv_fds(sock: &OwnedFd, buf: &mut [u8]) -> io::Result<(usize, Vec<OwnedFd>)> {
-    let mut ctl = [0u64; 16];
-    let (n, h) = crate::sys::recvmsg_ctl(sock, buf, &mut ctl, libc::MSG_CMSG_CLOEXEC)?;
-    let mut fds = Vec::new();
-    // SAFETY: walks the control messages the kernel wrote into `ctl`, within
-    // `msg_controllen`; every SCM_RIGHTS descriptor is now ours.
-    unsafe {
-        let mut c = libc::CMSG_FIRSTHDR(&h);
-        while !c.is_null() {
-            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
-                let data = libc::CMSG_DATA(c);
-                let bytes = (*c).cmsg_len as usize - (data as usize - c as usize);
-                for k in 0..bytes / std::mem::size_of::<RawFd>() {
-                    let fd = std::ptr::read_unaligned(data.cast::<RawFd>().add(k));
-                    fds.push(OwnedFd::from_raw_fd(fd));
-                }
-            }
-            c = libc::CMSG_NXTHDR(&h, c);
-        }
-    }
-    if h.msg_flags & (libc::MSG_TRUNC | libc::MSG_CTRUNC) != 0 {
-        return Err(io::Error::other("hello cut short"));
-    }
-    Ok((n, fds))
-}
-
 /// Whether the process at the other end of `sock` runs as our user (`SO_PEERCRED`).
 fn peer_is_our_user(sock: &OwnedFd) -> bool {
-    // SAFETY: ucred is plain data; getsockopt writes at most its size.
-    let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
-    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
-    // SAFETY: as above.
-    let rc = unsafe {
-        libc::getsockopt(
-            sock.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_PEERCRED,
-            (&mut cred as *mut libc::ucred).cast(),
-            &mut len,
-        )
-    };
-    // SAFETY: getuid cannot fail.
-    rc == 0 && cred.uid == unsafe { libc::getuid() }
-}
-
-/// Whether `fd` is an eventfd whose writes never block (a doorbell a peer handed us:
-/// anything else could stall the sender).
-fn is_nonblocking_eventfd(fd: &OwnedFd) -> bool {
-    let link = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()));
-    // SAFETY: F_GETFL on a descriptor we own.
-    let flags = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) };
-    link.is_ok_and(|l| l.as_os_str() == "anon_inode:[eventfd]")
-        && flags >= 0
-        && flags & libc::O_NONBLOCK != 0
+    crate::sys::unix::peer_uid(sock).is_ok_and(|u| u == crate::sys::misc::uid())
 }
 
 /// Takes a connection's hello: the peer's ring, mapped, if all is well.
@@ -790,7 +596,7 @@ fn accept_ring(conn: &OwnedFd) -> Result<Reader, &'static str> {
     let mut ready = Vec::new();
     let _ = crate::sys::poll_readable(&[conn.as_raw_fd()], 1000, &mut ready);
     let mut hello = [0u8; HELLO + 1];
-    let (n, mut fds) = recv_fds(conn, &mut hello).map_err(|_| "no hello")?;
+    let (n, mut fds) = crate::sys::unix::recv_with_fds(conn, &mut hello).map_err(|_| "no hello")?;
     if n != HELLO || &hello[..8] != MAGIC || fds.len() != 1 {
         return Err("a malformed hello");
     }
@@ -800,18 +606,13 @@ fn accept_ring(conn: &OwnedFd) -> Result<Reader, &'static str> {
     }
     let memfd = fds.swap_remove(0);
     let len = HEADER + cap as usize;
-    // SAFETY: stat is plain data, written by fstat.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: plain calls on a descriptor we own.
-    let seals = unsafe { libc::fcntl(memfd.as_raw_fd(), libc::F_GET_SEALS) };
-    if unsafe { libc::fstat(memfd.as_raw_fd(), &mut st) } != 0
-        || st.st_size as u64 != len as u64
-        || seals < 0
-        || seals & libc::F_SEAL_SHRINK == 0
-    {
-        return Err("a ring whose size is not sealed");
-    }
-    let mem = Mem::map(&memfd, len).map_err(|_| "a ring that cannot be mapped")?;
+    let mem = SharedMap::map_sealed(&memfd, len).map_err(|e| {
+        if e.kind() == io::ErrorKind::InvalidData {
+            "a ring whose size is not sealed"
+        } else {
+            "a ring that cannot be mapped"
+        }
+    })?;
     Ring::new(mem)
         .map(Reader::new)
         .ok_or("a ring of a bad size")
@@ -1075,9 +876,7 @@ fn keep(c: &Common, listeners: Vec<(IpAddr, OwnedFd)>) {
         // (Events 0: only the end of the connection, POLLHUP / POLLERR.)
         pfds.extend(mine.iter().map(|l| pollfd(l.fd.as_raw_fd(), 0)));
         pfds.extend(outs.iter().map(|(fd, _)| pollfd(fd.as_raw_fd(), 0)));
-        // SAFETY: `pfds` is a live array of its length.
-        let rc = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, 1000) };
-        if rc <= 0 {
+        if !matches!(crate::sys::poll::poll(&mut pfds, 1000), Ok(n) if n > 0) {
             continue;
         }
         if pfds[0].revents != 0 {
@@ -1103,24 +902,10 @@ fn keep(c: &Common, listeners: Vec<(IpAddr, OwnedFd)>) {
             if pfds[1 + k].revents == 0 {
                 continue;
             }
-            loop {
-                // SAFETY: accepts on our listener; the result is checked.
-                let fd = unsafe {
-                    libc::accept4(
-                        lfd.as_raw_fd(),
-                        std::ptr::null_mut(),
-                        std::ptr::null_mut(),
-                        libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
-                    )
-                };
-                if fd < 0 {
-                    break;
-                }
-                // SAFETY: a descriptor accept4 just gave us.
-                let conn = unsafe { OwnedFd::from_raw_fd(fd) };
+            while let Ok(conn) = crate::sys::unix::accept(lfd) {
                 // The ring, then our doorbell for its writer.
                 match accept_ring(&conn).and_then(|r| {
-                    send_fd(&conn, BELL, c.bell.as_raw_fd())
+                    crate::sys::unix::send_with_fd(&conn, BELL, &c.bell)
                         .map(|()| r)
                         .map_err(|_| "the peer left")
                 }) {
@@ -1156,9 +941,11 @@ fn keep(c: &Common, listeners: Vec<(IpAddr, OwnedFd)>) {
 /// record handed over must fit the buffer.
 #[doc(hidden)]
 pub fn fuzz_ring(bytes: &[u8]) -> usize {
-    let mem = Mem::heap(HEADER + 4096);
-    // SAFETY: copies into the private buffer of its length.
-    unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), mem.ptr, bytes.len().min(mem.len)) };
+    let mut mem = SharedMap::heap(HEADER + 4096);
+    let n = bytes.len().min(mem.len());
+    if mem.write(0, &bytes[..n]).is_err() {
+        return 0;
+    }
     let Some(ring) = Ring::new(mem) else {
         return 0;
     };
@@ -1190,21 +977,13 @@ mod tests {
         }
     }
 
-    /// A writer and a reader over the same private memory.
+    /// A writer and a reader over two mappings of one ring memfd (as in two
+    /// processes).
     fn pair(cap: usize) -> (Writer, Reader) {
-        let mem = Mem::heap(HEADER + cap);
-        let alias = Mem {
-            ptr: mem.ptr,
-            len: mem.len,
-            mapped: false,
-            _heap: Vec::new(),
-        };
-        // (`alias` borrows `mem`'s buffer; the writer owns `mem` and outlives the
-        // reader in every test below.)
-        (
-            Writer::new(Ring::new(mem).unwrap()),
-            Reader::new(Ring::new(alias).unwrap()),
-        )
+        let len = HEADER + cap;
+        let fd = crate::sys::mem::sealed_memfd(c"rverbs-ring-test", len).unwrap();
+        let map = || Ring::new(SharedMap::map_sealed(&fd, len).unwrap()).unwrap();
+        (Writer::new(map()), Reader::new(map()))
     }
 
     fn read_all(r: &Reader) -> Result<Vec<(RecordMeta, Vec<u8>)>, Corrupt> {
@@ -1303,40 +1082,37 @@ mod tests {
     }
 
     /// Writes raw bytes into the ring's memory (as a misbehaving writer would).
-    fn poke(w: &Writer, off: usize, bytes: &[u8]) {
-        // SAFETY: test memory of `mem.len` bytes; offsets below are in range.
-        unsafe {
-            std::ptr::copy_nonoverlapping(bytes.as_ptr(), w.ring.mem.ptr.add(off), bytes.len())
-        }
+    fn poke(w: &mut Writer, off: usize, bytes: &[u8]) {
+        w.ring.mem.write(off, bytes).unwrap();
     }
 
     #[test]
     fn a_corrupt_ring_is_reported_not_trusted() {
         // A head far beyond the tail.
-        let (w, r) = pair(4096);
-        poke(&w, HEAD, &(1u64 << 40).to_le_bytes());
+        let (mut w, r) = pair(4096);
+        poke(&mut w, HEAD, &(1u64 << 40).to_le_bytes());
         assert!(read_all(&r).is_err());
         // A record longer than what was published.
         let (mut w, r) = pair(4096);
         w.push(&meta(1), &[1u8; 100]);
         w.publish();
-        poke(&w, HEADER, &4000u32.to_le_bytes());
+        poke(&mut w, HEADER, &4000u32.to_le_bytes());
         assert!(read_all(&r).is_err());
         // An unknown address family.
         let (mut w, r) = pair(4096);
         w.push(&meta(1), &[1u8; 8]);
         w.publish();
-        poke(&w, HEADER + 4, &9u32.to_le_bytes());
+        poke(&mut w, HEADER + 4, &9u32.to_le_bytes());
         assert!(read_all(&r).is_err());
         // A skip marker past the head.
         let (mut w, r) = pair(4096);
         w.push(&meta(1), &[1u8; 8]);
         w.publish();
-        poke(&w, HEADER, &SKIP.to_le_bytes());
+        poke(&mut w, HEADER, &SKIP.to_le_bytes());
         assert!(read_all(&r).is_err());
         // A head that is not a record boundary (7 bytes of a record).
-        let (w, r) = pair(4096);
-        poke(&w, HEAD, &7u64.to_le_bytes());
+        let (mut w, r) = pair(4096);
+        poke(&mut w, HEAD, &7u64.to_le_bytes());
         assert!(read_all(&r).is_err());
     }
 

@@ -398,18 +398,8 @@ impl Meter {
 }
 
 /// Process CPU time (user + system, all threads) in seconds.
-#[allow(unsafe_code)]
 pub fn cpu_seconds() -> f64 {
-    // SAFETY: getrusage writes one rusage struct into the zeroed one we pass and
-    // reads nothing else.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: as above; RUSAGE_SELF is a valid `who`.
-    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
-    if rc != 0 {
-        return 0.0;
-    }
-    let t = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6;
-    t(ru.ru_utime) + t(ru.ru_stime)
+    rverbs_sys::misc::cpu_seconds()
 }
 
 /// The peer's `done sent=N`, delivered by the control reader thread.

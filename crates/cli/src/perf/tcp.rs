@@ -13,7 +13,6 @@ use super::ctrl::{self, Msg};
 use super::{Bench, Opts, PeerDone, Plan, Progress, Side, STALL};
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 /// The data connection.
@@ -25,47 +24,13 @@ pub struct Tcp {
 
 /// Segments the connection has retransmitted (`TCP_INFO`'s `tcpi_total_retrans`);
 /// 0 if the kernel will not say.
-#[allow(unsafe_code)]
 fn total_retrans(s: &TcpStream) -> u32 {
-    // SAFETY: an all-zero tcp_info is a valid value (integers only).
-    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
-    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
-    // SAFETY: getsockopt writes at most `len` bytes into `info`, which we own, and
-    // stores the length it wrote in `len`; the descriptor is open for `s`'s lifetime.
-    let rc = unsafe {
-        libc::getsockopt(
-            s.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_INFO,
-            (&mut info as *mut libc::tcp_info).cast(),
-            &mut len,
-        )
-    };
-    if rc == 0 {
-        info.tcpi_total_retrans
-    } else {
-        0
-    }
+    rverbs_sys::misc::tcp_total_retrans(s)
 }
 
 /// One `recv(2)` with `MSG_DONTWAIT` on a blocking socket.
-#[allow(unsafe_code)]
 fn recv_nowait(s: &TcpStream, buf: &mut [u8]) -> std::io::Result<usize> {
-    // SAFETY: recv writes at most `buf.len()` bytes into `buf`, which we own mutably
-    // for the call; the descriptor is open for the lifetime of `s`.
-    let n = unsafe {
-        libc::recv(
-            s.as_raw_fd(),
-            buf.as_mut_ptr().cast(),
-            buf.len(),
-            libc::MSG_DONTWAIT,
-        )
-    };
-    if n < 0 {
-        Err(std::io::Error::last_os_error())
-    } else {
-        Ok(n as usize)
-    }
+    rverbs_sys::misc::recv_nowait(s, buf)
 }
 
 /// Reads what is there: busy-polls for up to `spin`, then sleeps in a blocking

@@ -12,7 +12,7 @@
 //! (the socket does not show it) so the ICRC in the capture verifies. TTL / hop limit,
 //! TOS / traffic class and the IPv6 flow label are the real ones: the send path sets
 //! them per datagram and the receive path reads them from the socket's control
-//! messages (`sys.rs`). A sent IPv6 packet's flow label is chosen by the kernel and not
+//! messages (`rverbs-sys`). A sent IPv6 packet's flow label is chosen by the kernel and not
 //! known here; it is written as 0.
 
 use rverbs_wire::{icrc, ipv4, ipv6, udp};

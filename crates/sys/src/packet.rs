@@ -1,13 +1,14 @@
-//! The system calls socket2 does not wrap for packet sockets and namespaces. Every
-//! `unsafe` block of the crate is here, each with the promise it relies on.
-#![allow(unsafe_code)]
+//! Packet sockets (`AF_PACKET`, `packet(7)`): binding to an interface, socket
+//! filters, `PACKET_AUXDATA` receives and the `TPACKET_V3` memory-mapped receive ring.
 
+use crate::mem::Mapping;
+use crate::opt::set_int_opt;
 use std::ffi::CString;
 use std::io;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::AsRawFd;
 
 /// `if_nametoindex(3)`.
-pub(crate) fn if_index(name: &str) -> io::Result<u32> {
+pub fn if_index(name: &str) -> io::Result<u32> {
     let c = CString::new(name).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
     // SAFETY: `c` is a live NUL-terminated string for the duration of the call.
     let idx = unsafe { libc::if_nametoindex(c.as_ptr()) };
@@ -19,7 +20,7 @@ pub(crate) fn if_index(name: &str) -> io::Result<u32> {
 }
 
 /// Binds an AF_PACKET socket to interface `ifindex` for every EtherType (`packet(7)`).
-pub(crate) fn bind_packet(fd: &impl AsRawFd, ifindex: u32) -> io::Result<()> {
+pub fn bind_packet(fd: &impl AsRawFd, ifindex: u32) -> io::Result<()> {
     // SAFETY: sockaddr_ll is plain old data; all-zero is a valid value.
     let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
     sll.sll_family = libc::AF_PACKET as libc::c_ushort;
@@ -41,8 +42,22 @@ pub(crate) fn bind_packet(fd: &impl AsRawFd, ifindex: u32) -> io::Result<()> {
     }
 }
 
+/// One classic BPF instruction (`struct sock_filter`, linux/filter.h) of a socket
+/// filter program ([`attach_filter`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SockFilter {
+    /// Opcode (`BPF_LD | BPF_H | BPF_ABS`, ...).
+    pub code: u16,
+    /// Jump offset when the test is true.
+    pub jt: u8,
+    /// Jump offset when the test is false.
+    pub jf: u8,
+    /// The instruction's constant.
+    pub k: u32,
+}
+
 /// Attaches the classic BPF program `prog` to `fd` (`SO_ATTACH_FILTER`, `socket(7)`).
-pub(crate) fn attach_filter(fd: &impl AsRawFd, prog: &[crate::SockFilter]) -> io::Result<()> {
+pub fn attach_filter(fd: &impl AsRawFd, prog: &[SockFilter]) -> io::Result<()> {
     let mut ins: Vec<libc::sock_filter> = prog
         .iter()
         .map(|i| libc::sock_filter {
@@ -76,43 +91,14 @@ pub(crate) fn attach_filter(fd: &impl AsRawFd, prog: &[crate::SockFilter]) -> io
 }
 
 /// Sets an int-valued `SOL_PACKET` option.
-pub(crate) fn set_packet_opt(
-    fd: &impl AsRawFd,
-    opt: libc::c_int,
-    v: libc::c_int,
-) -> io::Result<()> {
-    // SAFETY: `fd` is an open socket; the value points at a live c_int of the size passed.
-    let rc = unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            libc::SOL_PACKET,
-            opt,
-            (&v as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
-
-/// Moves the calling thread into the network namespace open at `fd` (`setns(2)`).
-pub(crate) fn setns_net(fd: RawFd) -> io::Result<()> {
-    // SAFETY: setns takes no memory arguments; it only changes this thread's namespace.
-    let rc = unsafe { libc::setns(fd, libc::CLONE_NEWNET) };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+pub fn set_packet_opt(fd: &impl AsRawFd, opt: libc::c_int, v: libc::c_int) -> io::Result<()> {
+    set_int_opt(fd, libc::SOL_PACKET, opt, v)
 }
 
 /// What `PACKET_AUXDATA` tells about a received frame (`struct tpacket_auxdata`,
 /// linux/if_packet.h).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct Aux {
+pub struct Aux {
     /// `tp_status` (`TP_STATUS_*`).
     pub status: u32,
     /// Original length on the wire (`tp_len`).
@@ -124,12 +110,12 @@ pub(crate) struct Aux {
 }
 
 /// `PACKET_AUXDATA` (linux/if_packet.h).
-pub(crate) const PACKET_AUXDATA: libc::c_int = 8;
+pub const PACKET_AUXDATA: libc::c_int = 8;
 
 /// `recvmsg(2)` of one frame into `buf`, with the `PACKET_AUXDATA` control message if
 /// the kernel sent one. Returns the frame's real length (`MSG_TRUNC`, `packet(7)`):
 /// more than `buf.len()` when the frame did not fit and `buf` holds only its start.
-pub(crate) fn recv_with_aux(fd: &impl AsRawFd, buf: &mut [u8]) -> io::Result<(usize, Option<Aux>)> {
+pub fn recv_with_aux(fd: &impl AsRawFd, buf: &mut [u8]) -> io::Result<(usize, Option<Aux>)> {
     // Room for one cmsghdr + tpacket_auxdata (20 bytes), generously aligned.
     let mut ctrl = [0u64; 16];
     let mut iov = libc::iovec {
@@ -200,27 +186,28 @@ const PH_VLAN_TPID: usize = 36;
 /// `block_size` bytes; the kernel fills a block with frames and hands it over by
 /// setting `TP_STATUS_USER` in its status; user space hands it back with
 /// `TP_STATUS_KERNEL`.
-pub(crate) struct Ring {
-    ptr: *mut u8,
-    len: usize,
+pub struct Ring {
+    map: Mapping,
     block_size: usize,
     block_nr: usize,
     cur: usize,
 }
 
-// SAFETY: the mapping is owned by this value alone; the kernel's concurrent writes are
-// synchronised through the block status words (see `Ring::block`).
-unsafe impl Send for Ring {}
-
 impl Ring {
     /// Switches `fd` to TPACKET_V3 and maps a receive ring. `retire_ms` bounds how long
     /// a partly filled block waits before the kernel hands it over.
-    pub(crate) fn new(
+    pub fn new(
         fd: &impl AsRawFd,
         block_size: usize,
         block_nr: usize,
         retire_ms: u32,
     ) -> io::Result<Self> {
+        // (The sizes must be what the kernel sees: the walk below indexes by them.)
+        let einval = || io::Error::from_raw_os_error(libc::EINVAL);
+        let len = block_size.checked_mul(block_nr).ok_or_else(einval)?;
+        if block_nr == 0 || u32::try_from(block_size).is_err() || u32::try_from(block_nr).is_err() {
+            return Err(einval());
+        }
         set_packet_opt(fd, PACKET_VERSION, TPACKET_V3)?;
         // struct tpacket_req3: block_size, block_nr, frame_size, frame_nr,
         // retire_blk_tov, sizeof_priv, feature_req_word (all u32).
@@ -229,7 +216,7 @@ impl Ring {
             block_size as u32,
             block_nr as u32,
             frame_size,
-            (block_size * block_nr / frame_size as usize) as u32,
+            (len / frame_size as usize) as u32,
             retire_ms,
             0,
             0,
@@ -247,25 +234,11 @@ impl Ring {
         if rc != 0 {
             return Err(io::Error::last_os_error());
         }
-        let len = block_size * block_nr;
-        // SAFETY: maps the ring the kernel just allocated for `fd`, shared, at an
-        // address of the kernel's choosing; checked for MAP_FAILED below.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd.as_raw_fd(),
-                0,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
+        // The ring the kernel just allocated for `fd` (`packet_mmap` maps it only
+        // whole: a length other than block_size * block_nr fails).
+        let map = Mapping::new(fd, len)?;
         Ok(Self {
-            ptr: ptr.cast(),
-            len,
+            map,
             block_size,
             block_nr,
             cur: 0,
@@ -278,14 +251,15 @@ impl Ring {
         // is shared with the kernel, so it is only ever accessed atomically.
         unsafe {
             &*(self
-                .ptr
+                .map
+                .ptr()
                 .add(block * self.block_size + BD_STATUS)
                 .cast::<std::sync::atomic::AtomicU32>())
         }
     }
 
     /// The current block if the kernel handed it over: its bytes, until `release`.
-    pub(crate) fn block(&self) -> Option<&[u8]> {
+    pub fn block(&self) -> Option<&[u8]> {
         if self
             .status(self.cur)
             .load(std::sync::atomic::Ordering::Acquire)
@@ -299,36 +273,33 @@ impl Ring {
         // `release` hands it back; the returned borrow ends before that (`&self` vs
         // `&mut self`).
         Some(unsafe {
-            std::slice::from_raw_parts(self.ptr.add(self.cur * self.block_size), self.block_size)
+            std::slice::from_raw_parts(
+                self.map.ptr().add(self.cur * self.block_size),
+                self.block_size,
+            )
         })
     }
 
     /// Hands the current block back to the kernel and moves to the next.
-    pub(crate) fn release(&mut self) {
+    pub fn release(&mut self) {
         self.status(self.cur)
             .store(0, std::sync::atomic::Ordering::Release);
         self.cur = (self.cur + 1) % self.block_nr;
     }
 }
 
-impl Drop for Ring {
-    fn drop(&mut self) {
-        // SAFETY: unmaps exactly the mapping made in `new`; no borrow of it outlives
-        // `self`.
-        unsafe {
-            libc::munmap(self.ptr.cast(), self.len);
-        }
-    }
-}
-
 /// One frame of a ring block, as the kernel described it.
-pub(crate) struct RingFrame<'a> {
+pub struct RingFrame<'a> {
+    /// The bytes the ring kept, from the link-layer header (`tp_mac`).
     pub data: &'a [u8],
     /// `tp_len`: the frame's length on the wire; more than `data.len()` (`tp_snaplen`)
     /// when the ring kept only its start.
     pub len: u32,
+    /// `tp_status` (`TP_STATUS_*`).
     pub status: u32,
+    /// `tp_vlan_tci`.
     pub vlan_tci: u16,
+    /// `tp_vlan_tpid`.
     pub vlan_tpid: u16,
 }
 
@@ -344,7 +315,7 @@ fn rd16(b: &[u8], off: usize) -> Option<u16> {
 
 /// The frames of a block handed over by the kernel. Offsets come from the kernel and are
 /// still bounds-checked: a frame that does not fit the block ends the walk.
-pub(crate) fn block_frames(block: &[u8]) -> impl Iterator<Item = RingFrame<'_>> {
+pub fn block_frames(block: &[u8]) -> impl Iterator<Item = RingFrame<'_>> {
     let num = rd32(block, BD_NUM_PKTS).unwrap_or(0);
     // blk_len counts from the block start; the block's own length bounds it anyway.
     let end = (rd32(block, BD_LEN).unwrap_or(0) as usize).clamp(0, block.len());
@@ -374,19 +345,6 @@ pub(crate) fn block_frames(block: &[u8]) -> impl Iterator<Item = RingFrame<'_>> 
             vlan_tpid,
         })
     })
-}
-
-/// Waits until `fd` is readable or `timeout_ms` passes.
-pub(crate) fn poll_in(fd: &impl AsRawFd, timeout_ms: i32) {
-    let mut p = libc::pollfd {
-        fd: fd.as_raw_fd(),
-        events: libc::POLLIN | libc::POLLERR,
-        revents: 0,
-    };
-    // SAFETY: one live pollfd for the duration of the call.
-    unsafe {
-        libc::poll(&mut p, 1, timeout_ms);
-    }
 }
 
 #[cfg(test)]
