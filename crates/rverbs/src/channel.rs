@@ -7,7 +7,8 @@
 //! [`EventHub::dispatch`]: a completion event goes to the channel of its CQ, an
 //! asynchronous event to the context's async queue.
 
-use crate::context::{Context, Shared};
+use crate::context::Context;
+use crate::soft::Shared;
 use crate::error::{Error, Result};
 use crate::sys;
 use crate::verbs::{Cq, CqInner};
@@ -133,7 +134,7 @@ impl ChannelInner {
     /// driver stands off meanwhile. (Raw-mode contexts wait for the driver.)
     pub(crate) fn next_receiving(&self, shared: &Shared, timeout: Option<Duration>) -> Option<Cq> {
         use std::sync::atomic::Ordering;
-        if shared.net().is_some() {
+        if shared.net.is_some() {
             return self.next(timeout);
         }
         let deadline = timeout.map(|t| Instant::now() + t);
@@ -151,7 +152,7 @@ impl ChannelInner {
                 return Some(cq);
             }
             let left = match deadline {
-                None => crate::progress::STANDOFF_NS,
+                None => crate::soft::progress::STANDOFF_NS,
                 Some(d) => {
                     let left = d.saturating_duration_since(Instant::now());
                     if left.is_zero() {
@@ -166,7 +167,7 @@ impl ChannelInner {
             shared.app_poll_at.store(now + sleep, Ordering::Relaxed);
             fds.clear();
             fds.push(self.events.fd.as_raw_fd());
-            fds.extend(shared.socket_fds());
+            shared.watch_fds(&mut fds);
             if shared
                 .poll_wait(&fds, sys::poll_ms(sleep), &mut ready)
                 .is_err()

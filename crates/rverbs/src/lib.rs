@@ -91,25 +91,22 @@
 
 mod ah_wc;
 mod attrs;
-mod capture;
+mod carrier;
 mod channel;
-mod conn_tx;
 mod context;
 mod device;
 mod error;
-mod faults;
 mod gid;
 pub mod mad;
 mod mcast;
-mod neigh;
-mod progress;
 mod qp_attr;
 mod raw;
-mod rawnet;
 mod same_host;
+mod soft;
 mod srq;
 pub(crate) use rverbs_sys as sys;
 pub mod sysfs;
+mod tap;
 mod ud_steer;
 mod verbs;
 
@@ -119,14 +116,16 @@ pub use attrs::{
     DEVICE_CAP_NAMES, DEVICE_RC_RNR_NAK_GEN, DEVICE_SYS_IMAGE_GUID,
 };
 pub use channel::{AsyncEvent, CompChannel};
-pub use context::{Context, OpenOptions, RoceV1Stats, ROCE_PORT};
+pub use carrier::raw::RawNetStats;
+pub use carrier::ROCE_PORT;
+pub use context::{Context, RoceV1Stats};
+pub use device::options::OpenOptions;
 pub use device::{device, devices, DeviceInfo};
 pub use error::{Error, Result};
-pub use faults::{FaultStats, Faults};
+pub use tap::faults::{FaultStats, Faults};
 pub use gid::{GidEntry, GidTable, GidType, GID_TABLE_LEN};
 pub use mcast::MULTICAST_QPN;
 pub use qp_attr::QpModify;
-pub use rawnet::RawNetStats;
 pub use rverbs_engine::modify::{QpAttr, QpAttrMask, QpCap};
 pub use rverbs_engine::{
     AckPolicy, Counters, Mtu, QpState, QpType, Wc, WcFlags, WcOpcode, WcStatus,

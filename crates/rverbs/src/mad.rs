@@ -69,7 +69,7 @@ impl Context {
             .lock_verb("register_mad_agent")?
             .gsi_register(reg)?;
         // What it receives carries a GRH with the datagram's TTL / TOS.
-        self.shared().recv_meta_user(true);
+        self.shared().udp.recv_meta_user(true);
         Ok(MadAgent {
             ctx: self.clone(),
             id,
@@ -229,7 +229,7 @@ impl Drop for MadAgent {
         let id = self.id;
         self.ctx.shared().destroy(move |s, e| {
             let _ = e.gsi_unregister(id);
-            s.recv_meta_user(false);
+            s.udp.recv_meta_user(false);
         });
     }
 }

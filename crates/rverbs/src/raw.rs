@@ -45,6 +45,20 @@ fn rx_mode() -> rverbs_raw::RxMode {
 }
 
 impl RawMode {
+    /// Moves the completions of every live raw QP into their CQs; true if any moved.
+    pub(crate) fn drain_qps(&self, engine: &mut Engine) -> bool {
+        let qps: Vec<Arc<RawQpInner>> = {
+            let mut l = self.qps.lock().unwrap_or_else(|e| e.into_inner());
+            l.retain(|w| w.strong_count() > 0);
+            l.iter().filter_map(Weak::upgrade).collect()
+        };
+        let mut any = false;
+        for q in qps {
+            any |= q.drain(engine);
+        }
+        any
+    }
+
     /// Opens raw mode on `ifname`: the device when the process holds CAP_NET_RAW, and
     /// with it the raw carrier's ports: RoCE v1, and with `v2` RoCE v2 too
     /// (`carrier::raw`): sent through the device, received on a socket of their own.

@@ -644,7 +644,7 @@ impl SameHost {
             .spawn(move || keep(&c, listeners))?;
         Ok(SameHost {
             common,
-            netns: crate::conn_tx::current_netns(),
+            netns: crate::carrier::udp::conn::current_netns(),
             out: Mutex::new(HashMap::new()),
             keeper: Some(keeper),
         })
@@ -710,7 +710,7 @@ impl SameHost {
             // address; without one, UDP until the retry.)
             Some(Out::Absent { retry }) if *retry > now => false,
             // (Another namespace's thread: UDP, and no verdict on the address.)
-            _ if self.netns.is_some() && crate::conn_tx::current_netns() != self.netns => false,
+            _ if self.netns.is_some() && crate::carrier::udp::conn::current_netns() != self.netns => false,
             _ => match connect(key) {
                 Ok(l) => {
                     self.register(&l);

@@ -24,7 +24,6 @@
 //! MC_DEFAULT rules (a datagram nobody steers already has its QP), EGRESS rules and TAG
 //! (UD completions carry no flow tag here).
 
-use crate::context::Shared;
 use rverbs_engine::{Datagram, Engine, Nanos};
 use rverbs_flow::attr::{FlowAttr, FlowAttrType, FlowFlags};
 use rverbs_flow::classify::{Classifier, Direction, FlowId, Verdict};
@@ -32,7 +31,7 @@ use rverbs_flow::error::FlowError;
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::RwLock;
+use std::sync::{Mutex, RwLock};
 
 /// The UD flow table of a context.
 #[derive(Default)]
@@ -42,6 +41,9 @@ pub(crate) struct UdSteering {
     active: AtomicUsize,
     /// Datagrams a DROP rule dropped.
     pub(crate) dropped: AtomicU64,
+    /// The classifier's scratch: the frame a datagram is matched as, and its verdict
+    /// (taken only while flows are installed, always under the engine lock).
+    scratch: Mutex<(Vec<u8>, Verdict)>,
 }
 
 #[derive(Default)]
@@ -114,14 +116,9 @@ impl UdSteering {
     /// UD, or to QP1), so the caller feeds it to the engine as usual. The table's read
     /// lock is held through delivery: once a flow's removal returned, no datagram is
     /// steered by it.
-    pub(crate) fn steer(
-        &self,
-        engine: &mut Engine,
-        now: Nanos,
-        d: &Datagram<'_>,
-        frame: &mut Vec<u8>,
-        v: &mut Verdict,
-    ) -> bool {
+    pub(crate) fn steer(&self, engine: &mut Engine, now: Nanos, d: &Datagram<'_>) -> bool {
+        let mut scratch = self.scratch.lock().unwrap_or_else(|e| e.into_inner());
+        let (frame, v) = &mut *scratch;
         let p = d.payload;
         // BTH (IBTA 9.2): opcode byte 0 (transport in its top 3 bits, 011 = UD),
         // destination QP in bytes 5..8.
@@ -209,23 +206,3 @@ fn v6(a: IpAddr) -> std::net::Ipv6Addr {
     }
 }
 
-impl Shared {
-    /// Feeds one received datagram to the engine, through UD flow steering when any
-    /// UD flow is installed.
-    pub(crate) fn handle_datagram(
-        &self,
-        engine: &mut Engine,
-        now: Nanos,
-        d: &Datagram<'_>,
-        scratch: &mut (Vec<u8>, Verdict),
-    ) {
-        if self.ud_steering.is_active()
-            && self
-                .ud_steering
-                .steer(engine, now, d, &mut scratch.0, &mut scratch.1)
-        {
-            return;
-        }
-        engine.handle_datagram(now, d);
-    }
-}

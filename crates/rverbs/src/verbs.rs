@@ -5,7 +5,8 @@
 //! enforce.
 
 use crate::channel::CompChannel;
-use crate::context::{Context, Shared};
+use crate::context::Context;
+use crate::soft::Shared;
 use crate::error::Error;
 use crate::error::Result;
 use crate::qp_attr::QpModify;
@@ -16,25 +17,12 @@ use rverbs_engine::{
     SendWr, Sge, UdDest, VecMemory, Wc, WrOpcode,
 };
 use rverbs_wire::grh::Gid;
-use std::cell::Cell;
 use std::ops::Range;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-thread_local! {
-    /// How many [`Mr::with`] closures this thread is inside.
-    static IN_WITH: Cell<u32> = const { Cell::new(0) };
-}
-
-/// Fails when the calling thread is inside [`Mr::with`]: a verb would wait for the
-/// engine lock while holding a region's lock, and the driver thread takes them in the
-/// other order (engine, then the region it writes), so both would wait forever.
-pub(crate) fn check_not_in_with(verb: &'static str) -> Result<()> {
-    if IN_WITH.with(Cell::get) > 0 {
-        return Err(Error::WouldDeadlock { verb });
-    }
-    Ok(())
-}
+pub(crate) use crate::soft::guard::check_not_in_with;
+use crate::soft::guard::WithGuard;
 
 /// EINVAL when a buffer is 4 GiB or longer: `ibv_sge.length` (and the engine's) is 32
 /// bits, and such a buffer was cut short to its length modulo 2^32.
@@ -47,22 +35,6 @@ pub(crate) fn sge_lens_fit(
         return Err(rverbs_engine::VerbError::new(verb, rverbs_engine::Errno::Inval, why).into());
     }
     Ok(())
-}
-
-/// Counts a thread's [`Mr::with`] depth, also when the closure panics.
-struct WithGuard;
-
-impl WithGuard {
-    fn enter() -> Self {
-        IN_WITH.with(|c| c.set(c.get() + 1));
-        WithGuard
-    }
-}
-
-impl Drop for WithGuard {
-    fn drop(&mut self) {
-        IN_WITH.with(|c| c.set(c.get() - 1));
-    }
 }
 
 pub(crate) struct PdInner {
@@ -270,7 +242,7 @@ impl Pd {
         }
         if attr.qp_type == QpType::Ud {
             // Its receives carry a GRH with the datagram's TTL / TOS.
-            self.shared().recv_meta_user(true);
+            self.shared().udp.recv_meta_user(true);
         }
         Ok(Qp {
             pd: self.inner.clone(),
@@ -646,7 +618,7 @@ impl Cq {
             if n > 0 {
                 return Ok(n);
             }
-            if !self.carries_roce() || !shared.net_receive(&mut e, shared.now()) {
+            if !self.carries_roce() || !shared.receive_raw_net(&mut e, shared.now()) {
                 return Ok(0);
             }
             let now = shared.now();
@@ -686,7 +658,7 @@ impl Cq {
     }
 
     /// Receives and runs timers on this thread, then polls the CQ (`now`: a fresh
-    /// clock reading, [`crate::context::Shared::now`]). Callers check
+    /// clock reading, [`crate::soft::Shared::now`]). Callers check
     /// [`check_not_in_with`] first ([`Cq::poll_ready`] does).
     pub(crate) fn poll_progress(&self, out: &mut [Wc], now: rverbs_engine::Nanos) -> Result<usize> {
         use std::sync::atomic::Ordering;
@@ -705,7 +677,7 @@ impl Cq {
         if !shared.progress(&mut e, now) {
             return Ok(0);
         }
-        if shared.raw.is_some() && shared.drain_raw(&mut e) {
+        if shared.raw.is_some() && shared.drain_raw_qps(&mut e) {
             let now = shared.now();
             shared.flush(&mut e, now);
         }
@@ -926,7 +898,7 @@ impl Drop for Qp {
             if ud {
                 // Destroying a QP destroys its flows.
                 s.ud_steering.remove_qp(qpn);
-                s.recv_meta_user(false);
+                s.udp.recv_meta_user(false);
             }
             // ACKs this QP still owes its peer (deferred, `progress.rs`) leave first:
             // a program that exits right after its last completion must not leave the
@@ -1072,7 +1044,7 @@ impl Qp {
             // (With the same-host carrier the datagrams wait in its ring, no
             // larger than this, instead: `same_host.rs`.)
             Some(h) if self.qp_type == QpType::Rc && s.info.is_loopback() => {
-                crate::context::peer_rcvbuf(h.av.dgid).map(|b| match &s.same_host {
+                crate::soft::window::peer_rcvbuf(h.av.dgid).map(|b| match &s.rings {
                     Some(_) => b.min(crate::same_host::RING_ROOM),
                     None => b,
                 })
@@ -1099,7 +1071,7 @@ impl Qp {
                         .lock()
                         .unwrap_or_else(|e| e.into_inner())
                         .insert(h.av.dgid, b);
-                    crate::context::share_peer_buffer(&mut e, h.av.dgid, b)?;
+                    crate::soft::window::share_peer_buffer(&mut e, h.av.dgid, b)?;
                 }
                 // Without the peer's buffer only this QP's window is known (the
                 // engine's).
@@ -1843,6 +1815,80 @@ impl Drop for Ah {
         self.pd.ctx.shared().destroy(move |_, e| {
             let _ = e.destroy_ah(id);
         });
+    }
+}
+
+impl Cq {
+    /// Waits for completions with a spin-then-sleep policy: polls (receiving on this
+    /// thread) for up to `spin`, then sleeps once in `poll(2)` on the device's sockets
+    /// until a datagram arrives, the engine's next timer is due or `timeout` passes,
+    /// and polls again. Returns how many completions were written to `out`; 0 means
+    /// nothing completed in that time (a datagram that completed nothing, such as an
+    /// incoming RDMA WRITE, also ends the sleep), so callers loop.
+    ///
+    /// A spin of zero sleeps at once: the right choice when cores are fewer than busy
+    /// threads, where spinning only delays the thread that would produce the
+    /// completion. A long spin gives the lowest latency on an idle machine.
+    pub fn wait(
+        &self,
+        out: &mut [rverbs_engine::Wc],
+        spin: std::time::Duration,
+        timeout: std::time::Duration,
+    ) -> crate::Result<usize> {
+        let shared = self.shared();
+        let as_ns = |d: std::time::Duration| d.as_nanos().min(u128::from(u64::MAX)) as rverbs_engine::Nanos;
+        let (spin, timeout) = (as_ns(spin), as_ns(timeout));
+        // One clock read per pass, which the pass's receive uses too (the first pass
+        // reuses the start's): a ping-pong waits once per message, and clock reads
+        // showed in its profile.
+        let start = shared.now();
+        let mut now = start;
+        loop {
+            let n = self.poll_ready(out)?;
+            if n > 0 {
+                return Ok(n);
+            }
+            let waited = now - start;
+            if waited < spin {
+                let n = self.poll_progress(out, now)?;
+                if n > 0 {
+                    return Ok(n);
+                }
+                std::hint::spin_loop();
+                now = shared.now();
+                continue;
+            }
+            if waited >= timeout {
+                return Ok(0);
+            }
+            let sleep = shared.plan_sleep(now, timeout - waited);
+            if shared.net.is_some() {
+                // Raw mode: the engine's packets come from the RoCE socket (the UDP
+                // sockets only carry this host's own traffic); `poll` reads it. A CQ
+                // of RAW_PACKET QPs only leaves the sockets to the driver thread.
+                let ms = crate::sys::poll_ms(sleep);
+                let mut fds = Vec::new();
+                if self.carries_roce() {
+                    shared.app_poll_at.store(now + sleep, Ordering::Relaxed);
+                    shared.watch_fds(&mut fds);
+                }
+                let mut woke = Vec::new();
+                let _ = crate::sys::poll_readable(&fds, ms, &mut woke);
+                return self.poll(out);
+            }
+            shared.app_poll_at.store(now + sleep, Ordering::Relaxed);
+            // With no timer due sooner, sleep in recvmmsg itself (one system call
+            // per wake-up); otherwise, or when another thread is receiving, in
+            // poll(2), which returns at once when a datagram is already waiting.
+            if sleep < crate::soft::progress::SLEEP_RECV_NS || shared.sleep_receive().is_none() {
+                let ms = crate::sys::poll_ms(sleep);
+                let mut ready = Vec::new();
+                let mut fds = Vec::new();
+                shared.watch_fds(&mut fds);
+                let _ = shared.poll_wait(&fds, ms, &mut ready);
+            }
+            return self.poll(out);
+        }
     }
 }
 

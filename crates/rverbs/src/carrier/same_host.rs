@@ -110,6 +110,12 @@ impl Carrier for Rings {
                 src_port: ROCE_PORT,
                 ip,
             });
+            let mut t = t;
+            if q.log && pushed && !sealed {
+                // A capture records the datagram as the ring has it.
+                t.materialize();
+                rverbs_engine::net::fill_icrc(t.src, t.dst, ROCE_PORT, &mut t.payload);
+            }
             q.sent(t, how);
         }
         drop(ring);

@@ -1,6 +1,10 @@
 //! Soft devices: one per network interface with an address, like a host with rxe on
 //! every interface, plus explicit devices from `RVERBS_DEVICES`.
 
+pub(crate) mod options;
+
+pub use options::OpenOptions;
+
 use crate::error::{Error, Result};
 use rverbs_engine::Mtu;
 use rverbs_wire::grh::Gid;

@@ -22,7 +22,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 ///
 /// (`RVERBS_DEVICES`, the device list, is read by [`crate::devices`].)
 #[derive(Debug, Clone, Default)]
-#[non_exhaustive]
 pub struct OpenOptions {
     /// Faults to inject into the device's traffic (default: none).
     pub faults: Option<Faults>,

@@ -215,7 +215,7 @@ impl Shared {
             .unwrap_or_else(|e| e.into_inner())
             .get(&dgid)
             .copied();
-        known.is_some_and(|b| share_peer_buffer(engine, dgid, b).is_ok())
+        known.is_some_and(|b| window::share_peer_buffer(engine, dgid, b).is_ok())
     }
 
     /// Leaves what the engine answers to the datagrams just received (ACKs) to the next
@@ -353,6 +353,35 @@ impl Shared {
             self.activity.fetch_add(1, Ordering::Release);
             self.dispatch(&mut engine);
         })
+    }
+
+    /// Closes the sockets of the multicast groups no QP of the context is attached to
+    /// any more.
+    pub(crate) fn prune_groups(&self) {
+        let engine = self.lock();
+        self.udp
+            .prune_groups(|a| engine.mcast_has_members(&rverbs_engine::net::ip_to_gid(a)));
+    }
+
+    /// Moves the completions of every raw QP into their CQs (under the engine lock);
+    /// true if anything moved.
+    pub(crate) fn drain_raw_qps(&self, engine: &mut Engine) -> bool {
+        self.raw.as_ref().is_some_and(|r| r.drain_qps(engine))
+    }
+
+    /// Receives what waits on the raw device's RoCE socket only (raw mode); true if
+    /// the engine got anything (its answers are sent).
+    pub(crate) fn receive_raw_net(&self, engine: &mut Engine, now: Nanos) -> bool {
+        let Some(net) = &self.net else {
+            return false;
+        };
+        let mut sink = EngineSink {
+            shared: self,
+            engine,
+            now,
+            defer: false,
+        };
+        net.receive(usize::MAX, &mut sink) > 0
     }
 
     /// Runs the carriers' timers (held datagrams, neighbour probes); when they next

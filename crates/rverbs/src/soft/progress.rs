@@ -54,8 +54,8 @@
 //! engine's next deadline is earlier than the time the driver will wake up anyway
 //! (published under the engine lock as `driver_wake_at`), not on every post.
 
-use crate::context::Shared;
-use rverbs_engine::{Engine, Nanos};
+use super::Shared;
+use rverbs_engine::Nanos;
 use std::sync::atomic::Ordering;
 
 /// Longest a deferred acknowledgement waits for the application before the driver
@@ -71,92 +71,14 @@ pub(crate) const STANDOFF_NS: Nanos = 2_000_000;
 /// moment; at 2 ms they were the p99 of a spinning ping-pong.
 pub(crate) const STANDOFF_MAX_NS: Nanos = 8_000_000;
 
-/// Longest one sleep in `recvmmsg` ([`Shared::sleep_receive`]) lasts: the device
-/// sockets' receive timeout (500 µs).
-pub(crate) const SLEEP_RECV_NS: Nanos = 500_000;
+/// Longest one sleep in `recvmmsg` (`Shared::sleep_receive`) lasts: the UDP
+/// carrier's socket receive timeout.
+pub(crate) use crate::carrier::udp::socket::SLEEP_RECV_NS;
 
 /// Most datagrams one poll takes from the sockets before returning (bounded so a
 /// poller under a flood still returns to its caller).
-const POLL_BUDGET: usize = 64;
+pub(crate) const POLL_BUDGET: usize = 64;
 
-impl Shared {
-    /// Receives pending datagrams and fires due timers on the calling thread (the
-    /// caller holds the engine lock). Returns true if the engine did anything.
-    ///
-    /// What the engine answers to the datagrams (ACKs) is deferred: the caller flushes
-    /// it when it found no completion ([`Shared::flush_deferred`]), and otherwise the
-    /// application's next verb sends it, usually together with the reply it posts.
-    /// `now` is the caller's fresh clock reading ([`Shared::now`]).
-    pub(crate) fn progress(&self, engine: &mut Engine, now: Nanos) -> bool {
-        self.app_poll_at.store(now.max(1), Ordering::Relaxed);
-        if self.flush_pending.load(Ordering::Relaxed) != 0 {
-            self.flush(engine, now);
-        }
-        let mut did = self.receive(engine, now, POLL_BUDGET, true) > 0;
-        if engine.poll_timeout().is_some_and(|t| t <= now) {
-            engine.handle_timeout(now);
-            self.flush(engine, now);
-            did = true;
-        }
-        if did {
-            self.activity.fetch_add(1, Ordering::Release);
-            // Event waiters on other CQs need not wait for the deferred flush.
-            self.dispatch(engine);
-        }
-        did
-    }
-
-    /// After a verb that may have completed work but rarely sends anything: lets
-    /// pollers and event waiters see it, and flushes unless answers are deferred
-    /// (they then leave with the next flush, already built: see
-    /// [`Shared::prebuild`]).
-    pub(crate) fn settle(&self, engine: &mut Engine, now: Nanos) {
-        if self.flush_pending.load(Ordering::Relaxed) == 0 {
-            self.flush(engine, now);
-        } else {
-            self.prebuild(engine);
-            self.activity.fetch_add(1, Ordering::Release);
-            self.dispatch(engine);
-        }
-    }
-
-    /// Sends what [`Shared::progress`] deferred.
-    pub(crate) fn flush_deferred(&self, engine: &mut Engine) {
-        if self.flush_pending.load(Ordering::Relaxed) != 0 {
-            self.flush(engine, self.now());
-        }
-    }
-
-    /// Before an application thread sleeps (in [`crate::Cq::wait`] or `get_cq_event`):
-    /// sends what it deferred (which must not wait for its sleep) and returns how long
-    /// it may sleep: at most `left`, until the engine's next timer, and at most half a
-    /// stand-off, so the driver thread, which leaves the sockets to a thread asleep on
-    /// them (both would wake for the same datagram), never waits long for it.
-    pub(crate) fn plan_sleep(&self, now: Nanos, left: Nanos) -> Nanos {
-        let mut e = self.lock();
-        self.flush_deferred(&mut e);
-        let due = e
-            .poll_timeout()
-            .map_or(left, |t| t.saturating_sub(now).min(left));
-        due.min(STANDOFF_NS / 2)
-    }
-
-    /// True while an application thread sleeps on the device's sockets in
-    /// [`crate::Cq::wait`] or `get_cq_event` (it set `app_poll_at` to the end of its
-    /// sleep).
-    pub(crate) fn app_sleeping(&self, now: Nanos) -> bool {
-        self.app_poll_at.load(Ordering::Relaxed) > now
-    }
-
-    /// Wakes the driver thread if the engine now needs it earlier than it planned to
-    /// wake up (call with the engine lock held, after the verb ran).
-    pub(crate) fn wake_if_needed(&self, engine: &Engine) {
-        let planned = self.driver_wake_at.load(Ordering::Acquire);
-        if engine.poll_timeout().is_some_and(|t| t < planned) {
-            self.wake();
-        }
-    }
-}
 
 /// The driver thread's stand-off: whether it leaves the sockets to the application
 /// now, and for how long.
@@ -233,79 +155,6 @@ impl Standoff {
             until = until.min(app.deferred + DEFER_NS);
         }
         Some(until)
-    }
-}
-
-impl crate::Cq {
-    /// Waits for completions with a spin-then-sleep policy: polls (receiving on this
-    /// thread) for up to `spin`, then sleeps once in `poll(2)` on the device's sockets
-    /// until a datagram arrives, the engine's next timer is due or `timeout` passes,
-    /// and polls again. Returns how many completions were written to `out`; 0 means
-    /// nothing completed in that time (a datagram that completed nothing, such as an
-    /// incoming RDMA WRITE, also ends the sleep), so callers loop.
-    ///
-    /// A spin of zero sleeps at once: the right choice when cores are fewer than busy
-    /// threads, where spinning only delays the thread that would produce the
-    /// completion. A long spin gives the lowest latency on an idle machine.
-    pub fn wait(
-        &self,
-        out: &mut [rverbs_engine::Wc],
-        spin: std::time::Duration,
-        timeout: std::time::Duration,
-    ) -> crate::Result<usize> {
-        let shared = self.shared();
-        let as_ns = |d: std::time::Duration| d.as_nanos().min(u128::from(u64::MAX)) as Nanos;
-        let (spin, timeout) = (as_ns(spin), as_ns(timeout));
-        // One clock read per pass, which the pass's receive uses too (the first pass
-        // reuses the start's): a ping-pong waits once per message, and clock reads
-        // showed in its profile.
-        let start = shared.now();
-        let mut now = start;
-        loop {
-            let n = self.poll_ready(out)?;
-            if n > 0 {
-                return Ok(n);
-            }
-            let waited = now - start;
-            if waited < spin {
-                let n = self.poll_progress(out, now)?;
-                if n > 0 {
-                    return Ok(n);
-                }
-                std::hint::spin_loop();
-                now = shared.now();
-                continue;
-            }
-            if waited >= timeout {
-                return Ok(0);
-            }
-            let sleep = shared.plan_sleep(now, timeout - waited);
-            if let Some(net) = shared.net() {
-                // Raw mode: the engine's packets come from the RoCE socket (the UDP
-                // sockets only carry this host's own traffic); `poll` reads it. A CQ
-                // of RAW_PACKET QPs only leaves the sockets to the driver thread.
-                let ms = crate::sys::poll_ms(sleep);
-                let mut fds = Vec::new();
-                if self.carries_roce() {
-                    shared.app_poll_at.store(now + sleep, Ordering::Relaxed);
-                    fds = shared.socket_fds();
-                    fds.push(net.rx_fd());
-                }
-                let mut woke = Vec::new();
-                let _ = crate::sys::poll_readable(&fds, ms, &mut woke);
-                return self.poll(out);
-            }
-            shared.app_poll_at.store(now + sleep, Ordering::Relaxed);
-            // With no timer due sooner, sleep in recvmmsg itself (one system call
-            // per wake-up); otherwise, or when another thread is receiving, in
-            // poll(2), which returns at once when a datagram is already waiting.
-            if sleep < SLEEP_RECV_NS || shared.sleep_receive().is_none() {
-                let ms = crate::sys::poll_ms(sleep);
-                let mut ready = Vec::new();
-                let _ = shared.poll_wait(&shared.socket_fds(), ms, &mut ready);
-            }
-            return self.poll(out);
-        }
     }
 }
 
@@ -474,7 +323,7 @@ mod tests {
             planned != 0
         });
         assert!(
-            planned <= shared.now() + crate::context::BUSY_SLEEP_NS,
+            planned <= shared.now() + crate::soft::driver::BUSY_SLEEP_NS,
             "the driver plans to sleep {} ms",
             (planned - shared.now()) / 1_000_000
         );

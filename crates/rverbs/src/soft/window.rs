@@ -107,6 +107,8 @@ pub(crate) fn window_for_bytes(smallest: usize, floor: u32) -> (u32, u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use socket2::{Domain, Type};
+    use std::net::Ipv4Addr;
 
     /// QPs sharing a peer's buffer get windows that fit it together: an equal share
     /// each, down to 4 PSNs (one QP alone keeps the 16-PSN floor of our own window).

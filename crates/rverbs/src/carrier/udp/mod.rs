@@ -11,7 +11,7 @@
 //! through the peer's connected socket (`conn.rs`; else the device's socket), a lone
 //! datagram in one `sendto`. On the loopback device, trains of same-size datagrams to
 //! one peer go as one `UDP_SEGMENT` buffer and arrive whole (`UDP_GRO`), so a 64 KiB
-//! message costs the kernel one pass, not sixteen (see [`Udp::gso`] for why only
+//! message costs the kernel one pass, not sixteen (see `UdpConfig::gso` for why only
 //! there); how a batch forms trains is the engine's rule (`rverbs_engine::train`).
 //! Payloads left in their memory region (`Transmit::body`) are sent from there.
 
@@ -78,13 +78,15 @@ struct Tx {
 
 /// How a [`Udp`] carrier is set up.
 pub(crate) struct UdpConfig {
-    /// Send `UDP_SEGMENT` trains (loopback device only: see [`Udp::gso`]).
+    /// Send `UDP_SEGMENT` trains. Only on the loopback device: the kernel numbers
+    /// the IPv4 IDs of a train's datagrams 0, 1, 2, ... while their ICRCs assume 0 (as
+    /// every datagram from an unconnected socket has). An rverbs receiver recovers the
+    /// ID from the ICRC and never sees the difference — over loopback it even receives
+    /// the train whole (`UDP_GRO`) — but a peer that checks the ICRC against the real
+    /// header (rxe) would drop all but the first.
     pub(crate) gso: bool,
     /// Every receiving socket took `UDP_GRO` (trains arrive whole).
     pub(crate) gro: bool,
-    /// Fill RoCE v2 ICRCs for the port and IPv4 ID each datagram leaves with
-    /// (`rverbs_engine::Config::sender_fills_icrc`).
-    pub(crate) fills_icrc: bool,
     /// The device's interface (multicast scopes, group joins).
     pub(crate) ifindex: u32,
     /// Raw mode's RoCE v2: the sockets ignore what arrives on the interface (the raw
@@ -207,16 +209,6 @@ impl Udp {
         udp
     }
 
-    /// Whether this carrier sends `UDP_SEGMENT` trains. Only on the loopback device:
-    /// the kernel numbers the IPv4 IDs of a train's datagrams 0, 1, 2, ... while their
-    /// ICRCs assume 0 (as every datagram from an unconnected socket has). An rverbs
-    /// receiver recovers the ID from the ICRC and never sees the difference — over
-    /// loopback it even receives the train whole (`UDP_GRO`) — but a peer that checks
-    /// the ICRC against the real header (rxe) would drop all but the first.
-    pub(crate) fn gso(&self) -> bool {
-        self.cfg.gso
-    }
-
     /// Sends one datagram from the device's socket of its source address (or the
     /// first of its family), port 4791, with its TTL / TOS as control messages; its
     /// ICRC must be right for that. A send error (no route, buffer full) is a lost
@@ -240,7 +232,7 @@ impl Udp {
     /// Sends a datagram that cannot ride a batch (multicast, or a sealed one) alone.
     fn send_alone(&self, t: &mut Transmit, sealed: bool) -> Option<Departure> {
         t.materialize();
-        if self.cfg.fills_icrc && !sealed {
+        if !sealed {
             // This datagram leaves from the device's socket: port 4791, ID 0.
             rverbs_engine::net::fill_icrc(t.src, t.dst, ROCE_PORT, &mut t.payload);
         }
@@ -258,7 +250,10 @@ impl Udp {
         let plain = |t: &Transmit| !t.dst.is_multicast() && !t.roce_v1;
         for (k, t) in ts.iter_mut().enumerate() {
             if !plain(t) {
-                left[k] = self.send_alone(t, false);
+                let d = self.send_alone(t, false);
+                if log {
+                    left[k] = d;
+                }
             }
         }
         // Payloads left in their memory regions (`Transmit::body`, large requests and
@@ -399,10 +394,10 @@ impl Udp {
                     .unwrap_or((ROCE_PORT, 0));
                 let rest = &run[done..];
                 if !rest.is_empty() {
-                    if self.cfg.fills_icrc {
-                        for k in packets(rest, order) {
-                            conn.fill_unconnected(&mut ts[k], body(k));
-                        }
+                    // (Every datagram's ICRC is filled here for the port it leaves
+                    // from: the engine's is for another port in raw mode.)
+                    for k in packets(rest, order) {
+                        conn.fill_unconnected(&mut ts[k], body(k));
                     }
                     if meta.is_default() {
                         let parts = |k: usize| ts[order[k]].parts(body(order[k]));
