@@ -89,43 +89,26 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
-mod ah_wc;
-mod attrs;
 mod carrier;
-mod channel;
-mod context;
 mod device;
 mod error;
 mod gid;
 pub mod mad;
-mod mcast;
-mod qp_attr;
 mod raw;
-mod same_host;
 mod soft;
-mod srq;
 pub(crate) use rverbs_sys as sys;
 pub mod sysfs;
 mod tap;
 mod ud_steer;
 mod verbs;
 
-pub use ah_wc::{ah_attrs_from_grh, grh_ip_version};
-pub use attrs::{
-    eth_width_speed, DeviceAttr, PortAttr, PortState, DEVICE_BAD_PKEY_CNTR, DEVICE_BAD_QKEY_CNTR,
-    DEVICE_CAP_NAMES, DEVICE_RC_RNR_NAK_GEN, DEVICE_SYS_IMAGE_GUID,
-};
-pub use channel::{AsyncEvent, CompChannel};
 pub use carrier::raw::RawNetStats;
+pub use carrier::same_host::SameHostStats;
 pub use carrier::ROCE_PORT;
-pub use context::{Context, RoceV1Stats};
 pub use device::options::OpenOptions;
 pub use device::{device, devices, DeviceInfo};
 pub use error::{Error, Result};
-pub use tap::faults::{FaultStats, Faults};
 pub use gid::{GidEntry, GidTable, GidType, GID_TABLE_LEN};
-pub use mcast::MULTICAST_QPN;
-pub use qp_attr::QpModify;
 pub use rverbs_engine::modify::{QpAttr, QpAttrMask, QpCap};
 pub use rverbs_engine::{
     AckPolicy, Counters, Mtu, QpState, QpType, Wc, WcFlags, WcOpcode, WcStatus,
@@ -136,12 +119,14 @@ pub use rverbs_flow as flow;
 pub use rverbs_raw::{IBV_DEVICE_MANAGED_FLOW_STEERING, IBV_DEVICE_RAW_IP_CSUM};
 pub use rverbs_wire::grh::Gid;
 #[doc(hidden)]
-pub use same_host::fuzz_ring as fuzz_same_host_ring;
-pub use same_host::SameHostStats;
-pub use srq::{Srq, SrqInitAttr};
+pub use carrier::same_host::ring::fuzz_ring as fuzz_same_host_ring;
+pub use tap::faults::{FaultStats, Faults};
 pub use verbs::{
-    AccessFlags, Ah, AhAttrs, ConnectOpts, Cq, Flow, LocalBuf, Mr, Pd, PeerInfo, Qp, QpInitAttr,
-    RemoteBuf, SendRequest,
+    ah_attrs_from_grh, eth_width_speed, grh_ip_version, AccessFlags, Ah, AhAttrs, AsyncEvent,
+    CompChannel, ConnectOpts, Context, Cq, DeviceAttr, Flow, LocalBuf, Mr, Pd, PeerInfo, PortAttr,
+    PortState, Qp, QpInitAttr, QpModify, RemoteBuf, RoceV1Stats, SendRequest, Srq, SrqInitAttr,
+    DEVICE_BAD_PKEY_CNTR, DEVICE_BAD_QKEY_CNTR, DEVICE_CAP_NAMES, DEVICE_RC_RNR_NAK_GEN,
+    DEVICE_SYS_IMAGE_GUID, MULTICAST_QPN,
 };
 
 /// The README's Rust examples, compiled and run as doctests.

@@ -21,7 +21,7 @@
 //! # Ok::<(), rverbs::Error>(())
 //! ```
 
-use crate::context::Context;
+use crate::verbs::Context;
 use crate::error::{Error, Result};
 use rverbs_engine::mad::gsi::AgentId;
 use std::time::{Duration, Instant};
@@ -234,22 +234,3 @@ impl Drop for MadAgent {
     }
 }
 
-/// NodeInfo / NodeDescription of a context: the NodeGUID is the EUI-64 of the default
-/// GID, made unique per context on loopback (whose contexts share one interface) by
-/// its 127.0.0.x address; the description is "<hostname> <device>" as the kernel's
-/// `node_desc` default.
-pub(crate) fn set_identity(e: &mut rverbs_engine::Engine, info: &crate::DeviceInfo) {
-    let gids = e.config().gids.clone();
-    let mut guid = info.default_gid().interface_id();
-    if info.is_loopback() {
-        if let Some(v4) = gids.iter().find_map(|g| g.to_ipv4_mapped()) {
-            guid ^= u64::from(u32::from(v4)) << 8;
-        }
-    }
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
-    e.mad_port_mut().node = NodeIdentity {
-        node_guid: guid,
-        description: format!("{} {}", host.trim(), info.name),
-        ..NodeIdentity::default()
-    };
-}

@@ -11,7 +11,7 @@
 //!                                         └─ udp        (sockets, GSO/GRO, connected)
 //! ```
 //!
-//! The soft device knows only the trait. Taps (`crate::tap`) wrap any carrier as
+//! The soft device knows only the trait. Taps (the `tap` module) wrap any carrier as
 //! smoltcp's `phy::FaultInjector` and `phy::PcapWriter` wrap a `Device`: the
 //! carriers know nothing of faults or captures, except that they report how each
 //! datagram left ([`Departure`]) when a capture asks. A [`Chain`] offers a queue to
@@ -52,7 +52,7 @@ pub(crate) enum Seal {
     /// As this datagram, its ICRC now filled for the port it leaves from: datagram
     /// taps may judge it.
     Datagram,
-    /// As frames the carrier builds and taps itself ([`crate::tap::FrameTaps`]).
+    /// As frames the carrier builds and taps itself (`raw::FrameTap`).
     Frames,
 }
 

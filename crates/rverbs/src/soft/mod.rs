@@ -24,6 +24,7 @@
 //! ```
 
 pub(crate) mod driver;
+pub(crate) mod events;
 pub(crate) mod guard;
 pub(crate) mod open;
 pub(crate) mod progress;
@@ -63,7 +64,7 @@ pub(crate) struct Shared {
     pub(crate) udp: Arc<Udp>,
     pub(crate) engine: Mutex<Engine>,
     /// Completion channels and the async event queue (fed by `flush`).
-    pub(crate) hub: crate::channel::EventHub,
+    pub(crate) hub: events::EventHub,
     /// The port's GID table (see `gid.rs`); the engine holds a copy of its GIDs.
     pub(crate) gid_table: Mutex<GidTable>,
     /// What `flush` sends (under the engine lock), reused.

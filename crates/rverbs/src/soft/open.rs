@@ -93,7 +93,7 @@ pub(crate) fn open(info: DeviceInfo, opts: &Resolved) -> Result<Arc<Shared>> {
     // carrier, what a loopback peer sends us (READ responses above all) waits in our
     // inbound ring, not in the socket's buffer.
     let (window, read_piece) = if info.is_loopback() {
-        super::window::window_for(&sockets, same_host.then_some(crate::same_host::RING_ROOM))
+        super::window::window_for(&sockets, same_host.then_some(crate::carrier::same_host::RING_ROOM))
     } else {
         (rverbs_engine::MAX_UNACKED_PSNS, 0)
     };
@@ -127,7 +127,7 @@ pub(crate) fn open(info: DeviceInfo, opts: &Resolved) -> Result<Arc<Shared>> {
     };
     cfg.limits.active_mtu = info.active_mtu();
     let mut engine = Engine::new(cfg);
-    crate::mad::set_identity(&mut engine, &info);
+    set_identity(&mut engine, &info);
     let waker = Waker(Arc::new(
         sys::eventfd().map_err(|e| Error::io("creating the driver's eventfd", e))?,
     ));
@@ -163,7 +163,7 @@ pub(crate) fn open(info: DeviceInfo, opts: &Resolved) -> Result<Arc<Shared>> {
     ));
     let mut chain: Vec<Box<dyn Carrier>> = Vec::new();
     let rings = if same_host {
-        let sh = crate::same_host::SameHost::start(&bound, &waker.0)
+        let sh = crate::carrier::same_host::SameHost::start(&bound, &waker.0)
             .map_err(|e| Error::io("starting the same-host carrier", e))?;
         let r = Arc::new(Rings::new(sh));
         chain.push(Box::new(r.clone()));
@@ -176,7 +176,7 @@ pub(crate) fn open(info: DeviceInfo, opts: &Resolved) -> Result<Arc<Shared>> {
             pcap: pcap.clone(),
             faults: faults.clone(),
         };
-        Arc::new(RawNet::new(port, Some(v1), taps, udp.clone(), waker.clone(), epoch))
+        Arc::new(RawNet::new(port, Some(v1), Box::new(taps), udp.clone(), waker.clone(), epoch))
     });
     if let Some(n) = &net {
         chain.push(Box::new(n.clone()));
@@ -196,7 +196,7 @@ pub(crate) fn open(info: DeviceInfo, opts: &Resolved) -> Result<Arc<Shared>> {
         net,
         udp,
         engine: Mutex::new(engine),
-        hub: crate::channel::EventHub::new()?,
+        hub: crate::soft::events::EventHub::new()?,
         gid_table: Mutex::new(gid_table),
         tx: Mutex::new(Default::default()),
         app_poll_at: AtomicU64::new(0),
@@ -215,6 +215,26 @@ pub(crate) fn open(info: DeviceInfo, opts: &Resolved) -> Result<Arc<Shared>> {
         ud_steering: Default::default(),
         deferred: Mutex::new(Vec::new()),
     }))
+}
+
+/// NodeInfo / NodeDescription of a context: the NodeGUID is the EUI-64 of the default
+/// GID, made unique per context on loopback (whose contexts share one interface) by
+/// its 127.0.0.x address; the description is "<hostname> <device>" as the kernel's
+/// `node_desc` default.
+fn set_identity(e: &mut rverbs_engine::Engine, info: &DeviceInfo) {
+    let gids = e.config().gids.clone();
+    let mut guid = info.default_gid().interface_id();
+    if info.is_loopback() {
+        if let Some(v4) = gids.iter().find_map(|g| g.to_ipv4_mapped()) {
+            guid ^= u64::from(u32::from(v4)) << 8;
+        }
+    }
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    e.mad_port_mut().node = rverbs_engine::mad::NodeIdentity {
+        node_guid: guid,
+        description: format!("{} {}", host.trim(), info.name),
+        ..rverbs_engine::mad::NodeIdentity::default()
+    };
 }
 
 fn seed() -> u64 {

@@ -173,10 +173,10 @@ mod tests {
         // With the same-host carrier the ring bounds both (READ responses in pieces).
         let (w, piece) = window_for(
             std::slice::from_ref(&big),
-            Some(crate::same_host::RING_ROOM),
+            Some(crate::carrier::same_host::RING_ROOM),
         );
         assert!(piece > 0, "READs in pieces");
-        assert!((w.max(piece) as usize) * 4096 <= crate::same_host::RING_ROOM);
+        assert!((w.max(piece) as usize) * 4096 <= crate::carrier::same_host::RING_ROOM);
         assert_eq!(
             window_for(&[small, big], None),
             (24, 24),

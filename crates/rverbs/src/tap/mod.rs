@@ -329,10 +329,8 @@ pub(crate) struct FrameTaps {
     pub(crate) faults: Option<Shared<FaultState>>,
 }
 
-impl FrameTaps {
-    /// Judges one frame to send: the copies to put on the wire now (each through
-    /// `wire`), the delayed ones held (true: the driver must look at the deadline).
-    pub(crate) fn emit(&self, now: Nanos, frame: &[u8], wire: &mut dyn FnMut(&[u8])) -> bool {
+impl crate::carrier::raw::FrameTap for FrameTaps {
+    fn emit(&self, now: Nanos, frame: &[u8], wire: &mut dyn FnMut(&[u8])) -> bool {
         let Some(faults) = &self.faults else {
             self.record(frame);
             wire(frame);
@@ -353,15 +351,13 @@ impl FrameTaps {
         v.delay_ns > 0
     }
 
-    /// Records one frame as it is (sent or received).
-    pub(crate) fn record(&self, frame: &[u8]) {
+    fn record(&self, frame: &[u8]) {
         if let Some(p) = &self.pcap {
             lock(p).write_frame(frame);
         }
     }
 
-    /// One received frame: captured, then judged: how many copies to take in.
-    pub(crate) fn arrive(&self, frame: &mut [u8]) -> u32 {
+    fn arrive(&self, frame: &mut [u8]) -> u32 {
         self.record(frame);
         match &self.faults {
             Some(f) => {
@@ -372,8 +368,7 @@ impl FrameTaps {
         }
     }
 
-    /// The held frames that are due now, in order; when the next is.
-    pub(crate) fn due(&self, now: Nanos, wire: &mut dyn FnMut(&[u8])) -> Option<Nanos> {
+    fn due(&self, now: Nanos, wire: &mut dyn FnMut(&[u8])) -> Option<Nanos> {
         let faults = self.faults.as_ref()?;
         loop {
             let mut f = lock(faults);

@@ -44,7 +44,6 @@ pub(crate) mod v1;
 use crate::carrier::udp::Udp;
 use crate::carrier::{Arrival, Carrier, Seal, Sink, TxQueue, Waker};
 use crate::sys::IpMeta;
-use crate::tap::FrameTaps;
 use neigh::{Lookup, Neighbours, Probe};
 use rverbs_engine::{Nanos, Transmit};
 use std::sync::Arc;
@@ -315,7 +314,7 @@ impl RawNet {
     pub(crate) fn new(
         port: NetPort,
         v1: Option<V1Port>,
-        taps: FrameTaps,
+        taps: Box<dyn FrameTap>,
         udp: Arc<Udp>,
         waker: Waker,
         epoch: std::time::Instant,
@@ -628,7 +627,7 @@ impl RawNet {
             Ok(ethertype::IPV6) if is_icmpv6(f) => self.net_nd(net, f, now),
             Ok(ethertype::ROCE_V1) => {
                 if let Some(v1) = self.v1.as_ref() {
-                    return v1.receive_frame(&self.taps, f, sink);
+                    return v1.receive_frame(&*self.taps, f, sink);
                 }
             }
             Ok(ethertype::IPV4 | ethertype::IPV6) if !self.raw_v2() => {}
@@ -783,6 +782,20 @@ impl RawNet {
 }
 
 
+/// The taps of a carrier of Ethernet frames (the `tap` module implements it): what the raw
+/// device sends and receives passes them whole.
+pub(crate) trait FrameTap: Send + Sync {
+    /// Judges one frame to send: the copies to put on the wire now go through `wire`,
+    /// delayed ones are held (true: the driver must look at the deadline).
+    fn emit(&self, now: Nanos, frame: &[u8], wire: &mut dyn FnMut(&[u8])) -> bool;
+    /// Records one frame as it is (sent or received, not judged: ARP, ND).
+    fn record(&self, frame: &[u8]);
+    /// One received frame: recorded, then judged: how many copies to take in.
+    fn arrive(&self, frame: &mut [u8]) -> u32;
+    /// Sends the held frames that are due now through `wire`; when the next is.
+    fn due(&self, now: Nanos, wire: &mut dyn FnMut(&[u8])) -> Option<Nanos>;
+}
+
 /// Where `inner` (a slice of `outer`, as a parser returns it) lies in `outer`.
 pub(crate) fn range_in(outer: &[u8], inner: &[u8]) -> std::ops::Range<usize> {
     let start = (inner.as_ptr() as usize).wrapping_sub(outer.as_ptr() as usize);
@@ -795,7 +808,7 @@ pub(crate) fn range_in(outer: &[u8], inner: &[u8]) -> std::ops::Range<usize> {
 pub(crate) struct RawNet {
     port: NetPort,
     v1: Option<V1Port>,
-    taps: FrameTaps,
+    taps: Box<dyn FrameTap>,
     /// The UDP carrier: the context's addresses and groups (its sockets).
     udp: Arc<Udp>,
     waker: Waker,

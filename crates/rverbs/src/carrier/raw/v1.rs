@@ -1,11 +1,10 @@
 //! RoCE v1 (IBTA Annex A16) on the raw device: EtherType 0x8915 frames with a GRH,
 //! no IP or UDP header, received on the RoCE socket beside RoCE v2 (`mod.rs`).
 
-use super::NextHop;
+use super::{FrameTap, NextHop};
 use crate::carrier::{Arrival, Sink};
 use crate::error::Result;
 use crate::sys::IpMeta;
-use crate::tap::FrameTaps;
 use rverbs_wire::ethernet::{ethertype, EthernetRepr, MacAddr};
 use rverbs_wire::grh::{Gid, GRH_LEN};
 use rverbs_wire::rocev1::{self, RoceV1Repr};
@@ -93,7 +92,7 @@ impl V1Port {
     /// Hands one received v1 frame to `sink` (capture and faults first, `taps`): a
     /// frame that does not parse or whose ICRC is wrong is counted and dropped here
     /// (the engine checks the ICRC again). True if it reached the sink.
-    pub(crate) fn receive_frame(&self, taps: &FrameTaps, frame: &mut [u8], sink: &mut dyn Sink) -> bool {
+    pub(crate) fn receive_frame(&self, taps: &dyn FrameTap, frame: &mut [u8], sink: &mut dyn Sink) -> bool {
         let copies = taps.arrive(frame);
         let mut any = false;
         for _ in 0..copies {

@@ -1,6 +1,6 @@
 //! Connected send sockets: one UDP socket per (local address, peer address, TTL / hop
 //! limit, TOS / traffic class), connected to the peer's port 4791, through which
-//! [`crate::soft::Shared`]'s batched sends leave.
+//! the UDP carrier's batched sends leave.
 //!
 //! **Why.** `sendmsg` on an unconnected socket looks the route up for every datagram;
 //! a connected socket keeps it. On loopback that is 0.4 µs of kernel time per

@@ -1,31 +1,32 @@
-//! Completion channels and asynchronous events: queues of events with an eventfd that is
-//! readable exactly while the queue is not empty, so they can sit in an `epoll` set (or a
-//! tokio `AsyncFd`) next to the application's other file descriptors.
+//! Completion channels and asynchronous events on the device side: queues of events
+//! with an eventfd that is readable exactly while the queue is not empty, so they can
+//! sit in an `epoll` set (or a tokio `AsyncFd`) next to the application's other file
+//! descriptors.
 //!
 //! The engine reports completion events and asynchronous events under its lock; every
 //! path that runs the engine ends in `Shared::flush`, which hands them to
 //! [`EventHub::dispatch`]: a completion event goes to the channel of its CQ, an
-//! asynchronous event to the context's async queue.
+//! asynchronous event to the context's async queue. The verbs' handles
+//! (the `channel` module) wrap them.
 
-use crate::context::Context;
-use crate::soft::Shared;
+use super::Shared;
 use crate::error::{Error, Result};
 use crate::sys;
-use crate::verbs::{Cq, CqInner};
 use rverbs_engine::{CqId, Engine};
+use std::any::Any;
 use std::collections::{HashMap, VecDeque};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// A FIFO of events and an eventfd whose readability mirrors "not empty".
 pub(crate) struct EventQueue<T> {
-    q: Mutex<VecDeque<T>>,
-    fd: OwnedFd,
+    pub(crate) q: Mutex<VecDeque<T>>,
+    pub(crate) fd: OwnedFd,
 }
 
 impl<T> EventQueue<T> {
@@ -57,7 +58,7 @@ impl<T> EventQueue<T> {
     }
 
     /// Removes the queued events `drop_it` selects.
-    fn remove_if(&self, mut drop_it: impl FnMut(&T) -> bool) {
+    pub(crate) fn remove_if(&self, mut drop_it: impl FnMut(&T) -> bool) {
         let mut q = lock(&self.q);
         let before = q.len();
         q.retain(|v| !drop_it(v));
@@ -100,13 +101,14 @@ impl<T> EventQueue<T> {
 
 /// The state of one completion channel.
 pub(crate) struct ChannelInner {
-    events: EventQueue<CqId>,
-    /// The CQs bound to the channel, to hand back a [`Cq`] for each event.
-    cqs: Mutex<HashMap<CqId, Weak<CqInner>>>,
+    pub(crate) events: EventQueue<CqId>,
+    /// The CQs bound to the channel (the verbs' CQ handles, which the soft device does
+    /// not name), to hand back the CQ of each event.
+    cqs: Mutex<HashMap<CqId, Weak<dyn Any + Send + Sync>>>,
 }
 
 impl ChannelInner {
-    fn new() -> Result<Arc<Self>> {
+    pub(crate) fn new() -> Result<Arc<Self>> {
         Ok(Arc::new(ChannelInner {
             events: EventQueue::new()
                 .map_err(|e| Error::io("creating a completion channel's eventfd", e))?,
@@ -114,7 +116,7 @@ impl ChannelInner {
         }))
     }
 
-    fn next(&self, timeout: Option<Duration>) -> Option<Cq> {
+    fn next(&self, timeout: Option<Duration>) -> Option<Arc<dyn Any + Send + Sync>> {
         let deadline = timeout.map(|t| Instant::now() + t);
         loop {
             let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
@@ -126,13 +128,17 @@ impl ChannelInner {
         }
     }
 
-    /// [`ChannelInner::next`] for a channel of `shared`'s context that receives on the
+    /// `ChannelInner::next` for a channel of `shared`'s context that receives on the
     /// waiting thread: it sleeps in `poll(2)` on the channel's eventfd and the device's
     /// sockets, and when a datagram comes it runs the engine itself
     /// (`Shared::progress`), as [`Cq::wait`] does, instead of waiting for the driver
     /// thread to receive it and wake this one: one wake-up per event instead of two. The
     /// driver stands off meanwhile. (Raw-mode contexts wait for the driver.)
-    pub(crate) fn next_receiving(&self, shared: &Shared, timeout: Option<Duration>) -> Option<Cq> {
+    pub(crate) fn next_receiving(
+        &self,
+        shared: &Shared,
+        timeout: Option<Duration>,
+    ) -> Option<Arc<dyn Any + Send + Sync>> {
         use std::sync::atomic::Ordering;
         if shared.net.is_some() {
             return self.next(timeout);
@@ -152,7 +158,7 @@ impl ChannelInner {
                 return Some(cq);
             }
             let left = match deadline {
-                None => crate::soft::progress::STANDOFF_NS,
+                None => super::progress::STANDOFF_NS,
                 Some(d) => {
                     let left = d.saturating_duration_since(Instant::now());
                     if left.is_zero() {
@@ -183,7 +189,7 @@ impl ChannelInner {
         }
     }
 
-    fn try_next(&self) -> Option<Cq> {
+    pub(crate) fn try_next(&self) -> Option<Arc<dyn Any + Send + Sync>> {
         loop {
             let id = self.events.try_pop()?;
             if let Some(cq) = self.cq_of(id) {
@@ -192,10 +198,8 @@ impl ChannelInner {
         }
     }
 
-    fn cq_of(&self, id: CqId) -> Option<Cq> {
-        let inner = lock(&self.cqs).get(&id)?.upgrade()?;
-        inner.count_event();
-        Some(Cq::from_inner(inner))
+    fn cq_of(&self, id: CqId) -> Option<Arc<dyn Any + Send + Sync>> {
+        lock(&self.cqs).get(&id)?.upgrade()
     }
 }
 
@@ -203,9 +207,10 @@ impl ChannelInner {
 pub(crate) struct EventHub {
     /// The channel of each CQ (every CQ has one: its own or the context's default).
     routes: Mutex<HashMap<CqId, Arc<ChannelInner>>>,
-    /// The channel of CQs created without one ([`Context::get_cq_event`]).
-    default_channel: Arc<ChannelInner>,
-    asyncs: EventQueue<AsyncEvent>,
+    /// The channel of CQs created without one (`Context::get_cq_event`).
+    pub(crate) default_channel: Arc<ChannelInner>,
+    /// The engine's asynchronous events, as it reported them.
+    pub(crate) asyncs: EventQueue<rverbs_engine::AsyncEvent>,
 }
 
 impl EventHub {
@@ -234,16 +239,22 @@ impl EventHub {
             if let rverbs_engine::AsyncEvent::QpFatal(qpn) = ev {
                 fatal.push(qpn);
             }
-            self.asyncs.push(AsyncEvent::from_engine(ev));
+            self.asyncs.push(ev);
         }
         fatal
     }
 
-    /// Binds a new CQ to `channel` (the context's default without one).
-    pub(crate) fn bind(&self, cq: &Arc<CqInner>, channel: Option<&CompChannel>) {
-        let ch = channel.map_or_else(|| self.default_channel.clone(), |c| c.inner.clone());
-        lock(&ch.cqs).insert(cq.id(), Arc::downgrade(cq));
-        lock(&self.routes).insert(cq.id(), ch);
+    /// Binds a new CQ `id` (its handle `cq`) to `channel` (the context's default
+    /// without one).
+    pub(crate) fn bind(
+        &self,
+        id: CqId,
+        cq: Weak<dyn Any + Send + Sync>,
+        channel: Option<&Arc<ChannelInner>>,
+    ) {
+        let ch = channel.map_or_else(|| self.default_channel.clone(), Arc::clone);
+        lock(&ch.cqs).insert(id, cq);
+        lock(&self.routes).insert(id, ch);
     }
 
     /// Forgets a CQ being destroyed, with the events still queued for it (its number
@@ -256,195 +267,6 @@ impl EventHub {
     }
 }
 
-/// A completion channel (`struct ibv_comp_channel`): CQs created on it
-/// ([`Context::create_cq_on`]) and armed with [`Cq::req_notify`] report their next
-/// completion here. Its file descriptor ([`AsFd`]) is readable exactly while an event
-/// is waiting, so it can be watched with `epoll`/`poll` or an async runtime.
-///
-/// ```no_run
-/// # fn main() -> rverbs::Result<()> {
-/// let ctx = rverbs::device(None)?.open()?;
-/// let ch = ctx.create_comp_channel()?;
-/// let cq = ctx.create_cq_on(64, &ch)?;
-/// cq.req_notify(false)?;
-/// // ... post work, then sleep until a completion arrives:
-/// if let Some(cq) = ch.get_cq_event(Some(std::time::Duration::from_secs(1))) {
-///     cq.ack_events(1)?;
-///     cq.req_notify(false)?; // re-arm, then poll what arrived
-///     let mut wc = [rverbs::Wc::default(); 16];
-///     let _n = cq.poll(&mut wc)?;
-/// }
-/// # Ok(()) }
-/// ```
-#[derive(Clone)]
-pub struct CompChannel {
-    pub(crate) inner: Arc<ChannelInner>,
-    ctx: Context,
-}
-
-impl CompChannel {
-    /// `ibv_get_cq_event`: waits up to `timeout` (forever with `None`) for the next
-    /// completion event and returns its CQ. The CQ is disarmed: call
-    /// [`Cq::req_notify`] again for the next event, and [`Cq::ack_events`] for this one.
-    pub fn get_cq_event(&self, timeout: Option<Duration>) -> Option<Cq> {
-        self.inner.next_receiving(self.ctx.shared(), timeout)
-    }
-
-    /// The next completion event if one is waiting (never blocks).
-    pub fn try_get_cq_event(&self) -> Option<Cq> {
-        self.inner.try_next()
-    }
-
-    /// The context the channel belongs to.
-    pub fn context(&self) -> &Context {
-        &self.ctx
-    }
-
-    /// Waits asynchronously for the next completion event (feature `tokio`; needs a
-    /// tokio runtime with I/O enabled).
-    #[cfg(feature = "tokio")]
-    pub async fn get_cq_event_async(&self) -> std::io::Result<Cq> {
-        // A duplicate of the eventfd per call: tokio registers each fd once, and
-        // several tasks may wait on one channel.
-        let afd = sys::async_fd(self.inner.events.fd.try_clone()?)?;
-        loop {
-            if let Some(cq) = self.inner.try_next() {
-                return Ok(cq);
-            }
-            let mut guard = afd.readable().await?;
-            // Readable means "an event is queued": take it on the next turn; clear the
-            // readiness only when the queue turns out empty.
-            if lock(&self.inner.events.q).is_empty() {
-                guard.clear_ready();
-            }
-        }
-    }
-}
-
-impl AsFd for CompChannel {
-    /// Readable while a completion event is waiting.
-    fn as_fd(&self) -> BorrowedFd<'_> {
-        self.inner.events.fd()
-    }
-}
-
-impl std::fmt::Debug for CompChannel {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CompChannel")
-            .field("fd", &self.inner.events.fd.as_raw_fd())
-            .finish()
-    }
-}
-
-/// An asynchronous event (`struct ibv_async_event`), naming its object by the number
-/// its handle reports ([`crate::Qp::qp_num`], [`Cq::handle`], [`crate::Srq::handle`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AsyncEvent {
-    /// `IBV_EVENT_CQ_ERR`: the CQ overflowed; completions were lost.
-    CqErr {
-        /// The CQ's handle.
-        cq: u32,
-    },
-    /// `IBV_EVENT_QP_FATAL`: the QP entered the error state because of an error.
-    QpFatal {
-        /// The QP number.
-        qpn: u32,
-    },
-    /// `IBV_EVENT_COMM_EST`: a QP in RTR received its first packet.
-    CommEst {
-        /// The QP number.
-        qpn: u32,
-    },
-    /// `IBV_EVENT_SQ_DRAINED`: the send queue of a QP in SQD is empty.
-    SqDrained {
-        /// The QP number.
-        qpn: u32,
-    },
-    /// `IBV_EVENT_SRQ_LIMIT_REACHED`: the SRQ holds fewer receives than its armed limit
-    /// (the limit is now disarmed; re-arm with [`crate::Srq::arm_limit`]).
-    SrqLimitReached {
-        /// The SRQ's handle.
-        srq: u32,
-    },
-    /// `IBV_EVENT_QP_LAST_WQE_REACHED`: a QP attached to an SRQ, in the error state,
-    /// will take no more receives from it.
-    QpLastWqeReached {
-        /// The QP number.
-        qpn: u32,
-    },
-}
-
-impl AsyncEvent {
-    fn from_engine(e: rverbs_engine::AsyncEvent) -> Self {
-        use rverbs_engine::AsyncEvent as E;
-        match e {
-            E::CqErr(cq) => AsyncEvent::CqErr { cq: cq.raw() },
-            E::QpFatal(qpn) => AsyncEvent::QpFatal { qpn },
-            E::CommEst(qpn) => AsyncEvent::CommEst { qpn },
-            E::SqDrained(qpn) => AsyncEvent::SqDrained { qpn },
-            E::SrqLimitReached(s) => AsyncEvent::SrqLimitReached { srq: s.raw() },
-            E::QpLastWqeReached(qpn) => AsyncEvent::QpLastWqeReached { qpn },
-        }
-    }
-}
-
-impl Context {
-    fn hub(&self) -> &EventHub {
-        &self.shared().hub
-    }
-
-    /// `ibv_create_comp_channel`.
-    pub fn create_comp_channel(&self) -> Result<CompChannel> {
-        Ok(CompChannel {
-            inner: ChannelInner::new()?,
-            ctx: self.clone(),
-        })
-    }
-
-    /// Waits for the next completion event of a CQ made by [`Context::create_cq`] (the
-    /// context's built-in channel; see [`CompChannel`] for CQs on their own channel): a
-    /// CQ armed with [`Cq::req_notify`] got a completion. Returns the CQ's handle
-    /// number ([`Cq::handle`]), or `None` after `timeout`.
-    pub fn get_cq_event(&self, timeout: Duration) -> Option<u32> {
-        let shared = self.shared();
-        shared
-            .hub
-            .default_channel
-            .next_receiving(shared, Some(timeout))
-            .map(|cq| {
-                // This legacy form returns no handle to acknowledge with.
-                let _ = cq.ack_events(1);
-                cq.handle()
-            })
-    }
-
-    /// `ibv_get_async_event`: waits up to `timeout` (forever with `None`) for the next
-    /// asynchronous event of this context (no acknowledgement is needed: the event
-    /// holds no object).
-    pub fn get_async_event(&self, timeout: Option<Duration>) -> Option<AsyncEvent> {
-        self.hub().asyncs.pop_wait(timeout)
-    }
-
-    /// The next asynchronous event if one is waiting (never blocks).
-    pub fn try_get_async_event(&self) -> Option<AsyncEvent> {
-        self.hub().asyncs.try_pop()
-    }
-
-    /// The context's `async_fd`: readable while an asynchronous event is waiting.
-    pub fn async_fd(&self) -> BorrowedFd<'_> {
-        self.hub().asyncs.fd()
-    }
-
-    pub(crate) fn bind_cq(&self, cq: &Arc<CqInner>, channel: Option<&CompChannel>) {
-        self.hub().bind(cq, channel)
-    }
-}
-
-impl Shared {
-    pub(crate) fn unbind_cq(&self, cq: CqId) {
-        self.hub.unbind(cq)
-    }
-}
 
 #[cfg(test)]
 mod tests {

@@ -1,6 +1,6 @@
 //! `ibv_query_device` / `ibv_query_port`: the soft device's attributes and limits.
 
-use crate::context::Context;
+use crate::verbs::Context;
 use crate::device::DeviceInfo;
 use crate::error::Result;
 use rverbs_engine::{Config, Counters, Errno, Mtu, VerbError};

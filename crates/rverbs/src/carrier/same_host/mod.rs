@@ -1,10 +1,65 @@
-//! The same-host carrier as a [`Carrier`]: datagrams to another rverbs context of
-//! this host (and network namespace) go through its shared-memory ring
-//! (`crate::same_host`: rendezvous, rings, doorbells); the rest stay in the queue for
-//! the next carrier.
+//! The same-host carrier: RoCE v2 datagrams between two rverbs contexts of one
+//! machine (and one network namespace) through shared memory instead of the kernel's
+//! UDP path.
+//!
+//! The packets are the same: every byte a peer on the network would get (BTH and
+//! the rest, ICRC included, checked on receipt), the same capture records
+//! (`RVERBS_PCAP`) and the same fault injection (`RVERBS_FAULTS`), which both work
+//! above the carrier. What changes is how a datagram travels to a context of this
+//! host: instead of `sendmsg` → the kernel's IP and UDP layers → `recvmsg`, the sender
+//! writes it into a ring in memory both processes map and the receiver reads it from
+//! there — the way a RoCE NIC loops traffic between two of its own functions without
+//! putting it on the wire. An 8-byte ping-pong then costs what rverbs itself costs
+//! plus a memory hand-over (and, when the receiver sleeps, one `write(2)` to wake it),
+//! not two trips through the kernel's network stack (`bench/kernel_floor.c`, `shm`).
+//!
+//! **Finding the peer.** Each context listens on an abstract `AF_UNIX` seqpacket
+//! socket named after each of its unicast addresses (`rverbs-roce-v2:<address>`;
+//! abstract names live in the network namespace, so only contexts that could reach
+//! each other over loopback find each other). The first datagram to an address
+//! tries to connect there; without a listener (rxe, a NIC, any other program), the
+//! datagram goes over UDP as always and the address is tried again after
+//! [`RETRY_NS`]. A connection carries one message, the hello (a magic and the ring's
+//! size, with the ring's memfd as `SCM_RIGHTS`), and afterwards only doorbells.
+//!
+//! **The ring** (one per direction and pair of contexts, made by its writer): a
+//! 4 KiB header — the writer's position, the reader's position, each on a cache line
+//! of its own, and the reader's doorbell word — and [`DATA_BYTES`] of records, each a
+//! 32-byte header (payload length, source address, source port, TTL / hop limit,
+//! TOS / traffic class, flow label) and the UDP payload, 8-byte aligned. A record
+//! never wraps: the writer marks the end's leftover as skipped. The reader trusts
+//! nothing in the ring: positions and lengths out of bounds end the link (counted in
+//! [`SameHostStats::corrupt_links`]), it copies every record out before it reads it,
+//! and it maps the memfd only when the writer sealed its size (`F_SEAL_SHRINK`), so
+//! a peer cannot make it fault. A full ring drops the datagram (counted), as a full
+//! socket buffer would; the transport retransmits.
+//!
+//! **Doorbells.** A receiver about to sleep in `poll(2)` marks every inbound ring
+//! asleep and looks once more; a writer that publishes into a ring marked asleep
+//! marks it rung and writes one byte on the connection, which wakes the sleeper (who
+//! reads it before its next sleep). Spinning receivers never mark rings asleep, so
+//! spinning senders make no system call at all.
+//!
+//! **Endings.** A housekeeping thread per context accepts connections (only from
+//! processes of the same user, `SO_PEERCRED`) and watches every connection: when the
+//! peer closes it (its process or context ended), an inbound ring is read to its end
+//! and dropped, an outbound one is dropped and the address tried afresh (a new
+//! context may have taken the address).
+//!
+//! The carrier is on by default for contexts in UDP-socket mode (never in raw mode);
+//! `RVERBS_SAME_HOST=0` (or [`crate::OpenOptions::same_host`]) keeps every datagram
+//! on UDP, as a capture of `lo` shows them.
+//!
+//! As a [`Carrier`]: datagrams to another rverbs context of this host go through its
+//! ring (`ring.rs`, `link.rs`); the rest stay in the queue for the next carrier.
+
+pub(crate) mod link;
+pub(crate) mod ring;
 
 use super::{Arrival, Carrier, Departure, Sink, TxQueue, ROCE_PORT};
-use crate::same_host::{Handle, InLink, RecordMeta, SameHost, MAX_PAYLOAD};
+pub use link::SameHostStats;
+pub(crate) use link::{Handle, InLink, SameHost};
+pub(crate) use ring::{RecordMeta, MAX_PAYLOAD, RING_ROOM};
 use crate::sys::IpMeta;
 use rverbs_engine::Nanos;
 use std::cell::RefCell;

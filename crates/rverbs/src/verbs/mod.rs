@@ -1,0 +1,135 @@
+//! The verbs: the public handles (context, protection domains, memory regions,
+//! completion queues and channels, queue pairs, SRQs, address handles, flows) over a
+//! device (`crate::soft`). One file per object; this module gathers them.
+//!
+//! See the crate documentation's *Memory safety* section for the rules these types
+//! enforce.
+
+mod ah;
+mod ah_wc;
+mod attrs;
+mod channel;
+mod context;
+mod cq;
+mod flow;
+mod mcast;
+mod mr;
+mod pd;
+mod qp;
+mod qp_attr;
+mod srq;
+mod wr;
+
+pub use ah::{Ah, AhAttrs};
+pub use ah_wc::{ah_attrs_from_grh, grh_ip_version};
+pub use attrs::{
+    eth_width_speed, DeviceAttr, PortAttr, PortState, DEVICE_BAD_PKEY_CNTR, DEVICE_BAD_QKEY_CNTR,
+    DEVICE_CAP_NAMES, DEVICE_RC_RNR_NAK_GEN, DEVICE_SYS_IMAGE_GUID,
+};
+pub use channel::{AsyncEvent, CompChannel};
+pub use context::{Context, RoceV1Stats};
+pub(crate) use cq::CqInner;
+pub use cq::Cq;
+pub use flow::Flow;
+pub(crate) use flow::FlowInner;
+pub use mcast::MULTICAST_QPN;
+pub use mr::{AccessFlags, LocalBuf, Mr, RemoteBuf};
+pub(crate) use pd::PdInner;
+pub use pd::Pd;
+pub use qp::{ConnectOpts, PeerInfo, Qp, QpInitAttr};
+pub use qp_attr::QpModify;
+pub(crate) use srq::SrqInner;
+pub use srq::{Srq, SrqInitAttr};
+pub use wr::SendRequest;
+
+pub(crate) use crate::soft::guard::check_not_in_with;
+use crate::error::Result;
+
+/// EINVAL when a buffer is 4 GiB or longer: `ibv_sge.length` (and the engine's) is 32
+/// bits, and such a buffer was cut short to its length modulo 2^32.
+pub(crate) fn sge_lens_fit(
+    verb: &'static str,
+    lens: impl IntoIterator<Item = usize>,
+) -> Result<()> {
+    if lens.into_iter().any(|n| u32::try_from(n).is_err()) {
+        let why = "a buffer of 4 GiB or more (an SGE's length is 32 bits)";
+        return Err(rverbs_engine::VerbError::new(verb, rverbs_engine::Errno::Inval, why).into());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{ConnectOpts, Gid, PeerInfo, QpInitAttr, QpType};
+
+    /// A free loopback address: nothing is bound to its port 4791.
+    fn unbound_address() -> std::net::Ipv4Addr {
+        (2..=254)
+            .rev()
+            .map(|x| std::net::Ipv4Addr::new(127, 0, 0, x))
+            .find(|ip| std::net::UdpSocket::bind((*ip, 4791)).is_ok())
+            .expect("a free 127.0.0.x:4791")
+    }
+
+    /// An RC QP connected over loopback to an address no socket holds (the kernel shows
+    /// no receive buffer) keeps the engine's window. Once a socket with a small buffer
+    /// is there and a second QP connects to it, both share that buffer (the first one
+    /// too: its packets go to the same socket), and when the second leaves, the first
+    /// gets the whole buffer's window.
+    #[test]
+    fn a_peer_without_a_socket_leaves_the_engines_window() {
+        let dev = crate::device(None).unwrap();
+        let ctx = dev.open().unwrap();
+        let pd = ctx.alloc_pd().unwrap();
+        let cq = ctx.create_cq(8).unwrap();
+        let qp = |_: ()| pd.create_qp(&QpInitAttr::new(QpType::Rc, &cq)).unwrap();
+        let (first, second) = (qp(()), qp(()));
+        let window = |q: &crate::Qp| {
+            let e = ctx.shared().lock();
+            (
+                e.qp_window(q.qp_num()).unwrap().0,
+                e.config().max_unacked_psns,
+            )
+        };
+        let at = unbound_address();
+        let to = |qpn| PeerInfo {
+            qpn,
+            psn: 0,
+            gid: Gid::from(at),
+        };
+        first.connect(&to(0x55), &ConnectOpts::default()).unwrap();
+        let (w, own) = window(&first);
+        assert_eq!(w, own, "no peer socket: the engine's window");
+        // Now a peer socket there, with 128 KiB of buffer (24 PSNs for one QP).
+        let Ok(peer) = std::net::UdpSocket::bind((at, 4791)) else {
+            eprintln!("{at}:4791 was taken meanwhile: the rest is skipped");
+            return;
+        };
+        socket2::SockRef::from(&peer)
+            .set_recv_buffer_size(64 << 10)
+            .unwrap();
+        if own <= 24 {
+            return; // (our own buffer is smaller still: nothing to see)
+        }
+        second.connect(&to(0x56), &ConnectOpts::default()).unwrap();
+        assert_eq!(
+            (window(&first).0, window(&second).0),
+            (12, 12),
+            "two sharers"
+        );
+        drop(second);
+        assert_eq!(window(&first).0, 24, "alone again");
+    }
+}
+
+#[cfg(test)]
+mod sge_tests {
+    /// A buffer of 4 GiB or more is EINVAL (its SGE length would be cut to 32 bits).
+    #[test]
+    fn buffers_of_4_gib_or_more_are_refused() {
+        assert!(super::sge_lens_fit("post_send", [0, 8, u32::MAX as usize]).is_ok());
+        let e = super::sge_lens_fit("post_send", [8, 1 << 32]).unwrap_err();
+        assert_eq!(e.errno(), libc::EINVAL);
+        assert!(super::sge_lens_fit("post_recv", [(1 << 32) + 16]).is_err());
+    }
+}

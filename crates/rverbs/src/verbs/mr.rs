@@ -1,0 +1,233 @@
+//! Memory regions ([`Mr`]) and the buffers work requests name ([`LocalBuf`],
+//! [`RemoteBuf`], [`AccessFlags`]).
+
+use super::*;
+use crate::soft::Shared;
+use crate::error::Error;
+use crate::error::Result;
+use rverbs_engine::modify::{AhAttr, QpAttr, QpAttrMask, QpCap};
+use rverbs_engine::{
+    Access, AddressVector, AhId, CqId, Mtu, PdId, QpInit, QpState, QpType, RecvWr, SendFlags,
+    SendWr, Sge, UdDest, VecMemory, Wc, WrOpcode,
+};
+use rverbs_wire::grh::Gid;
+use std::ops::Range;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use crate::soft::guard::check_not_in_with;
+use crate::soft::guard::WithGuard;
+
+
+/// A registered memory region that owns its buffer (`struct ibv_mr`). The
+/// application reaches the bytes with [`Mr::read`], [`Mr::write`] and [`Mr::with`];
+/// work requests name them with [`Mr::slice`] / [`Mr::all`], peers with
+/// [`Mr::remote`]. See the crate's *Memory safety* section.
+///
+/// ```no_run
+/// # fn main() -> rverbs::Result<()> {
+/// use rverbs::AccessFlags;
+/// let ctx = rverbs::device(None)?.open()?;
+/// let pd = ctx.alloc_pd()?;
+/// let mr = pd.reg_mr_from(b"hello".to_vec(), AccessFlags::ALL)?;
+/// mr.write(0, b"J");
+/// let mut out = [0u8; 5];
+/// mr.read(0, &mut out);
+/// assert_eq!(&out, b"Jello");
+/// let upper = mr.with(|bytes| {
+///     bytes.make_ascii_uppercase();
+///     bytes.to_vec()
+/// });
+/// assert_eq!(upper, b"JELLO");
+/// let for_the_peer = mr.remote(0..5); // address, rkey, length
+/// # let _ = for_the_peer; Ok(()) }
+/// ```
+pub struct Mr {
+    pub(crate) pd: Arc<PdInner>,
+    pub(crate) region: Arc<VecMemory>,
+    pub(crate) lkey: u32,
+    pub(crate) rkey: u32,
+    pub(crate) addr: u64,
+    pub(crate) len: usize,
+}
+
+impl Drop for Mr {
+    fn drop(&mut self) {
+        let lkey = self.lkey;
+        self.pd.ctx.shared().destroy(move |_, e| {
+            let _ = e.dereg_mr(lkey);
+        });
+    }
+}
+
+impl Mr {
+    /// The local key.
+    pub fn lkey(&self) -> u32 {
+        self.lkey
+    }
+    /// The remote key.
+    pub fn rkey(&self) -> u32 {
+        self.rkey
+    }
+    /// The region's virtual address (what a peer puts in `remote_addr`).
+    pub fn addr(&self) -> u64 {
+        self.addr
+    }
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    /// True for an empty region.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    /// Copies bytes out of the region, starting at `offset`.
+    ///
+    /// # Panics
+    /// If `offset + dst.len()` is beyond the region (like slicing out of bounds).
+    pub fn read(&self, offset: usize, dst: &mut [u8]) {
+        self.region
+            .with(|b| dst.copy_from_slice(&b[offset..offset + dst.len()]));
+    }
+    /// Copies bytes into the region at `offset`.
+    ///
+    /// # Panics
+    /// If `offset + src.len()` is beyond the region (like slicing out of bounds).
+    pub fn write(&self, offset: usize, src: &[u8]) {
+        self.region
+            .with(|b| b[offset..offset + src.len()].copy_from_slice(src));
+    }
+    /// Runs `f` with the region's bytes; the device waits meanwhile (it cannot read or
+    /// write this region until `f` returns, so `f` sees a consistent snapshot and its
+    /// writes are never torn by the device).
+    ///
+    /// Verbs called from inside `f` (on any object of any context) fail with
+    /// [`Error::WouldDeadlock`] instead of waiting for the device, which may itself be
+    /// waiting for this region. Objects dropped inside `f` are destroyed a moment later
+    /// by the device's driver thread. Copy out what you need, return, then post.
+    ///
+    /// # Panics
+    /// The accessors that return no `Result` and need the device ([`Qp::state`],
+    /// [`Context::gids`], [`Context::gid`], [`Context::gid_index_for`],
+    /// [`Context::counters`]) panic when called inside `f`, rather than deadlock.
+    pub fn with<R>(&self, f: impl FnOnce(&mut [u8]) -> R) -> R {
+        let _g = WithGuard::enter();
+        self.region.with(f)
+    }
+    /// A copy of the whole region.
+    pub fn to_vec(&self) -> Vec<u8> {
+        self.region.snapshot()
+    }
+    /// The bytes `range` of this region, for a work request.
+    ///
+    /// # Panics
+    /// If `range` is not inside the region (a caller bug, like slicing out of bounds).
+    pub fn slice(&self, range: Range<usize>) -> LocalBuf<'_> {
+        assert!(
+            range.start <= range.end && range.end <= self.len,
+            "LocalBuf range outside the MR"
+        );
+        LocalBuf {
+            mr: self,
+            offset: range.start,
+            len: range.end - range.start,
+        }
+    }
+    /// The whole region, for a work request.
+    pub fn all(&self) -> LocalBuf<'_> {
+        self.slice(0..self.len)
+    }
+    /// What a peer needs to read, write or use atomics on `range` of this region.
+    ///
+    /// # Panics
+    /// If `range` is not inside the region, or is 4 GiB or longer (a RETH's DMA
+    /// length is 32 bits).
+    pub fn remote(&self, range: Range<usize>) -> RemoteBuf {
+        assert!(
+            range.start <= range.end && range.end <= self.len,
+            "RemoteBuf range outside the MR"
+        );
+        assert!(
+            u32::try_from(range.end - range.start).is_ok(),
+            "RemoteBuf of 4 GiB or more"
+        );
+        RemoteBuf {
+            addr: self.addr + range.start as u64,
+            rkey: self.rkey,
+            len: (range.end - range.start) as u32,
+        }
+    }
+}
+
+/// Access rights of a memory region or QP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct AccessFlags(pub Access);
+
+impl AccessFlags {
+    /// Local read only.
+    pub const NONE: AccessFlags = AccessFlags(Access::NONE);
+    /// Local write.
+    pub const LOCAL_WRITE: AccessFlags = AccessFlags(Access::LOCAL_WRITE);
+    /// Remote write (needs local write).
+    pub const REMOTE_WRITE: AccessFlags = AccessFlags(Access::REMOTE_WRITE);
+    /// Remote read.
+    pub const REMOTE_READ: AccessFlags = AccessFlags(Access::REMOTE_READ);
+    /// Remote atomics (needs local write).
+    pub const REMOTE_ATOMIC: AccessFlags = AccessFlags(Access::REMOTE_ATOMIC);
+    /// Everything.
+    pub const ALL: AccessFlags = AccessFlags(Access(
+        Access::LOCAL_WRITE.0
+            | Access::REMOTE_WRITE.0
+            | Access::REMOTE_READ.0
+            | Access::REMOTE_ATOMIC.0,
+    ));
+}
+
+impl std::ops::BitOr for AccessFlags {
+    type Output = AccessFlags;
+    fn bitor(self, o: AccessFlags) -> AccessFlags {
+        AccessFlags(self.0 | o.0)
+    }
+}
+
+/// Bytes of a local memory region named in a work request.
+#[derive(Clone, Copy)]
+pub struct LocalBuf<'a> {
+    pub(crate) mr: &'a Mr,
+    pub(crate) offset: usize,
+    pub(crate) len: usize,
+}
+
+impl LocalBuf<'_> {
+    /// The buffer's length in bytes.
+    pub(crate) fn byte_len(&self) -> usize {
+        self.len
+    }
+
+    /// (Callers check [`sge_lens_fit`] first: `length` is 32 bits.)
+    pub(crate) fn sge(&self) -> Sge {
+        Sge {
+            addr: self.mr.addr + self.offset as u64,
+            length: self.len as u32,
+            lkey: self.mr.lkey,
+        }
+    }
+
+    /// A copy of the bytes.
+    pub(crate) fn bytes(&self) -> Vec<u8> {
+        let mut v = vec![0; self.len];
+        self.mr.read(self.offset, &mut v);
+        v
+    }
+}
+
+/// A peer's memory: address, key and length, as exchanged out of band.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RemoteBuf {
+    /// Virtual address.
+    pub addr: u64,
+    /// Remote key.
+    pub rkey: u32,
+    /// Length.
+    pub len: u32,
+}

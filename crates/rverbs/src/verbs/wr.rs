@@ -1,0 +1,197 @@
+//! Work requests ([`SendRequest`]).
+
+use super::*;
+use crate::soft::Shared;
+use crate::error::Error;
+use crate::error::Result;
+use rverbs_engine::modify::{AhAttr, QpAttr, QpAttrMask, QpCap};
+use rverbs_engine::{
+    Access, AddressVector, AhId, CqId, Mtu, PdId, QpInit, QpState, QpType, RecvWr, SendFlags,
+    SendWr, Sge, UdDest, VecMemory, Wc, WrOpcode,
+};
+use rverbs_wire::grh::Gid;
+use std::ops::Range;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use crate::soft::guard::check_not_in_with;
+use crate::soft::guard::WithGuard;
+
+
+/// A send work request, built from safe parts: an operation, the local buffers it
+/// reads (or, for READ and atomics, writes) and, for one-sided operations, the peer's
+/// [`RemoteBuf`]. It borrows the regions it names until it is posted.
+///
+/// ```no_run
+/// # fn demo(qp: &rverbs::Qp, mr: &rverbs::Mr, peer: rverbs::RemoteBuf) -> rverbs::Result<()> {
+/// use rverbs::SendRequest;
+/// qp.post_send(&SendRequest::write(1, &[mr.slice(0..4096)], peer).signaled(false))?;
+/// qp.post_send(&SendRequest::read(2, &[mr.slice(4096..8192)], peer).fence())?;
+/// qp.post_send(&SendRequest::fetch_add(3, mr.slice(8192..8200), peer, 1))?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct SendRequest<'a> {
+    pub(crate) wr_id: u64,
+    pub(crate) opcode: WrOpcode,
+    pub(crate) bufs: Bufs<'a>,
+    pub(crate) flags: SendFlags,
+    pub(crate) imm: u32,
+    pub(crate) remote: Option<RemoteBuf>,
+    pub(crate) compare_add: u64,
+    pub(crate) swap: u64,
+    pub(crate) ud: Option<UdDest>,
+}
+
+/// A request's local buffers: the usual single one in place (no allocation per
+/// request), others on the heap.
+#[derive(Clone)]
+pub(crate) enum Bufs<'a> {
+    One(LocalBuf<'a>),
+    Many(Vec<LocalBuf<'a>>),
+}
+
+impl<'a> Bufs<'a> {
+    pub(crate) fn as_slice(&self) -> &[LocalBuf<'a>] {
+        match self {
+            Bufs::One(b) => std::slice::from_ref(b),
+            Bufs::Many(v) => v,
+        }
+    }
+}
+
+impl<'a> SendRequest<'a> {
+    pub(crate) fn new(wr_id: u64, opcode: WrOpcode, bufs: &[LocalBuf<'a>]) -> Self {
+        SendRequest {
+            wr_id,
+            opcode,
+            bufs: match bufs {
+                [one] => Bufs::One(*one),
+                _ => Bufs::Many(bufs.to_vec()),
+            },
+            flags: SendFlags::SIGNALED,
+            imm: 0,
+            remote: None,
+            compare_add: 0,
+            swap: 0,
+            ud: None,
+        }
+    }
+
+    /// SEND of `bufs`.
+    pub fn send(wr_id: u64, bufs: &[LocalBuf<'a>]) -> Self {
+        Self::new(wr_id, WrOpcode::Send, bufs)
+    }
+
+    /// RDMA WRITE of `bufs` to `remote`.
+    pub fn write(wr_id: u64, bufs: &[LocalBuf<'a>], remote: RemoteBuf) -> Self {
+        SendRequest {
+            remote: Some(remote),
+            ..Self::new(wr_id, WrOpcode::RdmaWrite, bufs)
+        }
+    }
+
+    /// RDMA READ from `remote` into `bufs`.
+    pub fn read(wr_id: u64, bufs: &[LocalBuf<'a>], remote: RemoteBuf) -> Self {
+        SendRequest {
+            remote: Some(remote),
+            ..Self::new(wr_id, WrOpcode::RdmaRead, bufs)
+        }
+    }
+
+    /// Atomic fetch-and-add of `add` on the 8 bytes at `remote`; the original value
+    /// lands in `result` (8 bytes).
+    pub fn fetch_add(wr_id: u64, result: LocalBuf<'a>, remote: RemoteBuf, add: u64) -> Self {
+        SendRequest {
+            remote: Some(remote),
+            compare_add: add,
+            ..Self::new(wr_id, WrOpcode::AtomicFetchAndAdd, &[result])
+        }
+    }
+
+    /// Atomic compare-and-swap on the 8 bytes at `remote`; the original value lands in
+    /// `result` (8 bytes).
+    pub fn cmp_swap(
+        wr_id: u64,
+        result: LocalBuf<'a>,
+        remote: RemoteBuf,
+        compare: u64,
+        swap: u64,
+    ) -> Self {
+        SendRequest {
+            remote: Some(remote),
+            compare_add: compare,
+            swap,
+            ..Self::new(wr_id, WrOpcode::AtomicCmpAndSwp, &[result])
+        }
+    }
+
+    /// Adds immediate data (SEND → SEND with immediate, WRITE → WRITE with immediate).
+    pub fn imm(mut self, imm: u32) -> Self {
+        self.imm = imm;
+        self.opcode = match self.opcode {
+            WrOpcode::Send => WrOpcode::SendWithImm,
+            WrOpcode::RdmaWrite => WrOpcode::RdmaWriteWithImm,
+            o => o,
+        };
+        self
+    }
+
+    /// Whether a successful completion is generated (default: yes).
+    pub fn signaled(mut self, yes: bool) -> Self {
+        self.flags = if yes {
+            SendFlags(self.flags.0 | SendFlags::SIGNALED.0)
+        } else {
+            SendFlags(self.flags.0 & !SendFlags::SIGNALED.0)
+        };
+        self
+    }
+
+    /// Copies the data at post time (`IBV_SEND_INLINE`).
+    pub fn inline(mut self) -> Self {
+        self.flags = self.flags | SendFlags::INLINE;
+        self
+    }
+
+    /// Sets the solicited-event bit.
+    pub fn solicited(mut self) -> Self {
+        self.flags = self.flags | SendFlags::SOLICITED;
+        self
+    }
+
+    /// Waits for earlier READs and atomics first (`IBV_SEND_FENCE`).
+    pub fn fence(mut self) -> Self {
+        self.flags = self.flags | SendFlags::FENCE;
+        self
+    }
+
+    /// UD destination.
+    pub fn to(mut self, ah: &Ah, remote_qpn: u32, remote_qkey: u32) -> Self {
+        self.ud = Some(UdDest {
+            ah: ah.id,
+            remote_qpn,
+            remote_qkey,
+        });
+        self
+    }
+
+    pub(crate) fn to_engine(&self) -> SendWr {
+        let r = self.remote.unwrap_or(RemoteBuf {
+            addr: 0,
+            rkey: 0,
+            len: 0,
+        });
+        SendWr {
+            wr_id: self.wr_id,
+            opcode: self.opcode,
+            sg_list: self.bufs.as_slice().iter().map(LocalBuf::sge).collect(),
+            flags: self.flags,
+            imm_data: self.imm,
+            remote_addr: r.addr,
+            rkey: r.rkey,
+            compare_add: self.compare_add,
+            swap: self.swap,
+            ud: self.ud,
+        }
+    }
+}
