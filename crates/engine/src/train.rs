@@ -209,7 +209,6 @@ pub fn is_request(opcode: u8) -> bool {
     Opcode(opcode).info().is_some_and(|i| i.is_request)
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -297,7 +296,15 @@ mod tests {
                 max_segments: 64,
                 max_bytes: 65_000,
             };
-            assert!(plan(ts, &mine, |t| t.hop_limit, limits, true, &mut order, &mut out));
+            assert!(plan(
+                ts,
+                &mine,
+                |t| t.hop_limit,
+                limits,
+                true,
+                &mut order,
+                &mut out
+            ));
             let counts: Vec<usize> = out.iter().map(|m| m.count).collect();
             (order, counts)
         };

@@ -103,6 +103,8 @@ mod ud_steer;
 mod verbs;
 
 pub use carrier::raw::RawNetStats;
+#[doc(hidden)]
+pub use carrier::same_host::ring::fuzz_ring as fuzz_same_host_ring;
 pub use carrier::same_host::SameHostStats;
 pub use carrier::ROCE_PORT;
 pub use device::options::OpenOptions;
@@ -118,8 +120,6 @@ pub use rverbs_engine::{
 pub use rverbs_flow as flow;
 pub use rverbs_raw::{IBV_DEVICE_MANAGED_FLOW_STEERING, IBV_DEVICE_RAW_IP_CSUM};
 pub use rverbs_wire::grh::Gid;
-#[doc(hidden)]
-pub use carrier::same_host::ring::fuzz_ring as fuzz_same_host_ring;
 pub use tap::faults::{FaultStats, Faults};
 pub use verbs::{
     ah_attrs_from_grh, eth_width_speed, grh_ip_version, AccessFlags, Ah, AhAttrs, AsyncEvent,

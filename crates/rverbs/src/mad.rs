@@ -21,8 +21,8 @@
 //! # Ok::<(), rverbs::Error>(())
 //! ```
 
-use crate::verbs::Context;
 use crate::error::{Error, Result};
+use crate::verbs::Context;
 use rverbs_engine::mad::gsi::AgentId;
 use std::time::{Duration, Instant};
 
@@ -233,4 +233,3 @@ impl Drop for MadAgent {
         });
     }
 }
-

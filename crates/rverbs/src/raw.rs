@@ -292,5 +292,3 @@ fn scatter(mut frame: &[u8], targets: &[Target]) {
         frame = &frame[n..];
     }
 }
-
-

@@ -205,4 +205,3 @@ fn v6(a: IpAddr) -> std::net::Ipv6Addr {
         IpAddr::V6(v) => v,
     }
 }
-

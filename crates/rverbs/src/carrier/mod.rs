@@ -103,6 +103,10 @@ impl Arrival<'_> {
     }
 }
 
+/// What a sleeping receive calls once something came: it takes the engine lock and
+/// hands the caller a [`Sink`] into the engine (`Carrier::sleep_receive`).
+pub(crate) type WithSink<'a> = dyn FnMut(&mut dyn FnMut(&mut dyn Sink)) + 'a;
+
 /// Where received datagrams go (the soft device's engine, through the taps).
 pub(crate) trait Sink {
     /// One datagram.
@@ -176,7 +180,7 @@ pub(crate) trait Carrier: Send + Sync {
     /// then hands what came to `sink`, taking the engine lock through `lock` only
     /// once something came. `None` when this carrier cannot sleep so (the caller
     /// then sleeps in `poll(2)` on [`Carrier::watch`]).
-    fn sleep_receive(&self, _sink: &mut dyn FnMut(&mut dyn FnMut(&mut dyn Sink))) -> Option<usize> {
+    fn sleep_receive(&self, _sink: &mut WithSink<'_>) -> Option<usize> {
         None
     }
 
@@ -237,7 +241,7 @@ impl Carrier for Chain {
         self.carriers.iter().map(|c| c.receive(budget, sink)).sum()
     }
 
-    fn sleep_receive(&self, sink: &mut dyn FnMut(&mut dyn FnMut(&mut dyn Sink))) -> Option<usize> {
+    fn sleep_receive(&self, sink: &mut WithSink<'_>) -> Option<usize> {
         // Only a chain whose one receiving carrier can sleep in the kernel.
         if self.carriers.iter().any(|c| c.has_inbound()) {
             return None;
@@ -310,7 +314,7 @@ macro_rules! forward {
             }
             fn sleep_receive(
                 &self,
-                with_sink: &mut dyn FnMut(&mut dyn FnMut(&mut dyn Sink)),
+                with_sink: &mut WithSink<'_>,
             ) -> Option<usize> {
                 (**self).sleep_receive(with_sink)
             }

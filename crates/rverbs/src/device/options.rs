@@ -77,7 +77,9 @@ impl OpenOptions {
         Ok(OpenOptions {
             faults: Faults::from_env().map_err(|e| Error::env("RVERBS_FAULTS", e))?,
             pcap: pcap_path_from_env(),
-            raw_interface: std::env::var("RVERBS_RAW_IF").ok().filter(|s| !s.is_empty()),
+            raw_interface: std::env::var("RVERBS_RAW_IF")
+                .ok()
+                .filter(|s| !s.is_empty()),
             ack_policy: ack_policy_from_env()?,
             write_pieces: write_pieces_from_env()?,
             same_host: None,

@@ -176,4 +176,3 @@ fn plan(shared: &Shared, e: &Engine, bound: Nanos, busy_at: &mut Nanos) -> Nanos
     shared.driver_wake_at.store(until, Ordering::Release);
     until
 }
-

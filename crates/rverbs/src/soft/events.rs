@@ -267,7 +267,6 @@ impl EventHub {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -35,4 +35,3 @@ impl Drop for WithGuard {
         IN_WITH.with(|c| c.set(c.get() - 1));
     }
 }
-

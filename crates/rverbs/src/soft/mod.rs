@@ -306,7 +306,12 @@ impl Shared {
     /// Sleeps in `poll(2)` on `fds` and on the carriers' doorbell (the same-host
     /// rings, armed meanwhile), for at most `ms` — not at all when records already
     /// wait. `ready` says which of `fds` are.
-    pub(crate) fn poll_wait(&self, fds: &[RawFd], ms: i32, ready: &mut Vec<bool>) -> std::io::Result<()> {
+    pub(crate) fn poll_wait(
+        &self,
+        fds: &[RawFd],
+        ms: i32,
+        ready: &mut Vec<bool>,
+    ) -> std::io::Result<()> {
         let Some(bell) = self.carrier.bell() else {
             return sys::poll_readable(fds, ms, ready);
         };

@@ -93,7 +93,10 @@ pub(crate) fn open(info: DeviceInfo, opts: &Resolved) -> Result<Arc<Shared>> {
     // carrier, what a loopback peer sends us (READ responses above all) waits in our
     // inbound ring, not in the socket's buffer.
     let (window, read_piece) = if info.is_loopback() {
-        super::window::window_for(&sockets, same_host.then_some(crate::carrier::same_host::RING_ROOM))
+        super::window::window_for(
+            &sockets,
+            same_host.then_some(crate::carrier::same_host::RING_ROOM),
+        )
     } else {
         (rverbs_engine::MAX_UNACKED_PSNS, 0)
     };
@@ -133,9 +136,10 @@ pub(crate) fn open(info: DeviceInfo, opts: &Resolved) -> Result<Arc<Shared>> {
     ));
     let epoch = Instant::now();
     let pcap = match &opts.pcap {
-        Some(p) => Some(Arc::new(Mutex::new(PcapWriter::create(p, raw_frames).map_err(
-            |e| Error::io("creating the RVERBS_PCAP capture file", e),
-        )?))),
+        Some(p) => Some(Arc::new(Mutex::new(
+            PcapWriter::create(p, raw_frames)
+                .map_err(|e| Error::io("creating the RVERBS_PCAP capture file", e))?,
+        ))),
         None => None,
     };
     let faults = opts
@@ -176,7 +180,14 @@ pub(crate) fn open(info: DeviceInfo, opts: &Resolved) -> Result<Arc<Shared>> {
             pcap: pcap.clone(),
             faults: faults.clone(),
         };
-        Arc::new(RawNet::new(port, Some(v1), Box::new(taps), udp.clone(), waker.clone(), epoch))
+        Arc::new(RawNet::new(
+            port,
+            Some(v1),
+            Box::new(taps),
+            udp.clone(),
+            waker.clone(),
+            epoch,
+        ))
     });
     if let Some(n) = &net {
         chain.push(Box::new(n.clone()));
@@ -246,4 +257,3 @@ fn seed() -> u64 {
     let local = 0u8;
     t ^ (u64::from(std::process::id()) << 32) ^ (&local as *const u8 as u64).rotate_left(17)
 }
-

@@ -79,7 +79,6 @@ pub(crate) use crate::carrier::udp::socket::SLEEP_RECV_NS;
 /// poller under a flood still returns to its caller).
 pub(crate) const POLL_BUDGET: usize = 64;
 
-
 /// The driver thread's stand-off: whether it leaves the sockets to the application
 /// now, and for how long.
 #[derive(Debug, Default)]

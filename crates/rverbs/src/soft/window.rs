@@ -103,7 +103,6 @@ pub(crate) fn window_for_bytes(smallest: usize, floor: u32) -> (u32, u32) {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -12,7 +12,9 @@
 pub(crate) mod capture;
 pub(crate) mod faults;
 
-use crate::carrier::{Arrival, Carrier, Departure, Seal, Sink, TxQueue, Waker, ROCE_PORT};
+use crate::carrier::{
+    Arrival, Carrier, Departure, Seal, Sink, TxQueue, Waker, WithSink, ROCE_PORT,
+};
 use crate::sys::IpMeta;
 use capture::PcapWriter;
 use faults::{FaultState, Held};
@@ -46,7 +48,12 @@ impl<C: Carrier> Faulty<C> {
 }
 
 /// A datagram held back by a delay, sent by [`Carrier::poll`] when due.
-fn held_transmit(src: std::net::IpAddr, dst: std::net::IpAddr, m: (u8, u8, u32), bytes: Vec<u8>) -> Transmit {
+fn held_transmit(
+    src: std::net::IpAddr,
+    dst: std::net::IpAddr,
+    m: (u8, u8, u32),
+    bytes: Vec<u8>,
+) -> Transmit {
     Transmit {
         src,
         dst,
@@ -84,7 +91,13 @@ impl<C: Carrier> Carrier for Faulty<C> {
             } else {
                 let m = (t.hop_limit, t.traffic_class, t.flow_label);
                 for _ in 0..v.copies {
-                    st.hold(now + v.delay_ns, t.src, t.dst, meta_of(m), t.payload.clone());
+                    st.hold(
+                        now + v.delay_ns,
+                        t.src,
+                        t.dst,
+                        meta_of(m),
+                        t.payload.clone(),
+                    );
                 }
                 held = true;
                 dropped.push(t);
@@ -92,7 +105,8 @@ impl<C: Carrier> Carrier for Faulty<C> {
             };
             if copies == 2 {
                 let m = (t.hop_limit, t.traffic_class, t.flow_label);
-                q.queue.push(held_transmit(t.src, t.dst, m, t.payload.clone()));
+                q.queue
+                    .push(held_transmit(t.src, t.dst, m, t.payload.clone()));
             }
             q.queue.push(t);
         }
@@ -120,10 +134,7 @@ impl<C: Carrier> Carrier for Faulty<C> {
         self.inner.receive(budget, &mut s)
     }
 
-    fn sleep_receive(
-        &self,
-        with_sink: &mut dyn FnMut(&mut dyn FnMut(&mut dyn Sink)),
-    ) -> Option<usize> {
+    fn sleep_receive(&self, with_sink: &mut WithSink<'_>) -> Option<usize> {
         let state = &self.state;
         self.inner.sleep_receive(&mut |f| {
             with_sink(&mut |sink| {
@@ -258,10 +269,7 @@ impl<C: Carrier> Carrier for Captured<C> {
         self.inner.receive(budget, &mut s)
     }
 
-    fn sleep_receive(
-        &self,
-        with_sink: &mut dyn FnMut(&mut dyn FnMut(&mut dyn Sink)),
-    ) -> Option<usize> {
+    fn sleep_receive(&self, with_sink: &mut WithSink<'_>) -> Option<usize> {
         let pcap = &self.pcap;
         self.inner.sleep_receive(&mut |f| {
             with_sink(&mut |sink| {

@@ -1,22 +1,9 @@
 //! Address handles ([`Ah`], [`AhAttrs`]).
 
 use super::*;
-use crate::soft::Shared;
-use crate::error::Error;
-use crate::error::Result;
-use rverbs_engine::modify::{AhAttr, QpAttr, QpAttrMask, QpCap};
-use rverbs_engine::{
-    Access, AddressVector, AhId, CqId, Mtu, PdId, QpInit, QpState, QpType, RecvWr, SendFlags,
-    SendWr, Sge, UdDest, VecMemory, Wc, WrOpcode,
-};
+use rverbs_engine::{AddressVector, AhId};
 use rverbs_wire::grh::Gid;
-use std::ops::Range;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-
-use crate::soft::guard::check_not_in_with;
-use crate::soft::guard::WithGuard;
-
+use std::sync::Arc;
 
 /// Address-handle attributes.
 #[derive(Debug, Clone, Copy)]

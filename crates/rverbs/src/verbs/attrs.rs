@@ -1,8 +1,8 @@
 //! `ibv_query_device` / `ibv_query_port`: the soft device's attributes and limits.
 
-use crate::verbs::Context;
 use crate::device::DeviceInfo;
 use crate::error::Result;
+use crate::verbs::Context;
 use rverbs_engine::{Config, Counters, Errno, Mtu, VerbError};
 
 /// `IBV_DEVICE_BAD_PKEY_CNTR`: the port counts packets dropped for a bad P_Key.

@@ -1,9 +1,9 @@
 //! Completion channels and asynchronous events ([`CompChannel`], [`AsyncEvent`]):
 //! the handles over the device's event queues (`soft::events`).
 
-use crate::verbs::Context;
 use crate::error::Result;
 use crate::soft::events::{ChannelInner, EventHub};
+use crate::verbs::Context;
 use crate::verbs::{Cq, CqInner};
 use std::any::Any;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
@@ -207,5 +207,3 @@ impl Context {
         self.hub().bind(cq.id(), weak, channel.map(|c| &c.inner))
     }
 }
-
-

@@ -165,4 +165,3 @@ impl Context {
         e.counters().clone()
     }
 }
-

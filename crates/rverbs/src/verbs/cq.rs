@@ -2,22 +2,13 @@
 //! spin-then-sleep policy.
 
 use super::*;
-use crate::soft::Shared;
-use crate::error::Error;
 use crate::error::Result;
-use rverbs_engine::modify::{AhAttr, QpAttr, QpAttrMask, QpCap};
-use rverbs_engine::{
-    Access, AddressVector, AhId, CqId, Mtu, PdId, QpInit, QpState, QpType, RecvWr, SendFlags,
-    SendWr, Sge, UdDest, VecMemory, Wc, WrOpcode,
-};
-use rverbs_wire::grh::Gid;
-use std::ops::Range;
+use crate::soft::Shared;
+use rverbs_engine::{CqId, Wc};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use crate::soft::guard::check_not_in_with;
-use crate::soft::guard::WithGuard;
-
 
 pub(crate) struct CqInner {
     pub(crate) ctx: Context,
@@ -271,7 +262,8 @@ impl Cq {
         timeout: std::time::Duration,
     ) -> crate::Result<usize> {
         let shared = self.shared();
-        let as_ns = |d: std::time::Duration| d.as_nanos().min(u128::from(u64::MAX)) as rverbs_engine::Nanos;
+        let as_ns =
+            |d: std::time::Duration| d.as_nanos().min(u128::from(u64::MAX)) as rverbs_engine::Nanos;
         let (spin, timeout) = (as_ns(spin), as_ns(timeout));
         // One clock read per pass, which the pass's receive uses too (the first pass
         // reuses the start's): a ping-pong waits once per message, and clock reads

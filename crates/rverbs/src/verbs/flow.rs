@@ -1,22 +1,9 @@
 //! Flows ([`Flow`]): steering rules on raw-packet and UD QPs.
 
-use super::*;
-use crate::soft::Shared;
-use crate::error::Error;
 use crate::error::Result;
-use rverbs_engine::modify::{AhAttr, QpAttr, QpAttrMask, QpCap};
-use rverbs_engine::{
-    Access, AddressVector, AhId, CqId, Mtu, PdId, QpInit, QpState, QpType, RecvWr, SendFlags,
-    SendWr, Sge, UdDest, VecMemory, Wc, WrOpcode,
-};
-use rverbs_wire::grh::Gid;
-use std::ops::Range;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use crate::soft::Shared;
 
 use crate::soft::guard::check_not_in_with;
-use crate::soft::guard::WithGuard;
-
 
 /// A flow rule made by [`Qp::create_flow`] (`struct ibv_flow`); dropping it is
 /// `ibv_destroy_flow`. A flow outlives nothing: destroying its QP removes it (then

@@ -28,22 +28,22 @@ pub use attrs::{
 };
 pub use channel::{AsyncEvent, CompChannel};
 pub use context::{Context, RoceV1Stats};
-pub(crate) use cq::CqInner;
 pub use cq::Cq;
+pub(crate) use cq::CqInner;
 pub use flow::Flow;
 pub(crate) use flow::FlowInner;
 pub use mcast::MULTICAST_QPN;
 pub use mr::{AccessFlags, LocalBuf, Mr, RemoteBuf};
-pub(crate) use pd::PdInner;
 pub use pd::Pd;
+pub(crate) use pd::PdInner;
 pub use qp::{ConnectOpts, PeerInfo, Qp, QpInitAttr};
 pub use qp_attr::QpModify;
 pub(crate) use srq::SrqInner;
 pub use srq::{Srq, SrqInitAttr};
 pub use wr::SendRequest;
 
-pub(crate) use crate::soft::guard::check_not_in_with;
 use crate::error::Result;
+pub(crate) use crate::soft::guard::check_not_in_with;
 
 /// EINVAL when a buffer is 4 GiB or longer: `ibv_sge.length` (and the engine's) is 32
 /// bits, and such a buffer was cut short to its length modulo 2^32.

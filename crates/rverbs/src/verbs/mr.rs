@@ -2,22 +2,11 @@
 //! [`RemoteBuf`], [`AccessFlags`]).
 
 use super::*;
-use crate::soft::Shared;
-use crate::error::Error;
-use crate::error::Result;
-use rverbs_engine::modify::{AhAttr, QpAttr, QpAttrMask, QpCap};
-use rverbs_engine::{
-    Access, AddressVector, AhId, CqId, Mtu, PdId, QpInit, QpState, QpType, RecvWr, SendFlags,
-    SendWr, Sge, UdDest, VecMemory, Wc, WrOpcode,
-};
-use rverbs_wire::grh::Gid;
+use rverbs_engine::{Access, Sge, VecMemory};
 use std::ops::Range;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use crate::soft::guard::check_not_in_with;
 use crate::soft::guard::WithGuard;
-
 
 /// A registered memory region that owns its buffer (`struct ibv_mr`). The
 /// application reaches the bytes with [`Mr::read`], [`Mr::write`] and [`Mr::with`];

@@ -1,22 +1,12 @@
 //! Protection domains ([`Pd`]) and what is made in one: memory regions, QPs, AHs.
 
 use super::*;
-use crate::soft::Shared;
 use crate::error::Error;
 use crate::error::Result;
-use rverbs_engine::modify::{AhAttr, QpAttr, QpAttrMask, QpCap};
-use rverbs_engine::{
-    Access, AddressVector, AhId, CqId, Mtu, PdId, QpInit, QpState, QpType, RecvWr, SendFlags,
-    SendWr, Sge, UdDest, VecMemory, Wc, WrOpcode,
-};
-use rverbs_wire::grh::Gid;
-use std::ops::Range;
+use crate::soft::Shared;
+use rverbs_engine::{PdId, QpInit, QpState, QpType, VecMemory};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-
-use crate::soft::guard::check_not_in_with;
-use crate::soft::guard::WithGuard;
-
 
 pub(crate) struct PdInner {
     pub(crate) ctx: Context,

@@ -1,22 +1,16 @@
 //! Queue pairs ([`Qp`]): creation attributes, connection, state changes, posting.
 
 use super::*;
-use crate::soft::Shared;
 use crate::error::Error;
 use crate::error::Result;
+use crate::soft::Shared;
 use rverbs_engine::modify::{AhAttr, QpAttr, QpAttrMask, QpCap};
-use rverbs_engine::{
-    Access, AddressVector, AhId, CqId, Mtu, PdId, QpInit, QpState, QpType, RecvWr, SendFlags,
-    SendWr, Sge, UdDest, VecMemory, Wc, WrOpcode,
-};
+use rverbs_engine::{AddressVector, Mtu, QpState, QpType, RecvWr, SendFlags, Wc, WrOpcode};
 use rverbs_wire::grh::Gid;
-use std::ops::Range;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use crate::soft::guard::check_not_in_with;
-use crate::soft::guard::WithGuard;
-
 
 /// What a new QP is made of (`struct ibv_qp_init_attr`): start from [`QpInitAttr::new`]
 /// and change what differs, with the builder methods or the fields.
@@ -553,7 +547,11 @@ impl Qp {
         failed.map_or(Ok(()), Err)
     }
 
-    pub(crate) fn post_send_raw(&self, r: &crate::raw::RawQpInner, wr: &SendRequest<'_>) -> Result<()> {
+    pub(crate) fn post_send_raw(
+        &self,
+        r: &crate::raw::RawQpInner,
+        wr: &SendRequest<'_>,
+    ) -> Result<()> {
         check_not_in_with("post_send")?;
         let inval = |why| -> Error {
             rverbs_engine::VerbError::new("post_send", rverbs_engine::Errno::Inval, why).into()

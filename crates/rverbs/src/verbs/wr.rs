@@ -1,22 +1,7 @@
 //! Work requests ([`SendRequest`]).
 
 use super::*;
-use crate::soft::Shared;
-use crate::error::Error;
-use crate::error::Result;
-use rverbs_engine::modify::{AhAttr, QpAttr, QpAttrMask, QpCap};
-use rverbs_engine::{
-    Access, AddressVector, AhId, CqId, Mtu, PdId, QpInit, QpState, QpType, RecvWr, SendFlags,
-    SendWr, Sge, UdDest, VecMemory, Wc, WrOpcode,
-};
-use rverbs_wire::grh::Gid;
-use std::ops::Range;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-
-use crate::soft::guard::check_not_in_with;
-use crate::soft::guard::WithGuard;
-
+use rverbs_engine::{SendFlags, SendWr, UdDest, WrOpcode};
 
 /// A send work request, built from safe parts: an operation, the local buffers it
 /// reads (or, for READ and atomics, writes) and, for one-sided operations, the peer's

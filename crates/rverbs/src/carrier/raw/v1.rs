@@ -92,7 +92,12 @@ impl V1Port {
     /// Hands one received v1 frame to `sink` (capture and faults first, `taps`): a
     /// frame that does not parse or whose ICRC is wrong is counted and dropped here
     /// (the engine checks the ICRC again). True if it reached the sink.
-    pub(crate) fn receive_frame(&self, taps: &dyn FrameTap, frame: &mut [u8], sink: &mut dyn Sink) -> bool {
+    pub(crate) fn receive_frame(
+        &self,
+        taps: &dyn FrameTap,
+        frame: &mut [u8],
+        sink: &mut dyn Sink,
+    ) -> bool {
         let copies = taps.arrive(frame);
         let mut any = false;
         for _ in 0..copies {

@@ -323,7 +323,11 @@ impl SameHost {
             // address; without one, UDP until the retry.)
             Some(Out::Absent { retry }) if *retry > now => false,
             // (Another namespace's thread: UDP, and no verdict on the address.)
-            _ if self.netns.is_some() && crate::carrier::udp::conn::current_netns() != self.netns => false,
+            _ if self.netns.is_some()
+                && crate::carrier::udp::conn::current_netns() != self.netns =>
+            {
+                false
+            }
             _ => match connect(key) {
                 Ok(l) => {
                     self.register(&l);
@@ -716,4 +720,3 @@ mod tests {
         assert_eq!(fuzz_ring(&[]), 0);
     }
 }
-

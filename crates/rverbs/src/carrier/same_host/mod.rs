@@ -57,10 +57,10 @@ pub(crate) mod link;
 pub(crate) mod ring;
 
 use super::{Arrival, Carrier, Departure, Sink, TxQueue, ROCE_PORT};
+use crate::sys::IpMeta;
 pub use link::SameHostStats;
 pub(crate) use link::{Handle, InLink, SameHost};
 pub(crate) use ring::{RecordMeta, MAX_PAYLOAD, RING_ROOM};
-use crate::sys::IpMeta;
 use rverbs_engine::Nanos;
 use std::cell::RefCell;
 use std::net::IpAddr;

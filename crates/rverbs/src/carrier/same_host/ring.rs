@@ -380,4 +380,3 @@ pub fn fuzz_ring(bytes: &[u8]) -> usize {
     }
     n
 }
-

@@ -18,7 +18,7 @@
 pub(crate) mod conn;
 pub(crate) mod socket;
 
-use super::{Carrier, Departure, Sink, TxQueue, ROCE_PORT};
+use super::{Carrier, Departure, Sink, TxQueue, WithSink, ROCE_PORT};
 use crate::sys::{self, IpMeta};
 use conn::{body_of, ConnTx, Meta, Path};
 use rverbs_engine::train::{self, RxOrder, TrainLimits};
@@ -243,7 +243,13 @@ impl Udp {
     /// peer through its connected socket (else per local socket), trains of same-size
     /// ones to one peer as `UDP_SEGMENT` buffers on the loopback device. `left[k]`
     /// says how datagram `k` left, when `log`.
-    fn send_all(&self, ts: &mut [Transmit], tx: &mut Tx, log: bool, left: &mut [Option<Departure>]) {
+    fn send_all(
+        &self,
+        ts: &mut [Transmit],
+        tx: &mut Tx,
+        log: bool,
+        left: &mut [Option<Departure>],
+    ) {
         // Unicast RoCE v2 leaves in batches, whatever its TTL and TOS (a connected
         // socket carries them; the unconnected fallback sends such datagrams one by
         // one with control messages).
@@ -625,8 +631,7 @@ impl Carrier for Udp {
         let socks = &**socks;
         let buf = &mut buf[..];
         let mut got = 0;
-        if self.skip_once.load(Ordering::Relaxed) && self.skip_once.swap(false, Ordering::Relaxed)
-        {
+        if self.skip_once.load(Ordering::Relaxed) && self.skip_once.swap(false, Ordering::Relaxed) {
             return 0;
         }
         // Datagrams queued right after a one-buffer sleeping receive: a stream, whose
@@ -656,10 +661,7 @@ impl Carrier for Udp {
         got
     }
 
-    fn sleep_receive(
-        &self,
-        with_sink: &mut dyn FnMut(&mut dyn FnMut(&mut dyn Sink)),
-    ) -> Option<usize> {
+    fn sleep_receive(&self, with_sink: &mut WithSink<'_>) -> Option<usize> {
         let (local, sock) = {
             let socks = self.sockets.read().unwrap_or_else(|e| e.into_inner());
             match socks.as_slice() {

@@ -168,7 +168,11 @@ pub(crate) fn scoped(a: SocketAddr, ifindex: u32) -> SocketAddr {
 /// A socket bound to multicast `group:4791` that joined the group on interface
 /// `ifindex` (by the first IPv4 address of `local` for IPv4), `SO_REUSEADDR` so
 /// every process of the host that joins gets its own copy (`mcast.rs`).
-pub(crate) fn group_socket(group: IpAddr, ifindex: u32, local: &[IpAddr]) -> std::io::Result<Socket> {
+pub(crate) fn group_socket(
+    group: IpAddr,
+    ifindex: u32,
+    local: &[IpAddr],
+) -> std::io::Result<Socket> {
     let v6 = group.is_ipv6();
     let s = Socket::new(
         if v6 { Domain::IPV6 } else { Domain::IPV4 },
@@ -181,7 +185,10 @@ pub(crate) fn group_socket(group: IpAddr, ifindex: u32, local: &[IpAddr]) -> std
         sys::set_udp_no_check6_rx(&s)?;
     }
     let _ = s.set_recv_buffer_size(4 << 20);
-    s.bind(&SockAddr::from(scoped(SocketAddr::new(group, ROCE_PORT), ifindex)))?;
+    s.bind(&SockAddr::from(scoped(
+        SocketAddr::new(group, ROCE_PORT),
+        ifindex,
+    )))?;
     match group {
         IpAddr::V4(g) => {
             let ifaddr = local
