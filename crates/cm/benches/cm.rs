@@ -21,7 +21,12 @@ fn connect_many(n: u32) {
     sim.node(1).listen(l, 0x0106_4e20, 0).unwrap();
     for i in 0..n {
         let id = sim.node(0).create_id();
-        let p = ConnectParams::rdma_cm(0x0106_4e20, 100 + i, i, Path::roce(node_gid(0), node_gid(1)));
+        let p = ConnectParams::rdma_cm(
+            0x0106_4e20,
+            100 + i,
+            i,
+            Path::roce(node_gid(0), node_gid(1)),
+        );
         let now = sim.now();
         sim.node(0).connect(now, id, &p).unwrap();
     }

@@ -100,7 +100,11 @@ impl CmaHeader {
         let ipv = match (self.src, self.dst) {
             (IpAddr::V4(_), IpAddr::V4(_)) => 4u8,
             (IpAddr::V6(_), IpAddr::V6(_)) => 6u8,
-            _ => return Err(CmError::InvalidArgument("source and destination families differ")),
+            _ => {
+                return Err(CmError::InvalidArgument(
+                    "source and destination families differ",
+                ))
+            }
         };
         let mut out = vec![0u8; CMA_HDR_LEN + user.len()];
         out[0] = CMA_VERSION;
@@ -116,7 +120,9 @@ impl CmaHeader {
     /// it; errors as the kernel's `cma_check_hdr` (wrong version, IP version not 4/6).
     pub fn parse(pd: &[u8]) -> Result<(CmaHeader, &[u8]), CmError> {
         if pd.len() < CMA_HDR_LEN {
-            return Err(CmError::InvalidArgument("private data shorter than the rdma_cm header"));
+            return Err(CmError::InvalidArgument(
+                "private data shorter than the rdma_cm header",
+            ));
         }
         if pd[0] != CMA_VERSION {
             return Err(CmError::InvalidArgument("rdma_cm header version"));
@@ -209,6 +215,9 @@ mod tests {
         bad[1] = 0x50;
         assert!(CmaHeader::parse(&bad).is_err());
         assert!(CmaHeader::parse(&pd[..35]).is_err());
-        assert_eq!(ip_to_gid("10.0.0.1".parse().unwrap())[10..], [0xff, 0xff, 10, 0, 0, 1]);
+        assert_eq!(
+            ip_to_gid("10.0.0.1".parse().unwrap())[10..],
+            [0xff, 0xff, 10, 0, 0, 1]
+        );
     }
 }

@@ -839,7 +839,11 @@ impl Cm {
         if self.listeners.contains_key(&service_id) {
             return Err(CmError::AddrInUse);
         }
-        let backlog = if backlog == 0 || backlog > max { max } else { backlog };
+        let backlog = if backlog == 0 || backlog > max {
+            max
+        } else {
+            backlog
+        };
         let c = self.conn(id)?;
         c.state = State::Listen;
         c.service_id = service_id;
@@ -925,8 +929,7 @@ impl Cm {
         c.local_qpn = p.qpn;
         c.rq_psn = p.starting_psn;
         c.av_timeout = (path.packet_life_time + 1).min(31);
-        c.timeout_ms =
-            consts::req_timeout_ms(path.packet_life_time, p.remote_cm_response_timeout);
+        c.timeout_ms = consts::req_timeout_ms(path.packet_life_time, p.remote_cm_response_timeout);
         c.max_cm_retries = p.max_cm_retries & 0xf;
         c.responder_resources = p.responder_resources;
         c.initiator_depth = p.initiator_depth;
@@ -1305,7 +1308,8 @@ impl Cm {
             if c.state == State::Timewait {
                 // cm_timewait_handler
                 c.state = State::Idle;
-                self.events.push_back(Event::TimewaitExit { id: CmId(local) });
+                self.events
+                    .push_back(Event::TimewaitExit { id: CmId(local) });
                 continue;
             }
             let Some(out) = c.out.as_mut() else {
@@ -1469,7 +1473,14 @@ impl Cm {
         // Stale connection: the QPN belongs to a live connection (cm_insert_remote_qpn).
         if let Some(&cur) = self.remote_qpns.get(&(m.local_qpn, guid)) {
             self.stats.stale += 1;
-            self.issue_rej(src, tid, m.local_comm_id, 0, message_kind::REQ, rej::STALE_CONN);
+            self.issue_rej(
+                src,
+                tid,
+                m.local_comm_id,
+                0,
+                message_kind::REQ,
+                rej::STALE_CONN,
+            );
             if self.conns.get(&cur).map(|c| c.state) == Some(State::Established) {
                 let _ = self.disconnect(now, CmId(cur), &[]);
             }
@@ -1477,7 +1488,14 @@ impl Cm {
         }
         let Some(&listener) = self.listeners.get(&m.service_id) else {
             self.stats.no_listener += 1;
-            self.issue_rej(src, tid, m.local_comm_id, 0, message_kind::REQ, rej::INVALID_SERVICE_ID);
+            self.issue_rej(
+                src,
+                tid,
+                m.local_comm_id,
+                0,
+                message_kind::REQ,
+                rej::INVALID_SERVICE_ID,
+            );
             return;
         };
         let p = m.primary_path;
@@ -1507,7 +1525,11 @@ impl Cm {
             self.stats.backlog_full += 1;
             return;
         }
-        if let Some((_, left)) = self.conns.get_mut(&listener).and_then(|c| c.listen.as_mut()) {
+        if let Some((_, left)) = self
+            .conns
+            .get_mut(&listener)
+            .and_then(|c| c.listen.as_mut())
+        {
             *left -= 1;
         }
         let id = self.create_id();
@@ -1608,7 +1630,14 @@ impl Cm {
         }
         if let Some(&cur) = self.remote_qpns.get(&(m.local_qpn, guid)) {
             self.stats.stale += 1;
-            self.issue_rej(src, tid, m.local_comm_id, m.remote_comm_id, message_kind::REP, rej::STALE_CONN);
+            self.issue_rej(
+                src,
+                tid,
+                m.local_comm_id,
+                m.remote_comm_id,
+                message_kind::REP,
+                rej::STALE_CONN,
+            );
             if self.conns.get(&cur).map(|c| c.state) == Some(State::Established) {
                 let _ = self.disconnect(now, CmId(cur), &[]);
             }
@@ -1845,7 +1874,11 @@ impl Cm {
         c.pending_on = Some(listener);
         c.sidr_key = Some((m.request_id, src));
         self.remote_sidr.insert((m.request_id, src), id.0);
-        if let Some((_, left)) = self.conns.get_mut(&listener).and_then(|c| c.listen.as_mut()) {
+        if let Some((_, left)) = self
+            .conns
+            .get_mut(&listener)
+            .and_then(|c| c.listen.as_mut())
+        {
             *left -= 1;
         }
         self.events.push_back(Event::SidrRequest {

@@ -70,6 +70,7 @@ pub struct Sim {
     now: Nanos,
     flights: BinaryHeap<Flight>,
     filter: Option<Filter>,
+    held: Vec<bool>,
     /// Link counters.
     pub net: NetStats,
 }
@@ -97,7 +98,12 @@ pub fn node_gid(i: usize) -> Gid {
 impl Sim {
     /// `n` nodes with configurations from `cfg(i)` (its `local_gid` is set to
     /// [`node_gid`]), on `link`, with faults drawn from `seed`.
-    pub fn new(n: usize, mut cfg: impl FnMut(usize) -> Config, link: LinkConfig, seed: u64) -> Self {
+    pub fn new(
+        n: usize,
+        mut cfg: impl FnMut(usize) -> Config,
+        link: LinkConfig,
+        seed: u64,
+    ) -> Self {
         let gids: Vec<Gid> = (0..n).map(node_gid).collect();
         let nodes = (0..n)
             .map(|i| {
@@ -117,6 +123,7 @@ impl Sim {
             now: 0,
             flights: BinaryHeap::new(),
             filter: None,
+            held: vec![false; n],
             net: NetStats::default(),
         }
     }
@@ -159,8 +166,17 @@ impl Sim {
         (self.rng >> 11) as f64 / (1u64 << 53) as f64
     }
 
+    /// While held, node `i`'s events stay in its CM (a consumer that does not read
+    /// them: connect requests then fill the listener's backlog).
+    pub fn hold_events(&mut self, i: usize, hold: bool) {
+        self.held[i] = hold;
+    }
+
     fn collect(&mut self) {
         for (i, n) in self.nodes.iter_mut().enumerate() {
+            if self.held[i] {
+                continue;
+            }
             while let Some(e) = n.poll_event() {
                 self.events[i].push_back(e);
             }
@@ -243,7 +259,7 @@ impl Sim {
                 }
             }
         }
-        self.now = self.now.max(until.min(self.now.max(until)));
+        self.now = self.now.max(until);
         self.collect();
         self.now
     }
