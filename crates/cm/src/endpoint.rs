@@ -1411,7 +1411,7 @@ impl Cm {
             CmMessage::Rej(m) => self.on_rej(now, &m),
             CmMessage::Rep(m) => self.on_rep(now, src, tid, &m),
             CmMessage::Rtu(m) => self.on_rtu(&m),
-            CmMessage::Dreq(m) => self.on_dreq(now, src, tid, &m),
+            CmMessage::Dreq(m) => self.on_dreq(src, tid, &m),
             CmMessage::Drep(m) => self.on_drep(now, &m),
             CmMessage::SidrReq(m) => self.on_sidr_req(src, tid, &m),
             CmMessage::SidrRep(m) => self.on_sidr_rep(&m),
@@ -1547,7 +1547,9 @@ impl Cm {
             rate: p.packet_rate,
         };
         let auto_mra = self.cfg.auto_mra;
-        let c = self.conns.get_mut(&id.0).expect("just created");
+        let Some(c) = self.conns.get_mut(&id.0) else {
+            return;
+        };
         c.state = State::ReqRcvd;
         c.remote_id = m.local_comm_id;
         c.service_id = m.service_id;
@@ -1609,7 +1611,9 @@ impl Cm {
             // A duplicate: answer from state.
             if let Some(local) = self.acquire(m.remote_comm_id, m.local_comm_id) {
                 self.stats.duplicates += 1;
-                let c = &self.conns[&local];
+                let Some(c) = self.conns.get(&local) else {
+                    return;
+                };
                 let mad = match c.state {
                     State::Established => Some(rtu_mad(c)),
                     State::MraRepSent => Some(mra_mad(c, message_kind::REP)),
@@ -1643,7 +1647,9 @@ impl Cm {
             }
             return;
         }
-        let c = self.conns.get_mut(&local).expect("acquired");
+        let Some(c) = self.conns.get_mut(&local) else {
+            return;
+        };
         c.state = State::RepRcvd;
         c.remote_id = m.local_comm_id;
         c.remote_ca_guid = guid;
@@ -1681,7 +1687,10 @@ impl Cm {
             self.stats.unmatched += 1;
             return;
         };
-        if !matches!(self.conns[&local].state, State::RepSent | State::MraRepRcvd) {
+        if !matches!(
+            self.conns.get(&local).map(|c| c.state),
+            Some(State::RepSent | State::MraRepRcvd)
+        ) {
             self.stats.duplicates += 1;
             return;
         }
@@ -1706,7 +1715,9 @@ impl Cm {
             self.stats.unmatched += 1;
             return;
         };
-        let c = self.conns.get_mut(&local).expect("acquired");
+        let Some(c) = self.conns.get_mut(&local) else {
+            return;
+        };
         let timeout = convert_to_ns(m.service_timeout) + convert_to_ns(c.av_timeout);
         let next = match (c.state, m.message_mraed) {
             (State::ReqSent, message_kind::REQ) => State::MraReqRcvd,
@@ -1746,7 +1757,10 @@ impl Cm {
             self.stats.unmatched += 1;
             return;
         };
-        let st = self.conns[&local].state;
+        let Some(st) = self.conns.get(&local).map(|c| c.state) else {
+            self.stats.unmatched += 1;
+            return;
+        };
         let input = if m.reason == rej::STALE_CONN {
             Input::RecvRejStale
         } else {
@@ -1775,7 +1789,7 @@ impl Cm {
     }
 
     /// `cm_dreq_handler`.
-    fn on_dreq(&mut self, now: Nanos, src: Gid, tid: u64, m: &CmDreqRepr) {
+    fn on_dreq(&mut self, src: Gid, tid: u64, m: &CmDreqRepr) {
         let Some(local) = self.acquire(m.remote_comm_id, m.local_comm_id) else {
             // cm_issue_drep: answer so the peer can leave its DREQ_SENT.
             self.stats.duplicates += 1;
@@ -1787,7 +1801,9 @@ impl Cm {
             self.send(src, build_mad(tid, CmMessage::Drep(drep)));
             return;
         };
-        let c = self.conns.get_mut(&local).expect("acquired");
+        let Some(c) = self.conns.get_mut(&local) else {
+            return;
+        };
         if c.local_qpn != m.remote_qpn_eecn {
             self.stats.unmatched += 1;
             return;
@@ -1795,13 +1811,9 @@ impl Cm {
         match c.state {
             State::RepSent | State::DreqSent | State::Established | State::MraRepRcvd => {}
             State::Timewait => {
+                // The DREP again, with the ID's transaction ID and private data.
                 self.stats.duplicates += 1;
-                let mut mad = drep_mad(c);
-                let h = MadHeaderRepr {
-                    transaction_id: tid,
-                    ..CmMad::new_unchecked(&mad[..]).header()
-                };
-                CmMad::new_unchecked(&mut mad[..]).set_header(h);
+                let mad = drep_mad(c);
                 self.send(src, mad);
                 return;
             }
@@ -1817,7 +1829,6 @@ impl Cm {
         c.state = State::DreqRcvd;
         c.tid = tid;
         self.cancel(local);
-        let _ = now;
         self.events.push_back(Event::DisconnectRequest {
             id: CmId(local),
             private_data: m.private_data.to_vec(),
@@ -1830,7 +1841,11 @@ impl Cm {
             self.stats.unmatched += 1;
             return;
         };
-        if !state::accepts(self.conns[&local].state, Input::RecvDrep) {
+        if !self
+            .conns
+            .get(&local)
+            .is_some_and(|c| state::accepts(c.state, Input::RecvDrep))
+        {
             self.stats.unmatched += 1;
             return;
         }
@@ -1858,7 +1873,9 @@ impl Cm {
             return;
         }
         let id = self.create_id();
-        let c = self.conns.get_mut(&id.0).expect("just created");
+        let Some(c) = self.conns.get_mut(&id.0) else {
+            return;
+        };
         c.state = State::SidrReqRcvd;
         c.remote_id = m.request_id;
         c.service_id = m.service_id;
@@ -1895,7 +1912,7 @@ impl Cm {
     fn on_sidr_rep(&mut self, m: &CmSidrRepRepr) {
         let Some(local) = self
             .acquire(m.request_id, 0)
-            .filter(|l| self.conns[l].state == State::SidrReqSent)
+            .filter(|l| self.conns.get(l).map(|c| c.state) == Some(State::SidrReqSent))
         else {
             self.stats.unmatched += 1;
             return;
