@@ -1554,7 +1554,10 @@ impl Cm {
         c.remote_id = m.local_comm_id;
         c.service_id = m.service_id;
         c.tid = tid;
-        c.peer = p.local_port_gid;
+        // Answers go where the REQ came from (on RoCE the kernel takes the MAC from
+        // the received frame, so its REP returns to the sender whatever GID the REQ
+        // names); the QP's path keeps the REQ's GIDs.
+        c.peer = src;
         c.remote_ca_guid = guid;
         c.qp_type = qp_type;
         c.remote_qpn = m.local_qpn;
