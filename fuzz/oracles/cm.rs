@@ -144,9 +144,15 @@ impl Pair {
                         }
                         Event::ConnectResponse { id, .. } => cm.rtu(now, id, b"rtu"),
                         Event::DisconnectRequest { id, .. } => cm.disconnect(now, id, &[]),
-                        Event::SidrRequest { id, .. } => {
-                            cm.sidr_reply(now, id, 0, 0x99, 0x1234, &[], &[])
-                        }
+                        Event::SidrRequest { id, .. } => cm.sidr_reply(
+                            now,
+                            id,
+                            &rverbs_cm::SidrReply {
+                                qpn: 0x99,
+                                qkey: 0x1234,
+                                ..rverbs_cm::SidrReply::status(0)
+                            },
+                        ),
                         _ => Ok(()),
                     };
                 }
@@ -177,7 +183,10 @@ impl Pair {
         self.cm[to].handle_mad(self.now, gid(1 - to as u8), &mad[..]);
         let after = self.cm[to].stats();
         assert_eq!(after.rx, before.rx + 1);
-        assert!(drops(&after) - drops(&before) <= 1, "{before:?} -> {after:?}");
+        assert!(
+            drops(&after) - drops(&before) <= 1,
+            "{before:?} -> {after:?}"
+        );
         self.reached.dropped += drops(&after) - drops(&before);
         self.exchange();
         self.now += (ctl >> 3) as u64 * 250_000_000;

@@ -267,6 +267,34 @@ pub struct SidrParams {
     pub private_data: Vec<u8>,
 }
 
+/// The answer to a SIDR_REQ (kernel `struct ib_cm_sidr_rep_param`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SidrReply {
+    /// Status ([`sidr_status`]).
+    pub status: u8,
+    /// Our UD QPN.
+    pub qpn: u32,
+    /// Its Q_Key.
+    pub qkey: u32,
+    /// Additional information (at most [`private_len::SIDR_REP_INFO`]).
+    pub info: Vec<u8>,
+    /// Private data (at most [`private_len::SIDR_REP`]).
+    pub private_data: Vec<u8>,
+}
+
+impl SidrReply {
+    /// A reply with only a status (a reject or an error).
+    pub fn status(status: u8) -> Self {
+        SidrReply {
+            status,
+            qpn: 0,
+            qkey: 0,
+            info: Vec::new(),
+            private_data: Vec::new(),
+        }
+    }
+}
+
 /// A received REQ, as the passive consumer sees it (kernel `ib_cm_req_event_param`:
 /// resources are swapped to our point of view).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -806,14 +834,21 @@ impl Cm {
     }
 
     /// `cm_enter_timewait`: the remote entries go, the time-wait period starts.
-    fn enter_timewait(&mut self, now: Nanos, local: u32) {
+    fn enter_timewait(&mut self, now: Nanos, local: u32, input: Input) {
+        let Some(c) = self.conns.get_mut(&local) else {
+            return;
+        };
+        let Ok(next) = state::step(c.state, input) else {
+            return;
+        };
+        debug_assert_eq!(next, State::Timewait);
+        c.state = next;
         self.remove_remote(local);
         self.cancel(local);
         self.release_backlog(local);
         let Some(c) = self.conns.get_mut(&local) else {
             return;
         };
-        c.state = State::Timewait;
         let wait = convert_to_ns(c.av_timeout);
         self.set_deadline(local, Some(now + wait));
     }
@@ -845,7 +880,7 @@ impl Cm {
             backlog
         };
         let c = self.conn(id)?;
-        c.state = State::Listen;
+        c.state = state::step(c.state, Input::Listen)?;
         c.service_id = service_id;
         c.listen = Some((service_id, backlog));
         self.listeners.insert(service_id, id.0);
@@ -920,7 +955,7 @@ impl Cm {
             },
             private_data: pad(&p.private_data),
         };
-        c.state = State::ReqSent;
+        c.state = state::step(c.state, Input::SendReq)?;
         c.service_id = p.service_id;
         c.tid = tid;
         c.peer = path.remote_gid;
@@ -966,7 +1001,7 @@ impl Cm {
             local_ca_guid: guid,
             private_data: pad(&p.private_data),
         };
-        c.state = State::RepSent;
+        c.state = state::step(c.state, Input::SendRep)?;
         c.initiator_depth = p.initiator_depth;
         c.responder_resources = p.responder_resources;
         c.rq_psn = p.starting_psn;
@@ -982,7 +1017,7 @@ impl Cm {
         check_len(private_data, private_len::RTU)?;
         let c = self.conn(id)?;
         state::step(c.state, Input::SendRtu)?;
-        c.state = State::Established;
+        c.state = state::step(c.state, Input::SendRtu)?;
         c.private_data = private_data.to_vec();
         let mad = rtu_mad(c);
         let dest = c.peer;
@@ -1039,10 +1074,10 @@ impl Cm {
         let mad = rej_mad(c, from, reason, ari, private_data);
         let dest = c.peer;
         if next == State::Timewait {
-            self.enter_timewait(now, id.0);
+            self.enter_timewait(now, id.0, Input::SendRej);
         } else {
             self.reset_to_idle(id.0);
-            self.conn(id)?.state = State::Idle;
+            self.conn(id)?.state = next;
         }
         self.send(dest, mad);
         Ok(())
@@ -1058,14 +1093,14 @@ impl Cm {
                 c.private_data = private_data.to_vec();
                 let mad = drep_mad(c);
                 let dest = c.peer;
-                self.enter_timewait(now, id.0);
+                self.enter_timewait(now, id.0, Input::SendDrep);
                 self.send(dest, mad);
                 Ok(())
             }
             s => {
                 check_len(private_data, private_len::DREQ)?;
                 state::step(s, Input::SendDreq)?;
-                c.state = State::DreqSent;
+                c.state = state::step(s, Input::SendDreq)?;
                 let dreq = CmDreqRepr {
                     local_comm_id: c.local_id,
                     remote_comm_id: c.remote_id,
@@ -1087,7 +1122,7 @@ impl Cm {
             return Err(CmError::AlreadyConnected);
         }
         state::step(c.state, Input::CommEst)?;
-        c.state = State::Established;
+        c.state = state::step(c.state, Input::CommEst)?;
         self.cancel(id.0);
         self.events.push_back(Event::Established {
             id,
@@ -1102,7 +1137,7 @@ impl Cm {
         let tid = self.form_tid(id);
         let c = self.conn(id)?;
         state::step(c.state, Input::SendSidrReq)?;
-        c.state = State::SidrReqSent;
+        c.state = state::step(c.state, Input::SendSidrReq)?;
         c.service_id = p.service_id;
         c.peer = p.remote_gid;
         c.timeout_ms = p.timeout_ms;
@@ -1118,24 +1153,15 @@ impl Cm {
     }
 
     /// Answers a SIDR_REQ (kernel `ib_send_cm_sidr_rep`); the ID goes idle.
-    pub fn sidr_reply(
-        &mut self,
-        _now: Nanos,
-        id: CmId,
-        status: u8,
-        qpn: u32,
-        qkey: u32,
-        info: &[u8],
-        private_data: &[u8],
-    ) -> Result<(), CmError> {
-        check_len(private_data, private_len::SIDR_REP)?;
-        check_len(info, private_len::SIDR_REP_INFO)?;
-        if qpn >= 1 << 24 {
+    pub fn sidr_reply(&mut self, _now: Nanos, id: CmId, r: &SidrReply) -> Result<(), CmError> {
+        check_len(&r.private_data, private_len::SIDR_REP)?;
+        check_len(&r.info, private_len::SIDR_REP_INFO)?;
+        if r.qpn >= 1 << 24 {
             return Err(CmError::InvalidArgument("QPN is 24 bits"));
         }
         let c = self.conn(id)?;
         state::step(c.state, Input::SendSidrRep)?;
-        let mad = sidr_rep_mad(c, status, qpn, qkey, info, private_data);
+        let mad = sidr_rep_mad(c, r.status, r.qpn, r.qkey, &r.info, &r.private_data);
         let dest = c.peer;
         self.finish_sidr(id.0);
         self.send(dest, mad);
@@ -1145,7 +1171,7 @@ impl Cm {
     fn finish_sidr(&mut self, local: u32) {
         self.release_backlog(local);
         if let Some(c) = self.conns.get_mut(&local) {
-            c.state = State::Idle;
+            c.state = state::step(c.state, Input::SendSidrRep).unwrap_or(State::Idle);
             if let Some(k) = c.sidr_key.take() {
                 self.remote_sidr.remove(&k);
             }
@@ -1191,7 +1217,7 @@ impl Cm {
                 let _ = self.disconnect(now, id, &[]);
             }
             State::SidrReqRcvd => {
-                let _ = self.sidr_reply(now, id, sidr_status::REJECT, 0, 0, &[], &[]);
+                let _ = self.sidr_reply(now, id, &SidrReply::status(sidr_status::REJECT));
             }
             State::DreqSent | State::Timewait | State::SidrReqSent | State::Idle => {}
         }
@@ -1307,7 +1333,7 @@ impl Cm {
             c.deadline = None;
             if c.state == State::Timewait {
                 // cm_timewait_handler
-                c.state = State::Idle;
+                c.state = state::step(c.state, Input::TimewaitExpired).unwrap_or(State::Idle);
                 self.events
                     .push_back(Event::TimewaitExit { id: CmId(local) });
                 continue;
@@ -1353,7 +1379,7 @@ impl Cm {
                 });
             }
             State::DreqSent => {
-                self.enter_timewait(now, local);
+                self.enter_timewait(now, local, Input::Timeout);
                 self.events.push_back(Event::Disconnected {
                     id,
                     private_data: Vec::new(),
@@ -1550,7 +1576,7 @@ impl Cm {
         let Some(c) = self.conns.get_mut(&id.0) else {
             return;
         };
-        c.state = State::ReqRcvd;
+        c.state = state::step(State::Idle, Input::RecvReq).unwrap_or(State::ReqRcvd);
         c.remote_id = m.local_comm_id;
         c.service_id = m.service_id;
         c.tid = tid;
@@ -1574,7 +1600,7 @@ impl Cm {
         c.in_remote_tables = true;
         if let Some(t) = auto_mra {
             // cma_ib_req_handler: ib_send_cm_mra(CMA_CM_MRA_SETTING), delayed.
-            c.state = State::MraReqSent;
+            c.state = state::step(c.state, Input::SendMra).unwrap_or(State::MraReqSent);
             c.service_timeout = t & 0x1f;
         }
         self.remote_ids.insert((m.local_comm_id, guid), id.0);
@@ -1653,7 +1679,7 @@ impl Cm {
         let Some(c) = self.conns.get_mut(&local) else {
             return;
         };
-        c.state = State::RepRcvd;
+        c.state = state::step(c.state, Input::RecvRep).unwrap_or(State::RepRcvd);
         c.remote_id = m.local_comm_id;
         c.remote_ca_guid = guid;
         c.remote_qpn = m.local_qpn;
@@ -1734,6 +1760,7 @@ impl Cm {
                 return;
             }
         };
+        debug_assert_eq!(state::step(c.state, Input::RecvMra), Ok(next));
         c.state = next;
         // ib_modify_mad: the outstanding MAD now waits `timeout`, retries unchanged.
         if let Some(out) = c.out.as_mut() {
@@ -1770,7 +1797,7 @@ impl Cm {
             Input::RecvRej
         };
         match state::step(st, input) {
-            Ok(State::Timewait) => self.enter_timewait(now, local),
+            Ok(State::Timewait) => self.enter_timewait(now, local, input),
             Ok(next) => {
                 self.reset_to_idle(local);
                 if let Some(c) = self.conns.get_mut(&local) {
@@ -1829,7 +1856,7 @@ impl Cm {
                 return;
             }
         }
-        c.state = State::DreqRcvd;
+        c.state = state::step(c.state, Input::RecvDreq).unwrap_or(State::DreqRcvd);
         c.tid = tid;
         self.cancel(local);
         self.events.push_back(Event::DisconnectRequest {
@@ -1852,7 +1879,7 @@ impl Cm {
             self.stats.unmatched += 1;
             return;
         }
-        self.enter_timewait(now, local);
+        self.enter_timewait(now, local, Input::RecvDrep);
         self.events.push_back(Event::Disconnected {
             id: CmId(local),
             private_data: m.private_data.to_vec(),
@@ -1879,7 +1906,7 @@ impl Cm {
         let Some(c) = self.conns.get_mut(&id.0) else {
             return;
         };
-        c.state = State::SidrReqRcvd;
+        c.state = state::step(State::Idle, Input::RecvSidrReq).unwrap_or(State::SidrReqRcvd);
         c.remote_id = m.request_id;
         c.service_id = m.service_id;
         c.tid = tid;

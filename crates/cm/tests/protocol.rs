@@ -6,8 +6,8 @@ use rverbs_cm::consts::{self, private_len, rej, sidr_status, MS};
 use rverbs_cm::sim::{node_gid, LinkConfig, Sim};
 use rverbs_cm::state::Input;
 use rverbs_cm::{
-    AcceptParams, CmError, CmId, Config, ConnectParams, Event, Path, QpState, SidrParams, State,
-    Unanswered,
+    AcceptParams, CmError, CmId, Config, ConnectParams, Event, Path, QpState, SidrParams,
+    SidrReply, State, Unanswered,
 };
 use rverbs_wire::mad::attr;
 
@@ -644,11 +644,13 @@ fn sidr_resolves_a_ud_service() {
         .sidr_reply(
             now,
             *rid,
-            sidr_status::SUCCESS,
-            0x345,
-            0x1234_5678,
-            &[],
-            b"welcome",
+            &SidrReply {
+                status: sidr_status::SUCCESS,
+                qpn: 0x345,
+                qkey: 0x1234_5678,
+                info: vec![],
+                private_data: b"welcome".to_vec(),
+            },
         )
         .unwrap();
     sim.run_for(MS);
