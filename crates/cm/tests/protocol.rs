@@ -974,3 +974,35 @@ fn a_thousand_connections_on_one_listener() {
         n as f64 / wall.as_secs_f64()
     );
 }
+
+#[test]
+fn the_active_side_mras_a_rep_and_answers_its_duplicates_with_the_mra() {
+    let mut sim = sim();
+    listen(&mut sim);
+    let a = connect(&mut sim, 1);
+    sim.run_for(MS);
+    let (p, _) = take_request(&mut sim).unwrap();
+    let now = sim.now();
+    sim.node(1).accept(now, p, &accept_params(2, &[])).unwrap();
+    sim.run_for(MS);
+    assert!(matches!(sim.events(0)[..], [Event::ConnectResponse { .. }]));
+    let now = sim.now();
+    // 2^22 x 4.096 us = 16384 ms (plus the path's 2^17: 512 ms) instead of 4096 ms.
+    sim.node(0).mra(now, a, 22, b"busy").unwrap();
+    assert_eq!(sim.node(0).state(a), Some(State::MraRepSent));
+    sim.run_for(MS);
+    assert!(
+        matches!(sim.events(1)[..], [Event::MraReceived { id, service_timeout: 22 }] if id == p)
+    );
+    assert_eq!(sim.node(1).state(p), Some(State::MraRepRcvd));
+    sim.run_for(16_000 * MS);
+    assert_eq!(sim.node(1).stats().retries, 0);
+    // Past the extended deadline the REP comes again; the MRA answers it.
+    sim.run_for(1_000 * MS);
+    assert_eq!(sim.node(1).stats().retries, 1);
+    assert_eq!(sim.node(0).stats().duplicates, 1);
+    let now = sim.now();
+    sim.node(0).rtu(now, a, &[]).unwrap();
+    sim.run_for(MS);
+    assert!(matches!(sim.events(1)[..], [Event::Established { id, .. }] if id == p));
+}
