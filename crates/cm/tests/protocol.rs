@@ -1006,3 +1006,62 @@ fn the_active_side_mras_a_rep_and_answers_its_duplicates_with_the_mra() {
     sim.run_for(MS);
     assert!(matches!(sim.events(1)[..], [Event::Established { id, .. }] if id == p));
 }
+
+#[test]
+fn crossed_dreqs_both_end_in_timewait() {
+    let mut sim = sim();
+    listen(&mut sim);
+    let (a, p) = establish(&mut sim, 1);
+    let now = sim.now();
+    sim.node(0).disconnect(now, a, &[]).unwrap();
+    sim.node(1).disconnect(now, p, &[]).unwrap();
+    sim.run_for(MS);
+    // Each DREQ met a DREQ_SENT: both sides now owe a DREP (cm_dreq_handler).
+    assert!(matches!(sim.events(0)[..], [Event::DisconnectRequest { id, .. }] if id == a));
+    assert!(matches!(sim.events(1)[..], [Event::DisconnectRequest { id, .. }] if id == p));
+    let now = sim.now();
+    sim.node(0).disconnect(now, a, &[]).unwrap();
+    sim.node(1).disconnect(now, p, &[]).unwrap();
+    sim.run_for(MS);
+    assert_eq!(sim.node(0).state(a), Some(State::Timewait));
+    assert_eq!(sim.node(1).state(p), Some(State::Timewait));
+    // No DREQ is resent once answered.
+    sim.run_for(consts::convert_to_ns(17) + MS);
+    assert_eq!(sim.events(0), vec![Event::TimewaitExit { id: a }]);
+    assert_eq!(sim.events(1), vec![Event::TimewaitExit { id: p }]);
+    assert_eq!(sim.node(0).stats().retries + sim.node(1).stats().retries, 0);
+}
+
+#[test]
+fn a_dreq_before_the_rtu_ends_the_passive_rep_wait() {
+    let mut sim = sim();
+    listen(&mut sim);
+    sim.set_filter(|_, _, a, _| a == attr::CM_RTU);
+    let a = connect(&mut sim, 1);
+    sim.run_for(MS);
+    let (p, _) = take_request(&mut sim).unwrap();
+    let now = sim.now();
+    sim.node(1).accept(now, p, &accept_params(2, &[])).unwrap();
+    sim.run_for(MS);
+    let now = sim.now();
+    assert!(matches!(sim.events(0)[..], [Event::ConnectResponse { .. }]));
+    sim.node(0).rtu(now, a, &[]).unwrap();
+    sim.node(0).disconnect(now, a, &[]).unwrap();
+    sim.run_for(MS);
+    assert!(matches!(sim.events(1)[..], [Event::DisconnectRequest { id, .. }] if id == p));
+    assert_eq!(sim.node(1).state(p), Some(State::DreqRcvd));
+    let now = sim.now();
+    sim.node(1).disconnect(now, p, &[]).unwrap();
+    sim.run_for(MS);
+    assert!(matches!(
+        sim.events(0)[..],
+        [Event::Disconnected {
+            timed_out: false,
+            ..
+        }]
+    ));
+    // The REP timer was cancelled: no REP resend, no unreachable.
+    sim.run_for(100_000 * MS);
+    assert_eq!(sim.node(1).stats().retries, 0);
+    assert_eq!(sim.events(1), vec![Event::TimewaitExit { id: p }]);
+}
