@@ -81,7 +81,8 @@ impl From<InvalidTransition> for CmError {
 pub struct Config {
     /// The CA's node GUID (REQ/REP `LocalCAGUID`, REJ timeout ARI).
     pub ca_guid: u64,
-    /// The port's GID a REQ must name as the remote port GID.
+    /// The port's GID (index 0): a REQ must name it, or one added with
+    /// [`Cm::add_local_gid`], as its remote port GID.
     pub local_gid: Gid,
     /// The CA's ACK delay (REP `TargetACKDelay`; rxe 15).
     pub ack_delay: u8,
@@ -661,6 +662,7 @@ pub struct Cm {
     /// (request ID, source GID) -> local ID (kernel `remote_sidr_table`).
     remote_sidr: BTreeMap<(u32, Gid), u32>,
     timers: BTreeSet<(Nanos, u32)>,
+    extra_gids: BTreeSet<Gid>,
     tx: VecDeque<Transmit>,
     events: VecDeque<Event>,
     stats: CmStats,
@@ -712,10 +714,26 @@ impl Cm {
             remote_qpns: BTreeMap::new(),
             remote_sidr: BTreeMap::new(),
             timers: BTreeSet::new(),
+            extra_gids: BTreeSet::new(),
             tx: VecDeque::new(),
             events: VecDeque::new(),
             stats: CmStats::default(),
         }
+    }
+
+    /// Another GID of the port that REQs may name (the port's GID table: IPv4 and
+    /// IPv6 addresses of the netdev).
+    pub fn add_local_gid(&mut self, gid: Gid) {
+        self.extra_gids.insert(gid);
+    }
+
+    /// Forgets a GID added with [`Cm::add_local_gid`] (an address went away).
+    pub fn remove_local_gid(&mut self, gid: &Gid) {
+        self.extra_gids.remove(gid);
+    }
+
+    fn is_local_gid(&self, gid: &Gid) -> bool {
+        *gid == self.cfg.local_gid || self.extra_gids.contains(gid)
     }
 
     /// The configuration.
@@ -1525,7 +1543,7 @@ impl Cm {
             return;
         };
         let p = m.primary_path;
-        if p.remote_port_gid != self.cfg.local_gid {
+        if !self.is_local_gid(&p.remote_port_gid) {
             // cm_init_av_by_path fails: REJ invalid GID with our GID as ARI.
             let mut rej_m = CmRejRepr {
                 local_comm_id: 0,

@@ -167,3 +167,32 @@ fn random_bytes_never_panic_and_are_all_counted() {
     let l = sim.node(1).create_id();
     sim.node(1).listen(l, SID + 7, 0).unwrap();
 }
+
+#[test]
+fn a_req_for_a_gid_the_port_lacks_is_rejected_invalid_gid() {
+    let mut sim = Sim::new(2, |_| Config::default(), LinkConfig::default(), 3);
+    let l = sim.node(1).create_id();
+    sim.node(1).listen(l, SID, 0).unwrap();
+    let mut other = node_gid(1);
+    other[15] = 99;
+    // Delivered to node 1's CM, naming a GID node 1 does not have.
+    let p = ConnectParams::rdma_cm(SID, 5, 6, Path::roce(node_gid(0), other));
+    let a = sim.node(0).create_id();
+    sim.node(0).connect(0, a, &p).unwrap();
+    let t = sim.node(0).poll_transmit().unwrap();
+    sim.inject(0, 1, &t.mad[..]);
+    sim.run_for(MS);
+    let ev = sim.events(0);
+    assert!(
+        matches!(&ev[..], [Event::Rejected { id, reason: 12, ari, .. }] if *id == a && ari[..] == node_gid(1)),
+        "{ev:?}"
+    );
+    // Once the port has that GID, the same REQ is taken.
+    sim.node(1).add_local_gid(other);
+    let b = sim.node(0).create_id();
+    let now = sim.now();
+    sim.node(0).connect(now, b, &p).unwrap();
+    let t = sim.node(0).poll_transmit().unwrap();
+    sim.inject(0, 1, &t.mad[..]);
+    assert!(matches!(sim.events(1)[..], [Event::ConnectRequest { .. }]));
+}
