@@ -1814,6 +1814,10 @@ impl Cm {
         } else {
             Input::RecvRej
         };
+        let unseen = self
+            .conns
+            .get(&local)
+            .is_some_and(|c| c.pending_on.is_some());
         match state::step(st, input) {
             Ok(State::Timewait) => self.enter_timewait(now, local, input),
             Ok(next) => {
@@ -1826,6 +1830,14 @@ impl Cm {
                 self.stats.unmatched += 1;
                 return;
             }
+        }
+        if unseen {
+            // The peer gave up on a request our consumer has not read yet: the ID
+            // goes with its queued event (ucma ignores events for connections it has
+            // not handed out).
+            self.set_deadline(local, None);
+            self.conns.remove(&local);
+            return;
         }
         let n = (m.reject_info_length as usize).min(private_len::REJ_ARI);
         self.events.push_back(Event::Rejected {

@@ -1065,3 +1065,23 @@ fn a_dreq_before_the_rtu_ends_the_passive_rep_wait() {
     assert_eq!(sim.node(1).stats().retries, 0);
     assert_eq!(sim.events(1), vec![Event::TimewaitExit { id: p }]);
 }
+
+#[test]
+fn a_request_withdrawn_before_it_is_read_vanishes() {
+    let mut sim = sim();
+    listen(&mut sim);
+    sim.hold_events(1, true);
+    let a = connect(&mut sim, 1);
+    sim.run_for(MS);
+    // The active side gives up (REJ timeout) before the passive consumer reads.
+    let now = sim.now();
+    sim.node(0).destroy(now, a).unwrap();
+    sim.run_for(MS);
+    assert!(sim.node(1).poll_event().is_none());
+    assert_eq!(sim.node(1).id_count(), 1, "only the listener is left");
+    // And its place in the backlog is free again.
+    sim.hold_events(1, false);
+    connect(&mut sim, 2);
+    sim.run_for(MS);
+    assert!(take_request(&mut sim).is_some());
+}
