@@ -14,12 +14,14 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod api;
 pub mod cma;
 pub mod consts;
 mod endpoint;
 pub mod sim;
 pub mod state;
 
+pub use api::*;
 pub use consts::Nanos;
-pub use endpoint::*;
+pub use endpoint::Cm;
 pub use state::State;

@@ -2,8 +2,8 @@
 //! duplication, reordering and a per-message drop filter, for tests and benchmarks
 //! (after `rverbs_engine::sim`). Node `i` has the GID `::ffff:10.0.0.<i+1>`.
 
-use crate::endpoint::{Cm, Config, Event, Gid};
 use crate::Nanos;
+use crate::{Cm, Config, Event, Gid};
 use rverbs_wire::mad::MAD_LEN;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
