@@ -1085,3 +1085,111 @@ fn a_request_withdrawn_before_it_is_read_vanishes() {
     sim.run_for(MS);
     assert!(take_request(&mut sim).is_some());
 }
+
+/// Consumers calling anything on any ID at any time over a bad link: calls fail with
+/// errors, never panics; the CMs keep their timers in the future and keep working.
+#[test]
+fn random_consumer_calls_over_a_bad_link() {
+    for seed in 1..=12u64 {
+        let link = LinkConfig {
+            loss: 0.2,
+            dup: 0.2,
+            reorder: 0.3,
+            ..LinkConfig::default()
+        };
+        let mut sim = sim_with(link, seed, |i| Config {
+            auto_mra: if i == 1 { Some(20) } else { None },
+            max_backlog: 8,
+            ..cfg(i)
+        });
+        let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+        let mut rnd = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut ids: [Vec<CmId>; 2] = [vec![], vec![]];
+        let (mut ok, mut err) = (0u32, 0u32);
+        for _ in 0..1500 {
+            let side = (rnd() & 1) as usize;
+            if ids[side].is_empty() || rnd() % 8 == 0 {
+                let id = sim.node(side).create_id();
+                ids[side].push(id);
+            }
+            let id = ids[side][rnd() as usize % ids[side].len()];
+            let now = sim.now();
+            let pd = vec![0xab; rnd() as usize % 240];
+            let cm = sim.node(side);
+            let r = match rnd() % 12 {
+                0 => cm.listen(id, SID + rnd() % 3, (rnd() % 4) as u32),
+                1 => {
+                    let mut p = params(1 + (rnd() % 50) as u32);
+                    p.service_id = SID + rnd() % 3;
+                    p.path.remote_gid = node_gid(1 - side);
+                    p.max_cm_retries = (rnd() % 4) as u8;
+                    p.private_data.truncate(0);
+                    cm.connect(now, id, &p)
+                }
+                2 => cm.accept(
+                    now,
+                    id,
+                    &accept_params((rnd() % 99) as u32, &pd[..pd.len().min(196)]),
+                ),
+                3 => cm.rtu(now, id, &pd),
+                4 => cm.reject(now, id, rej::CONSUMER_DEFINED, &[], &pd),
+                5 => cm.mra(now, id, (rnd() % 32) as u8, &pd),
+                6 => cm.disconnect(now, id, &pd),
+                7 => cm.establish(id),
+                8 => cm.destroy(now, id).map(|_| ids[side].retain(|&i| i != id)),
+                9 => cm.sidr_request(
+                    now,
+                    id,
+                    &SidrParams {
+                        service_id: SID + rnd() % 3,
+                        remote_gid: node_gid(1 - side),
+                        pkey: 0xffff,
+                        timeout_ms: 50,
+                        max_cm_retries: 2,
+                        private_data: pd.clone(),
+                    },
+                ),
+                10 => cm.sidr_reply(now, id, &SidrReply::status(0)),
+                _ => cm.qp_attr(id, QpState::Rts).map(|_| ()),
+            };
+            if r.is_ok() {
+                ok += 1;
+            } else {
+                err += 1;
+            }
+            sim.run_for((rnd() % 3000) * MS);
+            for s in 0..2 {
+                for e in sim.events(s) {
+                    match e {
+                        Event::ConnectRequest { id, .. } | Event::SidrRequest { id, .. } => {
+                            ids[s].push(id)
+                        }
+                        _ => {}
+                    }
+                }
+                let now = sim.now();
+                assert!(sim.node(s).poll_timeout().is_none_or(|t| t > now));
+            }
+        }
+        assert!(ok > 100 && err > 100, "seed {seed}: {ok} ok, {err} errors");
+        // Still working: a clean connection between fresh IDs.
+        sim.set_link(LinkConfig::default());
+        let l = sim.node(1).create_id();
+        sim.node(1).listen(l, SID + 10, 0).unwrap();
+        let a = sim.node(0).create_id();
+        let mut p = params(777);
+        p.service_id = SID + 10;
+        let now = sim.now();
+        sim.node(0).connect(now, a, &p).unwrap();
+        sim.run_for(MS);
+        let fresh = sim.events(1).into_iter().any(|e| {
+            matches!(e, Event::ConnectRequest { req, .. } if req.service_id == SID + 10 && req.remote_qpn == 777)
+        });
+        assert!(fresh, "seed {seed}");
+    }
+}
