@@ -1163,11 +1163,11 @@ fn random_consumer_calls_over_a_bad_link() {
                 err += 1;
             }
             sim.run_for((rnd() % 3000) * MS);
-            for s in 0..2 {
+            for (s, known) in ids.iter_mut().enumerate() {
                 for e in sim.events(s) {
                     match e {
                         Event::ConnectRequest { id, .. } | Event::SidrRequest { id, .. } => {
-                            ids[s].push(id)
+                            known.push(id)
                         }
                         _ => {}
                     }
