@@ -1,11 +1,12 @@
-//! Communication management (class 0x07): REQ, MRA, REJ, REP, RTU, DREQ and DREP.
+//! Communication management (class 0x07): REQ, MRA, REJ, REP, RTU, DREQ, DREP and
+//! the SIDR pair.
 //!
 //! A CM MAD is the common header followed by a 232-byte message (IBTA 12.6). Byte
 //! and bit positions below are relative to the start of that message and follow the
 //! IBTA tables as kernel `include/rdma/ibta_vol1_c12.h` encodes them
 //! (`CM_REQ_*`, `CM_REP_*`, ...: `CM_FIELD*_LOC(struct, byte, width)` and
 //! `CM_FIELD_BLOC(struct, byte, bit, width)` with bit 0 = most significant).
-//! LAP, APR and SIDR messages are not modelled: [`CmMadRepr::parse`] reports them as
+//! LAP and APR messages are not modelled (the kernel ignores them on RoCE): [`CmMadRepr::parse`] reports them as
 //! [`Error::Unsupported`].
 
 use super::{attr, check_class, class, layout, MadHeaderRepr, MAD_HEADER_LEN, MAD_LEN};
@@ -269,6 +270,56 @@ layout! {
 }
 
 layout! {
+    /// ServiceIDResolutionRequest (SIDR_REQ, 0x0017; IBTA 12.11 Table 119, kernel
+    /// `CM_SIDR_REQ_*`).
+    view CmSidrReq;
+    /// SIDR_REQ, owned.
+    repr CmSidrReqRepr;
+    len CM_DATA_LEN; what "CM SIDR REQ";
+    fields {
+        /// Request ID (the requester's communication ID).
+        request_id / set_request_id: u32 = (0, 0, 32);
+        /// Partition key (bytes 6-7 reserved).
+        partition_key / set_partition_key: u16 = (4, 0, 16);
+        /// Service ID.
+        service_id / set_service_id: u64 = (8, 0, 64);
+        /// Private data (216 bytes).
+        private_data / set_private_data: [u8; 216] = (16, 0, 1728);
+    }
+}
+
+layout! {
+    /// ServiceIDResolutionResponse (SIDR_REP, 0x0018; IBTA 12.11 Table 120, kernel
+    /// `CM_SIDR_REP_*`).
+    view CmSidrRep;
+    /// SIDR_REP, owned.
+    repr CmSidrRepRepr;
+    len CM_DATA_LEN; what "CM SIDR REP";
+    fields {
+        /// Request ID (copied from the SIDR_REQ).
+        request_id / set_request_id: u32 = (0, 0, 32);
+        /// Status (IBTA 12.11; kernel `enum ib_cm_sidr_status`).
+        status / set_status: u8 = (4, 0, 8);
+        /// Additional information length.
+        additional_information_length / set_additional_information_length: u8 = (5, 0, 8);
+        /// Vendor ID, high 16 bits (ECE; zero when unused).
+        vendor_id_h / set_vendor_id_h: u16 = (6, 0, 16);
+        /// QPN (24 bits).
+        qpn / set_qpn: u32 = (8, 0, 24);
+        /// Vendor ID, low 8 bits.
+        vendor_id_l / set_vendor_id_l: u8 = (11, 0, 8);
+        /// Service ID.
+        service_id / set_service_id: u64 = (12, 0, 64);
+        /// Q_Key.
+        q_key / set_q_key: u32 = (20, 0, 32);
+        /// Additional information (72 bytes; a ClassPortInfo on redirect).
+        additional_information / set_additional_information: [u8; 72] = (24, 0, 576);
+        /// Private data (136 bytes).
+        private_data / set_private_data: [u8; 136] = (96, 0, 1088);
+    }
+}
+
+layout! {
     /// A CM MAD, over a whole 256-byte MAD: the header and the 232-byte message
     /// ([`CmMad::data_ref`]) that the message views read.
     view CmMad;
@@ -310,6 +361,10 @@ pub enum CmMessage {
     Dreq(CmDreqRepr),
     /// DisconnectReply.
     Drep(CmDrepRepr),
+    /// ServiceIDResolutionRequest.
+    SidrReq(CmSidrReqRepr),
+    /// ServiceIDResolutionResponse.
+    SidrRep(CmSidrRepRepr),
 }
 
 impl CmMessage {
@@ -323,6 +378,8 @@ impl CmMessage {
             CmMessage::Rtu(_) => attr::CM_RTU,
             CmMessage::Dreq(_) => attr::CM_DREQ,
             CmMessage::Drep(_) => attr::CM_DREP,
+            CmMessage::SidrReq(_) => attr::CM_SIDR_REQ,
+            CmMessage::SidrRep(_) => attr::CM_SIDR_REP,
         }
     }
 
@@ -336,11 +393,13 @@ impl CmMessage {
             attr::CM_RTU => CmMessage::Rtu(CmRtuRepr::parse(&CmRtu::new_checked(data)?)?),
             attr::CM_DREQ => CmMessage::Dreq(CmDreqRepr::parse(&CmDreq::new_checked(data)?)?),
             attr::CM_DREP => CmMessage::Drep(CmDrepRepr::parse(&CmDrep::new_checked(data)?)?),
-            _ => {
-                return Err(Error::Unsupported(
-                    "CM attribute (LAP, APR, SIDR or unknown)",
-                ))
+            attr::CM_SIDR_REQ => {
+                CmMessage::SidrReq(CmSidrReqRepr::parse(&CmSidrReq::new_checked(data)?)?)
             }
+            attr::CM_SIDR_REP => {
+                CmMessage::SidrRep(CmSidrRepRepr::parse(&CmSidrRep::new_checked(data)?)?)
+            }
+            _ => return Err(Error::Unsupported("CM attribute (LAP, APR or unknown)")),
         })
     }
 
@@ -357,6 +416,8 @@ impl CmMessage {
             CmMessage::Rtu(m) => m.emit(&mut CmRtu::new_unchecked(data)),
             CmMessage::Dreq(m) => m.emit(&mut CmDreq::new_unchecked(data)),
             CmMessage::Drep(m) => m.emit(&mut CmDrep::new_unchecked(data)),
+            CmMessage::SidrReq(m) => m.emit(&mut CmSidrReq::new_unchecked(data)),
+            CmMessage::SidrRep(m) => m.emit(&mut CmSidrRep::new_unchecked(data)),
         }
     }
 }
@@ -371,7 +432,7 @@ pub struct CmMadRepr {
 }
 
 impl CmMadRepr {
-    /// Reads a CM MAD: base version 1, class 0x07, and one of the seven modelled
+    /// Reads a CM MAD: base version 1, class 0x07, and one of the nine modelled
     /// attribute IDs ([`Error::Unsupported`] for the others).
     pub fn parse<T: AsRef<[u8]>>(mad: &CmMad<T>) -> Result<Self> {
         mad.check_len()?;

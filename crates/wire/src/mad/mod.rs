@@ -130,6 +130,10 @@ pub mod attr {
     pub const CM_DREQ: u16 = 0x0015;
     /// CM DisconnectReply (IBTA 12.6; kernel `CM_*_ATTR_ID`).
     pub const CM_DREP: u16 = 0x0016;
+    /// CM ServiceIDResolutionRequest (IBTA 12.11; kernel `CM_*_ATTR_ID`).
+    pub const CM_SIDR_REQ: u16 = 0x0017;
+    /// CM ServiceIDResolutionResponse (IBTA 12.11; kernel `CM_*_ATTR_ID`).
+    pub const CM_SIDR_REP: u16 = 0x0018;
 }
 
 /// Where one field of a layout sits: `width` bits starting `bit` bits into byte

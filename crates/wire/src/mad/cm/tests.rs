@@ -83,6 +83,8 @@ layout_tests!(rep: CmRep, CmRepRepr);
 layout_tests!(rtu: CmRtu, CmRtuRepr);
 layout_tests!(dreq: CmDreq, CmDreqRepr);
 layout_tests!(drep: CmDrep, CmDrepRepr);
+layout_tests!(sidr_req: CmSidrReq, CmSidrReqRepr);
+layout_tests!(sidr_rep: CmSidrRep, CmSidrRepRepr);
 
 /// Parses a golden MAD, checks the common header Wireshark shows for all five
 /// (base version 1, class 0x07, class version 2, Send, status 0, TID 0x247fd4c1a),
@@ -307,9 +309,7 @@ fn cm_mad_rejects_what_it_does_not_model() {
     mad[17] = 0x19; // LAP
     assert_eq!(
         CmMadRepr::parse(&CmMad::new_checked(&mad[..]).unwrap()),
-        Err(Error::Unsupported(
-            "CM attribute (LAP, APR, SIDR or unknown)"
-        ))
+        Err(Error::Unsupported("CM attribute (LAP, APR or unknown)"))
     );
     mad[1] = class::PERF_MGMT;
     assert_eq!(
@@ -320,7 +320,7 @@ fn cm_mad_rejects_what_it_does_not_model() {
     );
 }
 
-const CM_ATTRS: [u16; 7] = [
+const CM_ATTRS: [u16; 9] = [
     attr::CM_REQ,
     attr::CM_MRA,
     attr::CM_REJ,
@@ -328,6 +328,8 @@ const CM_ATTRS: [u16; 7] = [
     attr::CM_RTU,
     attr::CM_DREQ,
     attr::CM_DREP,
+    attr::CM_SIDR_REQ,
+    attr::CM_SIDR_REP,
 ];
 
 proptest! {
@@ -339,7 +341,7 @@ proptest! {
     }
 
     #[test]
-    fn cm_mad_round_trip(mut bytes in prop::collection::vec(any::<u8>(), MAD_LEN), which in 0..7usize) {
+    fn cm_mad_round_trip(mut bytes in prop::collection::vec(any::<u8>(), MAD_LEN), which in 0..CM_ATTRS.len()) {
         bytes[0] = 1;
         bytes[1] = class::CM;
         bytes[16..18].copy_from_slice(&CM_ATTRS[which].to_be_bytes());
@@ -349,4 +351,50 @@ proptest! {
         let again = CmMadRepr::parse(&CmMad::new_checked(&out[..]).unwrap()).unwrap();
         prop_assert_eq!(again, repr);
     }
+}
+
+/// SIDR fields sit where kernel `ibta_vol1_c12.h` puts them (`CM_SIDR_REQ_*` and
+/// `CM_SIDR_REP_*`: request ID at 0, P_Key at 4, service ID at 8 / 12, QPN at 8,
+/// Q_Key at 20, additional information at 24, private data at 16 / 96).
+#[test]
+fn sidr_fields_follow_the_kernel_table() {
+    let mut data = [0u8; CM_DATA_LEN];
+    data[0..4].copy_from_slice(&0x1122_3344u32.to_be_bytes());
+    data[4..6].copy_from_slice(&0xffffu16.to_be_bytes());
+    data[8..16].copy_from_slice(&0x0000_0000_0111_4e20u64.to_be_bytes());
+    data[16] = 0xab;
+    data[231] = 0xcd;
+    let CmMessage::SidrReq(req) = CmMessage::parse(attr::CM_SIDR_REQ, &data).unwrap() else {
+        panic!("not a SIDR REQ")
+    };
+    assert_eq!(
+        (req.request_id, req.partition_key, req.service_id),
+        (0x1122_3344, 0xffff, 0x0111_4e20)
+    );
+    assert_eq!((req.private_data[0], req.private_data[215]), (0xab, 0xcd));
+
+    let mut data = [0u8; CM_DATA_LEN];
+    data[0..4].copy_from_slice(&0x1122_3344u32.to_be_bytes());
+    data[4] = 2; // reject
+    data[5] = 3;
+    data[8..11].copy_from_slice(&[0x00, 0x01, 0x23]);
+    data[12..20].copy_from_slice(&0x0111_4e20u64.to_be_bytes());
+    data[20..24].copy_from_slice(&0x8765_4321u32.to_be_bytes());
+    data[24] = 0x5a;
+    data[96] = 0xa5;
+    data[231] = 0x77;
+    let CmMessage::SidrRep(rep) = CmMessage::parse(attr::CM_SIDR_REP, &data).unwrap() else {
+        panic!("not a SIDR REP")
+    };
+    assert_eq!((rep.request_id, rep.status), (0x1122_3344, 2));
+    assert_eq!(rep.additional_information_length, 3);
+    assert_eq!(
+        (rep.qpn, rep.service_id, rep.q_key),
+        (0x123, 0x0111_4e20, 0x8765_4321)
+    );
+    assert_eq!(rep.additional_information[0], 0x5a);
+    assert_eq!((rep.private_data[0], rep.private_data[135]), (0xa5, 0x77));
+    let mut out = [0u8; CM_DATA_LEN];
+    CmMessage::SidrRep(rep).emit(&mut out);
+    assert_eq!(out, data);
 }
