@@ -142,6 +142,12 @@ enum Command {
         /// Only this device.
         #[arg(short = 'd', long = "ib-dev")]
         dev: Option<String>,
+        /// Only this port (a port the device lacks prints none, as ibv_devinfo).
+        #[arg(short = 'i', long = "ib-port", value_parser = clap::value_parser!(u8).range(1..))]
+        ib_port: Option<u8>,
+        /// Print only the devices' names.
+        #[arg(short = 'l', long)]
+        list: bool,
         /// Every attribute, the capability flags and the GID table.
         #[arg(short = 'v', long)]
         verbose: bool,
@@ -597,8 +603,19 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::Devinfo { dev, verbose, json } => {
-            match rverbs_cli::devinfo::run(dev.as_deref(), verbose, json) {
+        Command::Devinfo {
+            dev,
+            ib_port,
+            list,
+            verbose,
+            json,
+        } => {
+            let r = if list {
+                rverbs_cli::devinfo::list()
+            } else {
+                rverbs_cli::devinfo::run_port(dev.as_deref(), ib_port, verbose, json)
+            };
+            match r {
                 Ok(t) => {
                     print!("{t}");
                     ExitCode::SUCCESS

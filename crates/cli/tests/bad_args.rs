@@ -90,3 +90,25 @@ fn the_smallest_sizes_are_honoured() {
         "{out}"
     );
 }
+
+#[test]
+fn devinfo_lists_names_and_refuses_port_0() {
+    let o = Command::new(env!("CARGO_BIN_EXE_rverbs"))
+        .args(["devinfo", "-l"])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{out}");
+    let first = out.lines().next().unwrap();
+    assert!(
+        first.ends_with(" found:") && first.contains(" HCA"),
+        "{out}"
+    );
+    assert!(out.lines().any(|l| l == "\trv_lo"), "{out}");
+    refused(&["devinfo", "-i", "0"], "0 is not in 1..=255");
+    let o = Command::new(env!("CARGO_BIN_EXE_rverbs"))
+        .args(["devinfo", "-d", "rv_lo", "-i", "1"])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&o.stdout).contains("\t\tport:\t1\n"));
+}
