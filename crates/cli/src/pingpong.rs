@@ -288,7 +288,7 @@ pub fn run<W: Write>(o: &Opts, out: &mut W) -> Result<(), String> {
         ))?;
         Ok(me)
     };
-    let (rem, sgid) = match &o.server {
+    let (rem, sgid, mut watch) = match &o.server {
         Some(server) => {
             let addrs: Vec<SocketAddr> = (server.as_str(), o.port)
                 .to_socket_addrs()
@@ -326,9 +326,12 @@ pub fn run<W: Write>(o: &Opts, out: &mut W) -> Result<(), String> {
             let mut msg = [0u8; 52];
             s.read_exact(&mut msg)
                 .map_err(|e| format!("Couldn't read/write remote address: {}", why(&e)))?;
-            s.write_all(b"done\0").map_err(|e| e.to_string())?;
+            let mut done = b"done\0".to_vec();
+            done.extend_from_slice(LIVE);
+            s.write_all(&done).map_err(|e| e.to_string())?;
             let rem = decode(&msg)?;
-            (rem, sgid)
+            let watch = PeerWatch::after_exchange(s);
+            (rem, sgid, watch)
         }
         None => {
             let listener = listen_dual_stack(o.port)
@@ -358,10 +361,13 @@ pub fn run<W: Write>(o: &Opts, out: &mut W) -> Result<(), String> {
             } else {
                 connect(&rem, sgid)?;
             }
-            s.write_all(&encode(&me)).map_err(|e| e.to_string())?;
+            let mut reply = encode(&me).to_vec();
+            reply.extend_from_slice(LIVE);
+            s.write_all(&reply).map_err(|e| e.to_string())?;
             let mut done = [0u8; 5];
-            let _ = s.read(&mut done);
-            (rem, sgid)
+            let _ = s.read_exact(&mut done);
+            let watch = PeerWatch::after_exchange(s);
+            (rem, sgid, watch)
         }
     };
     w(writeln!(
@@ -424,10 +430,25 @@ pub fn run<W: Write>(o: &Opts, out: &mut W) -> Result<(), String> {
         }
         let ne = cq.poll(&mut wcs).map_err(e)?;
         if ne == 0 {
-            if last_progress.elapsed() > Duration::from_secs(30) {
+            let idle = last_progress.elapsed();
+            if idle > Duration::from_secs(30) {
                 return Err(format!("no completion in 30 s (rcnt {rcnt}, scnt {scnt})"));
             }
-            std::thread::yield_now();
+            if idle > PEER_GONE_GRACE && watch.peer_gone() {
+                return Err(format!(
+                    "the peer closed the connection after {rcnt} of {} iterations and \
+                     sent nothing for {} ms: it failed or was stopped",
+                    o.iters,
+                    idle.as_millis()
+                ));
+            }
+            // A ping-pong answers within microseconds; a peer quiet for longer is
+            // waited for without spinning a core.
+            if idle > Duration::from_millis(2) {
+                std::thread::sleep(Duration::from_micros(500));
+            } else {
+                std::thread::yield_now();
+            }
             continue;
         }
         last_progress = Instant::now();
@@ -481,7 +502,9 @@ pub fn run<W: Write>(o: &Opts, out: &mut W) -> Result<(), String> {
                         let ok = mr.with(|b| b[rx_off..][data_off..][..o.size] == want[..]);
                         if !ok {
                             return Err(format!(
-                                "Error validating received buffer of iteration {rcnt}"
+                                "Error validating received buffer of iteration {rcnt} \
+                                 (-c needs the peer to run with -c too: it fills its \
+                                 buffer with the checked pattern)"
                             ));
                         }
                     }
@@ -538,6 +561,53 @@ pub fn run<W: Write>(o: &Opts, out: &mut W) -> Result<(), String> {
         std::thread::sleep(o.linger);
     }
     Ok(())
+}
+
+/// What an rverbs peer appends to its part of the exchange (after the 52-byte address
+/// as the server, after `done\0` as the client): it keeps the TCP connection open until
+/// its run ends, so its closing before then means it failed or was stopped. rdma-core's
+/// tools read exactly their fields and close the connection after the exchange; they
+/// never see this, and without it the connection's close means nothing.
+const LIVE: &[u8] = b"rverbs-live\0";
+
+/// How long a peer whose connection closed may stay quiet before the run fails: its
+/// last messages, and their retransmissions after a lost ACK (rdma-core's timeout 14 is
+/// 67 ms), come well within it.
+const PEER_GONE_GRACE: Duration = Duration::from_millis(1500);
+
+/// The exchange's TCP connection, kept during the run when the peer said [`LIVE`].
+struct PeerWatch {
+    stream: Option<TcpStream>,
+    gone: bool,
+}
+
+impl PeerWatch {
+    /// Reads the peer's [`LIVE`] (waiting at most 1 s: rdma-core's tools send nothing
+    /// more and close the connection) and keeps the connection when it came.
+    fn after_exchange(mut s: TcpStream) -> PeerWatch {
+        let mut tag = [0u8; LIVE.len()];
+        let live = s.set_read_timeout(Some(Duration::from_secs(1))).is_ok()
+            && s.read_exact(&mut tag).is_ok()
+            && tag == LIVE
+            && s.set_nonblocking(true).is_ok();
+        PeerWatch {
+            stream: live.then_some(s),
+            gone: false,
+        }
+    }
+
+    /// Whether the peer closed the connection (or it broke).
+    fn peer_gone(&mut self) -> bool {
+        if let (Some(s), false) = (&mut self.stream, self.gone) {
+            let mut b = [0u8; 16];
+            self.gone = match s.read(&mut b) {
+                Ok(0) => true,
+                Ok(_) => false,
+                Err(e) => e.kind() != std::io::ErrorKind::WouldBlock,
+            };
+        }
+        self.gone
+    }
 }
 
 /// An exchange read's failure, in words (a read timeout says so).
