@@ -3,6 +3,8 @@
 //! `rverbs perf send lat` runs of this build). The figures are not judged (no timed
 //! tests); every row must be there with a number, and TCP's ratio to itself is 1.
 
+mod common;
+
 use std::process::Command;
 
 /// Runs `bench/SCRIPT` from the repository root with `RVERBS` set to `rverbs` and the
@@ -36,7 +38,7 @@ fn kernel_floor_script_runs_every_mode() {
             ("REPS", &"1"),
             ("ITERS", &"2000"),
             ("DUR", &"1"),
-            ("PORT", &"19372"),
+            ("PORT", &common::free_port_range(12).to_string()),
             ("CC", &"gcc"),
         ],
     );
@@ -108,8 +110,8 @@ fn running(bin: &std::path::Path) -> Vec<u32> {
 /// When one side of the C harness cannot bind its address, the run fails at once with
 /// a non-zero status, and neither side is left behind: the measuring side does not
 /// wait forever for an echoing side that died, and the echoing side does not spin on
-/// after the measuring side died. (Ports 19386/19387 on 127.0.0.200/201, the harness's
-/// own loopback addresses; the test holds the port it takes away.)
+/// after the measuring side died. (127.0.0.200/201 are the harness's own loopback
+/// addresses; the test holds the port it takes away, one the kernel chose.)
 #[test]
 fn kernel_floor_fails_fast_when_a_side_cannot_bind() {
     use std::time::{Duration, Instant};
@@ -119,8 +121,9 @@ fn kernel_floor_fails_fast_when_a_side_cannot_bind() {
     }
     let bin = build_kernel_floor("kernel_floor_bind_test");
     // 127.0.0.200 is the measuring side (the parent), 127.0.0.201 the echoing child.
-    for (side, port) in [("127.0.0.201", 19386u16), ("127.0.0.200", 19387)] {
-        let _held = std::net::UdpSocket::bind((side, port)).unwrap();
+    for side in ["127.0.0.201", "127.0.0.200"] {
+        let held = std::net::UdpSocket::bind((side, 0)).unwrap();
+        let port = held.local_addr().unwrap().port();
         let mut p = Command::new(&bin)
             .args(["roce", &port.to_string(), "1000"])
             .stdout(std::process::Stdio::null())
@@ -195,7 +198,7 @@ fn kernel_floor_script_stops_its_server_when_the_client_fails() {
             ("REPS", &"1"),
             ("ITERS", &"200"),
             ("DUR", &"1"),
-            ("PORT", &"19390"),
+            ("PORT", &common::free_port_range(12).to_string()),
             ("CC", &"gcc"),
         ],
     );
@@ -225,7 +228,10 @@ fn compare_script_prints_every_row() {
     let out = run_script(
         "compare.sh",
         env!("CARGO_BIN_EXE_rverbs"),
-        &[("SMOKE", &"1"), ("PORT", &"18720")],
+        &[
+            ("SMOKE", &"1"),
+            ("PORT", &common::free_port_range(32).to_string()),
+        ],
     );
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -290,7 +296,7 @@ fn hop_cost_script_counts_both_halves_of_a_round_trip() {
         .args(["bench/hop_cost.sh", bin, bin])
         .current_dir(root)
         .env("ITERS", "200")
-        .env("PORT", "19448")
+        .env("PORT", common::free_port_range(2).to_string())
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);

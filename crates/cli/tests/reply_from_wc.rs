@@ -66,8 +66,10 @@ fn reply_ah(text: &str) -> ReplyAh {
     }
 }
 
+/// A port for test `n`'s exchange, chosen at run time.
 fn port(n: u16) -> String {
-    (21000 + n + (std::process::id() % 500) as u16 * 4).to_string()
+    let _ = n;
+    common::free_port_s()
 }
 
 #[test]

@@ -26,6 +26,26 @@ pub fn free_port() -> u16 {
     }
 }
 
+/// The first of `n` consecutive ports that were free a moment ago for TCP and UDP on
+/// every address (the bench/ scripts take PORT, PORT+1, ...), starting at a port the
+/// kernel chose.
+pub fn free_port_range(n: u16) -> u16 {
+    let free = |p: u16| {
+        std::net::TcpListener::bind(("::", p))
+            .or_else(|_| std::net::TcpListener::bind(("0.0.0.0", p)))
+            .is_ok()
+            && std::net::UdpSocket::bind(("::", p))
+                .or_else(|_| std::net::UdpSocket::bind(("0.0.0.0", p)))
+                .is_ok()
+    };
+    loop {
+        let first = free_port();
+        if first.checked_add(n).is_some() && (1..n).all(|k| free(first + k)) {
+            return first;
+        }
+    }
+}
+
 /// [`free_port`] as text, for command lines.
 pub fn free_port_s() -> String {
     free_port().to_string()
