@@ -326,11 +326,16 @@ pub fn run<W: Write>(o: &Opts, out: &mut W) -> Result<(), String> {
             let mut msg = [0u8; 52];
             s.read_exact(&mut msg)
                 .map_err(|e| format!("Couldn't read/write remote address: {}", why(&e)))?;
+            // Our LIVE only to a server that sent its own: rdma-core's server reads
+            // `done` with one read that must return exactly its 5 bytes.
+            let live = PeerWatch::read_live(&mut s, Duration::from_millis(200));
             let mut done = b"done\0".to_vec();
-            done.extend_from_slice(LIVE);
+            if live {
+                done.extend_from_slice(LIVE);
+            }
             s.write_all(&done).map_err(|e| e.to_string())?;
             let rem = decode(&msg)?;
-            let watch = PeerWatch::after_exchange(s);
+            let watch = PeerWatch::new(s, live);
             (rem, sgid, watch)
         }
         None => {
@@ -366,7 +371,8 @@ pub fn run<W: Write>(o: &Opts, out: &mut W) -> Result<(), String> {
             s.write_all(&reply).map_err(|e| e.to_string())?;
             let mut done = [0u8; 5];
             let _ = s.read_exact(&mut done);
-            let watch = PeerWatch::after_exchange(s);
+            let live = PeerWatch::read_live(&mut s, Duration::from_secs(1));
+            let watch = PeerWatch::new(s, live);
             (rem, sgid, watch)
         }
     };
@@ -564,10 +570,12 @@ pub fn run<W: Write>(o: &Opts, out: &mut W) -> Result<(), String> {
 }
 
 /// What an rverbs peer appends to its part of the exchange (after the 52-byte address
-/// as the server, after `done\0` as the client): it keeps the TCP connection open until
-/// its run ends, so its closing before then means it failed or was stopped. rdma-core's
-/// tools read exactly their fields and close the connection after the exchange; they
-/// never see this, and without it the connection's close means nothing.
+/// as the server, in the same write; after `done\0` as the client, only when the
+/// server sent it): it keeps the TCP connection open until its run ends, so its
+/// closing before then means it failed or was stopped. rdma-core's client reads at
+/// most its 52 bytes and closes the connection after the exchange, never seeing it;
+/// rdma-core's server, whose read of `done` must return exactly 5 bytes, is never sent
+/// it. Without it the connection's close means nothing.
 const LIVE: &[u8] = b"rverbs-live\0";
 
 /// How long a peer whose connection closed may stay quiet before the run fails: its
@@ -582,14 +590,16 @@ struct PeerWatch {
 }
 
 impl PeerWatch {
-    /// Reads the peer's [`LIVE`] (waiting at most 1 s: rdma-core's tools send nothing
-    /// more and close the connection) and keeps the connection when it came.
-    fn after_exchange(mut s: TcpStream) -> PeerWatch {
+    /// Whether the peer sent [`LIVE`] next (waiting at most `wait`: rdma-core's tools
+    /// send nothing more).
+    fn read_live(s: &mut TcpStream, wait: Duration) -> bool {
         let mut tag = [0u8; LIVE.len()];
-        let live = s.set_read_timeout(Some(Duration::from_secs(1))).is_ok()
-            && s.read_exact(&mut tag).is_ok()
-            && tag == LIVE
-            && s.set_nonblocking(true).is_ok();
+        s.set_read_timeout(Some(wait)).is_ok() && s.read_exact(&mut tag).is_ok() && tag == LIVE
+    }
+
+    /// Keeps the connection to watch when the peer is `live`.
+    fn new(s: TcpStream, live: bool) -> PeerWatch {
+        let live = live && s.set_nonblocking(true).is_ok();
         PeerWatch {
             stream: live.then_some(s),
             gone: false,

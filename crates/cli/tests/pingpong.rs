@@ -323,3 +323,72 @@ fn a_killed_peer_ends_the_run_on_the_other_side() {
         );
     }
 }
+
+/// Against rdma-core's exchange, byte for byte: its server reads `done` with one read
+/// that must return exactly 5 bytes, and its client reads at most its 52 bytes. The
+/// rverbs side's extra tag (sent only to an rverbs peer) must never reach them.
+#[test]
+fn the_exchange_with_rdma_core_tools_is_unchanged() {
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
+    use std::process::Stdio;
+    use std::time::Duration;
+    let bin = env!("CARGO_BIN_EXE_rverbs");
+    let fake_dest = b"0000:000123:000456:00000000000000000000ffff7f000001\0";
+    assert_eq!(fake_dest.len(), 52);
+
+    // An rdma-core server (pp_server_exch_dest) and our client.
+    let l = TcpListener::bind(("127.0.0.1", 0)).unwrap();
+    let port = l.local_addr().unwrap().port().to_string();
+    let mut client = Command::new(bin)
+        .args(["pingpong", "rc", "-n", "1", "127.0.0.1", "-p", &port])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let (mut s, _) = l.accept().unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut msg = [0u8; 52];
+    s.read_exact(&mut msg).unwrap();
+    s.write_all(fake_dest).unwrap();
+    // The client answers at once (no wait for a tag that does not come).
+    std::thread::sleep(Duration::from_millis(400));
+    let n = s.read(&mut msg).unwrap();
+    assert_eq!(
+        &msg[..n],
+        b"done\0",
+        "rdma-core's server needs exactly 5 bytes"
+    );
+    let _ = client.kill();
+    let _ = client.wait();
+
+    // Our server and an rdma-core client (pp_client_exch_dest).
+    let port = common::free_port_s();
+    let mut server = Command::new(bin)
+        .args(["pingpong", "rc", "-n", "1", "-p", &port])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut s = None;
+    for _ in 0..100 {
+        if let Ok(c) = TcpStream::connect(("127.0.0.1", port.parse::<u16>().unwrap())) {
+            s = Some(c);
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut s = s.expect("server never listened");
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(fake_dest).unwrap();
+    let mut msg = [0u8; 52];
+    s.read_exact(&mut msg).unwrap();
+    assert_eq!(msg[51], 0, "{msg:?}");
+    assert!(msg[..51]
+        .iter()
+        .all(|b| b.is_ascii_hexdigit() || *b == b':'));
+    s.write_all(b"done\0").unwrap();
+    drop(s);
+    let _ = server.kill();
+    let _ = server.wait();
+}
