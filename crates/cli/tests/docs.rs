@@ -232,3 +232,31 @@ fn blocks_are_parsed_as_the_module_docs_say() {
     };
     assert_eq!(with_port(&gids, "4242"), ["gids"]);
 }
+
+/// Every fenced block of the README and `docs/` is closed, and a closing fence is alone
+/// on its line (text after it broke the README's rendering once); the README stays an
+/// overview.
+#[test]
+fn fences_are_well_formed_and_the_readme_short() {
+    for (name, text) in documents() {
+        let mut open = false;
+        for (i, line) in text.lines().enumerate() {
+            let Some(info) = line.trim_start().strip_prefix("```") else {
+                continue;
+            };
+            if open {
+                assert!(
+                    info.trim().is_empty(),
+                    "{name}:{}: text after a closing fence: {line}",
+                    i + 1
+                );
+            }
+            open = !open;
+        }
+        assert!(!open, "{name}: a fenced block is not closed");
+        if name == "README.md" {
+            let n = text.lines().count();
+            assert!(n <= 250, "README.md has {n} lines: move the depth to docs/");
+        }
+    }
+}

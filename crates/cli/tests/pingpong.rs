@@ -83,7 +83,15 @@ fn rc_recovers_from_loss_on_both_sides() {
 fn bad_arguments_fail_cleanly() {
     let bin = env!("CARGO_BIN_EXE_rverbs");
     let out = Command::new(bin)
-        .args(["pingpong", "rc", "-m", "3000", "localhost", "-p", "1"])
+        .args([
+            "pingpong",
+            "rc",
+            "-m",
+            "3000",
+            "localhost",
+            "-p",
+            &common::free_port_s(),
+        ])
         .output()
         .unwrap();
     assert!(!out.status.success());

@@ -2,7 +2,8 @@
 //! root, tshark, valgrind or reference files is `#[ignore]`d with its reason (so the
 //! summary shows it), and a check left out at run time inside another test says
 //! `SKIP` and fails under `RVERBS_NO_SKIP` (or `RVERBS_REQUIRE_*`), which CI sets.
-//! This scans the test sources for skips that would do neither.
+//! This scans the test sources for skips that would do neither, and for fixed ports
+//! (two runs of the tests on one host must not take each other's).
 
 use std::path::{Path, PathBuf};
 
@@ -64,4 +65,55 @@ fn every_run_time_skip_can_be_made_a_failure() {
          RVERBS_NO_SKIP):\n{}",
         bad.join("\n")
     );
+}
+
+/// The digits at the start of `s`, when there are any.
+fn leading_number(s: &str) -> Option<u32> {
+    let d: String = s.chars().take_while(char::is_ascii_digit).collect();
+    d.parse().ok()
+}
+
+#[test]
+fn no_test_uses_a_fixed_port() {
+    let root = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
+    let mut files = Vec::new();
+    for c in std::fs::read_dir(root.join("crates")).unwrap() {
+        let tests = c.unwrap().path().join("tests");
+        if tests.is_dir() {
+            sources(&tests, &mut files);
+        }
+    }
+    // Where a port is given: `-p` arguments, the bench scripts' PORT, `let port = N`,
+    // and binds. 4791 is RoCE v2's own port, 0 the kernel's choice.
+    let markers = [
+        "\"-p\", \"",
+        "\"PORT\", &\"",
+        "\"PORT\", \"",
+        "let port = ",
+        "let port = \"",
+        "bind((\"127.0.0.1\", ",
+        "bind((ip, ",
+        "bind((side, ",
+    ];
+    let mut bad = Vec::new();
+    for f in &files {
+        let text = std::fs::read_to_string(f).unwrap();
+        let name = f.strip_prefix(root).unwrap().display().to_string();
+        for (i, line) in text.lines().enumerate() {
+            for m in markers {
+                for (at, _) in line.match_indices(m) {
+                    let rest = &line[at + m.len()..];
+                    if let Some(n) = leading_number(rest).filter(|&n| n != 0 && n != 4791) {
+                        bad.push(format!("{name}:{}: port {n}: {}", i + 1, line.trim()));
+                    }
+                }
+            }
+        }
+    }
+    assert!(
+        bad.is_empty(),
+        "fixed ports in tests (use common::free_port or bind port 0):\n{}",
+        bad.join("\n")
+    );
+    assert_eq!(leading_number("18515\""), Some(18515));
 }
