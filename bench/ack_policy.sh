@@ -5,7 +5,7 @@
 # `rverbs perf` pair over loopback. Prints, per figure, the medians of both policies,
 # the median of the per-pair ratios new/old and their range.
 #
-#   cargo build --release -p rverbs-cli && bench/ack_policy.sh
+#   cargo build --profile bench-release -p rverbs-cli && bench/ack_policy.sh
 #
 # Figures: RC SEND 8 B latency p50 (half round trip) in the sleep policy (--spin-us 0)
 # and the spin policy (--spin-us $SPIN_US), both with perftest's completion moderation
@@ -14,12 +14,12 @@
 # Environment: RVERBS (binary), DUR (seconds per measurement, default 2), REPS
 # (alternating pairs, default 3), SPIN_US (default 1000000), PORT (default 18650).
 set -euo pipefail
-BIN=${RVERBS:-target/release/rverbs}
+BIN=${RVERBS:-target/bench-release/rverbs}
 DUR=${DUR:-2}
 REPS=${REPS:-3}
 PORT=${PORT:-18650}
 SPIN_US=${SPIN_US:-1000000}
-[[ -x $BIN ]] || { echo "ack_policy.sh: $BIN not found (cargo build --release -p rverbs-cli)" >&2; exit 2; }
+[[ -x $BIN ]] || { echo "ack_policy.sh: $BIN not found (cargo build --profile bench-release -p rverbs-cli)" >&2; exit 2; }
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 

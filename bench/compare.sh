@@ -3,7 +3,7 @@
 # two processes over loopback, identical sizes, depth and duration. Prints a table of
 # the figures of issue #6 with their ratios and goals.
 #
-#   cargo build --release -p rverbs-cli && bench/compare.sh
+#   cargo build --profile bench-release -p rverbs-cli && bench/compare.sh
 #
 # One measurement is noise on a shared machine, so every figure is taken REPS times,
 # rverbs and TCP alternating (A, B, A, B, ...): a row gives the median of the rverbs
@@ -17,14 +17,14 @@
 #   spin:  `--spin-us $SPIN_US` on both sides (rverbs polls its CQ, TCP polls its
 #          socket with MSG_DONTWAIT): each process keeps a core.
 #
-# Environment: RVERBS (binary, default target/release/rverbs), DUR (seconds per
+# Environment: RVERBS (binary, default target/bench-release/rverbs), DUR (seconds per
 # measurement, default 3), REPS (alternating pairs per figure, default 5), SPIN_US
 # (the spin policy's busy-poll, default 1000000), PORT (first TCP control port,
 # default 18600), RVERBS_SAME_HOST=0 (rverbs over the kernel's UDP path instead of
 # the same-host carrier, crates/rverbs/src/same_host.rs), SMOKE=1 (one pair of a few hundred messages per figure: checks the
 # script, not the speed).
 set -euo pipefail
-BIN=${RVERBS:-target/release/rverbs}
+BIN=${RVERBS:-target/bench-release/rverbs}
 DUR=${DUR:-3}
 PORT=${PORT:-18600}
 SPIN_US=${SPIN_US:-1000000}
@@ -35,7 +35,7 @@ else
     LEN=(-D "$DUR")
     REPS=${REPS:-5}
 fi
-[[ -x $BIN ]] || { echo "compare.sh: $BIN not found (cargo build --release -p rverbs-cli)" >&2; exit 2; }
+[[ -x $BIN ]] || { echo "compare.sh: $BIN not found (cargo build --profile bench-release -p rverbs-cli)" >&2; exit 2; }
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 

@@ -3,7 +3,7 @@
 # over rxe0 loopback) against rverbs perf send bw|lat (loopback soft device), then the
 # same sizes over TCP. rxe holds UDP 4791 on every address, so rxe0 and rdma_rxe are
 # removed before the rverbs runs. Run in the guest with the rverbs binary in /mnt/host:
-#   cp target/release/rverbs /var/tmp/rxe-peer/share/perf-helper/ && cp bench/guest_side_by_side.sh /var/tmp/rxe-peer/share/perf-helper/side.sh
+#   cp target/bench-release/rverbs /var/tmp/rxe-peer/share/perf-helper/ && cp bench/guest_side_by_side.sh /var/tmp/rxe-peer/share/perf-helper/side.sh
 #   flock /tmp/rxe-peer.lock -c "$T/start.sh 1 && $T/run.sh -v 1 -t 540 \"bash /mnt/host/perf-helper/side.sh\"; $T/stop.sh"
 # Side by side inside one guest: kernel rxe (loopback on rxe0) vs rverbs (loopback soft device).
 B=/mnt/host/perf-helper/rverbs

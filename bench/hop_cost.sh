@@ -4,7 +4,7 @@
 # a figure that does not move with the load of a shared machine, where the timed
 # benchmarks (bench/compare.sh) swing by tens of percent from one hour to the next.
 #
-#   cargo build --release -p rverbs-cli && bench/hop_cost.sh [BIN [BIN2]]
+#   cargo build --profile bench-release -p rverbs-cli && bench/hop_cost.sh [BIN [BIN2]]
 #
 # The server of `rverbs perf send lat -s 8 --spin-us 1000000 -n ITERS` runs under
 # callgrind, the client natively. Per round trip the server receives one UDP_SEGMENT
@@ -45,7 +45,7 @@ trap 'rm -rf "$TMP"' EXIT
 # measure BIN PORT: prints "receive reply" (instructions per round trip).
 measure() {
     local bin=$1 port=$2 out=$TMP/cg.$2
-    [[ -x $bin ]] || { echo "hop_cost.sh: $bin not found (cargo build --release -p rverbs-cli)" >&2; exit 2; }
+    [[ -x $bin ]] || { echo "hop_cost.sh: $bin not found (cargo build --profile bench-release -p rverbs-cli)" >&2; exit 2; }
     valgrind --tool=callgrind --callgrind-out-file="$out" \
         "$bin" perf send lat -s 8 --spin-us 1000000 -n "$ITERS" -p "$port" >/dev/null 2>"$TMP/vg.err" &
     local vg=$!
@@ -72,7 +72,7 @@ measure() {
         END { printf "%.0f %.0f\n", (rb > 0 ? rb : rx) / n, tx / n }'
 }
 
-A=${1:-target/release/rverbs}
+A=${1:-target/bench-release/rverbs}
 read -r arx atx < <(measure "$A" "$PORT")
 printf "%-40s %10s %10s %10s\n" "instructions per round trip (server)" receive reply sum
 printf "%-40s %10d %10d %10d\n" "$A" "$arx" "$atx" $((arx + atx))

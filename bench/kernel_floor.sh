@@ -15,15 +15,15 @@
 # with it off (RVERBS_SAME_HOST=0): they measure rverbs over UDP against the UDP
 # floors. bench/compare.sh measures what users get (the carrier on).
 #
-#   cargo build --release -p rverbs-cli && bench/kernel_floor.sh
+#   cargo build --profile bench-release -p rverbs-cli && bench/kernel_floor.sh
 #
-# Environment: RVERBS (binary, default target/release/rverbs; skipped if absent),
+# Environment: RVERBS (binary, default target/bench-release/rverbs; skipped if absent),
 # REPS (alternating rounds, default 5), ITERS (round trips per C measurement, default
 # 200000), DUR (seconds per rverbs measurement, default 2), PORT (first port, default
 # 18960), CC (default gcc).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-BIN=${RVERBS:-target/release/rverbs}
+BIN=${RVERBS:-target/bench-release/rverbs}
 REPS=${REPS:-5}
 ITERS=${ITERS:-200000}
 DUR=${DUR:-2}

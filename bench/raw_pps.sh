@@ -7,4 +7,4 @@
 # Usage: bench/raw_pps.sh [seconds-per-round] [rounds]
 set -e
 cd "$(dirname "$0")/.."
-cargo run -q --release -p rverbs-raw --example raw_pps -- "${1:-2}" "${2:-3}"
+cargo run -q --profile bench-release -p rverbs-raw --example raw_pps -- "${1:-2}" "${2:-3}"

@@ -17,8 +17,8 @@ KIND=${5:-bw}
 FIELD='"gbps":\([0-9.]*\)'
 UNIT=Gb/s
 [ "$KIND" = lat ] && { FIELD='"p50":\([0-9.]*\)'; UNIT=us; }
-cargo build -q --release -p rverbs-cli
-BIN=${RVERBS_BIN:-$PWD/target/release/rverbs}
+cargo build -q --profile bench-release -p rverbs-cli
+BIN=${RVERBS_BIN:-$PWD/target/bench-release/rverbs}
 A=rvbw_a$$
 B=rvbw_b$$
 cleanup() {

@@ -110,6 +110,12 @@ impl Snapshot {
 
 /// The `ibv_devinfo [-v]` text of one device.
 pub fn text(s: &Snapshot, verbose: bool) -> String {
+    text_port(s, verbose, None)
+}
+
+/// [`text`] limited to `port` (`ibv_devinfo -i PORT`): as devinfo.c's port loop, a
+/// port the device does not have prints no port section (and no error).
+pub fn text_port(s: &Snapshot, verbose: bool, port: Option<u8>) -> String {
     let d = &s.dev;
     let p = &s.port;
     let mut o = String::new();
@@ -169,9 +175,19 @@ pub fn text(s: &Snapshot, verbose: bool) -> String {
         n(&mut o, "max_mw", 4, 0);
         n(&mut o, "max_raw_ipv6_qp", 2, 0);
         n(&mut o, "max_raw_ethy_qp", 2, 0);
-        n(&mut o, "max_mcast_grp", 3, 0);
-        n(&mut o, "max_mcast_qp_attach", 2, 0);
-        n(&mut o, "max_total_mcast_qp_attach", 1, 0);
+        n(&mut o, "max_mcast_grp", 3, d.max_mcast_grp.into());
+        n(
+            &mut o,
+            "max_mcast_qp_attach",
+            2,
+            d.max_mcast_qp_attach.into(),
+        );
+        n(
+            &mut o,
+            "max_total_mcast_qp_attach",
+            1,
+            d.max_total_mcast_qp_attach.into(),
+        );
         n(&mut o, "max_ah", 4, d.max_ah.into());
         n(&mut o, "max_fmr", 3, 0);
         n(&mut o, "max_srq", 3, d.max_srq.into());
@@ -187,6 +203,9 @@ pub fn text(s: &Snapshot, verbose: bool) -> String {
         let _ = writeln!(o, "\tcore clock not supported");
         let _ = writeln!(o, "\tdevice_cap_flags_ex:\t\t0x{:X}", d.device_cap_flags);
         let _ = writeln!(o, "\tnum_comp_vectors:\t\t1");
+    }
+    if port.is_some_and(|p| p != 1) {
+        return o;
     }
     let _ = writeln!(o, "\t\tport:\t1");
     let _ = writeln!(
@@ -275,6 +294,9 @@ pub fn json(s: &Snapshot) -> Json {
         .with("max_res_rd_atom", d.max_res_rd_atom)
         .with("max_qp_init_rd_atom", d.max_qp_init_rd_atom)
         .with("atomic_cap", u8::from(d.atomic_hca))
+        .with("max_mcast_grp", d.max_mcast_grp)
+        .with("max_mcast_qp_attach", d.max_mcast_qp_attach)
+        .with("max_total_mcast_qp_attach", d.max_total_mcast_qp_attach)
         .with("max_ah", d.max_ah)
         .with("max_srq", d.max_srq)
         .with("max_srq_wr", d.max_srq_wr)
@@ -318,8 +340,34 @@ pub fn json(s: &Snapshot) -> Json {
     dev.with("ports", Json::Arr(vec![port]))
 }
 
+/// `ibv_devinfo -l`: the number of devices, then their names, a tab before each.
+pub fn list() -> Result<String, String> {
+    let all = rverbs::devices().map_err(|e| e.to_string())?;
+    Ok(list_text(all.iter().map(|d| d.name.as_str())))
+}
+
+fn list_text<'a>(names: impl ExactSizeIterator<Item = &'a str>) -> String {
+    let n = names.len();
+    let mut o = format!("{n} HCA{} found:\n", if n == 1 { "" } else { "s" });
+    for name in names {
+        let _ = writeln!(o, "\t{name}");
+    }
+    o.push('\n');
+    o
+}
+
 /// Runs `rverbs devinfo`: every device (or `dev` only), text or JSON.
 pub fn run(dev: Option<&str>, verbose: bool, as_json: bool) -> Result<String, String> {
+    run_port(dev, None, verbose, as_json)
+}
+
+/// [`run`] limited to one port (`-i`); the JSON then lists that port only.
+pub fn run_port(
+    dev: Option<&str>,
+    port: Option<u8>,
+    verbose: bool,
+    as_json: bool,
+) -> Result<String, String> {
     let all = rverbs::devices().map_err(|e| e.to_string())?;
     let chosen: Vec<&DeviceInfo> = match dev {
         Some(n) => {
@@ -339,9 +387,13 @@ pub fn run(dev: Option<&str>, verbose: bool, as_json: bool) -> Result<String, St
     for d in chosen {
         let s = Snapshot::take(d).unwrap_or_else(|_| Snapshot::unopened(d));
         if as_json {
-            objs.push(json(&s));
+            let mut j = json(&s);
+            if port.is_some_and(|p| p != 1) {
+                j = j.with("ports", Json::Arr(Vec::new()));
+            }
+            objs.push(j);
         } else {
-            out.push_str(&text(&s, verbose));
+            out.push_str(&text_port(&s, verbose, port));
         }
     }
     if as_json {
@@ -441,6 +493,50 @@ mod tests {
         assert!(j.starts_with("{\"hca_id\":\"rv_lo\""), "{j}");
         assert!(j.contains("\"gids\":[{\"index\":0,"), "{j}");
         assert!(j.contains("\"active_mtu\":"), "{j}");
+    }
+
+    #[test]
+    fn list_like_ibv_devinfo_l() {
+        assert_eq!(
+            list_text(["rv_lo"].into_iter()),
+            "1 HCA found:\n\trv_lo\n\n"
+        );
+        assert_eq!(
+            list_text(["rv_lo", "rv_eth0"].into_iter()),
+            "2 HCAs found:\n\trv_lo\n\trv_eth0\n\n"
+        );
+        assert_eq!(list_text([].into_iter()), "0 HCAs found:\n\n");
+    }
+
+    #[test]
+    fn values_match_rxe_where_rverbs_has_them() {
+        let s = Snapshot::take(&rverbs::device(None).unwrap()).unwrap();
+        let t = text(&s, true);
+        for line in [
+            "\t\t\tgid_tbl_len:\t\t1024\n",
+            "\tmax_mcast_grp:\t\t\t8192\n",
+            "\tmax_mcast_qp_attach:\t\t56\n",
+            "\tmax_total_mcast_qp_attach:\t458752\n",
+        ] {
+            assert!(
+                include_str!("../../../testdata/rxe/ibv_devinfo-v.txt").contains(line),
+                "{line:?} not in rxe's output"
+            );
+            assert!(t.contains(line), "{line:?} not in ours:\n{t}");
+        }
+    }
+
+    #[test]
+    fn one_port_only() {
+        let s = Snapshot::take(&rverbs::device(None).unwrap()).unwrap();
+        assert_eq!(text_port(&s, true, Some(1)), text(&s, true));
+        let none = text_port(&s, true, Some(2));
+        assert!(
+            none.contains("max_qp_wr") && !none.contains("\t\tport:\t"),
+            "{none}"
+        );
+        let j = run_port(Some("rv_lo"), Some(2), false, true).unwrap();
+        assert!(j.contains("\"ports\":[]"), "{j}");
     }
 
     #[test]

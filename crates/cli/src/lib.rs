@@ -13,3 +13,21 @@ pub mod mad;
 pub mod pcap;
 pub mod perf;
 pub mod pingpong;
+
+/// The Rust examples of `docs/`, compiled and run as doctests (the README's are the
+/// `rverbs` crate's).
+#[cfg(doctest)]
+mod docs {
+    #[doc = include_str!("../../../docs/device.md")]
+    struct Device;
+    #[doc = include_str!("../../../docs/environment.md")]
+    struct Environment;
+    #[doc = include_str!("../../../docs/flow.md")]
+    struct Flow;
+    #[doc = include_str!("../../../docs/gids.md")]
+    struct Gids;
+    #[doc = include_str!("../../../docs/mad.md")]
+    struct Mad;
+    #[doc = include_str!("../../../docs/wire.md")]
+    struct Wire;
+}

@@ -22,11 +22,11 @@ enum Command {
     /// RDMA READ and atomics over real RoCE v2 packets, verify every byte, and report
     /// the speed.
     Demo {
-        /// Iterations of each operation.
-        #[arg(short = 'n', long, default_value_t = 1000)]
+        /// Iterations of each operation (at least 1).
+        #[arg(short = 'n', long, default_value_t = 1000, value_parser = iters_parser)]
         iters: usize,
-        /// Message size in bytes.
-        #[arg(short = 's', long, default_value_t = 65536)]
+        /// Message size in bytes (1 B to 64 MiB).
+        #[arg(short = 's', long, default_value_t = 65536, value_parser = demo_size_parser)]
         size: usize,
     },
     /// Ping-pong SENDs with a peer, compatible with rdma-core's ibv_rc_pingpong,
@@ -47,17 +47,18 @@ enum Command {
         /// Port of the device (only 1 exists).
         #[arg(short = 'i', long = "ib-port", default_value_t = 1)]
         ib_port: u8,
-        /// Message size (default 4096; 1024 for ud, as ibv_ud_pingpong since rdma-core v26).
-        #[arg(short = 's', long)]
+        /// Message size (default 4096; 1024 for ud, as ibv_ud_pingpong since rdma-core v26;
+        /// 1 B to 1 GiB).
+        #[arg(short = 's', long, value_parser = size_parser)]
         size: Option<usize>,
-        /// Path MTU (rc, uc).
-        #[arg(short = 'm', long, default_value_t = 1024)]
+        /// Path MTU (rc, uc): 256, 512, 1024, 2048 or 4096.
+        #[arg(short = 'm', long, default_value_t = 1024, value_parser = mtu_parser)]
         mtu: usize,
         /// Receives to keep posted.
         #[arg(short = 'r', long = "rx-depth", default_value_t = 500)]
         rx_depth: usize,
-        /// Exchanges.
-        #[arg(short = 'n', long, default_value_t = 1000)]
+        /// Exchanges (at least 1).
+        #[arg(short = 'n', long, default_value_t = 1000, value_parser = iters_parser)]
         iters: usize,
         /// Service level (ignored on RoCE).
         #[arg(short = 'l', long, default_value_t = 0)]
@@ -142,6 +143,12 @@ enum Command {
         /// Only this device.
         #[arg(short = 'd', long = "ib-dev")]
         dev: Option<String>,
+        /// Only this port (a port the device lacks prints none, as ibv_devinfo).
+        #[arg(short = 'i', long = "ib-port", value_parser = clap::value_parser!(u8).range(1..))]
+        ib_port: Option<u8>,
+        /// Print only the devices' names.
+        #[arg(short = 'l', long)]
+        list: bool,
         /// Every attribute, the capability flags and the GID table.
         #[arg(short = 'v', long)]
         verbose: bool,
@@ -167,14 +174,14 @@ enum Command {
         /// Device (default: the loopback soft device).
         #[arg(short = 'd', long = "ib-dev")]
         dev: Option<String>,
-        /// Message size in bytes (default 65536 for bw, 2 for lat).
-        #[arg(short = 's', long)]
+        /// Message size in bytes (default 65536 for bw, 2 for lat; 1 B to 1 GiB).
+        #[arg(short = 's', long, value_parser = size_parser)]
         size: Option<usize>,
         /// Run every size from 2 bytes to 8 MiB.
         #[arg(short = 'a', long)]
         all: bool,
-        /// Messages per size (default 5000 for bw, 1000 for lat).
-        #[arg(short = 'n', long)]
+        /// Messages per size (default 5000 for bw, 1000 for lat; at least 1).
+        #[arg(short = 'n', long, value_parser = clap::value_parser!(u64).range(1..))]
         iters: Option<u64>,
         /// Run each size for this many seconds instead of -n.
         #[arg(short = 'D', long)]
@@ -196,8 +203,9 @@ enum Command {
         /// Both sides send (bw).
         #[arg(short = 'b', long)]
         bidirectional: bool,
-        /// Path MTU (default: the port's active MTU, as perftest).
-        #[arg(short = 'm', long, default_value_t = 0)]
+        /// Path MTU: 256, 512, 1024, 2048 or 4096 (default: the port's active MTU, as
+        /// perftest).
+        #[arg(short = 'm', long, default_value_t = 0, value_parser = mtu_or_0_parser)]
         mtu: usize,
         /// GID index (default: one of the peer's address family).
         #[arg(short = 'x', long = "gid-index")]
@@ -377,6 +385,57 @@ enum PcapCommand {
     },
 }
 
+/// The largest `-s` of pingpong and perf: each side registers twice this (a send and
+/// a receive half), and IBTA caps a message at 2^31 bytes.
+const MAX_SIZE: usize = 1 << 30;
+/// The largest `demo --size`: its two endpoints register twice this each.
+const MAX_DEMO_SIZE: usize = 64 << 20;
+
+/// A byte count: decimal, at least 1 and at most `max`.
+fn bounded_size(s: &str, max: usize) -> Result<usize, String> {
+    let n: u64 = s
+        .parse()
+        .map_err(|_| format!("{s:?} is not a size in bytes"))?;
+    if n == 0 || n > max as u64 {
+        return Err(format!("{n} is not in 1..={max} (bytes)"));
+    }
+    Ok(n as usize)
+}
+
+fn size_parser(s: &str) -> Result<usize, String> {
+    bounded_size(s, MAX_SIZE)
+}
+
+fn demo_size_parser(s: &str) -> Result<usize, String> {
+    bounded_size(s, MAX_DEMO_SIZE)
+}
+
+fn iters_parser(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Err("0 is not in 1.. (iterations)".into()),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!("{s:?} is not a number of iterations")),
+    }
+}
+
+/// An IBTA path MTU in bytes (the `enum ibv_mtu` values).
+fn mtu_parser(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(m @ (256 | 512 | 1024 | 2048 | 4096)) => Ok(m),
+        _ => Err(format!(
+            "invalid MTU {s} (valid: 256, 512, 1024, 2048, 4096)"
+        )),
+    }
+}
+
+/// [`mtu_parser`], or 0 for the port's active MTU.
+fn mtu_or_0_parser(s: &str) -> Result<usize, String> {
+    if s == "0" {
+        return Ok(0);
+    }
+    mtu_parser(s).map_err(|e| e.replace("(valid: ", "(valid: 0 (the port's), "))
+}
+
 fn fail(tool: &str, e: &str) -> ExitCode {
     eprintln!("rverbs {tool}: {e}");
     ExitCode::from(1)
@@ -394,7 +453,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Demo { iters, size } => {
             let mut out = std::io::stdout();
-            match rverbs_cli::demo::run(&mut out, iters.max(1), size.max(8)) {
+            match rverbs_cli::demo::run(&mut out, iters, size) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("rverbs demo: {e}");
@@ -440,7 +499,7 @@ fn main() -> ExitCode {
                 size: size.unwrap_or(rverbs_cli::pingpong::default_size(qp_type)),
                 mtu,
                 rx_depth: rx_depth.max(2),
-                iters: iters.max(1),
+                iters,
                 events,
                 gid_idx,
                 check,
@@ -499,16 +558,14 @@ fn main() -> ExitCode {
                 size: size.unwrap_or(if kind == Kind::Bw { 65536 } else { 2 }),
                 size_given: size.is_some(),
                 all,
-                iters: iters
-                    .unwrap_or(
-                        match (perftest, rverbs_cli::perf::perftest::Tool::of(op_v, kind)) {
-                            // perftest's own default -n for that tool.
-                            (true, Some(t)) => t.default_iters(),
-                            _ if kind == Kind::Bw => 5000,
-                            _ => 1000,
-                        },
-                    )
-                    .max(1),
+                iters: iters.unwrap_or(
+                    match (perftest, rverbs_cli::perf::perftest::Tool::of(op_v, kind)) {
+                        // perftest's own default -n for that tool.
+                        (true, Some(t)) => t.default_iters(),
+                        _ if kind == Kind::Bw => 5000,
+                        _ => 1000,
+                    },
+                ),
                 duration: duration.filter(|d| *d > 0.0),
                 depth,
                 post_list,
@@ -527,6 +584,17 @@ fn main() -> ExitCode {
                 perftest,
                 json,
             };
+            // Each QP has its own buffers of the largest size (perftest's -q).
+            let largest = if o.all { 8 << 20 } else { o.size };
+            if largest.saturating_mul(o.qps) > MAX_SIZE {
+                return fail(
+                    "perf",
+                    &format!(
+                        "-q {} QPs of {largest} bytes each exceed {MAX_SIZE} bytes of buffers",
+                        o.qps
+                    ),
+                );
+            }
             let mut out = std::io::stdout();
             match rverbs_cli::perf::run(&o, &mut out) {
                 Ok(_) => ExitCode::SUCCESS,
@@ -536,8 +604,19 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::Devinfo { dev, verbose, json } => {
-            match rverbs_cli::devinfo::run(dev.as_deref(), verbose, json) {
+        Command::Devinfo {
+            dev,
+            ib_port,
+            list,
+            verbose,
+            json,
+        } => {
+            let r = if list {
+                rverbs_cli::devinfo::list()
+            } else {
+                rverbs_cli::devinfo::run_port(dev.as_deref(), ib_port, verbose, json)
+            };
+            match r {
                 Ok(t) => {
                     print!("{t}");
                     ExitCode::SUCCESS

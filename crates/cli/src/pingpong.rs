@@ -132,7 +132,11 @@ fn mtu_of(bytes: usize) -> Result<Mtu, String> {
         1024 => Mtu::M1024,
         2048 => Mtu::M2048,
         4096 => Mtu::M4096,
-        _ => return Err(format!("invalid MTU {bytes}")),
+        _ => {
+            return Err(format!(
+                "invalid MTU {bytes} (valid: 256, 512, 1024, 2048, 4096)"
+            ))
+        }
     })
 }
 
@@ -277,7 +281,7 @@ pub fn run<W: Write>(o: &Opts, out: &mut W) -> Result<(), String> {
         ))?;
         Ok(me)
     };
-    let (rem, sgid) = match &o.server {
+    let (rem, sgid, mut watch) = match &o.server {
         Some(server) => {
             let addrs: Vec<SocketAddr> = (server.as_str(), o.port)
                 .to_socket_addrs()
@@ -315,9 +319,17 @@ pub fn run<W: Write>(o: &Opts, out: &mut W) -> Result<(), String> {
             let mut msg = [0u8; 52];
             s.read_exact(&mut msg)
                 .map_err(|e| format!("Couldn't read/write remote address: {}", why(&e)))?;
-            s.write_all(b"done\0").map_err(|e| e.to_string())?;
+            // Our LIVE only to a server that sent its own: rdma-core's server reads
+            // `done` with one read that must return exactly its 5 bytes.
+            let live = PeerWatch::read_live(&mut s, Duration::from_millis(200));
+            let mut done = b"done\0".to_vec();
+            if live {
+                done.extend_from_slice(LIVE);
+            }
+            s.write_all(&done).map_err(|e| e.to_string())?;
             let rem = decode(&msg)?;
-            (rem, sgid)
+            let watch = PeerWatch::new(s, live);
+            (rem, sgid, watch)
         }
         None => {
             let listener = listen_dual_stack(o.port)
@@ -347,10 +359,14 @@ pub fn run<W: Write>(o: &Opts, out: &mut W) -> Result<(), String> {
             } else {
                 connect(&rem, sgid)?;
             }
-            s.write_all(&encode(&me)).map_err(|e| e.to_string())?;
+            let mut reply = encode(&me).to_vec();
+            reply.extend_from_slice(LIVE);
+            s.write_all(&reply).map_err(|e| e.to_string())?;
             let mut done = [0u8; 5];
-            let _ = s.read(&mut done);
-            (rem, sgid)
+            let _ = s.read_exact(&mut done);
+            let live = PeerWatch::read_live(&mut s, Duration::from_secs(1));
+            let watch = PeerWatch::new(s, live);
+            (rem, sgid, watch)
         }
     };
     w(writeln!(
@@ -413,10 +429,25 @@ pub fn run<W: Write>(o: &Opts, out: &mut W) -> Result<(), String> {
         }
         let ne = cq.poll(&mut wcs).map_err(e)?;
         if ne == 0 {
-            if last_progress.elapsed() > Duration::from_secs(30) {
+            let idle = last_progress.elapsed();
+            if idle > Duration::from_secs(30) {
                 return Err(format!("no completion in 30 s (rcnt {rcnt}, scnt {scnt})"));
             }
-            std::thread::yield_now();
+            if idle > PEER_GONE_GRACE && watch.peer_gone() {
+                return Err(format!(
+                    "the peer closed the connection after {rcnt} of {} iterations and \
+                     sent nothing for {} ms: it failed or was stopped",
+                    o.iters,
+                    idle.as_millis()
+                ));
+            }
+            // A ping-pong answers within microseconds; a peer quiet for longer is
+            // waited for without spinning a core.
+            if idle > Duration::from_millis(2) {
+                std::thread::sleep(Duration::from_micros(500));
+            } else {
+                std::thread::yield_now();
+            }
             continue;
         }
         last_progress = Instant::now();
@@ -470,7 +501,9 @@ pub fn run<W: Write>(o: &Opts, out: &mut W) -> Result<(), String> {
                         let ok = mr.with(|b| b[rx_off..][data_off..][..o.size] == want[..]);
                         if !ok {
                             return Err(format!(
-                                "Error validating received buffer of iteration {rcnt}"
+                                "Error validating received buffer of iteration {rcnt} \
+                                 (-c needs the peer to run with -c too: it fills its \
+                                 buffer with the checked pattern)"
                             ));
                         }
                     }
@@ -527,6 +560,57 @@ pub fn run<W: Write>(o: &Opts, out: &mut W) -> Result<(), String> {
         std::thread::sleep(o.linger);
     }
     Ok(())
+}
+
+/// What an rverbs peer appends to its part of the exchange (after the 52-byte address
+/// as the server, in the same write; after `done\0` as the client, only when the
+/// server sent it): it keeps the TCP connection open until its run ends, so its
+/// closing before then means it failed or was stopped. rdma-core's client reads at
+/// most its 52 bytes and closes the connection after the exchange, never seeing it;
+/// rdma-core's server, whose read of `done` must return exactly 5 bytes, is never sent
+/// it. Without it the connection's close means nothing.
+const LIVE: &[u8] = b"rverbs-live\0";
+
+/// How long a peer whose connection closed may stay quiet before the run fails: its
+/// last messages, and their retransmissions after a lost ACK (rdma-core's timeout 14 is
+/// 67 ms), come well within it.
+const PEER_GONE_GRACE: Duration = Duration::from_millis(1500);
+
+/// The exchange's TCP connection, kept during the run when the peer said [`LIVE`].
+struct PeerWatch {
+    stream: Option<TcpStream>,
+    gone: bool,
+}
+
+impl PeerWatch {
+    /// Whether the peer sent [`LIVE`] next (waiting at most `wait`: rdma-core's tools
+    /// send nothing more).
+    fn read_live(s: &mut TcpStream, wait: Duration) -> bool {
+        let mut tag = [0u8; LIVE.len()];
+        s.set_read_timeout(Some(wait)).is_ok() && s.read_exact(&mut tag).is_ok() && tag == LIVE
+    }
+
+    /// Keeps the connection to watch when the peer is `live`.
+    fn new(s: TcpStream, live: bool) -> PeerWatch {
+        let live = live && s.set_nonblocking(true).is_ok();
+        PeerWatch {
+            stream: live.then_some(s),
+            gone: false,
+        }
+    }
+
+    /// Whether the peer closed the connection (or it broke).
+    fn peer_gone(&mut self) -> bool {
+        if let (Some(s), false) = (&mut self.stream, self.gone) {
+            let mut b = [0u8; 16];
+            self.gone = match s.read(&mut b) {
+                Ok(0) => true,
+                Ok(_) => false,
+                Err(e) => e.kind() != std::io::ErrorKind::WouldBlock,
+            };
+        }
+        self.gone
+    }
 }
 
 /// An exchange read's failure, in words (a read timeout says so).

@@ -85,13 +85,12 @@ fn json_rows(text: &str) -> Vec<(u32, String)> {
 }
 
 #[test]
+#[ignore = "needs root (network namespaces, CAP_NET_RAW); CI runs it with --ignored"]
 fn gids_tool_matches_the_kernel_table_in_a_netns() {
-    if !is_root() {
-        eprintln!(
-            "SKIPPED gids_tool_matches_the_kernel_table_in_a_netns: needs root (netns + veth)"
-        );
-        return;
-    }
+    assert!(
+        is_root(),
+        "needs root (network namespaces, CAP_NET_RAW); CI runs it with --ignored"
+    );
     let ns = vm1_netns("t");
     add_more(|a| ns.ip(a));
     let out = Command::new("ip")
@@ -128,11 +127,12 @@ fn gids_tool_matches_the_kernel_table_in_a_netns() {
 }
 
 #[test]
+#[ignore = "needs root (network namespaces, CAP_NET_RAW); CI runs it with --ignored"]
 fn open_device_follows_address_changes_like_the_kernel() {
-    if !is_root() {
-        eprintln!("SKIPPED open_device_follows_address_changes_like_the_kernel: needs root");
-        return;
-    }
+    assert!(
+        is_root(),
+        "needs root (network namespaces, CAP_NET_RAW); CI runs it with --ignored"
+    );
     let ns = vm1_netns("l");
     let exe = std::env::current_exe().unwrap();
     let out = Command::new("ip")
@@ -264,11 +264,12 @@ fn libc_einval() -> i32 {
 /// In raw mode (`RVERBS_RAW_IF`, as root: CAP_NET_RAW) every GID is listed twice, a
 /// RoCE v1 entry then a RoCE v2 one, default GIDs first, as mlx5's table is laid out.
 #[test]
+#[ignore = "needs root (network namespaces, CAP_NET_RAW); CI runs it with --ignored"]
 fn gids_tool_shows_v1_and_v2_entries_in_raw_mode() {
-    if !is_root() {
-        eprintln!("SKIPPED gids_tool_shows_v1_and_v2_entries_in_raw_mode: needs root");
-        return;
-    }
+    assert!(
+        is_root(),
+        "needs root (network namespaces, CAP_NET_RAW); CI runs it with --ignored"
+    );
     let ns = vm1_netns("r");
     let out = Command::new("ip")
         .args(["netns", "exec", &ns.0, env!("CARGO_BIN_EXE_rverbs"), "gids"])

@@ -3,6 +3,8 @@
 //! READ, SEND and WRITE with immediate, FETCH_ADD, CMP_SWAP), and what a peer that breaks
 //! the exchange gets.
 
+mod common;
+
 use rverbs_cli::interop::{run, Opts};
 use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
@@ -22,7 +24,7 @@ fn opts(server: Option<&str>, port: u16, iters: usize) -> Opts {
 
 #[test]
 fn requester_and_responder_verify_every_operation() {
-    let port = 18791;
+    let port = common::free_port();
     let responder = std::thread::spawn(move || {
         let mut out = Vec::new();
         let r = run(&opts(None, port, 3), &mut out);
@@ -53,7 +55,7 @@ fn requester_and_responder_verify_every_operation() {
 #[test]
 fn a_garbled_exchange_is_an_error_not_a_hang() {
     // A "requester" that sends a bad line: the responder names the field and fails.
-    let port = 18792;
+    let port = common::free_port();
     let responder = std::thread::spawn(move || run(&opts(None, port, 1), &mut Vec::new()));
     let mut s = None;
     for _ in 0..50 {
@@ -93,7 +95,7 @@ fn a_garbled_exchange_is_an_error_not_a_hang() {
 #[test]
 fn iterations_outside_the_posted_receives_are_refused() {
     for n in [0, 65] {
-        let err = run(&opts(None, 18793, n), &mut Vec::new()).unwrap_err();
+        let err = run(&opts(None, common::free_port(), n), &mut Vec::new()).unwrap_err();
         assert!(err.contains("within 1..=64"), "{err}");
     }
 }

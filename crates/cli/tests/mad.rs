@@ -3,6 +3,8 @@
 //! exchanged and `-R` resets them; a BM Set with a wrong B_Key from process A makes B
 //! send Trap 259 to C, the trap destination, naming A's GID and QP; the right key works.
 
+mod common;
+
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, Stdio};
@@ -73,7 +75,7 @@ impl Drop for Killed {
 
 #[test]
 fn perfquery_over_the_wire_counts_the_traffic_and_resets() {
-    let port = "18611";
+    let port = &common::free_port_s();
     let mut server = Command::new(bin())
         .args(["pingpong", "rc", "-p", port, "-n", "40", "-s", "3000"])
         .args(["--stats", "--linger", "60"])

@@ -14,13 +14,10 @@ fn ok_pair(args: &[&str], port: u16) -> (Vec<String>, Vec<String>) {
 
 #[test]
 fn bandwidth_of_every_operation() {
-    for (i, op) in ["send", "write", "read", "atomic", "tcp"]
-        .iter()
-        .enumerate()
-    {
+    for op in ["send", "write", "read", "atomic", "tcp"].iter() {
         let (s, c) = ok_pair(
             &[op, "bw", "-n", "300", "-s", "3000", "-t", "16"],
-            19200 + i as u16,
+            common::free_port(),
         );
         assert_eq!((s.len(), c.len()), (1, 1), "{op}: {s:?} {c:?}");
         assert_eq!(field(&c[0], "msgs"), "300", "{op}");
@@ -36,33 +33,33 @@ fn bandwidth_of_every_operation() {
 fn bidirectional_post_list_and_sweep() {
     let (_, c) = ok_pair(
         &["send", "bw", "-b", "-n", "200", "-l", "4", "-t", "32"],
-        19210,
+        common::free_port(),
     );
     assert_eq!(field(&c[0], "msgs"), "400");
     let (_, c) = ok_pair(
         &[
             "write", "bw", "-l", "8", "-t", "64", "-n", "1000", "-s", "64",
         ],
-        19211,
+        common::free_port(),
     );
     assert_eq!(field(&c[0], "msgs"), "1000");
-    let (_, c) = ok_pair(&["tcp", "bw", "-b", "-n", "100"], 19212);
+    let (_, c) = ok_pair(&["tcp", "bw", "-b", "-n", "100"], common::free_port());
     assert_eq!(field(&c[0], "msgs"), "200");
-    let (_, c) = ok_pair(&["write", "bw", "-a", "-n", "20"], 19213);
+    let (_, c) = ok_pair(&["write", "bw", "-a", "-n", "20"], common::free_port());
     assert_eq!(c.len(), 23);
     assert_eq!(field(&c[22], "size"), (8 << 20).to_string());
     // Duration mode: some messages, whatever the speed.
-    let (_, c) = ok_pair(&["send", "bw", "-D", "0.2", "-s", "1000"], 19214);
+    let (_, c) = ok_pair(
+        &["send", "bw", "-D", "0.2", "-s", "1000"],
+        common::free_port(),
+    );
     assert!(field(&c[0], "msgs").parse::<u64>().unwrap() > 0);
 }
 
 #[test]
 fn latency_of_every_operation() {
-    for (i, op) in ["send", "write", "read", "atomic", "tcp"]
-        .iter()
-        .enumerate()
-    {
-        let (s, c) = ok_pair(&[op, "lat", "-n", "50", "-s", "100"], 19220 + i as u16);
+    for op in ["send", "write", "read", "atomic", "tcp"].iter() {
+        let (s, c) = ok_pair(&[op, "lat", "-n", "50", "-s", "100"], common::free_port());
         assert_eq!(field(&c[0], "msgs"), "50", "{op}");
         let lat = &c[0][c[0].find("\"lat_us\"").expect("lat_us")..];
         let (min, p50, max) = (
@@ -73,33 +70,40 @@ fn latency_of_every_operation() {
         assert!(0.0 < min && min <= p50 && p50 <= max, "{op}: {lat}");
         assert!(!s[0].contains("lat_us"), "the server has no samples");
     }
-    let (_, c) = ok_pair(&["send", "lat", "-D", "0.2", "-s", "8"], 19226);
+    let (_, c) = ok_pair(
+        &["send", "lat", "-D", "0.2", "-s", "8"],
+        common::free_port(),
+    );
     assert!(field(&c[0], "msgs").parse::<u64>().unwrap() > 0);
     // Completion moderation (-Q): one SEND / WRITE in 7 signaled, and the last; with
     // -t 16 the SQ holds 17, so unsignaled work must be acknowledged as it goes.
-    for (i, op) in ["send", "write"].iter().enumerate() {
+    for op in ["send", "write"].iter() {
         let (s, c) = ok_pair(
             &[op, "lat", "-n", "301", "-Q", "7", "-t", "16", "-s", "8"],
-            19227 + i as u16,
+            common::free_port(),
         );
         assert_eq!(field(&c[0], "msgs"), "301", "{op}");
         assert_eq!(s.len(), 1, "{op}");
     }
-    let (_, c) = ok_pair(&["send", "lat", "-D", "0.2", "-Q", "3", "-s", "8"], 19229);
+    let (_, c) = ok_pair(
+        &["send", "lat", "-D", "0.2", "-Q", "3", "-s", "8"],
+        common::free_port(),
+    );
     assert!(field(&c[0], "msgs").parse::<u64>().unwrap() > 0);
 }
 
 #[test]
 fn mismatched_tests_fail_on_both_sides() {
     let bin = env!("CARGO_BIN_EXE_rverbs");
+    let port = common::free_port_s();
     let server = Command::new(bin)
-        .args(["perf", "write", "bw", "-p", "19230"])
+        .args(["perf", "write", "bw", "-p", &port])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     let c = Command::new(bin)
-        .args(["perf", "read", "bw", "-p", "19230", "localhost"])
+        .args(["perf", "read", "bw", "-p", &port, "localhost"])
         .output()
         .unwrap();
     let s = server.wait_with_output().unwrap();
@@ -108,7 +112,15 @@ fn mismatched_tests_fail_on_both_sides() {
     assert!(err.contains("op=read there, op=write here"), "{err}");
     // Bad options are refused before any connection.
     let o = Command::new(bin)
-        .args(["perf", "send", "lat", "-b", "-p", "19231", "localhost"])
+        .args([
+            "perf",
+            "send",
+            "lat",
+            "-b",
+            "-p",
+            &common::free_port_s(),
+            "localhost",
+        ])
         .output()
         .unwrap();
     assert!(String::from_utf8_lossy(&o.stderr).contains("bandwidth tests"));
@@ -146,9 +158,9 @@ fn resent_packets_are_reported() {
     };
     // (A clean run resends nothing unless an ACK is later than the retransmission
     // timeout: a machine that stalls a process that long.)
-    let ((clean, _), (clean_s, _)) = run("19232", "");
+    let ((clean, _), (clean_s, _)) = run(&common::free_port_s(), "");
     assert_eq!(clean, clean_s);
-    let ((lossy, err), (lossy_s, _)) = run("19233", "loss=0.05,seed=3");
+    let ((lossy, err), (lossy_s, _)) = run(&common::free_port_s(), "loss=0.05,seed=3");
     assert!(lossy > clean, "{lossy} {clean}: {err}");
     assert_eq!(lossy, lossy_s, "both sides report the sum");
     assert!(err.contains("packets sent again"), "{err}");
@@ -177,15 +189,14 @@ fn atomic_type_picks_the_operation_on_the_wire() {
     let dir = std::env::temp_dir().join(format!("rverbs-perf-atomic-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let bin = env!("CARGO_BIN_EXE_rverbs");
-    for (i, (kind, ty, op)) in [
+    for (kind, ty, op) in [
         ("bw", "CMP_AND_SWAP", "COMPARE_SWAP"),
         ("lat", "CMP_AND_SWAP", "COMPARE_SWAP"),
         ("bw", "FETCH_AND_ADD", "FETCH_ADD"),
     ]
     .into_iter()
-    .enumerate()
     {
-        let port = (19240 + i).to_string();
+        let port = common::free_port_s();
         let pcap = dir.join(format!("{kind}-{ty}.pcap"));
         let args = ["perf", "atomic", kind, "-A", ty, "-n", "150", "-p", &port];
         let server = Command::new(bin)
@@ -227,7 +238,15 @@ fn atomic_type_picks_the_operation_on_the_wire() {
     }
     // Anything else is refused with perftest's names in the message.
     let out = Command::new(bin)
-        .args(["perf", "atomic", "bw", "-A", "SWAP", "-p", "19249"])
+        .args([
+            "perf",
+            "atomic",
+            "bw",
+            "-A",
+            "SWAP",
+            "-p",
+            &common::free_port_s(),
+        ])
         .output()
         .unwrap();
     assert!(!out.status.success());
@@ -239,8 +258,10 @@ fn atomic_type_picks_the_operation_on_the_wire() {
 /// the handshake timeout (shortened here to 1 s), not a hang.
 #[test]
 fn silent_peer_times_out() {
-    let args = ["perf", "write", "bw", "-n", "5", "-p", "19693", "127.0.0.1"];
-    let text = common::against_silent_server(19693, &args);
+    let port = common::free_port();
+    let port_s = port.to_string();
+    let args = ["perf", "write", "bw", "-n", "5", "-p", &port_s, "127.0.0.1"];
+    let text = common::against_silent_server(port, &args);
     assert!(text.contains("the peer sent nothing"), "{text}");
 }
 
@@ -249,7 +270,8 @@ fn silent_peer_times_out() {
 #[test]
 fn a_run_outlasts_the_handshake_timeout() {
     let bin = env!("CARGO_BIN_EXE_rverbs");
-    let args = ["perf", "tcp", "bw", "-D", "2", "-s", "1000", "-p", "19687"];
+    let port = common::free_port_s();
+    let args = ["perf", "tcp", "bw", "-D", "2", "-s", "1000", "-p", &port];
     let env = ("RVERBS_HANDSHAKE_TIMEOUT_MS", "1000");
     let server = std::process::Command::new(bin)
         .args(args)

@@ -37,8 +37,8 @@ fn num(line: &str, key: &str) -> f64 {
 
 #[test]
 fn bandwidth_tools_in_both_roles() {
-    for (i, op) in ["write", "read", "send", "atomic"].iter().enumerate() {
-        let (s, c) = pair(&[op, "bw", "-n", "200", "-s", "3000"], 19400 + i as u16);
+    for op in ["write", "read", "send", "atomic"].iter() {
+        let (s, c) = pair(&[op, "bw", "-n", "200", "-s", "3000"], common::free_port());
         assert_eq!((s.len(), c.len()), (1, 1), "{op}: {s:?} {c:?}");
         let size = if *op == "atomic" { "8" } else { "3000" };
         assert_eq!(field(&c[0], "msgs"), "200", "{op}");
@@ -55,10 +55,10 @@ fn bandwidth_tools_in_both_roles() {
 #[test]
 fn post_lists_and_durations_in_both_roles() {
     // -l: chains of 4 requests per post (perftest's run_iter_bw), 200 of them in all.
-    for (i, op) in ["write", "read", "send", "atomic"].iter().enumerate() {
+    for op in ["write", "read", "send", "atomic"].iter() {
         let (s, c) = pair(
             &[op, "bw", "-n", "200", "-l", "4", "-s", "1000"],
-            19440 + i as u16,
+            common::free_port(),
         );
         assert_eq!((s.len(), c.len()), (1, 1), "{op}: {s:?} {c:?}");
         assert_eq!(field(&c[0], "msgs"), "200", "{op}");
@@ -66,10 +66,10 @@ fn post_lists_and_durations_in_both_roles() {
     }
     // -D: the client sends for the duration, signals its last chain and waits for it;
     // the server, which only waits for the closing handshake, gets its figures.
-    for (i, op) in ["write", "read", "atomic"].iter().enumerate() {
+    for op in ["write", "read", "atomic"].iter() {
         let (s, c) = pair(
             &[op, "bw", "-D", "0.5", "-l", "2", "-s", "512"],
-            19444 + i as u16,
+            common::free_port(),
         );
         assert_eq!((s.len(), c.len()), (1, 1), "{op}: {s:?} {c:?}");
         let msgs = num(&c[0], "msgs");
@@ -83,17 +83,20 @@ fn post_lists_and_durations_in_both_roles() {
 /// directions; also with -D, and per size in a sweep (with its extra handshake).
 #[test]
 fn bidirectional_bandwidth_in_both_roles() {
-    for (i, op) in ["write", "read", "atomic", "send"].iter().enumerate() {
+    for op in ["write", "read", "atomic", "send"].iter() {
         let (s, c) = pair(
             &[op, "bw", "-b", "-n", "200", "-s", "1000"],
-            19450 + i as u16,
+            common::free_port(),
         );
         assert_eq!((s.len(), c.len()), (1, 1), "{op}: {s:?} {c:?}");
         // 200 each way.
         assert_eq!(field(&c[0], "msgs"), "400", "{op}: {}", c[0]);
         assert_eq!(field(&s[0], "msgs"), "400", "{op}: {}", s[0]);
     }
-    let (s, c) = pair(&["write", "bw", "-b", "-D", "0.5", "-s", "512"], 19456);
+    let (s, c) = pair(
+        &["write", "bw", "-b", "-D", "0.5", "-s", "512"],
+        common::free_port(),
+    );
     assert_eq!((s.len(), c.len()), (1, 1), "-D: {s:?} {c:?}");
     assert_eq!(
         field(&s[0], "msgs"),
@@ -101,8 +104,8 @@ fn bidirectional_bandwidth_in_both_roles() {
         "-D: {s:?} {c:?}"
     );
     assert!(num(&c[0], "msgs") >= 2.0, "-D: {}", c[0]);
-    for (i, op) in ["write", "read", "send"].iter().enumerate() {
-        let (s, c) = pair(&[op, "bw", "-b", "-a", "-n", "5"], 19457 + i as u16);
+    for op in ["write", "read", "send"].iter() {
+        let (s, c) = pair(&[op, "bw", "-b", "-a", "-n", "5"], common::free_port());
         assert_eq!((s.len(), c.len()), (23, 23), "{op} -a: {s:?} {c:?}");
         assert!(c.iter().all(|l| field(l, "msgs") == "10"), "{op}: {c:?}");
     }
@@ -110,8 +113,8 @@ fn bidirectional_bandwidth_in_both_roles() {
 
 #[test]
 fn latency_tools_in_both_roles() {
-    for (i, op) in ["write", "send", "read", "atomic"].iter().enumerate() {
-        let (s, c) = pair(&[op, "lat", "-n", "50", "-s", "100"], 19410 + i as u16);
+    for op in ["write", "send", "read", "atomic"].iter() {
+        let (s, c) = pair(&[op, "lat", "-n", "50", "-s", "100"], common::free_port());
         assert_eq!((s.len(), c.len()), (1, 1), "{op}: {s:?} {c:?}");
         // n posts give n - 1 gaps, as perftest's print_report_lat.
         assert!(c[0].contains("\"lat_us\""), "{op}: {}", c[0]);
@@ -126,7 +129,10 @@ fn latency_tools_in_both_roles() {
     // SEND latency with completion moderation: each signaled SEND's completion is
     // awaited right after its post (ib_send_lat), the unsignaled ones between complete
     // with them, and the last (signaled) one ends both sides' loops.
-    let (s, c) = pair(&["send", "lat", "-n", "301", "-Q", "7", "-s", "8"], 19414);
+    let (s, c) = pair(
+        &["send", "lat", "-n", "301", "-Q", "7", "-s", "8"],
+        common::free_port(),
+    );
     assert_eq!((s.len(), c.len()), (1, 1), "-Q 7: {s:?} {c:?}");
     assert!(
         num(&c[0], "p50") > 0.0 && num(&s[0], "p50") > 0.0,
@@ -138,11 +144,8 @@ fn latency_tools_in_both_roles() {
 fn sweep_runs_every_size() {
     // -a: 2 B .. 8 MiB, as perftest (few iterations: the loopback device is in-process
     // software).
-    for (i, (op, kind)) in [("send", "bw"), ("write", "lat"), ("write", "bw")]
-        .iter()
-        .enumerate()
-    {
-        let (s, c) = pair(&[op, kind, "-a", "-n", "5"], 19420 + i as u16);
+    for (op, kind) in [("send", "bw"), ("write", "lat"), ("write", "bw")].iter() {
+        let (s, c) = pair(&[op, kind, "-a", "-n", "5"], common::free_port());
         assert_eq!(c.len(), 23, "{op} {kind}: {c:?}");
         assert_eq!(field(&c[22], "size"), "8388608");
         if *kind == "bw" && *op == "write" {
@@ -188,18 +191,22 @@ fn against_fake(reply: Vec<u8>, port: u16, args: &[&str]) -> Output {
 fn bad_peers_get_a_clear_error() {
     let mut old = b"5.60".to_vec();
     old.resize(16, 0);
-    let o = against_fake(old, 19430, &["write", "bw", "-n", "5"]);
+    let o = against_fake(old, common::free_port(), &["write", "bw", "-n", "5"]);
     assert!(!o.status.success());
     assert!(text(&o).contains("5.70"), "{}", text(&o));
 
-    let o = against_fake(vec![0xff; 16], 19431, &["send", "lat", "-n", "5"]);
+    let o = against_fake(
+        vec![0xff; 16],
+        common::free_port(),
+        &["send", "lat", "-n", "5"],
+    );
     assert!(!o.status.success());
     assert!(text(&o).contains("no perftest version"), "{}", text(&o));
 
     // A good version, then zeros for the page size: refused before sizing a buffer.
     let mut v = b"6.06".to_vec();
     v.resize(16, 0);
-    let o = against_fake(v, 19432, &["read", "bw", "-n", "5"]);
+    let o = against_fake(v, common::free_port(), &["read", "bw", "-n", "5"]);
     assert!(!o.status.success());
     assert!(text(&o).contains("not plausible"), "{}", text(&o));
 }
@@ -225,7 +232,7 @@ fn unspoken_options_are_refused() {
         let o = Command::new(bin)
             .arg("perf")
             .args(args)
-            .args(["--perftest", "127.0.0.1", "-p", "19439"])
+            .args(["--perftest", "127.0.0.1", "-p", &common::free_port_s()])
             .output()
             .unwrap();
         assert!(!o.status.success(), "{args:?}");
@@ -235,18 +242,17 @@ fn unspoken_options_are_refused() {
 
 #[test]
 fn uc_send_and_write_tools_in_both_roles() {
-    for (i, (op, kind, n)) in [
+    for (op, kind, n) in [
         ("send", "bw", "300"),
         ("write", "bw", "300"),
         ("send", "lat", "100"),
         ("write", "lat", "100"),
     ]
     .into_iter()
-    .enumerate()
     {
         let (s, c) = pair(
             &[op, kind, "-c", "UC", "-n", n, "-s", "2000"],
-            19460 + i as u16,
+            common::free_port(),
         );
         assert_eq!(field(&c[0], "msgs"), n, "{op} {kind}: {c:?}");
         assert!(num(&c[0], "gbps") > 0.0, "{op} {kind}: {}", c[0]);
@@ -255,7 +261,7 @@ fn uc_send_and_write_tools_in_both_roles() {
         }
     }
     // rverbs' own exchange does not speak UC.
-    needs_perftest_mode(&["-c", "UC"], "19469");
+    needs_perftest_mode(&["-c", "UC"], &common::free_port_s());
 }
 
 /// `rverbs perf OP bw ARGS -s SIZE --perftest` server and client, for each of the four
@@ -286,7 +292,7 @@ fn several_qps_in_both_roles() {
     for (op, s, c) in each_bw_tool(
         &["-q", "3", "-n", "120", "-t", "8", "-l", "2"],
         "2500",
-        19470,
+        common::free_port(),
     ) {
         // Every QP's messages count: 3 x 120.
         assert_eq!(field(&c[0], "msgs"), "360", "{op}: {c:?}");
@@ -296,7 +302,7 @@ fn several_qps_in_both_roles() {
     // More QPs than one CQ can serve: a clear refusal on the side that finds it.
     let (_, c) = common::perf_processes(
         &["send", "bw", "-q", "9000", "-n", "100", "--perftest"],
-        19476,
+        common::free_port(),
         "127.0.0.1",
     );
     assert!(!c.status.success());
@@ -304,30 +310,40 @@ fn several_qps_in_both_roles() {
     // A duration with two QPs: each posts until the time is up.
     let (s, c) = pair(
         &["write", "bw", "-q", "2", "-D", "0.3", "-s", "1000"],
-        19475,
+        common::free_port(),
     );
     assert!(num(&c[0], "msgs") > 0.0, "{c:?}");
     assert_eq!(field(&s[0], "msgs"), field(&c[0], "msgs"), "{s:?}");
     // A sweep with two QPs: each size's handshakes and receives per QP.
-    let (s, c) = pair(&["send", "bw", "-q", "2", "-a", "-n", "6"], 19474);
+    let (s, c) = pair(
+        &["send", "bw", "-q", "2", "-a", "-n", "6"],
+        common::free_port(),
+    );
     assert_eq!((s.len(), c.len()), (23, 23));
     assert!(c.iter().all(|l| field(l, "msgs") == "12"), "{c:?}");
     // rverbs' own exchange has one QP.
-    needs_perftest_mode(&["-q", "2"], "19479");
+    needs_perftest_mode(&["-q", "2"], &common::free_port_s());
 }
 
 #[test]
 fn several_qps_both_ways() {
     // `-q` with `-b` (perftest's `run_iter_bi` over every QP): each side sends `-n`
     // on each QP and, for SENDs, receives as many on each.
-    for (op, s, c) in each_bw_tool(&["-b", "-q", "3", "-n", "100", "-t", "16"], "1500", 19485) {
+    for (op, s, c) in each_bw_tool(
+        &["-b", "-q", "3", "-n", "100", "-t", "16"],
+        "1500",
+        common::free_port(),
+    ) {
         assert_eq!((s.len(), c.len()), (1, 1), "{op}: {s:?} {c:?}");
         // 3 QPs x 100, each way.
         assert_eq!(field(&c[0], "msgs"), "600", "{op}: {}", c[0]);
         assert_eq!(field(&s[0], "msgs"), "600", "{op}: {}", s[0]);
     }
     // And per size in a sweep.
-    let (s, c) = pair(&["send", "bw", "-b", "-q", "2", "-a", "-n", "5"], 19489);
+    let (s, c) = pair(
+        &["send", "bw", "-b", "-q", "2", "-a", "-n", "5"],
+        common::free_port(),
+    );
     assert_eq!((s.len(), c.len()), (23, 23), "{s:?} {c:?}");
     assert!(c.iter().all(|l| field(l, "msgs") == "20"), "{c:?}");
 }
@@ -336,19 +352,28 @@ fn several_qps_both_ways() {
 fn ud_send_tools_in_both_roles() {
     // The loopback device's MTU is 4096: the default size (65536) becomes it, as
     // perftest lowers its own; a larger -s is refused on both sides, as perftest does.
-    let (s, c) = pair(&["send", "bw", "-c", "UD", "-n", "300"], 19480);
+    let (s, c) = pair(
+        &["send", "bw", "-c", "UD", "-n", "300"],
+        common::free_port(),
+    );
     assert_eq!(field(&c[0], "size"), "4096", "{c:?}");
     assert_eq!(field(&c[0], "msgs"), "300", "{c:?}");
     assert_eq!(field(&s[0], "msgs"), "300", "{s:?}");
     // A sweep stops at the MTU: 2 .. 4096 bytes, 12 sizes.
-    let (_, c) = pair(&["send", "bw", "-c", "UD", "-a", "-n", "20"], 19481);
+    let (_, c) = pair(
+        &["send", "bw", "-c", "UD", "-a", "-n", "20"],
+        common::free_port(),
+    );
     assert_eq!(c.len(), 12, "{c:?}");
     assert_eq!(field(&c[11], "size"), "4096");
-    let (_, c) = pair(&["send", "lat", "-c", "UD", "-n", "100", "-s", "64"], 19482);
+    let (_, c) = pair(
+        &["send", "lat", "-c", "UD", "-n", "100", "-s", "64"],
+        common::free_port(),
+    );
     assert_eq!(field(&c[0], "msgs"), "100", "{c:?}");
     let (s9, c9) = common::perf_processes(
         &["send", "bw", "-c", "UD", "-s", "9000", "--perftest"],
-        19484,
+        common::free_port(),
         "127.0.0.1",
     );
     assert!(!s9.status.success() && !c9.status.success());
@@ -356,7 +381,7 @@ fn ud_send_tools_in_both_roles() {
     // Several QPs, an address handle each.
     let (s, _) = pair(
         &["send", "bw", "-c", "UD", "-q", "2", "-n", "50", "-s", "100"],
-        19483,
+        common::free_port(),
     );
     assert_eq!(field(&s[0], "msgs"), "100", "{s:?}");
 }
@@ -370,7 +395,7 @@ fn completion_moderation_above_the_depth_is_capped() {
         &[
             "write", "bw", "-n", "1000", "-s", "64", "-Q", "200", "-t", "128",
         ],
-        19690,
+        common::free_port(),
     );
     assert_eq!((s.len(), c.len()), (1, 1), "{s:?} {c:?}");
     assert_eq!(field(&c[0], "msgs"), "1000");
@@ -394,9 +419,10 @@ fn the_wait_for_the_end_of_a_run_outlasts_the_handshake_timeout() {
         "--perftest",
     ];
     let env = ("RVERBS_PERFTEST_PEER_TIMEOUT_MS", "1000");
+    let port = common::free_port_s();
     let server = Command::new(bin)
         .args(args)
-        .args(["-p", "19691", "--json"])
+        .args(["-p", &port, "--json"])
         .env(env.0, env.1)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -404,7 +430,7 @@ fn the_wait_for_the_end_of_a_run_outlasts_the_handshake_timeout() {
         .unwrap();
     let c = Command::new(bin)
         .args(args)
-        .args(["-p", "19691", "--json", "127.0.0.1"])
+        .args(["-p", &port, "--json", "127.0.0.1"])
         .env(env.0, env.1)
         .output()
         .unwrap();
@@ -422,8 +448,10 @@ fn the_wait_for_the_end_of_a_run_outlasts_the_handshake_timeout() {
         text(&c)
     );
 
+    let port = common::free_port();
+    let port_s = port.to_string();
     let stderr = common::against_silent_server_env(
-        19692,
+        port,
         &[
             "perf",
             "write",
@@ -432,7 +460,7 @@ fn the_wait_for_the_end_of_a_run_outlasts_the_handshake_timeout() {
             "5",
             "--perftest",
             "-p",
-            "19692",
+            &port_s,
             "127.0.0.1",
         ],
         env,

@@ -45,11 +45,8 @@ fn rc_uc_ud_between_processes() {
         // The default UD size is 1024 (rdma-core v26+): 100 × 1024 × 2 bytes.
         (&["ud", "-n", "100"], "204800 bytes in"),
     ];
-    for (i, (args, want)) in cases.iter().enumerate() {
-        let (s, c) = pair(
-            args,
-            19600 + i as u16 + (std::process::id() % 200) as u16 * 8,
-        );
+    for (args, want) in cases {
+        let (s, c) = pair(args, common::free_port());
         for text in [&s, &c] {
             assert!(text.contains(want), "{args:?}:\n{text}");
             assert!(text.contains("bytes in"), "{args:?}:\n{text}");
@@ -71,7 +68,7 @@ fn rc_recovers_from_loss_on_both_sides() {
         let faults = format!("loss=0.05,dup=0.02,reorder=0.02,seed={seed}");
         let (s, c) = pair_env(
             &["rc", "-n", "40", "-s", "10000", "-c", "--stats"],
-            19680 + seed + (std::process::id() % 200) as u16 * 8,
+            common::free_port(),
             &[("RVERBS_FAULTS", &faults)],
         );
         for text in [&s, &c] {
@@ -86,14 +83,29 @@ fn rc_recovers_from_loss_on_both_sides() {
 fn bad_arguments_fail_cleanly() {
     let bin = env!("CARGO_BIN_EXE_rverbs");
     let out = Command::new(bin)
-        .args(["pingpong", "rc", "-m", "3000", "localhost", "-p", "1"])
+        .args([
+            "pingpong",
+            "rc",
+            "-m",
+            "3000",
+            "localhost",
+            "-p",
+            &common::free_port_s(),
+        ])
         .output()
         .unwrap();
     assert!(!out.status.success());
     let out = Command::new(bin).args(["pingpong", "xx"]).output().unwrap();
     assert!(!out.status.success());
     let out = Command::new(bin)
-        .args(["pingpong", "ud", "-s", "100000", "-p", "19599"])
+        .args([
+            "pingpong",
+            "ud",
+            "-s",
+            "100000",
+            "-p",
+            &common::free_port_s(),
+        ])
         .output()
         .unwrap();
     assert!(!out.status.success());
@@ -106,7 +118,7 @@ fn bad_arguments_fail_cleanly() {
 #[test]
 fn check_refuses_a_short_message() {
     let bin = env!("CARGO_BIN_EXE_rverbs");
-    let port = (19344 + std::process::id() % 4).to_string();
+    let port = common::free_port_s();
     let server = Command::new(bin)
         .args(["pingpong", "ud", "-s", "100", "-n", "5", "-c", "-p", &port])
         .stdout(std::process::Stdio::piped())
@@ -145,8 +157,10 @@ fn silent_peer_times_out() {
     let bin = env!("CARGO_BIN_EXE_rverbs");
     let env = ("RVERBS_HANDSHAKE_TIMEOUT_MS", "1000");
     // Our client against a server that accepts and stays silent.
-    let args = ["pingpong", "rc", "-p", "19341", "127.0.0.1"];
-    let text = common::against_silent_server(19341, &args);
+    let port = common::free_port();
+    let port_s = port.to_string();
+    let args = ["pingpong", "rc", "-p", &port_s, "127.0.0.1"];
+    let text = common::against_silent_server(port, &args);
     assert!(
         text.contains("remote address: the peer sent nothing"),
         "{text}"
@@ -154,7 +168,7 @@ fn silent_peer_times_out() {
 
     // Our server against a client that connects and stays silent.
     let mut server = Command::new(bin)
-        .args(["pingpong", "rc", "-p", "19342"])
+        .args(["pingpong", "rc", "-p", &port_s])
         .env(env.0, env.1)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -162,7 +176,7 @@ fn silent_peer_times_out() {
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
     let c = loop {
-        if let Ok(c) = std::net::TcpStream::connect(("127.0.0.1", 19342)) {
+        if let Ok(c) = std::net::TcpStream::connect(("127.0.0.1", port)) {
             break c;
         }
         assert!(Instant::now() < deadline, "server never listened");
@@ -191,4 +205,198 @@ fn silent_peer_times_out() {
         text.contains("remote address: the peer sent nothing"),
         "{text}"
     );
+}
+
+/// Waits at most `limit` for `child`; kills it when it is still running. Its status
+/// (None: it had to be killed) and its stdout and stderr.
+fn wait_bounded(
+    mut child: std::process::Child,
+    limit: std::time::Duration,
+) -> (Option<std::process::ExitStatus>, String) {
+    let start = std::time::Instant::now();
+    let mut status = None;
+    while start.elapsed() < limit {
+        if let Some(st) = child.try_wait().unwrap() {
+            status = Some(st);
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    if status.is_none() {
+        let _ = child.kill();
+    }
+    let o = child.wait_with_output().unwrap();
+    (status, common::output_text(&o))
+}
+
+/// A server whose client failed (here: `-c` on the client only, so the client refuses
+/// the server's unchecked buffer and exits) ends with a clear error within a few
+/// seconds instead of waiting (and spinning) for a message that cannot come.
+#[test]
+fn rc_server_ends_when_its_client_fails() {
+    use std::process::Stdio;
+    let bin = env!("CARGO_BIN_EXE_rverbs");
+    let port = common::free_port_s();
+    let server = Command::new(bin)
+        .args(["pingpong", "rc", "-p", &port])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut client = None;
+    for _ in 0..50 {
+        let o = Command::new(bin)
+            .args(["pingpong", "rc", "localhost", "-c", "-p", &port])
+            .output()
+            .unwrap();
+        if String::from_utf8_lossy(&o.stderr).contains("Couldn't connect") {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            continue;
+        }
+        client = Some(o);
+        break;
+    }
+    let client = client.expect("server never listened");
+    let c = common::output_text(&client);
+    assert!(!client.status.success(), "{c}");
+    assert!(
+        c.contains("Error validating received buffer of iteration 0")
+            && c.contains("-c needs the peer to run with -c too"),
+        "{c}"
+    );
+    let start = std::time::Instant::now();
+    let (status, s) = wait_bounded(server, std::time::Duration::from_secs(10));
+    assert!(status.is_some(), "server still running after 10 s:\n{s}");
+    assert!(!status.unwrap().success(), "{s}");
+    assert!(s.contains("the peer closed the connection after"), "{s}");
+    assert!(start.elapsed() < std::time::Duration::from_secs(5), "{s}");
+}
+
+/// The same when the client is killed in the middle of a long run, and the other way
+/// round: either side ends with the error, the other side's process gone.
+#[test]
+fn a_killed_peer_ends_the_run_on_the_other_side() {
+    use std::process::Stdio;
+    let bin = env!("CARGO_BIN_EXE_rverbs");
+    for kill_server in [false, true] {
+        let port = common::free_port_s();
+        let args = ["pingpong", "rc", "-n", "100000000", "-p", &port];
+        let server = Command::new(bin)
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let spawn_client = || {
+            Command::new(bin)
+                .args(args)
+                .arg("localhost")
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        };
+        let mut client = spawn_client();
+        // Until the run is under way (the client retries nothing: start it again if
+        // the server was not listening yet).
+        for _ in 0..20 {
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            match client.try_wait().unwrap() {
+                None => break,
+                Some(_) => client = spawn_client(),
+            }
+        }
+        let (mut victim, other) = if kill_server {
+            (server, client)
+        } else {
+            (client, server)
+        };
+        victim.kill().unwrap();
+        let _ = victim.wait();
+        let start = std::time::Instant::now();
+        let (status, text) = wait_bounded(other, std::time::Duration::from_secs(10));
+        assert!(
+            status.is_some(),
+            "kill_server={kill_server}: still running:\n{text}"
+        );
+        assert!(!status.unwrap().success(), "{text}");
+        assert!(
+            text.contains("the peer closed the connection after") || text.contains("Failed status"),
+            "kill_server={kill_server}:\n{text}"
+        );
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(5),
+            "{text}"
+        );
+    }
+}
+
+/// Against rdma-core's exchange, byte for byte: its server reads `done` with one read
+/// that must return exactly 5 bytes, and its client reads at most its 52 bytes. The
+/// rverbs side's extra tag (sent only to an rverbs peer) must never reach them.
+#[test]
+fn the_exchange_with_rdma_core_tools_is_unchanged() {
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
+    use std::process::Stdio;
+    use std::time::Duration;
+    let bin = env!("CARGO_BIN_EXE_rverbs");
+    let fake_dest = b"0000:000123:000456:00000000000000000000ffff7f000001\0";
+    assert_eq!(fake_dest.len(), 52);
+
+    // An rdma-core server (pp_server_exch_dest) and our client.
+    let l = TcpListener::bind(("127.0.0.1", 0)).unwrap();
+    let port = l.local_addr().unwrap().port().to_string();
+    let mut client = Command::new(bin)
+        .args(["pingpong", "rc", "-n", "1", "127.0.0.1", "-p", &port])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let (mut s, _) = l.accept().unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut msg = [0u8; 52];
+    s.read_exact(&mut msg).unwrap();
+    s.write_all(fake_dest).unwrap();
+    // The client answers at once (no wait for a tag that does not come).
+    std::thread::sleep(Duration::from_millis(400));
+    let n = s.read(&mut msg).unwrap();
+    assert_eq!(
+        &msg[..n],
+        b"done\0",
+        "rdma-core's server needs exactly 5 bytes"
+    );
+    let _ = client.kill();
+    let _ = client.wait();
+
+    // Our server and an rdma-core client (pp_client_exch_dest).
+    let port = common::free_port_s();
+    let mut server = Command::new(bin)
+        .args(["pingpong", "rc", "-n", "1", "-p", &port])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut s = None;
+    for _ in 0..100 {
+        if let Ok(c) = TcpStream::connect(("127.0.0.1", port.parse::<u16>().unwrap())) {
+            s = Some(c);
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut s = s.expect("server never listened");
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(fake_dest).unwrap();
+    let mut msg = [0u8; 52];
+    s.read_exact(&mut msg).unwrap();
+    assert_eq!(msg[51], 0, "{msg:?}");
+    assert!(msg[..51]
+        .iter()
+        .all(|b| b.is_ascii_hexdigit() || *b == b':'));
+    s.write_all(b"done\0").unwrap();
+    drop(s);
+    let _ = server.kill();
+    let _ = server.wait();
 }

@@ -66,8 +66,10 @@ fn reply_ah(text: &str) -> ReplyAh {
     }
 }
 
+/// A port for test `n`'s exchange, chosen at run time.
 fn port(n: u16) -> String {
-    (21000 + n + (std::process::id() % 500) as u16 * 4).to_string()
+    let _ = n;
+    common::free_port_s()
 }
 
 #[test]
@@ -146,11 +148,12 @@ fn ipv6_tcp_reaches_the_dual_stack_server() {
 }
 
 #[test]
+#[ignore = "needs root (network namespaces, CAP_NET_RAW); CI runs it with --ignored"]
 fn ipv6_loopback_in_a_netns_reply_from_wc() {
-    if !is_root() {
-        eprintln!("SKIPPED ipv6_loopback_in_a_netns_reply_from_wc: needs root (netns)");
-        return;
-    }
+    assert!(
+        is_root(),
+        "needs root (network namespaces, CAP_NET_RAW); CI runs it with --ignored"
+    );
     // A namespace whose lo has ::1 and two more IPv6 addresses, so both processes get
     // an IPv6 GID of their own.
     let ns = Netns::new("rvwcl");
@@ -199,11 +202,12 @@ fn ipv6_loopback_in_a_netns_reply_from_wc() {
 }
 
 #[test]
+#[ignore = "needs root (network namespaces, CAP_NET_RAW); CI runs it with --ignored"]
 fn veth_ula_between_namespaces_reply_from_wc() {
-    if !is_root() {
-        eprintln!("SKIPPED veth_ula_between_namespaces_reply_from_wc: needs root (netns + veth)");
-        return;
-    }
+    assert!(
+        is_root(),
+        "needs root (network namespaces, CAP_NET_RAW); CI runs it with --ignored"
+    );
     let a = Netns::new("rvwca");
     let b = Netns::new("rvwcb");
     a.ip(&[

@@ -2,9 +2,9 @@
 //! opcode, QPN, PSN, flags and every extension-header field of each packet of the
 //! kernel-rxe golden captures in `testdata/rxe/`.
 //!
-//! tshark is optional on a developer's machine: without it this test says loudly that
-//! it skipped. CI installs tshark and sets `RVERBS_REQUIRE_TSHARK=1`, which turns a
-//! missing tshark into a failure.
+//! tshark is optional on a developer's machine, so the test is ignored unless asked
+//! for (`cargo test -p rverbs-cli --test tshark -- --ignored`); run, it fails without
+//! tshark. CI installs tshark and runs it.
 
 use rverbs_wire::opcode::Opcode;
 use std::collections::BTreeMap;
@@ -164,18 +164,12 @@ fn our_rows(pcap: &Path) -> Vec<BTreeMap<&'static str, u64>> {
 }
 
 #[test]
+#[ignore = "needs tshark (Wireshark); CI runs it with --ignored"]
 fn decoder_agrees_with_tshark_on_every_golden_packet() {
-    let required = std::env::var_os("RVERBS_REQUIRE_TSHARK").is_some();
     let mut compared = 0;
     for pcap in captures() {
-        let Some(theirs) = tshark_rows(&pcap) else {
-            assert!(
-                !required,
-                "RVERBS_REQUIRE_TSHARK is set but tshark is not installed"
-            );
-            eprintln!("SKIPPED: tshark is not installed; the Wireshark comparison did not run");
-            return;
-        };
+        let theirs = tshark_rows(&pcap)
+            .expect("tshark is not installed: needs tshark (Wireshark); CI runs it with --ignored");
         let ours = our_rows(&pcap);
         assert_eq!(ours.len(), theirs.len(), "{}: packet count", pcap.display());
         for (i, (o, t)) in ours.iter().zip(&theirs).enumerate() {

@@ -38,17 +38,20 @@ fn collect(qp: &RawQp, n: usize) -> Vec<rverbs_raw::RawCompletion> {
 }
 
 #[test]
+#[ignore = "needs root (network namespaces, CAP_NET_RAW); CI runs it with --ignored"]
 fn each_qp_receives_exactly_what_its_rules_select_ring() {
     steering(RxMode::Ring);
 }
 
 #[test]
+#[ignore = "needs root (network namespaces, CAP_NET_RAW); CI runs it with --ignored"]
 fn each_qp_receives_exactly_what_its_rules_select_plain() {
     steering(RxMode::Plain);
 }
 
 fn steering(mode: RxMode) {
-    let Some(pair) = VethPair::new() else { return };
+    let pair = VethPair::new()
+        .expect("needs root (network namespaces, CAP_NET_RAW); CI runs it with --ignored");
     let if_a = pair.if_a.clone();
     let tx = VethPair::in_ns(&pair.ns_a, move || {
         RawPort::open(&if_a).expect("open sender")
@@ -309,8 +312,10 @@ fn steering(mode: RxMode) {
 }
 
 #[test]
+#[ignore = "needs root (network namespaces, CAP_NET_RAW); CI runs it with --ignored"]
 fn egress_drop_and_sends_of_whole_frames() {
-    let Some(pair) = VethPair::new() else { return };
+    let pair = VethPair::new()
+        .expect("needs root (network namespaces, CAP_NET_RAW); CI runs it with --ignored");
     let if_a = pair.if_a.clone();
     let peer = VethPair::in_ns(&pair.ns_a, move || {
         RawDevice::open(&if_a).expect("open peer")
@@ -386,9 +391,11 @@ fn libc_eperm() -> i32 {
 /// is dropped and counted, sends gather a scatter/gather list, and destroying the QP
 /// flushes what is still posted.
 #[test]
+#[ignore = "needs root (network namespaces, CAP_NET_RAW); CI runs it with --ignored"]
 fn posted_receive_buffers_and_gathered_sends() {
     use rverbs_raw::{RawRecvWr, RawWcOpcode, RawWcStatus};
-    let Some(pair) = VethPair::new() else { return };
+    let pair = VethPair::new()
+        .expect("needs root (network namespaces, CAP_NET_RAW); CI runs it with --ignored");
     let if_a = pair.if_a.clone();
     let peer = VethPair::in_ns(&pair.ns_a, move || {
         RawDevice::open(&if_a).expect("open peer")
@@ -519,8 +526,10 @@ fn posted_receive_buffers_and_gathered_sends() {
 /// held it — rverbs' hook briefly holds its context) stops the device without joining
 /// that thread from itself (which panicked: "failed to join thread").
 #[test]
+#[ignore = "needs root (network namespaces, CAP_NET_RAW); CI runs it with --ignored"]
 fn device_dropped_from_its_receive_thread() {
-    let Some(pair) = VethPair::new() else { return };
+    let pair = VethPair::new()
+        .expect("needs root (network namespaces, CAP_NET_RAW); CI runs it with --ignored");
     let if_a = pair.if_a.clone();
     let tx = VethPair::in_ns(&pair.ns_a, move || {
         RawPort::open(&if_a).expect("open sender")
@@ -558,8 +567,10 @@ fn device_dropped_from_its_receive_thread() {
 /// `RawStats::truncated` and dropped, never delivered cut to the buffer's length (it
 /// was delivered as a shorter, complete-looking frame before `MSG_TRUNC`).
 #[test]
+#[ignore = "needs root (network namespaces, CAP_NET_RAW); CI runs it with --ignored"]
 fn plain_mode_drops_frames_too_long_for_its_buffer() {
-    let Some(pair) = VethPair::new() else { return };
+    let pair = VethPair::new()
+        .expect("needs root (network namespaces, CAP_NET_RAW); CI runs it with --ignored");
     for (ns, ifname) in [(&pair.ns_a, &pair.if_a), (&pair.ns_b, &pair.if_b)] {
         let st = std::process::Command::new("ip")
             .args(["-n", ns, "link", "set", "dev", ifname, "mtu", "12000"])

@@ -248,7 +248,8 @@ fn check_raw_only(ctx: &Context, probes: bool) {
 }
 
 fn rc_between_raw_contexts(v6: bool) {
-    let Some(n) = net(v6) else { return };
+    let n =
+        net(v6).expect("needs root (network namespaces, CAP_NET_RAW); CI runs it with --ignored");
     let ca = context_in_ns(&n.pair.ns_a, &n.pair.if_a, true, None);
     let cb = context_in_ns(&n.pair.ns_b, &n.pair.if_b, true, None);
     let (a, b) = (rc_end(&ca), rc_end(&cb));
@@ -260,11 +261,13 @@ fn rc_between_raw_contexts(v6: bool) {
 }
 
 #[test]
+#[ignore = "needs root (network namespaces, CAP_NET_RAW); CI runs it with --ignored"]
 fn rc_all_opcodes_ipv4() {
     rc_between_raw_contexts(false);
 }
 
 #[test]
+#[ignore = "needs root (network namespaces, CAP_NET_RAW); CI runs it with --ignored"]
 fn rc_all_opcodes_ipv6() {
     rc_between_raw_contexts(true);
 }
@@ -311,7 +314,8 @@ fn ud_ping_pong(ca: &Context, a: &UdEnd, aa: IpAddr, cb: &Context, b: &UdEnd, ab
 }
 
 fn ud_between_raw_contexts(v6: bool) {
-    let Some(n) = net(v6) else { return };
+    let n =
+        net(v6).expect("needs root (network namespaces, CAP_NET_RAW); CI runs it with --ignored");
     let ca = context_in_ns(&n.pair.ns_a, &n.pair.if_a, true, None);
     let cb = context_in_ns(&n.pair.ns_b, &n.pair.if_b, true, None);
     let (a, b) = (ud_end(ca.clone(), 16), ud_end(cb.clone(), 16));
@@ -321,20 +325,24 @@ fn ud_between_raw_contexts(v6: bool) {
 }
 
 #[test]
+#[ignore = "needs root (network namespaces, CAP_NET_RAW); CI runs it with --ignored"]
 fn ud_ping_pong_ipv4() {
     ud_between_raw_contexts(false);
 }
 
 #[test]
+#[ignore = "needs root (network namespaces, CAP_NET_RAW); CI runs it with --ignored"]
 fn ud_ping_pong_ipv6() {
     ud_between_raw_contexts(true);
 }
 
 /// A raw-mode context and a UDP-socket one speak the same wire protocol, both ways.
 #[test]
+#[ignore = "needs root (network namespaces, CAP_NET_RAW); CI runs it with --ignored"]
 fn interop_with_a_udp_socket_context() {
     for v6 in [false, true] {
-        let Some(n) = net(v6) else { return };
+        let n = net(v6)
+            .expect("needs root (network namespaces, CAP_NET_RAW); CI runs it with --ignored");
         let ca = context_in_ns(&n.pair.ns_a, &n.pair.if_a, true, None);
         let cb = context_in_ns(&n.pair.ns_b, &n.pair.if_b, false, None);
         assert!(cb.raw_net_stats().is_none());
@@ -353,9 +361,11 @@ fn interop_with_a_udp_socket_context() {
 /// An address nobody owns: ARP goes unanswered, the queued frames are dropped and
 /// counted, and the QP ends in RETRY_EXC_ERR rather than hanging.
 #[test]
+#[ignore = "needs root (network namespaces, CAP_NET_RAW); CI runs it with --ignored"]
 fn unresolved_neighbour_gives_retry_exceeded() {
     for v6 in [false, true] {
-        let Some(n) = net(v6) else { return };
+        let n = net(v6)
+            .expect("needs root (network namespaces, CAP_NET_RAW); CI runs it with --ignored");
         let ca = context_in_ns(&n.pair.ns_a, &n.pair.if_a, true, None);
         let a = rc_end(&ca);
         let o = ConnectOpts {
@@ -391,8 +401,10 @@ fn unresolved_neighbour_gives_retry_exceeded() {
 /// counted under its own reason and never reaches the engine; a good one (for a QP that
 /// does not exist) reaches the engine exactly once (the UDP socket stays silent).
 #[test]
+#[ignore = "needs root (network namespaces, CAP_NET_RAW); CI runs it with --ignored"]
 fn bad_frames_are_counted_and_dropped() {
-    let Some(n) = net(false) else { return };
+    let n = net(false)
+        .expect("needs root (network namespaces, CAP_NET_RAW); CI runs it with --ignored");
     let cb = context_in_ns(&n.pair.ns_b, &n.pair.if_b, true, None);
     // A RAW_PACKET QP with a SNIFFER rule on the same context: it sees every RoCE
     // frame too (the raw device's ring sees all), and the engine still gets each once.
@@ -520,8 +532,10 @@ fn bad_frames_are_counted_and_dropped() {
 /// Traffic to the context's own address never appears on the wire: it goes through the
 /// UDP socket (over `lo`), which the socket filter lets through.
 #[test]
+#[ignore = "needs root (network namespaces, CAP_NET_RAW); CI runs it with --ignored"]
 fn own_address_goes_through_the_socket() {
-    let Some(n) = net(false) else { return };
+    let n = net(false)
+        .expect("needs root (network namespaces, CAP_NET_RAW); CI runs it with --ignored");
     let ca = context_in_ns(&n.pair.ns_a, &n.pair.if_a, true, None);
     let (a, b) = (rc_end(&ca), rc_end(&ca));
     connect(&a, &ca, n.addr[0], &b, &ca, n.addr[0]);
@@ -540,8 +554,10 @@ fn own_address_goes_through_the_socket() {
 /// UD multicast: a frame to a group reaches a member in the other namespace and, as
 /// with IP_MULTICAST_LOOP, a member QP of the sending context itself.
 #[test]
+#[ignore = "needs root (network namespaces, CAP_NET_RAW); CI runs it with --ignored"]
 fn multicast_ud_over_raw() {
-    let Some(n) = net(false) else { return };
+    let n = net(false)
+        .expect("needs root (network namespaces, CAP_NET_RAW); CI runs it with --ignored");
     let ca = context_in_ns(&n.pair.ns_a, &n.pair.if_a, true, None);
     let cb = context_in_ns(&n.pair.ns_b, &n.pair.if_b, true, None);
     let group = Gid::from(Ipv4Addr::new(239, 1, 2, 3));
@@ -608,9 +624,11 @@ fn read_pcap(path: &std::path::Path) -> (u32, Vec<Vec<u8>>) {
 /// ND), every RoCE frame with a good ICRC, and tshark decodes them without a malformed
 /// packet.
 #[test]
+#[ignore = "needs root (network namespaces, CAP_NET_RAW); CI runs it with --ignored"]
 fn pcap_of_the_raw_path_is_real_ethernet() {
     for v6 in [false, true] {
-        let Some(n) = net(v6) else { return };
+        let n = net(v6)
+            .expect("needs root (network namespaces, CAP_NET_RAW); CI runs it with --ignored");
         let path = std::env::temp_dir().join(format!(
             "rverbs-raw-v2-{}-{}.pcap",
             std::process::id(),
@@ -702,7 +720,15 @@ fn pcap_of_the_raw_path_is_real_ethernet() {
                 let decoded = String::from_utf8_lossy(&ib.stdout).lines().count();
                 assert_eq!(decoded, roce, "tshark sees every RoCE frame as InfiniBand");
             }
-            Err(_) => eprintln!("SKIP tshark check: tshark not installed"),
+            Err(_) => {
+                assert!(
+                    ["RVERBS_REQUIRE_TSHARK", "RVERBS_NO_SKIP"]
+                        .iter()
+                        .all(|v| std::env::var_os(v).is_none()),
+                    "tshark required (RVERBS_REQUIRE_TSHARK or RVERBS_NO_SKIP) but missing"
+                );
+                eprintln!("SKIP tshark check: tshark not installed");
+            }
         }
         let _ = std::fs::remove_file(&path);
     }
@@ -712,8 +738,10 @@ fn pcap_of_the_raw_path_is_real_ethernet() {
 /// the raw path's frames; the transport recovers and every corrupted frame that got
 /// through is a counted drop.
 #[test]
+#[ignore = "needs root (network namespaces, CAP_NET_RAW); CI runs it with --ignored"]
 fn faults_on_the_raw_path() {
-    let Some(n) = net(false) else { return };
+    let n = net(false)
+        .expect("needs root (network namespaces, CAP_NET_RAW); CI runs it with --ignored");
     let ca = context_in_ns(&n.pair.ns_a, &n.pair.if_a, true, None);
     let ifb = n.pair.if_b.clone();
     let cb = VethPair::in_ns(&n.pair.ns_b, move || {

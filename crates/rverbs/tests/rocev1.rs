@@ -99,8 +99,9 @@ fn wait(cq: &Cq) -> Wc {
 }
 
 #[test]
+#[ignore = "needs root (network namespaces, CAP_NET_RAW); CI runs it with --ignored"]
 fn gid_table_has_v1_then_v2_per_gid() {
-    let Some(n) = net() else { return };
+    let n = net().expect("needs root (network namespaces, CAP_NET_RAW); CI runs it with --ignored");
     let ctx = context_in_ns(&n.pair.ns_a, &n.pair.if_a, true, None);
     let entries = ctx.query_gid_table(GID_TABLE_LEN).unwrap();
     let types: Vec<(u32, GidType)> = entries.iter().map(|e| (e.gid_index, e.gid_type)).collect();
@@ -122,9 +123,11 @@ fn gid_table_has_v1_then_v2_per_gid() {
 }
 
 #[test]
+#[ignore = "needs root (network namespaces, CAP_NET_RAW); CI runs it with --ignored"]
 fn rc_send_and_read_over_v1() {
     // No neighbour entries: each side ARPs for the other itself.
-    let Some(n) = net_with(false) else { return };
+    let n = net_with(false)
+        .expect("needs root (network namespaces, CAP_NET_RAW); CI runs it with --ignored");
     let a = context_in_ns(&n.pair.ns_a, &n.pair.if_a, true, None);
     let b = context_in_ns(&n.pair.ns_b, &n.pair.if_b, true, None);
     let side = |ctx: &Context| {
@@ -204,8 +207,9 @@ fn rc_send_and_read_over_v1() {
 }
 
 #[test]
+#[ignore = "needs root (network namespaces, CAP_NET_RAW); CI runs it with --ignored"]
 fn ud_ping_pong_over_v1_with_init_ah_from_wc() {
-    let Some(n) = net() else { return };
+    let n = net().expect("needs root (network namespaces, CAP_NET_RAW); CI runs it with --ignored");
     let a = context_in_ns(&n.pair.ns_a, &n.pair.if_a, true, None);
     let b = context_in_ns(&n.pair.ns_b, &n.pair.if_b, true, None);
     let side = |ctx: &Context| {
@@ -273,8 +277,9 @@ fn ud_ping_pong_over_v1_with_init_ah_from_wc() {
 }
 
 #[test]
+#[ignore = "needs root (network namespaces, CAP_NET_RAW); CI runs it with --ignored"]
 fn no_neighbour_is_counted_not_sent() {
-    let Some(n) = net() else { return };
+    let n = net().expect("needs root (network namespaces, CAP_NET_RAW); CI runs it with --ignored");
     let a = context_in_ns(&n.pair.ns_a, &n.pair.if_a, true, None);
     let pd = a.alloc_pd().unwrap();
     let cq = a.create_cq(16).unwrap();
@@ -321,9 +326,11 @@ fn no_neighbour_is_counted_not_sent() {
 /// frame, the peer's PMA answers over v1 too (its receive shows the v1 GRH), and a MAD
 /// sent with a v2 index still goes as RoCE v2.
 #[test]
+#[ignore = "needs root (network namespaces, CAP_NET_RAW); CI runs it with --ignored"]
 fn gsi_mads_over_v1() {
     use rverbs::mad::{self, attr, class, MadDest, GSI_QKEY, GSI_QPN};
-    let Some(n) = net_with(false) else { return };
+    let n = net_with(false)
+        .expect("needs root (network namespaces, CAP_NET_RAW); CI runs it with --ignored");
     let a = context_in_ns(&n.pair.ns_a, &n.pair.if_a, true, None);
     let b = context_in_ns(&n.pair.ns_b, &n.pair.if_b, true, None);
     let agent = a.register_mad_agent(None).unwrap();

@@ -547,7 +547,11 @@ fn setup(o: &Opts, tool: Tool, max_size: usize) -> Result<Conn, String> {
         1024 => Mtu::M1024,
         2048 => Mtu::M2048,
         4096 => Mtu::M4096,
-        m => return Err(format!("invalid MTU {m}")),
+        m => {
+            return Err(format!(
+                "invalid MTU {m} (valid: 256, 512, 1024, 2048, 4096)"
+            ))
+        }
     };
     let r = oob.xchg(&[b'0' + mine as u8, 0])?;
     let mtu = parse_mtu(&r).map_or(mine, |t| t.min(mine));

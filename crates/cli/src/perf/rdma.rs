@@ -42,7 +42,11 @@ fn mtu_of(bytes: usize) -> Result<Mtu, String> {
         1024 => Mtu::M1024,
         2048 => Mtu::M2048,
         4096 => Mtu::M4096,
-        _ => return Err(format!("invalid MTU {bytes}")),
+        _ => {
+            return Err(format!(
+                "invalid MTU {bytes} (valid: 256, 512, 1024, 2048, 4096)"
+            ))
+        }
     })
 }
 

@@ -5,6 +5,52 @@
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
+/// A TCP port that was free a moment ago, chosen by the kernel (bind to port 0), never
+/// the same twice in one test process: for servers the tests start, so two runs of the
+/// tests on one host (or tests of one run) never take each other's ports.
+pub fn free_port() -> u16 {
+    use std::sync::Mutex;
+    static GIVEN: Mutex<Vec<u16>> = Mutex::new(Vec::new());
+    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+    loop {
+        // The servers listen on [::] (dual-stack) or 0.0.0.0: the port must be free on
+        // both.
+        let l = std::net::TcpListener::bind(("::", 0))
+            .or_else(|_| std::net::TcpListener::bind(("0.0.0.0", 0)))
+            .expect("no free TCP port");
+        let port = l.local_addr().unwrap().port();
+        if !given.contains(&port) {
+            given.push(port);
+            return port;
+        }
+    }
+}
+
+/// The first of `n` consecutive ports that were free a moment ago for TCP and UDP on
+/// every address (the bench/ scripts take PORT, PORT+1, ...), starting at a port the
+/// kernel chose.
+pub fn free_port_range(n: u16) -> u16 {
+    let free = |p: u16| {
+        std::net::TcpListener::bind(("::", p))
+            .or_else(|_| std::net::TcpListener::bind(("0.0.0.0", p)))
+            .is_ok()
+            && std::net::UdpSocket::bind(("::", p))
+                .or_else(|_| std::net::UdpSocket::bind(("0.0.0.0", p)))
+                .is_ok()
+    };
+    loop {
+        let first = free_port();
+        if first.checked_add(n).is_some() && (1..n).all(|k| free(first + k)) {
+            return first;
+        }
+    }
+}
+
+/// [`free_port`] as text, for command lines.
+pub fn free_port_s() -> String {
+    free_port().to_string()
+}
+
 /// Whether the tests run as root (network namespaces need it).
 pub fn is_root() -> bool {
     Command::new("id")

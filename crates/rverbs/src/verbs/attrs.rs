@@ -127,6 +127,12 @@ pub struct DeviceAttr {
     pub max_pkeys: u16,
     /// Local CA ACK delay exponent (4.096 µs · 2^n), as rxe (15).
     pub local_ca_ack_delay: u8,
+    /// Multicast groups a device may have (rxe's limit).
+    pub max_mcast_grp: u32,
+    /// QPs one multicast group may have attached (rxe's limit).
+    pub max_mcast_qp_attach: u32,
+    /// QP attachments over all groups (rxe's limit).
+    pub max_total_mcast_qp_attach: u32,
 }
 
 /// Port state (`enum ibv_port_state`).
@@ -264,6 +270,11 @@ fn device_attr(cfg: &Config) -> DeviceAttr {
         max_res_rd_atom: l.max_qp_rd_atom.saturating_mul(cfg.max_qp),
         max_pkeys: l.pkey_table_len,
         local_ca_ack_delay: 15,
+        // rxe's limits (drivers/infiniband/sw/rxe/rxe_param.h: RXE_MAX_MCAST_GRP,
+        // RXE_MAX_MCAST_QP_ATTACH, RXE_MAX_TOT_MCAST_QP_ATTACH).
+        max_mcast_grp: 8192,
+        max_mcast_qp_attach: 56,
+        max_total_mcast_qp_attach: 8192 * 56,
     }
 }
 
@@ -289,7 +300,9 @@ fn port_attr(info: &DeviceInfo, cfg: &Config, c: &Counters) -> PortAttr {
         },
         max_mtu: Mtu::M4096,
         active_mtu: cfg.limits.active_mtu,
-        gid_tbl_len: cfg.gids.len() as u32,
+        // The table's capacity, as rxe reports it (RXE_PORT_GID_TBL_LEN), not the
+        // entries in use.
+        gid_tbl_len: crate::GID_TABLE_LEN as u32,
         pkey_tbl_len: cfg.limits.pkey_table_len,
         link_layer_ethernet: true,
         netdev_mtu: info.netdev_mtu,
