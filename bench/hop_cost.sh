@@ -10,7 +10,7 @@
 # callgrind, the client natively. Per round trip the server receives one UDP_SEGMENT
 # train (the client's SEND and the ACK of the server's previous reply) and sends one
 # back (its reply and the ACK): the rows are the inclusive instruction counts of
-#   receive  `Shared::ingest_batch`: cutting the train into its datagrams, ICRC
+#   receive  `Udp::ingest_batch` (the UDP carrier): cutting the train into its datagrams, ICRC
 #            checks, parsing, the engine's responder and
 #            completer (both packets);
 #   reply    `Qp::post_send`: the verb, building both packets, the connected socket's
@@ -21,7 +21,7 @@
 #
 # The rows count the UDP path (`RVERBS_SAME_HOST=0` for both processes): between
 # two rverbs processes of one host the same-host carrier would otherwise take the
-# datagrams (crates/rverbs/src/same_host.rs), and `ingest_batch` would see none.
+# datagrams (crates/rverbs/src/carrier/same_host/), and `ingest_batch` would see none.
 #
 # Environment: ITERS (round trips, default 5000), PORT (default 19870). Needs
 # valgrind (installed with apt-get when missing and run as root).
@@ -64,11 +64,11 @@ measure() {
     # short run of a spinning server, the two rows may fall under it).
     callgrind_annotate --inclusive=yes --threshold=100 "$out" 2>/dev/null | awk -v n="$ITERS" '
         function count(s) { gsub(",", "", s); return s + 0 }
-        /:rverbs::context::Shared::ingest_batch \[/ { rb += count($1) }
+        /:rverbs::(context::Shared|carrier::udp::Udp)::ingest_batch \[/ { rb += count($1) }
         /:rverbs::context::Shared::ingest \[/ { rx += count($1) }
-        /:rverbs::verbs::Qp::post_send \[/ { tx += count($1) }
-        # `ingest_batch` (a whole train) where it is a function of its own (builds
-        # from 2026-12-01 on); before, `ingest` per datagram.
+        /:rverbs::verbs::(qp::)?Qp::post_send \[/ { tx += count($1) }
+        # `ingest_batch` (a whole train): of the UDP carrier since the carriers
+        # redesign, of `Shared` before; older builds, `ingest` per datagram.
         END { printf "%.0f %.0f\n", (rb > 0 ? rb : rx) / n, tx / n }'
 }
 
