@@ -479,7 +479,7 @@ pub fn run<W: Write>(o: &Opts, out: &mut W) -> Result<(), String> {
                             ))?;
                             shown = true;
                         }
-                        ah = Some(pd.create_ah_from_wc(wc, &grh, 1).map_err(e)?);
+                        ah = Some(pd.create_ah_from_wc(1, wc, &grh).map_err(e)?);
                         reply_qpn = wc.src_qp;
                     }
                     if o.check {

@@ -137,6 +137,13 @@ impl Access {
     pub const REMOTE_ATOMIC: Access = Access(1 << 3);
     /// No access beyond local read.
     pub const NONE: Access = Access(0);
+    /// Every right: local write, remote write, read and atomics.
+    pub const ALL: Access = Access(
+        Access::LOCAL_WRITE.0
+            | Access::REMOTE_WRITE.0
+            | Access::REMOTE_READ.0
+            | Access::REMOTE_ATOMIC.0,
+    );
 
     /// True when all rights in `other` are present.
     pub const fn contains(self, other: Access) -> bool {

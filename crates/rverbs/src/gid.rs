@@ -214,7 +214,7 @@ impl GidTable {
 
     /// The GIDs the engine sends from, by index: valid and pending-delete entries keep
     /// their GID, empty slots are zero. Trailing empty slots are left off.
-    pub fn engine_gids(&self) -> Vec<Gid> {
+    pub(crate) fn engine_gids(&self) -> Vec<Gid> {
         let last = self
             .slots
             .iter()
@@ -231,7 +231,7 @@ impl GidTable {
 
     /// Which of [`GidTable::engine_gids`] are RoCE v1 entries (same indices; the
     /// engine's `Config::gid_roce_v1`).
-    pub fn engine_gid_roce_v1(&self) -> Vec<bool> {
+    pub(crate) fn engine_gid_roce_v1(&self) -> Vec<bool> {
         let n = self.engine_gids().len();
         self.slots[..n]
             .iter()

@@ -103,6 +103,8 @@ mod ud_steer;
 mod verbs;
 
 pub use carrier::raw::RawNetStats;
+/// Fuzzing entry of the same-host ring's reader (feature `fuzzing`, for `fuzz/`).
+#[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub use carrier::same_host::ring::fuzz_ring as fuzz_same_host_ring;
 pub use carrier::same_host::SameHostStats;
@@ -111,14 +113,15 @@ pub use device::options::OpenOptions;
 pub use device::{device, devices, DeviceInfo};
 pub use error::{Error, Result};
 pub use gid::{GidEntry, GidTable, GidType, GID_TABLE_LEN};
-pub use rverbs_engine::modify::{QpAttr, QpAttrMask, QpCap};
+pub use rverbs_engine::modify::{AhAttr, MigState, QpAttr, QpAttrMask, QpCap};
 pub use rverbs_engine::{
-    AckPolicy, Counters, Mtu, QpState, QpType, Wc, WcFlags, WcOpcode, WcStatus,
+    AckPolicy, AddressVector, Counters, Errno, Mtu, QpState, QpType, VerbError, Wc, WcFlags,
+    WcOpcode, WcStatus,
 };
 /// Flow attributes, specs and their errors ([`Qp::create_flow`]), re-exported from
 /// the `rverbs-flow` crate.
 pub use rverbs_flow as flow;
-pub use rverbs_raw::{IBV_DEVICE_MANAGED_FLOW_STEERING, IBV_DEVICE_RAW_IP_CSUM};
+pub use rverbs_raw::{RawStats, IBV_DEVICE_MANAGED_FLOW_STEERING, IBV_DEVICE_RAW_IP_CSUM};
 pub use rverbs_wire::grh::Gid;
 pub use tap::faults::{FaultStats, Faults};
 pub use verbs::{

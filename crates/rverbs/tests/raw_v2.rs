@@ -303,7 +303,7 @@ fn ud_ping_pong(ca: &Context, a: &UdEnd, aa: IpAddr, cb: &Context, b: &UdEnd, ab
     assert_eq!(attr.dgid, gid(aa));
     // The real IP header: TTL / hop limit and TOS / traffic class as sent.
     assert_eq!((attr.hop_limit, attr.traffic_class), (9, 0x20));
-    let reply = b.pd.create_ah_from_wc(&wc, &grh, 1).unwrap();
+    let reply = b.pd.create_ah_from_wc(1, &wc, &grh).unwrap();
     b.mr.write(40, b"pong");
     b.qp.post_send(&SendRequest::send(3, &[b.mr.slice(40..44)]).to(&reply, wc.src_qp, 0x1111_1111))
         .unwrap();

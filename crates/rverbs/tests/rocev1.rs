@@ -260,7 +260,7 @@ fn ud_ping_pong_over_v1_with_init_ah_from_wc() {
         (5, 0x20, 0x1_2345)
     );
     // b answers through an AH built from the completion: v1 again.
-    let reply = pb.create_ah_from_wc(&wc, &grh, 1).unwrap();
+    let reply = pb.create_ah_from_wc(1, &wc, &grh).unwrap();
     mrb.write(40, b"pong");
     qpb.post_send(&SendRequest::send(3, &[mrb.slice(40..44)]).to(&reply, wc.src_qp, 0x1111_1111))
         .unwrap();

@@ -66,7 +66,7 @@ fn ttl_and_tos_travel_and_come_back_through_create_ah_from_wc() {
     );
     // b answers through an AH built from the completion: a hears it from b, with the
     // same TTL/TOS.
-    let reply = b.pd.create_ah_from_wc(&wc, &grh, 1).unwrap();
+    let reply = b.pd.create_ah_from_wc(1, &wc, &grh).unwrap();
     b.mr.write(40, b"pong");
     b.qp.post_send(&SendRequest::send(3, &[b.mr.slice(40..44)]).to(&reply, wc.src_qp, 0x1111_1111))
         .unwrap();

@@ -94,6 +94,11 @@ impl<T> EventQueue<T> {
         }
     }
 
+    /// Whether no event is queued.
+    pub(crate) fn is_empty(&self) -> bool {
+        lock(&self.q).is_empty()
+    }
+
     pub(crate) fn fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
     }

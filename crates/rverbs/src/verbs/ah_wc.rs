@@ -156,7 +156,7 @@ impl Context {
 
 impl Pd {
     /// `ibv_create_ah_from_wc`: [`Context::init_ah_from_wc`] then [`Pd::create_ah`].
-    pub fn create_ah_from_wc(&self, wc: &Wc, grh: &[u8], port_num: u8) -> Result<Ah> {
+    pub fn create_ah_from_wc(&self, port_num: u8, wc: &Wc, grh: &[u8]) -> Result<Ah> {
         let attr = self.context().init_ah_from_wc(port_num, wc, grh)?;
         self.create_ah(&attr)
     }

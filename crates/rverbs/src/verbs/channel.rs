@@ -69,7 +69,7 @@ impl CompChannel {
     pub async fn get_cq_event_async(&self) -> std::io::Result<Cq> {
         // A duplicate of the eventfd per call: tokio registers each fd once, and
         // several tasks may wait on one channel.
-        let afd = sys::async_fd(self.inner.events.fd.try_clone()?)?;
+        let afd = crate::sys::async_fd(self.inner.events.fd.try_clone()?)?;
         loop {
             if let Some(cq) = self.inner.try_next().and_then(cq_of) {
                 return Ok(cq);
@@ -77,7 +77,7 @@ impl CompChannel {
             let mut guard = afd.readable().await?;
             // Readable means "an event is queued": take it on the next turn; clear the
             // readiness only when the queue turns out empty.
-            if lock(&self.inner.events.q).is_empty() {
+            if self.inner.events.is_empty() {
                 guard.clear_ready();
             }
         }
@@ -102,6 +102,7 @@ impl std::fmt::Debug for CompChannel {
 /// An asynchronous event (`struct ibv_async_event`), naming its object by the number
 /// its handle reports ([`crate::Qp::qp_num`], [`Cq::handle`], [`crate::Srq::handle`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum AsyncEvent {
     /// `IBV_EVENT_CQ_ERR`: the CQ overflowed; completions were lost.
     CqErr {

@@ -2,7 +2,7 @@
 //! [`RemoteBuf`], [`AccessFlags`]).
 
 use super::*;
-use rverbs_engine::{Access, Sge, VecMemory};
+use rverbs_engine::{Sge, VecMemory};
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -148,36 +148,10 @@ impl Mr {
     }
 }
 
-/// Access rights of a memory region or QP.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct AccessFlags(pub Access);
-
-impl AccessFlags {
-    /// Local read only.
-    pub const NONE: AccessFlags = AccessFlags(Access::NONE);
-    /// Local write.
-    pub const LOCAL_WRITE: AccessFlags = AccessFlags(Access::LOCAL_WRITE);
-    /// Remote write (needs local write).
-    pub const REMOTE_WRITE: AccessFlags = AccessFlags(Access::REMOTE_WRITE);
-    /// Remote read.
-    pub const REMOTE_READ: AccessFlags = AccessFlags(Access::REMOTE_READ);
-    /// Remote atomics (needs local write).
-    pub const REMOTE_ATOMIC: AccessFlags = AccessFlags(Access::REMOTE_ATOMIC);
-    /// Everything.
-    pub const ALL: AccessFlags = AccessFlags(Access(
-        Access::LOCAL_WRITE.0
-            | Access::REMOTE_WRITE.0
-            | Access::REMOTE_READ.0
-            | Access::REMOTE_ATOMIC.0,
-    ));
-}
-
-impl std::ops::BitOr for AccessFlags {
-    type Output = AccessFlags;
-    fn bitor(self, o: AccessFlags) -> AccessFlags {
-        AccessFlags(self.0 | o.0)
-    }
-}
+/// Access rights of a memory region or QP (`enum ibv_access_flags`): the engine's
+/// type, one name in the whole API (`AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ`,
+/// `AccessFlags::ALL`; `QpAttr::qp_access_flags` is the same type).
+pub use rverbs_engine::Access as AccessFlags;
 
 /// Bytes of a local memory region named in a work request.
 #[derive(Clone, Copy)]

@@ -117,7 +117,7 @@ impl Pd {
             self.inner.id,
             region.clone(),
             addr,
-            access.0,
+            access,
         )?;
         Ok(Mr {
             pd: self.inner.clone(),

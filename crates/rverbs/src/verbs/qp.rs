@@ -374,7 +374,7 @@ impl Qp {
         };
         QpAttr {
             port_num: 1,
-            qp_access_flags: o.access.0,
+            qp_access_flags: o.access,
             qkey: o.qkey,
             path_mtu: o.mtu,
             dest_qp_num: peer.qpn,

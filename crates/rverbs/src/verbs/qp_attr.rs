@@ -119,7 +119,7 @@ impl QpModify {
 
     /// `qp_access_flags`: what the peer may do to this side's memory through the QP.
     pub fn access(mut self, a: AccessFlags) -> Self {
-        self.attr.qp_access_flags = a.0;
+        self.attr.qp_access_flags = a;
         self.mask |= QpAttrMask::ACCESS_FLAGS;
         self
     }

@@ -359,7 +359,7 @@ impl Reader {
 /// Fuzzing entry (`fuzz/oracles/rverbs.rs`): `bytes` as the memory of an inbound
 /// ring (header and a 4 KiB data area) read to its end; must never panic, and every
 /// record handed over must fit the buffer.
-#[doc(hidden)]
+#[cfg(feature = "fuzzing")]
 pub fn fuzz_ring(bytes: &[u8]) -> usize {
     let mut mem = SharedMap::heap(HEADER + 4096);
     let n = bytes.len().min(mem.len());
