@@ -2,6 +2,8 @@
 //! typed QP attributes, device/port queries, and the memory-safety rules of the crate
 //! documentation (dropping a region with work in flight, verbs inside `Mr::with`).
 
+#![forbid(unsafe_code)]
+
 mod common;
 use common::*;
 use rverbs::*;
@@ -14,10 +16,8 @@ fn readable(fd: std::os::fd::BorrowedFd<'_>) -> bool {
         events: libc::POLLIN,
         revents: 0,
     }];
-    // SAFETY: one live pollfd, zero timeout.
-    #[allow(unsafe_code)]
-    let rc = unsafe { libc::poll(p.as_mut_ptr(), 1, 0) };
-    rc == 1 && p[0].revents & libc::POLLIN != 0
+    let rc = rverbs_sys::poll::poll(&mut p, 0);
+    matches!(rc, Ok(1)) && p[0].revents & libc::POLLIN != 0
 }
 
 fn assert_send_sync<T: Send + Sync>() {}

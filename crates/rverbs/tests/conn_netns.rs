@@ -4,6 +4,8 @@
 //! there too, not in the namespace of the thread that happens to flush. Root only (a
 //! namespace of our own); skipped loudly otherwise.
 
+#![forbid(unsafe_code)]
+
 mod common;
 use common::*;
 use rverbs::*;
@@ -25,9 +27,8 @@ fn ip(args: &[&str]) {
 #[test]
 #[ignore = "needs root (network namespaces, CAP_NET_RAW); CI runs it with --ignored"]
 fn loopback_contexts_opened_in_a_namespace_work_from_a_thread_outside_it() {
-    // SAFETY: geteuid has no preconditions.
     assert!(
-        unsafe { libc::geteuid() } == 0,
+        rverbs_sys::misc::euid() == 0,
         "needs root (network namespaces, CAP_NET_RAW); CI runs it with --ignored"
     );
     let ns = Ns(format!("rvcn{}", std::process::id()));

@@ -1,11 +1,17 @@
 //! The same-host carrier (`same_host.rs`): contexts of one host exchange their
 //! datagrams through shared rings, fall back to UDP where no rverbs context listens,
 //! and treat what a peer puts into a ring as untrusted.
+#![forbid(unsafe_code)]
+
 mod common;
 
 use common::*;
 use rverbs::*;
+use rverbs_sys::mem::SharedMap;
+use rverbs_sys::unix;
 use std::net::IpAddr;
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 fn open(on: bool) -> Context {
@@ -159,95 +165,48 @@ fn a_ring_to_a_context_that_ended_is_dropped_and_its_address_reached_afresh() {
 }
 
 /// The abstract name a context bound to `ip` listens on.
-fn listener_name(ip: IpAddr) -> (libc::sockaddr_un, libc::socklen_t) {
-    // SAFETY: plain data.
-    let mut sun: libc::sockaddr_un = unsafe { std::mem::zeroed() };
-    sun.sun_family = libc::AF_UNIX as libc::sa_family_t;
-    let name = format!("rverbs-roce-v2:{ip}");
-    for (d, s) in sun.sun_path[1..].iter_mut().zip(name.bytes()) {
-        *d = s as libc::c_char;
-    }
-    let len = std::mem::size_of::<libc::sa_family_t>() + 1 + name.len();
-    (sun, len as libc::socklen_t)
+fn listener_name(ip: IpAddr) -> String {
+    format!("rverbs-roce-v2:{ip}")
 }
 
 /// Connects to the context at `ip` as a writer would and sends `hello` with `fd`.
-fn fake_writer(ip: IpAddr, hello: &[u8], fd: Option<i32>) -> i32 {
-    // SAFETY: plain socket calls on descriptors this test owns; buffers outlive them.
-    unsafe {
-        let s = libc::socket(libc::AF_UNIX, libc::SOCK_SEQPACKET, 0);
-        assert!(s >= 0);
-        let (sun, len) = listener_name(ip);
-        assert_eq!(
-            libc::connect(s, (&sun as *const libc::sockaddr_un).cast(), len),
-            0,
-            "the context listens"
-        );
-        send_with_fd(s, hello, fd);
-        s
-    }
+fn fake_writer(ip: IpAddr, hello: &[u8], fd: Option<&OwnedFd>) -> OwnedFd {
+    let s = unix::connect_abstract(listener_name(ip).as_bytes()).expect("the context listens");
+    send_with_fd(&s, hello, fd);
+    s
 }
 
 /// Sends `bytes` on seqpacket socket `s`, with descriptor `fd` attached if given.
-fn send_with_fd(s: i32, bytes: &[u8], fd: Option<i32>) {
-    // SAFETY: the header points at live buffers for the call.
-    unsafe {
-        let mut ctl = [0u64; 4];
-        let mut iov = libc::iovec {
-            iov_base: bytes.as_ptr() as *mut libc::c_void,
-            iov_len: bytes.len(),
-        };
-        let mut h: libc::msghdr = std::mem::zeroed();
-        h.msg_iov = &mut iov;
-        h.msg_iovlen = 1;
-        if let Some(fd) = fd {
-            h.msg_control = ctl.as_mut_ptr().cast();
-            h.msg_controllen = libc::CMSG_SPACE(4) as _;
-            let c = libc::CMSG_FIRSTHDR(&h);
-            (*c).cmsg_level = libc::SOL_SOCKET;
-            (*c).cmsg_type = libc::SCM_RIGHTS;
-            (*c).cmsg_len = libc::CMSG_LEN(4) as _;
-            std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<i32>(), fd);
-        }
-        assert_eq!(libc::sendmsg(s, &h, 0), bytes.len() as isize);
-    }
+fn send_with_fd(s: &OwnedFd, bytes: &[u8], fd: Option<&OwnedFd>) {
+    let fds: Vec<_> = fd.iter().map(|f| f.as_fd()).collect();
+    unix::send_with_fds(s, bytes, &fds).expect("the whole message sent");
 }
 
 /// A non-blocking listener on the carrier's name for `ip` (as a context makes).
-fn bind_listener(ip: IpAddr) -> i32 {
-    // SAFETY: plain socket calls on a descriptor this test owns.
-    unsafe {
-        let l = libc::socket(libc::AF_UNIX, libc::SOCK_SEQPACKET | libc::SOCK_NONBLOCK, 0);
-        let (sun, len) = listener_name(ip);
-        assert_eq!(
-            libc::bind(l, (&sun as *const libc::sockaddr_un).cast(), len),
-            0
-        );
-        assert_eq!(libc::listen(l, 8), 0);
-        l
-    }
+fn bind_listener(ip: IpAddr) -> OwnedFd {
+    unix::listen_abstract(listener_name(ip).as_bytes(), 8).expect("the name is free")
 }
 
-/// A memfd of a ring's size (4 KiB header, `data` bytes), sealed or not, mapped.
-fn ring_memfd(data: usize, seal: bool) -> (i32, *mut u8) {
-    // SAFETY: plain calls on a descriptor this test owns.
-    unsafe {
-        let fd = libc::memfd_create(c"test-ring".as_ptr(), libc::MFD_ALLOW_SEALING);
-        assert!(fd >= 0);
-        assert_eq!(libc::ftruncate(fd, (4096 + data) as libc::off_t), 0);
-        if seal {
-            assert_eq!(libc::fcntl(fd, libc::F_ADD_SEALS, libc::F_SEAL_SHRINK), 0);
+/// A memfd of a ring's size (4 KiB header, `data` bytes), its size sealed against
+/// shrinking or not sealed at all.
+fn ring_memfd(data: usize, seal: bool) -> OwnedFd {
+    let seals = if seal { libc::F_SEAL_SHRINK } else { 0 };
+    rverbs_sys::mem::memfd(c"test-ring", 4096 + data, seals).unwrap()
+}
+
+/// One message from `c` and the descriptors it carries, waiting up to 5 s for it.
+fn recv_waiting(c: &OwnedFd, buf: &mut [u8]) -> std::io::Result<(usize, Vec<OwnedFd>)> {
+    let start = Instant::now();
+    loop {
+        match unix::recv_with_fds(c, buf) {
+            Err(e)
+                if e.kind() == std::io::ErrorKind::WouldBlock
+                    && start.elapsed() < Duration::from_secs(5) =>
+            {
+                rverbs_sys::poll::poll_in(c, 100)
+            }
+            r => return r,
         }
-        let p = libc::mmap(
-            std::ptr::null_mut(),
-            4096 + data,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
-            fd,
-            0,
-        );
-        assert_ne!(p, libc::MAP_FAILED);
-        (fd, p.cast())
     }
 }
 
@@ -261,24 +220,22 @@ fn hello(data: u64) -> Vec<u8> {
 fn malformed_hellos_and_unsealed_rings_are_refused() {
     let (a, b) = pair_of(open(true), open(true));
     let ip = IpAddr::V4(a.ctx.gid(1).unwrap().to_ipv4_mapped().unwrap());
-    let (unsealed, _) = ring_memfd(1 << 20, false);
-    let (sealed, _) = ring_memfd(1 << 20, true);
+    let unsealed = ring_memfd(1 << 20, false);
+    let sealed = ring_memfd(1 << 20, true);
     let socks = [
         fake_writer(ip, b"hello", None),
         fake_writer(ip, &hello(1 << 20), None),
-        fake_writer(ip, &hello(1 << 20), Some(unsealed)),
+        fake_writer(ip, &hello(1 << 20), Some(&unsealed)),
         // A size that is not the memfd's.
-        fake_writer(ip, &hello(1 << 21), Some(sealed)),
-        fake_writer(ip, &hello(1000), Some(sealed)),
+        fake_writer(ip, &hello(1 << 21), Some(&sealed)),
+        fake_writer(ip, &hello(1000), Some(&sealed)),
     ];
     eventually("five refusals", || stats(&a.ctx).refused == 5);
     // The context carries on.
     spin_ping_pong(&a, &b, 20);
     assert_eq!(stats(&a.ctx).links_in, 1);
-    for s in socks.into_iter().chain([unsealed, sealed]) {
-        // SAFETY: descriptors this test opened.
-        unsafe { libc::close(s) };
-    }
+    // The descriptors this test opened close here.
+    drop((socks, unsealed, sealed));
 }
 
 #[test]
@@ -287,13 +244,14 @@ fn a_ring_whose_writer_breaks_the_format_is_ended_and_counted() {
     let ip = IpAddr::V4(a.ctx.gid(1).unwrap().to_ipv4_mapped().unwrap());
     spin_ping_pong(&a, &b, 5);
     assert_eq!(stats(&a.ctx).links_in, 1);
-    let (fd, mem) = ring_memfd(1 << 20, true);
-    let s = fake_writer(ip, &hello(1 << 20), Some(fd));
+    let fd = ring_memfd(1 << 20, true);
+    let mem = SharedMap::map_sealed(&fd, 4096 + (1 << 20)).unwrap();
+    let s = fake_writer(ip, &hello(1 << 20), Some(&fd));
     eventually("the ring taken", || stats(&a.ctx).links_in == 2);
     // A writer's position far beyond anything written, then a doorbell-less wait:
     // the driver reads it when it next looks.
-    // SAFETY: the first 8 bytes of the mapping (the writer's position).
-    unsafe { std::ptr::write_volatile(mem.cast::<u64>(), 1 << 40) };
+    // (The first 8 bytes of the mapping: the writer's position.)
+    mem.atomic_u64(0).unwrap().store(1 << 40, Ordering::Release);
     let before = a.ctx.counters().rx_packets;
     eventually("the corrupt ring ended", || {
         spin_ping_pong(&a, &b, 1);
@@ -301,11 +259,7 @@ fn a_ring_whose_writer_breaks_the_format_is_ended_and_counted() {
     });
     spin_ping_pong(&a, &b, 20);
     assert!(a.ctx.counters().rx_packets >= before + 20);
-    // SAFETY: descriptors this test opened.
-    unsafe {
-        libc::close(s);
-        libc::close(fd);
-    }
+    drop((s, mem, fd));
 }
 
 /// A UDP socket at a free 127.0.0.x:4791 (the peer's address), reading with a timeout.
@@ -325,31 +279,29 @@ fn udp_peer() -> (std::net::UdpSocket, std::net::Ipv4Addr) {
 /// takes each connection and closes it (`accept_and_close`), or never takes any.
 /// Dropping it frees the name (other tests of this binary may bind the address later).
 struct FakeListener {
-    fd: i32,
+    /// Closed after the thread ends (fields drop after `Drop::drop`).
+    _fd: std::sync::Arc<OwnedFd>,
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
 fn fake_listener(ip: IpAddr, accept_and_close: bool) -> FakeListener {
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let l = bind_listener(ip);
-    let s2 = stop.clone();
+    let l = std::sync::Arc::new(bind_listener(ip));
+    let (s2, l2) = (stop.clone(), l.clone());
     let thread = accept_and_close.then(|| {
         std::thread::spawn(move || {
-            while !s2.load(std::sync::atomic::Ordering::Relaxed) {
-                // SAFETY: as above.
-                unsafe {
-                    let c = libc::accept(l, std::ptr::null_mut(), std::ptr::null_mut());
-                    if c >= 0 {
-                        libc::close(c);
-                    }
+            while !s2.load(Ordering::Relaxed) {
+                // Each connection is closed as soon as it is taken.
+                if let Ok(c) = unix::accept(&*l2) {
+                    drop(c);
                 }
                 std::thread::sleep(Duration::from_micros(200));
             }
         })
     });
     FakeListener {
-        fd: l,
+        _fd: l,
         stop,
         thread,
     }
@@ -357,12 +309,10 @@ fn fake_listener(ip: IpAddr, accept_and_close: bool) -> FakeListener {
 
 impl Drop for FakeListener {
     fn drop(&mut self) {
-        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.stop.store(true, Ordering::Relaxed);
         if let Some(t) = self.thread.take() {
             t.join().unwrap();
         }
-        // SAFETY: the descriptor this listener opened.
-        unsafe { libc::close(self.fd) };
     }
 }
 
@@ -440,40 +390,24 @@ fn a_full_ring_drops_and_counts_without_blocking_the_sender() {
     let s2 = stop.clone();
     let deaf = std::thread::spawn(move || {
         let mut keep = Vec::new();
-        while !s2.load(std::sync::atomic::Ordering::Relaxed) {
-            // SAFETY: as above.
-            unsafe {
-                let c = libc::accept(l, std::ptr::null_mut(), std::ptr::null_mut());
-                if c < 0 {
-                    std::thread::sleep(Duration::from_micros(200));
-                    continue;
-                }
-                // The hello and its memfd (kept open, never mapped: nobody reads).
-                let mut buf = [0u8; 64];
-                let mut ctl = [0u64; 8];
-                let mut iov = libc::iovec {
-                    iov_base: buf.as_mut_ptr().cast(),
-                    iov_len: buf.len(),
-                };
-                let mut h: libc::msghdr = std::mem::zeroed();
-                h.msg_iov = &mut iov;
-                h.msg_iovlen = 1;
-                h.msg_control = ctl.as_mut_ptr().cast();
-                h.msg_controllen = std::mem::size_of_val(&ctl) as _;
-                assert_eq!(libc::recvmsg(c, &mut h, 0), 16, "the hello");
-                let cm = libc::CMSG_FIRSTHDR(&h);
-                assert!(!cm.is_null());
-                keep.push(std::ptr::read_unaligned(libc::CMSG_DATA(cm).cast::<i32>()));
-                // The answer: a doorbell (an eventfd nobody waits on).
-                let bell = libc::eventfd(0, libc::EFD_NONBLOCK);
-                keep.extend([c, bell]);
-                send_with_fd(c, b"rvbell1\0", Some(bell));
-            }
+        while !s2.load(Ordering::Relaxed) {
+            let Ok(c) = unix::accept(&l) else {
+                std::thread::sleep(Duration::from_micros(200));
+                continue;
+            };
+            // The hello and its memfd (kept open, never mapped: nobody reads).
+            let mut buf = [0u8; 64];
+            let (n, fds) = recv_waiting(&c, &mut buf).expect("the hello");
+            assert_eq!(n, 16, "the hello");
+            assert!(!fds.is_empty());
+            keep.extend(fds);
+            // The answer: a doorbell (an eventfd nobody waits on).
+            let bell = rverbs_sys::eventfd().unwrap();
+            send_with_fd(&c, b"rvbell1\0", Some(&bell));
+            keep.extend([c, bell]);
         }
-        for fd in keep.into_iter().chain([l]) {
-            // SAFETY: descriptors this thread opened or received.
-            unsafe { libc::close(fd) };
-        }
+        // The descriptors this thread opened or received close here.
+        drop((keep, l));
     });
     // UD datagrams of 4000 bytes (no window holds them back) to the deaf peer: 1,200
     // of them are more than its 4 MiB ring takes.
@@ -509,6 +443,6 @@ fn a_full_ring_drops_and_counts_without_blocking_the_sender() {
     assert_eq!(s.tx_datagrams + s.tx_ring_full, 1200, "{s:?}");
     // What fitted: about a ring's worth (4 MiB less the acknowledgements' reserve).
     assert!((1000..1050).contains(&s.tx_datagrams), "{s:?}");
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    stop.store(true, Ordering::Relaxed);
     deaf.join().unwrap();
 }

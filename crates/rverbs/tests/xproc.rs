@@ -14,6 +14,8 @@
 //! A custom harness (`harness = false`): the parent runs the cases and prints
 //! `test result: ok. N passed; M failed`.
 
+#![forbid(unsafe_code)]
+
 #[path = "common/child.rs"]
 mod child;
 #[path = "common/ctl.rs"]
@@ -759,9 +761,7 @@ impl Drop for Netns {
 }
 
 fn veth() -> Res<String> {
-    // SAFETY: geteuid has no arguments and cannot fail.
-    #[allow(unsafe_code)]
-    let root = unsafe { libc::geteuid() } == 0;
+    let root = rverbs_sys::misc::euid() == 0;
     let have_ip = Command::new("ip")
         .arg("-V")
         .output()

@@ -5,7 +5,9 @@
 //! functions and types. The model is quinn-udp: the socket tricks a transport needs
 //! (control messages, batched `recvmmsg` / `sendmmsg`, GRO / GSO) live in one small
 //! crate below the protocol, where they can be read and reviewed in one place, and
-//! the crates above (`rverbs`, `rverbs-raw`, `rverbs-cli`) forbid `unsafe` outright.
+//! the crates above (`rverbs`, `rverbs-raw`, `rverbs-cli`) forbid `unsafe` outright,
+//! in their tests, benches and examples too (the workspace's `unsafe_code = "forbid"`,
+//! which every other member takes; `tests/unsafe_only_here.rs` checks that they do).
 //!
 //! Each `unsafe` block states the promise it relies on in a `// SAFETY:` comment.
 //! Nothing here is `pub unsafe`: a caller cannot break memory safety through this

@@ -67,6 +67,18 @@ impl Drop for Mapping {
 /// `F_SEAL_GROW`, then `F_SEAL_SEAL`): whoever it is handed to can map it knowing no
 /// access inside `len` will fault (`memfd_create(2)`, "File sealing").
 pub fn sealed_memfd(name: &CStr, len: usize) -> io::Result<OwnedFd> {
+    memfd(
+        name,
+        len,
+        libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL,
+    )
+}
+
+/// A new memfd of `len` zero bytes (close-on-exec, sealing allowed) with exactly the
+/// `seals` given (`F_SEAL_*`; 0 adds none, and the size stays free to change). What
+/// a peer must check before mapping it; [`SharedMap::map_sealed`] refuses one whose
+/// size is not sealed.
+pub fn memfd(name: &CStr, len: usize, seals: libc::c_int) -> io::Result<OwnedFd> {
     let size =
         libc::off_t::try_from(len).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
     // SAFETY: `name` is a live NUL-terminated string; the result is checked.
@@ -81,9 +93,8 @@ pub fn sealed_memfd(name: &CStr, len: usize) -> io::Result<OwnedFd> {
     if unsafe { libc::ftruncate(fd.as_raw_fd(), size) } != 0 {
         return Err(io::Error::last_os_error());
     }
-    let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
     // SAFETY: as above.
-    if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, seals) } != 0 {
+    if seals != 0 && unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, seals) } != 0 {
         return Err(io::Error::last_os_error());
     }
     Ok(fd)
@@ -360,5 +371,29 @@ mod tests {
         // A plain file: no seals.
         let f = std::fs::File::open("/proc/self/status").unwrap();
         assert!(SharedMap::map_sealed(&f, 4096).is_err());
+    }
+
+    /// A memfd gets exactly the seals asked for: none leaves its size free (and
+    /// `map_sealed` refuses it), `F_SEAL_SHRINK` alone still lets it grow; a sealed
+    /// memfd's size is fixed both ways.
+    #[test]
+    fn a_memfd_has_the_seals_it_was_given() {
+        let free = std::fs::File::from(memfd(c"rverbs-sys-test", 8192, 0).unwrap());
+        assert_eq!(free.metadata().unwrap().len(), 8192);
+        assert!(SharedMap::map_sealed(&free, 8192).is_err(), "not sealed");
+        free.set_len(4096).unwrap();
+        let shrink = memfd(c"rverbs-sys-test", 8192, libc::F_SEAL_SHRINK).unwrap();
+        assert!(SharedMap::map_sealed(&shrink, 8192).is_ok());
+        let shrink = std::fs::File::from(shrink);
+        assert!(shrink.set_len(4096).is_err(), "shrinking is sealed");
+        shrink.set_len(16384).unwrap();
+        let sealed = std::fs::File::from(sealed_memfd(c"rverbs-sys-test", 8192).unwrap());
+        assert!(sealed.set_len(4096).is_err());
+        assert!(sealed.set_len(16384).is_err(), "growing is sealed");
+        assert!(memfd(c"rverbs-sys-test", usize::MAX, 0).is_err());
+        assert!(
+            memfd(c"rverbs-sys-test", 4096, -1).is_err(),
+            "unknown seals"
+        );
     }
 }

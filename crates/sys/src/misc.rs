@@ -1,5 +1,5 @@
 //! Small system calls of their own: an interface's MAC address, the process's CPU
-//! time, user id and page size, a TCP connection's retransmissions, a non-blocking
+//! time, user ids and page size, a TCP connection's retransmissions, a non-blocking
 //! `recv`, and moving a thread into a network namespace.
 
 use std::io;
@@ -55,6 +55,13 @@ pub fn setns_net(fd: RawFd) -> io::Result<()> {
 pub fn uid() -> u32 {
     // SAFETY: getuid has no arguments and no failure.
     unsafe { libc::getuid() }
+}
+
+/// The effective user id of this process (`geteuid(2)`, which cannot fail): what
+/// permission checks use, so 0 means root.
+pub fn euid() -> u32 {
+    // SAFETY: geteuid has no arguments and no failure.
+    unsafe { libc::geteuid() }
 }
 
 /// Process CPU time (user + system, all threads) in seconds; 0 if the kernel will
@@ -123,5 +130,27 @@ pub fn page_size() -> usize {
         p as usize
     } else {
         4096
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The `Uid:` line of `/proc/self/status`: real, effective, saved, filesystem.
+    fn status_uids() -> Vec<u32> {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        let line = status.lines().find(|l| l.starts_with("Uid:")).unwrap();
+        line.split_whitespace()
+            .skip(1)
+            .map(|x| x.parse().unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn the_user_ids_are_the_kernels() {
+        let ids = status_uids();
+        assert_eq!(ids.len(), 4, "{ids:?}");
+        assert_eq!((uid(), euid()), (ids[0], ids[1]));
     }
 }

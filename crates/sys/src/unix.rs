@@ -4,7 +4,7 @@
 
 use crate::msg::recvmsg_ctl;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 
 /// The socket address of abstract name `name` (`sun_path[0]` = 0, then the name, no
 /// terminator), and its length.
@@ -97,10 +97,31 @@ pub fn accept(l: &impl AsRawFd) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
+/// Most descriptors [`send_with_fds`] attaches to one message.
+pub const SEND_FDS_MAX: usize = 8;
+
 /// Sends `bytes` as one message with descriptor `fd` attached (`SCM_RIGHTS`,
 /// `MSG_NOSIGNAL`); a message the kernel took only in part is an error.
 pub fn send_with_fd(sock: &impl AsRawFd, bytes: &[u8], fd: &impl AsRawFd) -> io::Result<()> {
-    let mut ctl = [0u64; 4];
+    send_raw_fds(sock.as_raw_fd(), bytes, &[fd.as_raw_fd()])
+}
+
+/// Sends `bytes` as one message with descriptors `fds` attached (one `SCM_RIGHTS`
+/// control message; none at all when `fds` is empty), as [`send_with_fd`]. More than
+/// [`SEND_FDS_MAX`] descriptors is `InvalidInput`, and nothing is sent.
+pub fn send_with_fds(sock: &impl AsRawFd, bytes: &[u8], fds: &[BorrowedFd<'_>]) -> io::Result<()> {
+    let mut raw = [0 as RawFd; SEND_FDS_MAX];
+    if fds.len() > raw.len() {
+        return Err(io::Error::from(io::ErrorKind::InvalidInput));
+    }
+    for (r, fd) in raw.iter_mut().zip(fds) {
+        *r = fd.as_raw_fd();
+    }
+    send_raw_fds(sock.as_raw_fd(), bytes, &raw[..fds.len()])
+}
+
+fn send_raw_fds(sock: RawFd, bytes: &[u8], fds: &[RawFd]) -> io::Result<()> {
+    let mut ctl = [0u64; 8];
     let mut iov = libc::iovec {
         iov_base: bytes.as_ptr() as *mut libc::c_void,
         iov_len: bytes.len(),
@@ -109,20 +130,31 @@ pub fn send_with_fd(sock: &impl AsRawFd, bytes: &[u8], fd: &impl AsRawFd) -> io:
     let mut h: libc::msghdr = unsafe { std::mem::zeroed() };
     h.msg_iov = &mut iov;
     h.msg_iovlen = 1;
-    h.msg_control = ctl.as_mut_ptr().cast();
-    // SAFETY: CMSG_SPACE is a pure computation.
-    h.msg_controllen = unsafe { libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) } as _;
-    // SAFETY: the control buffer (32 bytes, 8-aligned) holds one header and one
-    // descriptor (CMSG_SPACE(4) = 24); CMSG_FIRSTHDR points at its start.
-    unsafe {
-        let c = libc::CMSG_FIRSTHDR(&h);
-        (*c).cmsg_level = libc::SOL_SOCKET;
-        (*c).cmsg_type = libc::SCM_RIGHTS;
-        (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as _;
-        std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<RawFd>(), fd.as_raw_fd());
+    if !fds.is_empty() {
+        let data = std::mem::size_of_val(fds) as u32;
+        // SAFETY: CMSG_SPACE is a pure computation.
+        let space = unsafe { libc::CMSG_SPACE(data) } as usize;
+        if space > std::mem::size_of_val(&ctl) {
+            return Err(io::Error::from(io::ErrorKind::InvalidInput));
+        }
+        h.msg_control = ctl.as_mut_ptr().cast();
+        h.msg_controllen = space as _;
+        // SAFETY: the control buffer (8-aligned) holds `space` bytes, checked above:
+        // one header and `fds.len()` descriptors after it; CMSG_FIRSTHDR points at its
+        // start (non-null: `msg_controllen` is at least a header).
+        unsafe {
+            let c = libc::CMSG_FIRSTHDR(&h);
+            (*c).cmsg_level = libc::SOL_SOCKET;
+            (*c).cmsg_type = libc::SCM_RIGHTS;
+            (*c).cmsg_len = libc::CMSG_LEN(data) as _;
+            let p = libc::CMSG_DATA(c).cast::<RawFd>();
+            for (k, fd) in fds.iter().enumerate() {
+                std::ptr::write_unaligned(p.add(k), *fd);
+            }
+        }
     }
     // SAFETY: `h` describes live buffers (`bytes`, read only, and `ctl`).
-    let n = unsafe { libc::sendmsg(sock.as_raw_fd(), &h, libc::MSG_NOSIGNAL) };
+    let n = unsafe { libc::sendmsg(sock, &h, libc::MSG_NOSIGNAL) };
     if n < 0 {
         return Err(io::Error::last_os_error());
     }
@@ -207,5 +239,36 @@ mod tests {
         assert!(recv_with_fds(&s, &mut small).is_err());
         assert!(accept(&l).is_err(), "nobody else waits");
         assert!(connect_abstract(&[b'x'; 200]).is_err());
+    }
+
+    /// A message carries no descriptor (and no control message), or several, in
+    /// order; too many is refused before anything is sent.
+    #[test]
+    fn a_message_carries_none_or_several_descriptors() {
+        use std::os::fd::AsFd;
+        let name = format!("rverbs-sys-test-fds-{}", std::process::id());
+        let l = listen_abstract(name.as_bytes(), 4).unwrap();
+        let c = connect_abstract(name.as_bytes()).unwrap();
+        let s = accept(&l).unwrap();
+        let mut buf = [0u8; 16];
+        send_with_fds(&c, b"none", &[]).unwrap();
+        let (n, fds) = recv_with_fds(&s, &mut buf).unwrap();
+        assert_eq!((&buf[..n], fds.len()), (&b"none"[..], 0));
+        let ev = crate::event::eventfd().unwrap();
+        let file = std::fs::File::open("/proc/self/status").unwrap();
+        send_with_fds(&c, b"two", &[ev.as_fd(), file.as_fd()]).unwrap();
+        let (n, fds) = recv_with_fds(&s, &mut buf).unwrap();
+        assert_eq!((&buf[..n], fds.len()), (&b"two"[..], 2));
+        assert!(crate::event::is_nonblocking_eventfd(&fds[0]));
+        assert!(!crate::event::is_nonblocking_eventfd(&fds[1]));
+        let many = vec![ev.as_fd(); SEND_FDS_MAX + 1];
+        let e = send_with_fds(&c, b"many", &many).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+        let all = vec![ev.as_fd(); SEND_FDS_MAX];
+        send_with_fds(&c, b"all", &all).unwrap();
+        let (n, fds) = recv_with_fds(&s, &mut buf).unwrap();
+        assert_eq!((&buf[..n], fds.len()), (&b"all"[..], SEND_FDS_MAX));
+        let e = recv_with_fds(&s, &mut buf).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::WouldBlock, "nothing else was sent");
     }
 }
