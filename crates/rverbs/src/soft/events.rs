@@ -95,6 +95,7 @@ impl<T> EventQueue<T> {
     }
 
     /// Whether no event is queued.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
     pub(crate) fn is_empty(&self) -> bool {
         lock(&self.q).is_empty()
     }
