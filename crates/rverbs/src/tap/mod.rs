@@ -29,6 +29,31 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// A tap sleeps as the carrier it wraps: the same descriptors, doorbell and arming,
+/// and seals a datagram as it would.
+macro_rules! waits_as_inner {
+    () => {
+        fn watch(&self, fds: &mut Vec<RawFd>) {
+            self.inner.watch(fds)
+        }
+        fn bell(&self) -> Option<RawFd> {
+            self.inner.bell()
+        }
+        fn arm(&self) -> bool {
+            self.inner.arm()
+        }
+        fn disarm(&self, rung: bool) {
+            self.inner.disarm(rung)
+        }
+        fn quiet_wake(&self) {
+            self.inner.quiet_wake()
+        }
+        fn has_inbound(&self) -> bool {
+            self.inner.has_inbound()
+        }
+    };
+}
+
 /// A datagram carrier with faults injected into both directions.
 pub(crate) struct Faulty<C> {
     inner: C,
@@ -122,10 +147,6 @@ impl<C: Carrier> Carrier for Faulty<C> {
         }
     }
 
-    fn seal(&self, t: &mut Transmit) -> Seal {
-        self.inner.seal(t)
-    }
-
     fn receive(&self, budget: usize, sink: &mut dyn Sink) -> usize {
         let mut s = FaultySink {
             inner: sink,
@@ -144,25 +165,11 @@ impl<C: Carrier> Carrier for Faulty<C> {
         })
     }
 
-    fn watch(&self, fds: &mut Vec<RawFd>) {
-        self.inner.watch(fds)
+    fn seal(&self, t: &mut Transmit) -> Seal {
+        self.inner.seal(t)
     }
 
-    fn bell(&self) -> Option<RawFd> {
-        self.inner.bell()
-    }
-
-    fn arm(&self) -> bool {
-        self.inner.arm()
-    }
-
-    fn disarm(&self, rung: bool) {
-        self.inner.disarm(rung)
-    }
-
-    fn quiet_wake(&self) {
-        self.inner.quiet_wake()
-    }
+    waits_as_inner!();
 
     fn poll(&self, now: Nanos) -> Option<Nanos> {
         // The held datagrams that are due, then when the next one is.
@@ -186,10 +193,6 @@ impl<C: Carrier> Carrier for Faulty<C> {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }
-    }
-
-    fn has_inbound(&self) -> bool {
-        self.inner.has_inbound()
     }
 }
 
@@ -257,10 +260,6 @@ impl<C: Carrier> Carrier for Captured<C> {
         }
     }
 
-    fn seal(&self, t: &mut Transmit) -> Seal {
-        self.inner.seal(t)
-    }
-
     fn receive(&self, budget: usize, sink: &mut dyn Sink) -> usize {
         let mut s = CapturedSink {
             inner: sink,
@@ -279,33 +278,15 @@ impl<C: Carrier> Carrier for Captured<C> {
         })
     }
 
-    fn watch(&self, fds: &mut Vec<RawFd>) {
-        self.inner.watch(fds)
+    fn seal(&self, t: &mut Transmit) -> Seal {
+        self.inner.seal(t)
     }
 
-    fn bell(&self) -> Option<RawFd> {
-        self.inner.bell()
-    }
-
-    fn arm(&self) -> bool {
-        self.inner.arm()
-    }
-
-    fn disarm(&self, rung: bool) {
-        self.inner.disarm(rung)
-    }
-
-    fn quiet_wake(&self) {
-        self.inner.quiet_wake()
-    }
+    waits_as_inner!();
 
     fn poll(&self, now: Nanos) -> Option<Nanos> {
         lock(&self.pcap).flush();
         self.inner.poll(now)
-    }
-
-    fn has_inbound(&self) -> bool {
-        self.inner.has_inbound()
     }
 }
 
