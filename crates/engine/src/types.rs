@@ -60,6 +60,22 @@ pub struct VerbError {
     pub errno: Errno,
     /// A short reason.
     pub reason: &'static str,
+    /// For a size over a limit: the size asked for and the limit, printed after the
+    /// reason.
+    pub limit: Option<Limit>,
+}
+
+/// The numbers behind a size error, printed as "3 SGEs, the QP takes at most 2".
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limit {
+    /// What was asked for.
+    pub asked: u64,
+    /// The most the object takes.
+    pub max: u64,
+    /// The unit, plural (`"SGEs"`, `"bytes"`).
+    pub unit: &'static str,
+    /// What sets the limit (`"the QP"`, `"the device"`).
+    pub holder: &'static str,
 }
 
 impl VerbError {
@@ -69,7 +85,25 @@ impl VerbError {
             verb,
             errno,
             reason,
+            limit: None,
         }
+    }
+
+    /// The error with the numbers of a size over a limit.
+    pub const fn with_limit(
+        mut self,
+        asked: u64,
+        max: u64,
+        unit: &'static str,
+        holder: &'static str,
+    ) -> Self {
+        self.limit = Some(Limit {
+            asked,
+            max,
+            unit,
+            holder,
+        });
+        self
     }
 }
 
@@ -81,7 +115,15 @@ impl fmt::Display for VerbError {
             self.verb,
             self.errno.code(),
             self.reason
-        )
+        )?;
+        if let Some(l) = self.limit {
+            write!(
+                f,
+                " ({} {}, {} takes at most {})",
+                l.asked, l.unit, l.holder, l.max
+            )?;
+        }
+        Ok(())
     }
 }
 

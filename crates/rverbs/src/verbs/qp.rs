@@ -49,20 +49,14 @@ pub struct QpInitAttr<'a> {
 
 impl<'a> QpInitAttr<'a> {
     /// An RC/UC/UD QP with both queues on `cq`, no SRQ, 1024-deep queues of 4 SGEs,
-    /// 256 bytes of inline data and selective signaling.
+    /// 256 bytes of inline data ([`QpCap::default`]) and selective signaling.
     pub fn new(qp_type: QpType, cq: &'a Cq) -> Self {
         QpInitAttr {
             qp_type,
             send_cq: cq,
             recv_cq: cq,
             srq: None,
-            cap: QpCap {
-                max_send_wr: 1024,
-                max_recv_wr: 1024,
-                max_send_sge: 4,
-                max_recv_sge: 4,
-                max_inline_data: 256,
-            },
+            cap: QpCap::default(),
             sq_sig_all: false,
         }
     }
@@ -562,8 +556,18 @@ impl Qp {
         if wr.opcode != WrOpcode::Send || wr.remote.is_some() || wr.ud.is_some() {
             return Err(inval("a RAW_PACKET QP sends frames with SEND only"));
         }
+        let over = |why, asked: usize, max: u32, unit| -> Error {
+            rverbs_engine::VerbError::new("post_send", rverbs_engine::Errno::Inval, why)
+                .with_limit(asked as u64, max.into(), unit, "the QP")
+                .into()
+        };
         if wr.bufs.as_slice().len() > r.cap.max_send_sge as usize {
-            return Err(inval("more SGEs than cap.max_send_sge"));
+            return Err(over(
+                "more SGEs than cap.max_send_sge",
+                wr.bufs.as_slice().len(),
+                r.cap.max_send_sge,
+                "SGEs",
+            ));
         }
         let frame: Vec<u8> = wr
             .bufs
@@ -572,7 +576,12 @@ impl Qp {
             .flat_map(LocalBuf::bytes)
             .collect();
         if wr.flags.contains(SendFlags::INLINE) && frame.len() > r.cap.max_inline_data as usize {
-            return Err(inval("inline data beyond cap.max_inline_data"));
+            return Err(over(
+                "inline data beyond cap.max_inline_data",
+                frame.len(),
+                r.cap.max_inline_data,
+                "bytes",
+            ));
         }
         let signaled = r.sq_sig_all || wr.flags.contains(SendFlags::SIGNALED);
         let s = self.shared();
