@@ -671,7 +671,7 @@ impl Engine {
                     wr.sg_list.len() as u64,
                     s.max_sge.into(),
                     "SGEs",
-                    "the SRQ",
+                    "the SRQ takes at most",
                 ),
             );
         }
@@ -681,7 +681,7 @@ impl Engine {
                     s.queue.len() as u64 + 1,
                     s.max_wr.into(),
                     "WRs",
-                    "the SRQ",
+                    "the SRQ takes at most",
                 ),
             );
         }
@@ -960,7 +960,7 @@ impl Engine {
                     qp.sq.len() as u64 + 1,
                     cap.max_send_wr.into(),
                     "WRs",
-                    "the send queue",
+                    "the send queue takes at most",
                 ),
             );
         }
@@ -970,7 +970,7 @@ impl Engine {
                 wr.sg_list.len() as u64,
                 cap.max_send_sge.into(),
                 "SGEs",
-                "the QP",
+                "the QP takes at most",
             ));
         }
         let len: u64 = wr.sg_list.iter().map(|s| u64::from(s.length)).sum();
@@ -980,7 +980,7 @@ impl Engine {
                     len,
                     cap.max_inline_data.into(),
                     "bytes",
-                    "the QP",
+                    "the QP takes at most",
                 ),
             );
         }
@@ -1087,7 +1087,7 @@ impl Engine {
                 wr.sg_list.len() as u64,
                 qp.attr.cap.max_recv_sge.into(),
                 "SGEs",
-                "the QP",
+                "the QP takes at most",
             ));
         }
         if qp.rq.len() >= qp.attr.cap.max_recv_wr as usize {
@@ -1096,7 +1096,7 @@ impl Engine {
                     qp.rq.len() as u64 + 1,
                     qp.attr.cap.max_recv_wr.into(),
                     "WRs",
-                    "the receive queue",
+                    "the receive queue takes at most",
                 ),
             );
         }

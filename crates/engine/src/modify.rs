@@ -525,7 +525,7 @@ const PORT_NUM: u8 = 1;
 /// SRQ the receive sizes are ignored.
 pub fn check_cap(cap: &QpCap, has_srq: bool, limits: &ModifyLimits) -> VerbResult<()> {
     let over = |reason, asked: u32, max: u32, unit| {
-        Err(inval(reason).with_limit(asked.into(), max.into(), unit, "the device"))
+        Err(inval(reason).with_limit(asked.into(), max.into(), unit, "the device takes at most"))
     };
     if cap.max_send_wr > limits.max_qp_wr {
         return over(

@@ -169,7 +169,21 @@ pub struct PeerInfo {
     pub gid: Gid,
 }
 
-/// Connection settings for [`Qp::connect`], with ibv_rc_pingpong's defaults.
+/// Connection settings for [`Qp::connect`].
+///
+/// The defaults take rdma-core's `ibv_rc_pingpong` timers and retries — `timeout` 14
+/// (4.096 µs · 2^14 ≈ 67 ms), `retry_cnt` 7, `rnr_retry` 7 (infinite), `min_rnr_timer`
+/// 12 (0.64 ms) — and its default path MTU of 1024, which every RoCE netdev of 1500
+/// bytes carries; on a device with a larger active MTU (4096 on `rv_lo`) set `mtu` to
+/// `ctx.query_port(1)?.active_mtu` for fewer packets. Where `ibv_rc_pingpong` only
+/// SENDs, these defaults let the peer do everything the verbs offer, as the crate's
+/// examples need: `access` [`AccessFlags::ALL`] (remote READ, WRITE and atomics on
+/// this QP; each region's own access flags still apply; `ibv_rc_pingpong` grants
+/// none) and `rd_atomic` 16 READs/atomics in flight each way (it uses 1; rxe allows
+/// 128). The rest: `psn` 0 (`ibv_rc_pingpong` draws a random one), `sgid_index` 1 (a
+/// soft device's first address GID; `ibv_rc_pingpong` has no default, `-g`),
+/// `hop_limit` 64 (Linux's default TTL; it uses 1), `traffic_class` 0 and `qkey`
+/// 0x11111111 (`ibv_ud_pingpong`'s).
 #[derive(Debug, Clone, Copy)]
 pub struct ConnectOpts {
     /// Our source GID index.
@@ -499,6 +513,7 @@ impl Qp {
             return self.post_send_raw(r, wr);
         }
         sge_lens_fit("post_send", wr.bufs.as_slice().iter().map(|b| b.len))?;
+        wr.check_remote_len()?;
         let s = self.shared();
         let mut e = s.lock_verb("post_send")?;
         let now = s.now();
@@ -530,7 +545,8 @@ impl Qp {
         let now = s.now();
         let mut failed = None;
         for (i, wr) in wrs.iter().enumerate() {
-            let fits = sge_lens_fit("post_send", wr.bufs.as_slice().iter().map(|b| b.len));
+            let fits = sge_lens_fit("post_send", wr.bufs.as_slice().iter().map(|b| b.len))
+                .and_then(|()| wr.check_remote_len());
             if let Err(err) = fits.and_then(|()| Ok(e.post_send(self.qpn, wr.to_engine(), now)?)) {
                 failed = Some((i, err));
                 break;
@@ -558,7 +574,7 @@ impl Qp {
         }
         let over = |why, asked: usize, max: u32, unit| -> Error {
             rverbs_engine::VerbError::new("post_send", rverbs_engine::Errno::Inval, why)
-                .with_limit(asked as u64, max.into(), unit, "the QP")
+                .with_limit(asked as u64, max.into(), unit, "the QP takes at most")
                 .into()
         };
         if wr.bufs.as_slice().len() > r.cap.max_send_sge as usize {
