@@ -450,6 +450,10 @@ fn done(tool: &str, r: Result<(), String>) -> ExitCode {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Err(e) = rverbs_cli::perf::check_env() {
+        eprintln!("rverbs: {e}");
+        return ExitCode::from(2);
+    }
     match cli.command {
         Command::Demo { iters, size } => {
             let mut out = std::io::stdout();

@@ -65,3 +65,23 @@ fn bad_open_options_are_reported_by_devinfo() {
         "expected \"1\" or \"0\"",
     );
 }
+
+#[test]
+fn the_tools_timeouts_are_checked_at_start_up() {
+    for var in [
+        "RVERBS_HANDSHAKE_TIMEOUT_MS",
+        "RVERBS_PERFTEST_PEER_TIMEOUT_MS",
+    ] {
+        for bad in ["abc", "0", "-5", "1.5"] {
+            let (code, _, err) = rverbs(&[(var, bad)], &["devinfo", "-l"]);
+            assert_eq!(code, Some(2), "{var}={bad}: {err}");
+            assert!(
+                err.contains(&format!("{var}: {bad:?}: expected a whole number")),
+                "{var}={bad}: {err}"
+            );
+            assert_eq!(err.matches(var).count(), 1, "{err}");
+        }
+        let (code, _, err) = rverbs(&[(var, "")], &["devinfo", "-l"]);
+        assert_eq!(code, Some(0), "{var}= (empty): {err}");
+    }
+}
