@@ -4,36 +4,6 @@
 //! fixed layout, big-endian). rdma-core leaves this to each program (`ibv_rc_pingpong`
 //! sends `LID:QPN:PSN:GID` text, perftest a struct); these are the crate's own, the
 //! same on every host whatever its byte order.
-//!
-//! ```no_run
-//! use rverbs::{AccessFlags, ConnectOpts, PeerInfo, QpInitAttr, QpType, RemoteBuf, SendRequest};
-//!
-//! // Both sides, in one process here; across hosts the text or bytes go over TCP.
-//! let ctx = rverbs::device(None)?.open()?;
-//! let pd = ctx.alloc_pd()?;
-//! let cq = ctx.create_cq(16)?;
-//! let (a, b) = (
-//!     pd.create_qp(&QpInitAttr::new(QpType::Rc, &cq))?,
-//!     pd.create_qp(&QpInitAttr::new(QpType::Rc, &cq))?,
-//! );
-//! let opts = ConnectOpts::default();
-//! let gid = ctx.gid(opts.sgid_index).expect("a GID at the default index");
-//! let (mr_a, mr_b) = (pd.reg_mr(64, AccessFlags::ALL)?, pd.reg_mr(64, AccessFlags::ALL)?);
-//!
-//! // B tells A, as text: "qpn=0x00abcd psn=0x000000 gid=::ffff:127.0.0.7" and
-//! // "addr=0x... rkey=0x... len=64".
-//! let b_line = PeerInfo { qpn: b.qp_num(), psn: opts.psn, gid }.to_string();
-//! let b_buf = mr_b.remote(0..64).to_string();
-//! // A tells B, as bytes (24 of them).
-//! let a_bytes = PeerInfo { qpn: a.qp_num(), psn: opts.psn, gid }.to_bytes();
-//!
-//! a.connect(&b_line.parse()?, &opts)?;
-//! b.connect(&PeerInfo::from_bytes(&a_bytes)?, &opts)?;
-//! let remote: RemoteBuf = b_buf.parse()?;
-//! mr_a.write(0, &[7; 64]);
-//! a.post_send(&SendRequest::write(1, &[mr_a.slice(0..64)], remote))?;
-//! # Ok::<(), rverbs::Error>(())
-//! ```
 
 use super::{PeerInfo, RemoteBuf};
 use crate::error::{Error, Result};
@@ -95,6 +65,42 @@ fn bounded(verb: &'static str, value: &str, max: u64, what: &'static str) -> Res
     Ok(n)
 }
 
+/// The exchange forms of a [`PeerInfo`] (and of a [`RemoteBuf`]): text with
+/// `to_string()` / `parse()`, bytes with [`PeerInfo::to_bytes`] /
+/// [`PeerInfo::from_bytes`].
+///
+/// ```
+/// use rverbs::{AccessFlags, ConnectOpts, PeerInfo, QpInitAttr, QpType, RemoteBuf, SendRequest, Wc};
+///
+/// // Both sides, in one process here; across hosts the text or bytes go over TCP.
+/// let ctx = rverbs::device(None)?.open()?;
+/// let pd = ctx.alloc_pd()?;
+/// let cq = ctx.create_cq(16)?;
+/// let (a, b) = (
+///     pd.create_qp(&QpInitAttr::new(QpType::Rc, &cq))?,
+///     pd.create_qp(&QpInitAttr::new(QpType::Rc, &cq))?,
+/// );
+/// let opts = ConnectOpts::default();
+/// let gid = ctx.gid(opts.sgid_index).expect("a GID at the default index");
+/// let (mr_a, mr_b) = (pd.reg_mr(64, AccessFlags::ALL)?, pd.reg_mr(64, AccessFlags::ALL)?);
+///
+/// // B tells A, as text: "qpn=0x00abcd psn=0x000000 gid=::ffff:127.0.0.7" and
+/// // "addr=0x... rkey=0x... len=64".
+/// let b_line = PeerInfo { qpn: b.qp_num(), psn: opts.psn, gid }.to_string();
+/// let b_buf = mr_b.remote(0..64).to_string();
+/// // A tells B, as bytes (24 of them).
+/// let a_bytes = PeerInfo { qpn: a.qp_num(), psn: opts.psn, gid }.to_bytes();
+///
+/// a.connect(&b_line.parse()?, &opts)?;
+/// b.connect(&PeerInfo::from_bytes(&a_bytes)?, &opts)?;
+/// let remote: RemoteBuf = b_buf.parse()?;
+/// mr_a.write(0, &[7; 64]);
+/// a.post_send(&SendRequest::write(1, &[mr_a.slice(0..64)], remote))?;
+/// let mut wc = [Wc::default()];
+/// assert_eq!(cq.poll_wait(&mut wc, std::time::Duration::from_secs(5))?, 1);
+/// assert_eq!(mr_b.to_vec(), [7; 64]);
+/// # Ok::<(), rverbs::Error>(())
+/// ```
 impl PeerInfo {
     /// Length of [`PeerInfo::to_bytes`].
     pub const BYTES: usize = 24;
