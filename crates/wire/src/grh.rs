@@ -375,6 +375,18 @@ mod tests {
     }
 
     proptest! {
+        /// Any text is a GID or an error, never a panic; a GID read back prints as
+        /// one that parses to itself.
+        #[test]
+        fn any_text_parses_or_errs(s in "\\PC{0,40}", hex in "[0-9a-fA-F:.x ]{0,40}") {
+            for t in [&s, &hex] {
+                if let Ok(g) = t.parse::<Gid>() {
+                    prop_assert_eq!(g.to_string().parse::<Gid>(), Ok(g));
+                }
+                let _ = Gid::from_hex(t);
+            }
+        }
+
         /// Display, sysfs and hex forms all parse back to the same GID.
         #[test]
         fn text_forms_round_trip(b: [u8; 16]) {

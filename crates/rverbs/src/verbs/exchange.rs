@@ -317,6 +317,22 @@ mod tests {
     }
 
     #[test]
+    fn odd_text_is_an_error_not_a_panic() {
+        // Multi-byte characters where digits or separators belong, and empty values.
+        for s in [
+            "qpn=é psn=0 gid=::1",
+            "qpn=0xé psn=0 gid=::1",
+            "qpn= psn= gid=",
+            "==== psn=0 gid=::1",
+            "qpn=1 psn=2 gid=ff\u{80}80::1",
+            "\u{1f980}",
+        ] {
+            assert!(s.parse::<PeerInfo>().is_err(), "{s:?}");
+            assert!(s.parse::<RemoteBuf>().is_err(), "{s:?}");
+        }
+    }
+
+    #[test]
     fn bytes_forms() {
         let p = peer();
         let b = p.to_bytes();
