@@ -502,6 +502,10 @@ impl Qp {
 
     /// `ibv_post_send` of one request.
     ///
+    /// Beyond `ibv_post_send`'s checks, a READ or WRITE whose [`RemoteBuf`] length is
+    /// not its local buffers' total is EINVAL, with both lengths in the message (see
+    /// [`SendRequest`]).
+    ///
     /// On a RAW_PACKET QP (in RTS, else EINVAL) the request is a SEND whose gathered
     /// buffers (or inline data: both are copies here) are one whole Ethernet frame,
     /// destination MAC first, no FCS; it goes out on the context's raw interface after

@@ -73,7 +73,8 @@ impl<'a> SendRequest<'a> {
         Self::new(wr_id, WrOpcode::Send, bufs)
     }
 
-    /// RDMA WRITE of `bufs` to `remote`.
+    /// RDMA WRITE of `bufs` to `remote`, whose `len` must be the buffers' total (else
+    /// `post_send` is EINVAL; name part of a peer's buffer with a shorter `RemoteBuf`).
     pub fn write(wr_id: u64, bufs: &[LocalBuf<'a>], remote: RemoteBuf) -> Self {
         SendRequest {
             remote: Some(remote),
@@ -81,7 +82,8 @@ impl<'a> SendRequest<'a> {
         }
     }
 
-    /// RDMA READ from `remote` into `bufs`.
+    /// RDMA READ from `remote` into `bufs`, whose total must be `remote.len` (else
+    /// `post_send` is EINVAL).
     pub fn read(wr_id: u64, bufs: &[LocalBuf<'a>], remote: RemoteBuf) -> Self {
         SendRequest {
             remote: Some(remote),
