@@ -385,7 +385,13 @@ pub fn run_port(
     let mut out = String::new();
     let mut objs = Vec::new();
     for d in chosen {
-        let s = Snapshot::take(d).unwrap_or_else(|_| Snapshot::unopened(d));
+        // A device another process holds is shown unopened; a bad environment variable
+        // is the user's to fix, so it is reported, not hidden behind that fallback.
+        let s = match Snapshot::take(d) {
+            Ok(s) => s,
+            Err(e @ rverbs::Error::Config { .. }) => return Err(e.to_string()),
+            Err(_) => Snapshot::unopened(d),
+        };
         if as_json {
             let mut j = json(&s);
             if port.is_some_and(|p| p != 1) {

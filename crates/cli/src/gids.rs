@@ -5,6 +5,11 @@
 //! set, with CAP_NET_RAW — a RoCE v1 and a RoCE v2 entry per GID, as for mlx5); with it,
 //! a kernel's sysfs
 //! (`/sys/class/infiniband` or ROOT) is read with rdma-core's rules.
+//!
+//! The loopback device is the exception to "what a context has": every context on it
+//! binds its own `127.0.0.x` when it opens (and `::1` only with
+//! `RVERBS_LOOPBACK_IPV6=1`), so its address rows end with a note saying how the open
+//! picks the address; `rverbs devinfo -d rv_lo` shows an opened context's real table.
 
 use rverbs::sysfs::SysfsReader;
 use rverbs::{Gid, GidType};
@@ -27,6 +32,22 @@ pub struct Row {
     pub ndev: Option<String>,
     /// Network device index (0 = none).
     pub ndev_ifindex: u32,
+    /// For an entry an opened context does not have as listed: what it has instead.
+    pub at_open: Option<&'static str>,
+}
+
+/// What an opened loopback context has in place of `gid` (see the module doc;
+/// `carrier/udp/socket.rs` binds the addresses).
+fn loopback_at_open(gid: &Gid) -> Option<&'static str> {
+    if gid.to_ipv4_mapped().is_some() {
+        Some("at open: 127.0.0.x, x in 2..=254, one per context")
+    } else if *gid == Gid::from(std::net::Ipv6Addr::LOCALHOST) {
+        Some("at open: only with RVERBS_LOOPBACK_IPV6=1, one context of the host")
+    } else if gid.0[..2] != [0xfe, 0x80] {
+        Some("at open: one of lo's IPv6 addresses, the first free one")
+    } else {
+        None
+    }
 }
 
 /// The soft devices' tables.
@@ -50,6 +71,11 @@ pub fn soft_rows() -> Result<Vec<Row>, String> {
                 gid_type: e.gid_type,
                 ndev: Some(d.ifname.clone()),
                 ndev_ifindex: e.ndev_ifindex,
+                at_open: if d.is_loopback() && e.gid_index > 0 {
+                    loopback_at_open(&e.gid)
+                } else {
+                    None
+                },
             });
         }
     }
@@ -79,6 +105,7 @@ pub fn sysfs_rows(r: &SysfsReader) -> Result<Vec<Row>, String> {
                     gid_type: e.gid_type,
                     ndev,
                     ndev_ifindex: e.ndev_ifindex,
+                    at_open: None,
                 });
             }
         }
@@ -95,6 +122,11 @@ pub fn print_table<W: Write>(rows: &[Row], out: &mut W) -> std::io::Result<()> {
     )?;
     for r in rows {
         let ndev = r.ndev.as_deref().unwrap_or("");
+        // A note goes after the last column, so show_gids parsers still see theirs.
+        let ndev = match r.at_open {
+            Some(n) => format!("{ndev}\t({n})"),
+            None => ndev.to_string(),
+        };
         // show_gids prints what follows the first 'v' of the sysfs type text: "v1"
         // for "IB/RoCE v1", which is the text of IB entries too.
         let ver = match r.gid_type {
@@ -140,7 +172,8 @@ fn json_str(s: &str) -> String {
 }
 
 /// Prints `rows` as a JSON array of objects `{dev, port, index, gid, ipv4, type,
-/// ndev, ndev_ifindex}` (`type` is "IB", "RoCE v1" or "RoCE v2").
+/// ndev, ndev_ifindex}` (`type` is "IB", "RoCE v1" or "RoCE v2"), and `at_open` on the
+/// rows that have a note.
 pub fn print_json<W: Write>(rows: &[Row], out: &mut W) -> std::io::Result<()> {
     writeln!(out, "[")?;
     for (i, r) in rows.iter().enumerate() {
@@ -151,13 +184,15 @@ pub fn print_json<W: Write>(rows: &[Row], out: &mut W) -> std::io::Result<()> {
         let ndev = r.ndev.as_deref().map_or("null".to_string(), json_str);
         writeln!(
             out,
-            "  {{\"dev\": {}, \"port\": {}, \"index\": {}, \"gid\": {}, \"ipv4\": {ipv4}, \"type\": {}, \"ndev\": {ndev}, \"ndev_ifindex\": {}}}{}",
+            "  {{\"dev\": {}, \"port\": {}, \"index\": {}, \"gid\": {}, \"ipv4\": {ipv4}, \"type\": {}, \"ndev\": {ndev}, \"ndev_ifindex\": {}{}}}{}",
             json_str(&r.dev),
             r.port,
             r.index,
             json_str(&r.gid.sysfs().to_string()),
             json_str(&r.gid_type.to_string()),
             r.ndev_ifindex,
+            r.at_open
+                .map_or(String::new(), |n| format!(", \"at_open\": {}", json_str(n))),
             if i + 1 < rows.len() { "," } else { "" }
         )?;
     }
@@ -213,6 +248,7 @@ mod tests {
             gid_type,
             ndev: Some("rdma0".into()),
             ndev_ifindex: 4,
+            at_open: None,
         };
         let v4 = Gid::from(std::net::Ipv4Addr::new(192, 168, 211, 242));
         let ib: Gid = "fe80::ec0d:9a03:ca:2f4c"
@@ -255,5 +291,29 @@ mod tests {
             .iter()
             .any(|r| r.gid.to_ipv4_mapped() == Some(std::net::Ipv4Addr::LOCALHOST)));
         assert!(lo.iter().all(|r| r.gid_type == GidType::RoceV2));
+        // The default GID is what a context has; the addresses say how the open
+        // picks them, and the table shows that after the last column.
+        assert_eq!(lo[0].at_open, None);
+        let v4 = lo
+            .iter()
+            .find(|r| r.gid.to_ipv4_mapped().is_some())
+            .unwrap();
+        assert_eq!(
+            v4.at_open,
+            Some("at open: 127.0.0.x, x in 2..=254, one per context")
+        );
+        assert!(lo[1..].iter().all(|r| r.at_open.is_some()));
+        let mut out = Vec::new();
+        print_table(&rows, &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(
+            text.lines().any(|l| l.starts_with("rv_lo\t")
+                && l.ends_with("\tv2\tlo\t(at open: 127.0.0.x, x in 2..=254, one per context)")),
+            "{text}"
+        );
+        let mut out = Vec::new();
+        print_json(&rows, &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.contains("\"at_open\": \"at open: 127.0.0.x"), "{text}");
     }
 }

@@ -106,11 +106,11 @@ pub struct Peer {
 
 /// The exchange line of `p`, with its `\n`.
 pub fn encode(p: &Peer) -> String {
-    let gid: String = p.gid.octets().iter().map(|b| format!("{b:02x}")).collect();
     format!(
-        "{:06x}:{:06x}:{gid}:{:016x}:{:08x}\n",
+        "{:06x}:{:06x}:{}:{:016x}:{:08x}\n",
         p.qpn & 0xff_ffff,
         p.psn & 0xff_ffff,
+        p.gid.hex(),
         p.addr,
         p.rkey
     )
@@ -128,18 +128,11 @@ pub fn decode(line: &str) -> Result<Peer, String> {
         }
         u64::from_str_radix(s, 16).map_err(|_| format!("bad {what} {s:?}"))
     };
-    // All ASCII hex first, so the byte slicing below stays on character boundaries.
-    if f[2].len() != 32 || !f[2].bytes().all(|c| c.is_ascii_hexdigit()) {
-        return Err(format!("bad GID {:?}", f[2]));
-    }
-    let mut gid = [0u8; 16];
-    for (i, b) in gid.iter_mut().enumerate() {
-        *b = hex(&f[2][2 * i..2 * i + 2], 2, "GID")? as u8;
-    }
+    let gid = Gid::from_hex(f[2]).map_err(|_| format!("bad GID {:?}", f[2]))?;
     Ok(Peer {
         qpn: hex(f[0], 6, "QPN")? as u32,
         psn: hex(f[1], 6, "PSN")? as u32,
-        gid: Gid(gid),
+        gid,
         addr: hex(f[3], 16, "address")?,
         rkey: hex(f[4], 8, "R_Key")? as u32,
     })

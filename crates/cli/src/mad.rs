@@ -35,23 +35,6 @@ pub fn open(dev: Option<&str>) -> Res<Context> {
     d.open().map_err(|e| e.to_string())
 }
 
-/// Parses a GID given as an IPv4 or IPv6 address.
-pub fn parse_gid(s: &str) -> Res<Gid> {
-    let ip: std::net::IpAddr = s.parse().map_err(|_| format!("bad GID {s:?}"))?;
-    Ok(match ip {
-        std::net::IpAddr::V4(v) => Gid::from(v),
-        std::net::IpAddr::V6(v) => Gid::from(v),
-    })
-}
-
-/// Shows a GID as the address it stands for.
-pub fn show_gid(g: &Gid) -> String {
-    match g.to_ipv4_mapped() {
-        Some(v4) => format!("::ffff:{v4}"),
-        None => std::net::Ipv6Addr::from(g.0).to_string(),
-    }
-}
-
 /// Parses a number given in decimal or 0x-hex.
 pub fn parse_num(s: &str) -> Res<u64> {
     let r = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
@@ -78,7 +61,7 @@ fn query(ctx: &Context, gid: Option<Gid>, req: &Mad) -> Res<Mad> {
             let agent = ctx.register_mad_agent(None).map_err(|e| e.to_string())?;
             let r = agent
                 .request(MadDest::gsi(g), req, TIMEOUT, RETRIES)
-                .map_err(|e| format!("no answer from {}: {e}", show_gid(&g)))?;
+                .map_err(|e| format!("no answer from {}: {e}", g))?;
             Ok(r.mad)
         }
     }
@@ -181,7 +164,7 @@ pub fn perfquery(o: &PerfOpts, out: &mut dyn Write) -> Res<()> {
         attr::PMA_PORT_COUNTERS
     };
     let who = match o.gid {
-        Some(g) => format!("GID {}", show_gid(&g)),
+        Some(g) => format!("GID {}", g),
         None => "Lid 0".into(),
     };
     if !o.reset_only {
@@ -492,7 +475,7 @@ pub fn decode_trap(m: &Mad) -> String {
         notice.notice_type, notice.issuer_lid
     );
     if let Some(g) = issuer {
-        s += &format!(" issuer gid {}", show_gid(&g));
+        s += &format!(" issuer gid {}", g);
     }
     let d = &notice.data_details[..];
     match (cls, num) {
@@ -502,7 +485,7 @@ pub fn decode_trap(m: &Mad) -> String {
                     ": bad B_Key 0x{:016x} from lid {} gid {} qp 0x{:06x} attempted method 0x{:02x} attr 0x{:04x} mod 0x{:08x}",
                     t.b_key,
                     t.lidaddr,
-                    show_gid(&Gid(t.gidaddr)),
+                    Gid(t.gidaddr),
                     t.qp,
                     t.method,
                     t.attribute_id,
@@ -548,7 +531,7 @@ pub fn listen_traps(
         );
     }
     let gid = ctx.gid(1).ok_or("the device has no address GID")?;
-    w(writeln!(out, "listening on gid {} qp 1", show_gid(&gid)))?;
+    w(writeln!(out, "listening on gid {} qp 1", gid))?;
     w(out.flush())?;
     let start = std::time::Instant::now();
     let mut n = 0;
@@ -559,7 +542,7 @@ pub fn listen_traps(
                 w(writeln!(
                     out,
                     "from gid {} qp 0x{:x}: {}",
-                    show_gid(&r.src_gid()),
+                    r.src_gid(),
                     r.wc.src_qp,
                     decode_trap(&r.mad)
                 ))?;
@@ -589,7 +572,7 @@ pub fn serve(dev: Option<&str>, b_key: u64, m_key: u64, out: &mut dyn Write) -> 
     ctx.set_b_key(b_key, false);
     ctx.set_m_key(m_key, if m_key != 0 { 2 } else { 0 });
     let gid = ctx.gid(1).ok_or("the device has no address GID")?;
-    w(writeln!(out, "serving gid {} qp 1", show_gid(&gid)))?;
+    w(writeln!(out, "serving gid {} qp 1", gid))?;
     w(out.flush())?;
     let mut sink = Vec::new();
     let _ = std::io::Read::read_to_end(&mut std::io::stdin(), &mut sink);
@@ -622,7 +605,7 @@ pub fn bm_set(
 ) -> Res<()> {
     let ctx = open(dev)?;
     let me = ctx.gid(1).ok_or("the device has no address GID")?;
-    w(writeln!(out, "local gid {} qp 1", show_gid(&me)))?;
+    w(writeln!(out, "local gid {} qp 1", me))?;
     let mut m = match what {
         BmSet::BKey(k) => {
             let mut m = mad::request(class::BM, attr::BM_BKEY_INFO, 0);
@@ -651,7 +634,7 @@ pub fn bm_set(
     m[24..32].copy_from_slice(&b_key.to_be_bytes());
     let r = query(&ctx, Some(gid), &m)?;
     check_status(&r, "BM Set")?;
-    w(writeln!(out, "BM Set accepted by {}", show_gid(&gid)))
+    w(writeln!(out, "BM Set accepted by {}", gid))
 }
 
 /// One-line summary of a MAD carried to or from QP1, for `pcap decode`.

@@ -450,6 +450,10 @@ fn done(tool: &str, r: Result<(), String>) -> ExitCode {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Err(e) = rverbs_cli::perf::check_env() {
+        eprintln!("rverbs: {e}");
+        return ExitCode::from(2);
+    }
     match cli.command {
         Command::Demo { iters, size } => {
             let mut out = std::io::stdout();
@@ -714,7 +718,7 @@ fn main() -> ExitCode {
             reset_after,
             gid,
         } => {
-            let gid = match gid.as_deref().map(mad::parse_gid).transpose() {
+            let gid = match gid.as_deref().map(parse_gid).transpose() {
                 Ok(g) => g,
                 Err(e) => return fail("perfquery", &e),
             };
@@ -777,11 +781,11 @@ fn main() -> ExitCode {
                 },
         } => {
             let r = (|| {
-                let g = mad::parse_gid(&gid)?;
+                let g = parse_gid(&gid)?;
                 let key = mad::parse_num(&bkey)?;
                 let what = match (new_bkey, trap_dest) {
                     (Some(k), None) => mad::BmSet::BKey(mad::parse_num(&k)?),
-                    (None, Some(t)) => mad::BmSet::TrapDest(mad::parse_gid(&t)?),
+                    (None, Some(t)) => mad::BmSet::TrapDest(parse_gid(&t)?),
                     _ => return Err("give --new-bkey or --trap-dest".to_string()),
                 };
                 mad::bm_set(dev.as_deref(), g, key, what, &mut std::io::stdout())
@@ -810,4 +814,9 @@ fn main() -> ExitCode {
             }
         }
     }
+}
+
+/// A GID argument (any form `Gid`'s `FromStr` reads), with the text in the error.
+fn parse_gid(s: &str) -> Result<rverbs::Gid, String> {
+    s.parse().map_err(|e| format!("bad GID {s:?}: {e}"))
 }

@@ -90,8 +90,7 @@ struct Dest {
 }
 
 fn encode(d: &Dest) -> [u8; 52] {
-    let gid: String = d.gid.octets().iter().map(|b| format!("{b:02x}")).collect();
-    let text = format!("{:04x}:{:06x}:{:06x}:{gid}", d.lid, d.qpn, d.psn);
+    let text = format!("{:04x}:{:06x}:{:06x}:{}", d.lid, d.qpn, d.psn, d.gid.hex());
     let mut msg = [0u8; 52];
     msg[..51].copy_from_slice(text.as_bytes());
     msg
@@ -112,17 +111,8 @@ fn decode(msg: &[u8; 52]) -> Result<Dest, String> {
     let lid = hex("LID")? as u16;
     let qpn = hex("QPN")?;
     let psn = hex("PSN")?;
-    let g = &text[19..51];
-    let mut gid = [0u8; 16];
-    for (i, b) in gid.iter_mut().enumerate() {
-        *b = u8::from_str_radix(&g[2 * i..2 * i + 2], 16).map_err(|_| "bad GID")?;
-    }
-    Ok(Dest {
-        lid,
-        qpn,
-        psn,
-        gid: Gid(gid),
-    })
+    let gid = Gid::from_hex(&text[19..51]).map_err(|_| "bad GID")?;
+    Ok(Dest { lid, qpn, psn, gid })
 }
 
 fn mtu_of(bytes: usize) -> Result<Mtu, String> {
@@ -247,7 +237,6 @@ pub fn run<W: Write>(o: &Opts, out: &mut W) -> Result<(), String> {
             }),
         }
     };
-    let show = |g: &Gid| std::net::Ipv6Addr::from(g.octets()).to_string();
     let connect = |rem: &Dest, sgid: u8| -> Result<(), String> {
         let opts = ConnectOpts {
             sgid_index: sgid,
@@ -274,10 +263,7 @@ pub fn run<W: Write>(o: &Opts, out: &mut W) -> Result<(), String> {
         w(writeln!(
             out,
             "  local address:  LID 0x{:04x}, QPN 0x{:06x}, PSN 0x{:06x}, GID {}",
-            0,
-            me.qpn,
-            psn,
-            show(&me.gid)
+            0, me.qpn, psn, me.gid
         ))?;
         Ok(me)
     };
@@ -372,10 +358,7 @@ pub fn run<W: Write>(o: &Opts, out: &mut W) -> Result<(), String> {
     w(writeln!(
         out,
         "  remote address: LID 0x{:04x}, QPN 0x{:06x}, PSN 0x{:06x}, GID {}",
-        rem.lid,
-        rem.qpn,
-        rem.psn,
-        show(&rem.gid)
+        rem.lid, rem.qpn, rem.psn, rem.gid
     ))?;
     let client = o.server.is_some();
     if client {
@@ -471,7 +454,7 @@ pub fn run<W: Write>(o: &Opts, out: &mut W) -> Result<(), String> {
                                 out,
                                 "  reply AH: sgid_index {}, dgid {}, hop_limit {}, traffic_class {}, flow_label 0x{:05x}, remote QPN 0x{:06x}",
                                 attr.sgid_index,
-                                show(&attr.dgid),
+                                attr.dgid,
                                 attr.hop_limit,
                                 attr.traffic_class,
                                 attr.flow_label,

@@ -666,10 +666,24 @@ impl Engine {
                 .get_mut(srq.0)
                 .ok_or(err("post_srq_recv", Errno::Inval, "no such SRQ"))?;
         if wr.sg_list.len() > s.max_sge as usize {
-            return Err(err("post_srq_recv", Errno::Inval, "too many SGEs"));
+            return Err(
+                err("post_srq_recv", Errno::Inval, "too many SGEs").with_limit(
+                    wr.sg_list.len() as u64,
+                    s.max_sge.into(),
+                    "SGEs",
+                    "the SRQ takes at most",
+                ),
+            );
         }
         if s.queue.len() >= s.max_wr as usize {
-            return Err(err("post_srq_recv", Errno::NoMem, "the SRQ is full"));
+            return Err(
+                err("post_srq_recv", Errno::NoMem, "the SRQ is full").with_limit(
+                    s.queue.len() as u64 + 1,
+                    s.max_wr.into(),
+                    "WRs",
+                    "the SRQ takes at most",
+                ),
+            );
         }
         s.queue.push_back(RecvWqe {
             wr_id: wr.wr_id,
@@ -941,15 +955,34 @@ impl Engine {
         }
         let cap = qp.attr.cap;
         if qp.sq.len() >= cap.max_send_wr as usize {
-            return Err(err(VERB, Errno::NoMem, "the send queue is full"));
+            return Err(
+                err(VERB, Errno::NoMem, "the send queue is full").with_limit(
+                    qp.sq.len() as u64 + 1,
+                    cap.max_send_wr.into(),
+                    "WRs",
+                    "the send queue takes at most",
+                ),
+            );
         }
         let inline = wr.flags.contains(SendFlags::INLINE);
         if !inline && wr.sg_list.len() > cap.max_send_sge as usize {
-            return Err(err(VERB, Errno::Inval, "too many SGEs"));
+            return Err(err(VERB, Errno::Inval, "too many SGEs").with_limit(
+                wr.sg_list.len() as u64,
+                cap.max_send_sge.into(),
+                "SGEs",
+                "the QP takes at most",
+            ));
         }
         let len: u64 = wr.sg_list.iter().map(|s| u64::from(s.length)).sum();
         if inline && len > u64::from(cap.max_inline_data) {
-            return Err(err(VERB, Errno::Inval, "inline data above max_inline_data"));
+            return Err(
+                err(VERB, Errno::Inval, "inline data above max_inline_data").with_limit(
+                    len,
+                    cap.max_inline_data.into(),
+                    "bytes",
+                    "the QP takes at most",
+                ),
+            );
         }
         if len > 1 << 31 {
             return Err(err(VERB, Errno::Inval, "message longer than 2 GiB"));
@@ -1050,10 +1083,22 @@ impl Engine {
             return Err(err(VERB, Errno::Inval, "the QP is in RESET"));
         }
         if wr.sg_list.len() > qp.attr.cap.max_recv_sge as usize {
-            return Err(err(VERB, Errno::Inval, "too many SGEs"));
+            return Err(err(VERB, Errno::Inval, "too many SGEs").with_limit(
+                wr.sg_list.len() as u64,
+                qp.attr.cap.max_recv_sge.into(),
+                "SGEs",
+                "the QP takes at most",
+            ));
         }
         if qp.rq.len() >= qp.attr.cap.max_recv_wr as usize {
-            return Err(err(VERB, Errno::NoMem, "the receive queue is full"));
+            return Err(
+                err(VERB, Errno::NoMem, "the receive queue is full").with_limit(
+                    qp.rq.len() as u64 + 1,
+                    qp.attr.cap.max_recv_wr.into(),
+                    "WRs",
+                    "the receive queue takes at most",
+                ),
+            );
         }
         if qp.state == QpState::Err {
             let wc = qp.recv_wc(wr.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, 0);

@@ -185,7 +185,14 @@ pub enum MigState {
 }
 
 /// Queue sizes (`struct ibv_qp_cap`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+///
+/// `QpCap::default()` is a usable QP, the caps `rverbs::QpInitAttr::new` gives: 1024 WRs
+/// in each queue, 4 SGEs per WR and 256 bytes of inline data. rdma-core's examples ask
+/// for less (`ibv_rc_pingpong`: 1 send WR, 500 receives, 1 SGE; perftest's `ib_send_bw`:
+/// 128 WRs, 1 SGE), rxe allows far more ([`ModifyLimits::default`]); these sit between,
+/// deep enough for a pipelined sender and small enough to fit every device. (An all-zero
+/// cap, which C's `memset` gives, takes no WR at all: build one explicitly to get it.)
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct QpCap {
     /// Send queue depth.
     pub max_send_wr: u32,
@@ -197,6 +204,18 @@ pub struct QpCap {
     pub max_recv_sge: u32,
     /// Bytes of inline data per send WR.
     pub max_inline_data: u32,
+}
+
+impl Default for QpCap {
+    fn default() -> Self {
+        QpCap {
+            max_send_wr: 1024,
+            max_recv_wr: 1024,
+            max_send_sge: 4,
+            max_recv_sge: 4,
+            max_inline_data: 256,
+        }
+    }
 }
 
 /// The primary path of an RC/UC QP (`struct ibv_ah_attr` as `modify_qp` takes it): the
@@ -271,7 +290,14 @@ impl Default for QpAttr {
             sq_psn: 0,
             dest_qp_num: 0,
             qp_access_flags: Access::NONE,
-            cap: QpCap::default(),
+            // Zeroed like the rest (not `QpCap::default()`, a usable QP's caps).
+            cap: QpCap {
+                max_send_wr: 0,
+                max_recv_wr: 0,
+                max_send_sge: 0,
+                max_recv_sge: 0,
+                max_inline_data: 0,
+            },
             ah_attr: None,
             pkey_index: 0,
             en_sqd_async_notify: false,
@@ -498,24 +524,50 @@ const PORT_NUM: u8 = 1;
 /// `create_qp`; errors name `modify_qp`, a `create_qp` caller renames the verb). With an
 /// SRQ the receive sizes are ignored.
 pub fn check_cap(cap: &QpCap, has_srq: bool, limits: &ModifyLimits) -> VerbResult<()> {
+    let over = |reason, asked: u32, max: u32, unit| {
+        Err(inval(reason).with_limit(asked.into(), max.into(), unit, "the device takes at most"))
+    };
     if cap.max_send_wr > limits.max_qp_wr {
-        return Err(inval("cap.max_send_wr exceeds the device's max_qp_wr"));
+        return over(
+            "cap.max_send_wr exceeds the device's max_qp_wr",
+            cap.max_send_wr,
+            limits.max_qp_wr,
+            "WRs",
+        );
     }
     if cap.max_send_sge > limits.max_send_sge {
-        return Err(inval("cap.max_send_sge exceeds the device's max_send_sge"));
+        return over(
+            "cap.max_send_sge exceeds the device's max_send_sge",
+            cap.max_send_sge,
+            limits.max_send_sge,
+            "SGEs",
+        );
     }
     if !has_srq {
         if cap.max_recv_wr > limits.max_qp_wr {
-            return Err(inval("cap.max_recv_wr exceeds the device's max_qp_wr"));
+            return over(
+                "cap.max_recv_wr exceeds the device's max_qp_wr",
+                cap.max_recv_wr,
+                limits.max_qp_wr,
+                "WRs",
+            );
         }
         if cap.max_recv_sge > limits.max_recv_sge {
-            return Err(inval("cap.max_recv_sge exceeds the device's max_recv_sge"));
+            return over(
+                "cap.max_recv_sge exceeds the device's max_recv_sge",
+                cap.max_recv_sge,
+                limits.max_recv_sge,
+                "SGEs",
+            );
         }
     }
     if cap.max_inline_data > limits.max_inline_data {
-        return Err(inval(
+        return over(
             "cap.max_inline_data exceeds the device's max_inline_data",
-        ));
+            cap.max_inline_data,
+            limits.max_inline_data,
+            "bytes",
+        );
     }
     Ok(())
 }
@@ -1182,6 +1234,29 @@ UD ERR->ERR     req: -; opt: -
     }
 
     type Set2 = fn(&mut QpCap);
+
+    #[test]
+    fn default_cap_is_usable_and_errors_say_the_numbers() {
+        let c = QpCap::default();
+        assert_eq!(
+            (c.max_send_wr, c.max_recv_wr, c.max_send_sge, c.max_recv_sge),
+            (1024, 1024, 4, 4)
+        );
+        assert_eq!(c.max_inline_data, 256);
+        assert_eq!(check_cap(&c, false, &ModifyLimits::default()), Ok(()));
+        // A zeroed ibv_qp_attr keeps zero caps.
+        assert_eq!(QpAttr::default().cap.max_send_sge, 0);
+        let big = QpCap {
+            max_send_sge: 33,
+            ..c
+        };
+        let e = check_cap(&big, false, &ModifyLimits::default()).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "modify_qp failed (errno 22): cap.max_send_sge exceeds the device's \
+             max_send_sge (33 SGEs, the device takes at most 32)"
+        );
+    }
 
     #[test]
     fn rxe_defaults() {

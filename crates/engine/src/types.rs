@@ -60,6 +60,23 @@ pub struct VerbError {
     pub errno: Errno,
     /// A short reason.
     pub reason: &'static str,
+    /// For a size over a limit: the size asked for and the limit, printed after the
+    /// reason.
+    pub limit: Option<Limit>,
+}
+
+/// The numbers behind a size error, printed as "(3 SGEs, the QP takes at most 2)":
+/// `asked`, `unit`, `against`, `max`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limit {
+    /// What was asked for.
+    pub asked: u64,
+    /// The most the object takes.
+    pub max: u64,
+    /// The unit, plural (`"SGEs"`, `"bytes"`; empty for a bare number).
+    pub unit: &'static str,
+    /// What sets the limit, with its verb (`"the QP takes at most"`).
+    pub against: &'static str,
 }
 
 impl VerbError {
@@ -69,7 +86,25 @@ impl VerbError {
             verb,
             errno,
             reason,
+            limit: None,
         }
+    }
+
+    /// The error with the numbers of a size over a limit.
+    pub const fn with_limit(
+        mut self,
+        asked: u64,
+        max: u64,
+        unit: &'static str,
+        against: &'static str,
+    ) -> Self {
+        self.limit = Some(Limit {
+            asked,
+            max,
+            unit,
+            against,
+        });
+        self
     }
 }
 
@@ -81,7 +116,15 @@ impl fmt::Display for VerbError {
             self.verb,
             self.errno.code(),
             self.reason
-        )
+        )?;
+        if let Some(l) = self.limit {
+            write!(f, " ({}", l.asked)?;
+            if !l.unit.is_empty() {
+                write!(f, " {}", l.unit)?;
+            }
+            write!(f, ", {} {})", l.against, l.max)?;
+        }
+        Ok(())
     }
 }
 
@@ -472,15 +515,20 @@ pub struct SendWr {
     pub sg_list: SgList,
     /// Flags.
     pub flags: SendFlags,
-    /// Immediate data, in network byte order as a big-endian integer.
+    /// Immediate data, a host-order number: it travels big-endian in the ImmDt header
+    /// (IBTA 9.3.6), so the receiver's [`Wc::imm_data`] is this same number. (In C,
+    /// `ibv_send_wr.imm_data` is a `__be32`: a C peer's `be32toh(imm_data)` is this
+    /// value.)
     pub imm_data: u32,
     /// Remote address for RDMA and atomics.
     pub remote_addr: u64,
     /// Remote key for RDMA and atomics; the R_Key to invalidate for SEND with invalidate.
     pub rkey: u32,
-    /// Compare (CmpSwap) or add (FetchAdd) operand.
+    /// Compare (CmpSwap) or add (FetchAdd) operand, a host-order number (it travels
+    /// big-endian in the AtomicETH, IBTA 9.3.4; the responder compares or adds it to
+    /// the 8 bytes at the target read in *its* host byte order, as rxe does).
     pub compare_add: u64,
-    /// Swap operand (CmpSwap).
+    /// Swap operand (CmpSwap), as `compare_add`.
     pub swap: u64,
     /// UD destination: address handle, remote QPN and Q_Key.
     pub ud: Option<UdDest>,
@@ -629,8 +677,10 @@ pub struct Wc {
     pub vendor_err: u32,
     /// Bytes received (receive side) or transferred (READ/atomics).
     pub byte_len: u32,
-    /// Immediate data (big-endian integer) when `WITH_IMM`, or the invalidated R_Key when
-    /// `WITH_INV`.
+    /// When `WITH_IMM`: the immediate data as the number the sender posted (ImmDt read
+    /// big-endian, IBTA 9.3.6), not the raw `__be32` libibverbs puts in
+    /// `ibv_wc.imm_data`: a C receiver's `be32toh(wc.imm_data)` is this value. When
+    /// `WITH_INV`: the invalidated R_Key.
     pub imm_data: u32,
     /// The local QP number.
     pub qp_num: u32,

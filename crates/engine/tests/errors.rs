@@ -104,9 +104,26 @@ fn post_send_argument_errors() {
     let e = &mut sim.engines[0];
     let three = vec![sge(&a, 0, 8), sge(&a, 8, 8), sge(&a, 16, 8)];
     assert_eq!(
-        errno(e.post_send(a.qpn, wr(1, WrOpcode::Send, three), 0)),
+        errno(e.post_send(a.qpn, wr(1, WrOpcode::Send, three.clone()), 0)),
         Errno::Inval,
         "more SGEs than max_send_sge"
+    );
+    let msg = e
+        .post_send(a.qpn, wr(1, WrOpcode::Send, three.clone()), 0)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        msg.ends_with("too many SGEs (3 SGEs, the QP takes at most 2)"),
+        "{msg}"
+    );
+    let recv = RecvWr {
+        wr_id: 1,
+        sg_list: three.into(),
+    };
+    let msg = e.post_recv(a.qpn, recv, 0).unwrap_err().to_string();
+    assert!(
+        msg.ends_with("too many SGEs (3 SGEs, the QP takes at most 2)"),
+        "{msg}"
     );
     let mut inline = wr(1, WrOpcode::Send, vec![sge(&a, 0, 33)]);
     inline.flags = SendFlags::INLINE;
@@ -114,6 +131,14 @@ fn post_send_argument_errors() {
         errno(e.post_send(a.qpn, inline.clone(), 0)),
         Errno::Inval,
         "inline above max_inline_data"
+    );
+    let msg = e
+        .post_send(a.qpn, inline.clone(), 0)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        msg.ends_with("(33 bytes, the QP takes at most 32)"),
+        "{msg}"
     );
     inline.sg_list[0].length = 32;
     assert!(e.post_send(a.qpn, inline, 0).is_ok());

@@ -94,8 +94,10 @@ enum Slot {
     PendingDelete(Gid, GidType),
 }
 
-/// One port's GID table (see the module documentation for the rules).
-#[derive(Debug, Clone)]
+/// One port's GID table (see the module documentation for the rules). Its `Debug`
+/// shows the occupied slots only (valid and pending-delete ones, with their indices),
+/// not the empty rest of the 1,024.
+#[derive(Clone)]
 pub struct GidTable {
     slots: Vec<Slot>,
     port_num: u32,
@@ -103,6 +105,35 @@ pub struct GidTable {
     /// The entry types each address gets, in index order: `[RoceV2]`, or
     /// `[RoceV1, RoceV2]` on a raw-mode device.
     types: &'static [GidType],
+}
+
+impl fmt::Debug for GidTable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        struct Occupied<'a>(&'a [Slot]);
+        impl fmt::Debug for Occupied<'_> {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                let mut m = f.debug_map();
+                for (i, s) in self.0.iter().enumerate() {
+                    match s {
+                        Slot::Empty => {}
+                        Slot::Valid(g, ty) => {
+                            m.entry(&i, &format_args!("{g} {ty}"));
+                        }
+                        Slot::PendingDelete(g, ty) => {
+                            m.entry(&i, &format_args!("{g} {ty} (pending delete)"));
+                        }
+                    }
+                }
+                m.finish()
+            }
+        }
+        f.debug_struct("GidTable")
+            .field("port_num", &self.port_num)
+            .field("ifindex", &self.ifindex)
+            .field("len", &self.slots.len())
+            .field("entries", &Occupied(&self.slots))
+            .finish()
+    }
 }
 
 fn err(verb: &'static str, errno: Errno, reason: &'static str) -> crate::Error {
@@ -556,6 +587,17 @@ mod tests {
         t.update(&[], |_| false);
         assert_eq!(t.entries().len(), 1);
         assert_eq!(t.find(&dflt(), GidType::RoceV1), None);
+    }
+
+    #[test]
+    fn debug_shows_the_occupied_entries_only() {
+        let t = GidTable::new(1, 1, dflt(), &[ip("127.0.0.3"), ip("fd00::1")]);
+        let d = format!("{t:?}");
+        assert!(d.contains("len: 1024"), "{d}");
+        assert!(d.contains("1: ::ffff:127.0.0.3 RoCE v2"), "{d}");
+        assert!(d.contains("2: fd00::1 RoCE v2"), "{d}");
+        assert!(!d.contains("Empty") && !d.contains("3:"), "{d}");
+        assert!(d.len() < 300, "{d}");
     }
 
     #[test]

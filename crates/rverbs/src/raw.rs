@@ -37,11 +37,8 @@ pub(crate) struct RawMode {
 /// to 2 ms, which only raw QPs see — RoCE itself comes through its own socket,
 /// `rawnet.rs`), or `RVERBS_RAW_RX=plain` (one `recvmsg` per frame, handed over at
 /// once).
-fn rx_mode() -> rverbs_raw::RxMode {
-    match std::env::var("RVERBS_RAW_RX").as_deref() {
-        Ok("plain") => rverbs_raw::RxMode::Plain,
-        _ => rverbs_raw::RxMode::Ring,
-    }
+fn rx_mode() -> crate::Result<rverbs_raw::RxMode> {
+    crate::device::options::raw_rx(crate::device::options::var("RVERBS_RAW_RX").as_deref())
 }
 
 impl RawMode {
@@ -65,7 +62,7 @@ impl RawMode {
     pub(crate) fn open(ifname: &str, v2: bool) -> Result<(RawMode, Option<(V1Port, NetPort)>)> {
         let dev = if rverbs_raw::has_cap_net_raw() {
             Some(
-                RawDevice::open_with(ifname, rx_mode())
+                RawDevice::open_with(ifname, rx_mode()?)
                     .map_err(|e| crate::Error::io("opening the raw device (AF_PACKET)", e))?,
             )
         } else {

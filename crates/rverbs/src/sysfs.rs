@@ -65,12 +65,6 @@ pub fn if_nametoindex(name: &str) -> Option<u32> {
         .ok()
 }
 
-/// Parses the sysfs form of a GID (`fe80:0000:0000:0000:5054:00ff:fe77:0002`; any
-/// IPv6 notation is accepted).
-pub fn parse_gid(s: &str) -> Option<Gid> {
-    s.trim().parse::<std::net::Ipv6Addr>().ok().map(Gid::from)
-}
-
 impl SysfsReader {
     /// A reader of `root` (normally `/sys/class/infiniband`), resolving network device
     /// names with [`if_nametoindex`].
@@ -176,7 +170,7 @@ impl SysfsReader {
         let gid = self
             .read(&Path::new(dev).join(format!("ports/{port}/gids/{index}")))
             .ok()
-            .and_then(|s| parse_gid(&s))
+            .and_then(|s| s.parse::<Gid>().ok())
             .ok_or_else(|| inval("the GID cannot be read"))?;
         let gid_type = match self.raw_type(dev, port, index)? {
             Some(t) => t,
@@ -365,10 +359,12 @@ mod tests {
     #[test]
     fn gid_text() {
         assert_eq!(
-            parse_gid("0000:0000:0000:0000:0000:ffff:0a4d:0002\n").unwrap(),
+            "0000:0000:0000:0000:0000:ffff:0a4d:0002\n"
+                .parse::<Gid>()
+                .unwrap(),
             Gid::from(std::net::Ipv4Addr::new(10, 77, 0, 2))
         );
-        assert!(parse_gid("cat: read error").is_none());
+        assert!("cat: read error".parse::<Gid>().is_err());
         assert_eq!(if_nametoindex("../x"), None);
         assert_eq!(if_nametoindex("lo"), Some(1));
     }

@@ -477,3 +477,127 @@ fn completion_event_awaited_on_tokio() {
         assert_eq!(got, 3);
     });
 }
+
+#[test]
+fn a_remote_buf_of_another_length_than_the_local_buffers_is_refused_at_post() {
+    let dev = device(None).unwrap();
+    let (ea, eb) = connected_pair(&dev, 8192, 8192);
+    ea.mr.write(0, &[0x5a; 4096]);
+    let remote = eb.mr.remote(0..4096);
+    for (wr, local) in [
+        (SendRequest::write(1, &[ea.mr.slice(0..1024)], remote), 1024),
+        (SendRequest::read(2, &[ea.mr.slice(0..1024)], remote), 1024),
+        (
+            SendRequest::write(3, &[ea.mr.slice(0..4096), ea.mr.slice(0..8)], remote),
+            4104,
+        ),
+        (
+            SendRequest::write(4, &[ea.mr.slice(0..1024)], remote).imm(7),
+            1024,
+        ),
+    ] {
+        let e = ea.qp.post_send(&wr).unwrap_err();
+        assert_eq!(e.errno(), libc::EINVAL, "{e}");
+        let msg = e.to_string();
+        assert!(
+            msg.contains(&format!(
+                "({local} bytes in the local buffers, the RemoteBuf has 4096)"
+            )),
+            "{msg}"
+        );
+        // The same through the list: refused at its index, nothing posted.
+        let (at, e) = ea.qp.post_send_list(&[wr]).unwrap_err();
+        assert_eq!((at, e.errno()), (0, libc::EINVAL));
+    }
+    // Nothing was sent: the peer's region is untouched, and a matching request works.
+    assert!(eb.mr.to_vec()[..4096].iter().all(|&b| b == 0));
+    ea.qp
+        .post_send(&SendRequest::write(5, &[ea.mr.slice(0..4096)], remote))
+        .unwrap();
+    let wc = wait(&ea.cq);
+    assert_eq!((wc.wr_id, wc.status), (5, WcStatus::Success));
+    assert_eq!(eb.mr.to_vec()[..4096], [0x5a; 4096]);
+    // Part of the peer's buffer: name that part.
+    let part = RemoteBuf { len: 8, ..remote };
+    ea.qp
+        .post_send(&SendRequest::read(6, &[ea.mr.slice(4096..4104)], part))
+        .unwrap();
+    assert_eq!(wait(&ea.cq).status, WcStatus::Success);
+    // Atomics take 8 bytes at `remote.addr` whatever its length.
+    ea.qp
+        .post_send(&SendRequest::fetch_add(
+            7,
+            ea.mr.slice(4104..4112),
+            remote,
+            1,
+        ))
+        .unwrap();
+    assert_eq!(wait(&ea.cq).status, WcStatus::Success);
+}
+
+#[test]
+fn a_qp_made_with_default_caps_posts_and_errors_say_the_numbers() {
+    let dev = device(None).unwrap();
+    let ctx = dev.open().unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(16).unwrap();
+    let mr = pd.reg_mr(64, AccessFlags::ALL).unwrap();
+    let qp = pd
+        .create_qp(&QpInitAttr::new(QpType::Rc, &cq).cap(QpCap {
+            max_send_sge: 2,
+            max_recv_sge: 2,
+            ..QpCap::default()
+        }))
+        .unwrap();
+    // Connected to itself: RTS, so posts reach the queue checks.
+    let me = PeerInfo {
+        qpn: qp.qp_num(),
+        psn: 0,
+        gid: ctx.gid(1).unwrap(),
+    };
+    qp.connect(&me, &ConnectOpts::default()).unwrap();
+    let five = [mr.slice(0..8); 5];
+    qp.post_recv(1, &five[..2]).unwrap();
+    qp.post_send(&SendRequest::send(3, &five[..2])).unwrap();
+    let e = qp.post_send(&SendRequest::send(4, &five[..3])).unwrap_err();
+    assert_eq!(e.errno(), libc::EINVAL);
+    assert!(
+        e.to_string()
+            .ends_with("too many SGEs (3 SGEs, the QP takes at most 2)"),
+        "{e}"
+    );
+    let e = qp.post_recv(2, &five[..3]).unwrap_err();
+    assert!(
+        e.to_string()
+            .ends_with("too many SGEs (3 SGEs, the QP takes at most 2)"),
+        "{e}"
+    );
+    // Caps above the device's limits name both numbers too.
+    let e = pd
+        .create_qp(&QpInitAttr::new(QpType::Rc, &cq).cap(QpCap {
+            max_send_sge: 1000,
+            ..QpCap::default()
+        }))
+        .err()
+        .expect("caps above the device's limits");
+    assert_eq!(e.errno(), libc::EINVAL);
+    assert!(
+        e.to_string()
+            .contains("(1000 SGEs, the device takes at most"),
+        "{e}"
+    );
+}
+
+#[test]
+fn two_contexts_of_one_process_number_their_qps_apart() {
+    let dev = device(None).unwrap();
+    let qpn = |ctx: &Context| {
+        let pd = ctx.alloc_pd().unwrap();
+        let cq = ctx.create_cq(4).unwrap();
+        pd.create_qp(&QpInitAttr::new(QpType::Rc, &cq))
+            .unwrap()
+            .qp_num()
+    };
+    let (a, b) = (dev.open().unwrap(), dev.open().unwrap());
+    assert_ne!(qpn(&a), qpn(&b));
+}

@@ -430,7 +430,8 @@ fn qps_to_one_peer_share_its_receive_buffer() {
             qp.connect(&to_peer, o).unwrap();
         }
         if leave == "fatal" {
-            b.post_send(&SendRequest::write(99, &[a.mr.slice(0..64)], remote))
+            let first_64 = RemoteBuf { len: 64, ..remote };
+            b.post_send(&SendRequest::write(99, &[a.mr.slice(0..64)], first_64))
                 .unwrap();
         }
         for i in 0..8 {

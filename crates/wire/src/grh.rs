@@ -62,6 +62,40 @@ impl Gid {
     pub fn sysfs(&self) -> SysfsGid {
         SysfsGid(*self)
     }
+
+    /// The GID as 32 hex digits in byte order, no colons (the form `ibv_rc_pingpong`
+    /// and perftest exchange; [`Gid::from_hex`] and `FromStr` read it back).
+    pub fn hex(&self) -> HexGid {
+        HexGid(*self)
+    }
+
+    /// Exactly 32 hex digits (either case) in byte order, nothing else: the strict
+    /// reader of [`Gid::hex`] for exchange protocols.
+    pub fn from_hex(s: &str) -> core::result::Result<Gid, GidParseError> {
+        let b = s.as_bytes();
+        if b.len() != 32 {
+            return Err(GidParseError);
+        }
+        let digit = |c: u8| (c as char).to_digit(16).ok_or(GidParseError);
+        let mut g = [0u8; 16];
+        for (o, pair) in g.iter_mut().zip(b.chunks_exact(2)) {
+            *o = (digit(pair[0])? << 4 | digit(pair[1])?) as u8;
+        }
+        Ok(Gid(g))
+    }
+}
+
+/// Display adapter printing a GID as 32 hex digits (see [`Gid::hex`]).
+#[derive(Clone, Copy)]
+pub struct HexGid(Gid);
+
+impl fmt::Display for HexGid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for b in self.0 .0 {
+            write!(f, "{b:02x}")?;
+        }
+        Ok(())
+    }
 }
 
 impl From<Ipv6Addr> for Gid {
@@ -85,6 +119,42 @@ impl From<Gid> for Ipv6Addr {
 impl fmt::Display for Gid {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fmt::Display::fmt(&Ipv6Addr::from(self.0), f)
+    }
+}
+
+/// The error of parsing a [`Gid`] from text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GidParseError;
+
+impl fmt::Display for GidParseError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(
+            "not a GID (want an IPv6 address such as fe80::1, ::ffff:a.b.c.d, a.b.c.d, \
+             eight 4-digit groups as show_gids prints, or 32 hex digits)",
+        )
+    }
+}
+
+impl core::error::Error for GidParseError {}
+
+/// Parses the forms a GID is written in: any IPv6 text, which includes `::ffff:1.2.3.4`
+/// and the eight 4-digit groups of sysfs and `show_gids`
+/// (`fe80:0000:0000:0000:5054:00ff:fe77:0002`); a bare IPv4 address, taken as its
+/// IPv4-mapped GID (RoCE v2, IBTA A17.4.5.1); and 32 hex digits without colons, in
+/// byte order (the form `ibv_rc_pingpong` exchanges, see [`Gid::hex`]). Surrounding
+/// whitespace is ignored. [`Gid`]'s `Display` gives the IPv6 text back.
+impl core::str::FromStr for Gid {
+    type Err = GidParseError;
+
+    fn from_str(s: &str) -> core::result::Result<Gid, GidParseError> {
+        let s = s.trim();
+        if let Ok(v6) = s.parse::<Ipv6Addr>() {
+            return Ok(Gid::from(v6));
+        }
+        if let Ok(v4) = s.parse::<Ipv4Addr>() {
+            return Ok(Gid::from(v4));
+        }
+        Gid::from_hex(s)
     }
 }
 
@@ -264,7 +334,68 @@ mod tests {
         assert_eq!(ll.to_ipv4_mapped(), None);
     }
 
+    #[test]
+    fn gid_from_str_forms_and_errors() {
+        let v4 = Gid::from(Ipv4Addr::new(1, 2, 3, 4));
+        assert_eq!("::ffff:1.2.3.4".parse::<Gid>(), Ok(v4));
+        assert_eq!("1.2.3.4".parse::<Gid>(), Ok(v4));
+        assert_eq!(
+            "0000:0000:0000:0000:0000:ffff:0102:0304".parse::<Gid>(),
+            Ok(v4)
+        );
+        assert_eq!("00000000000000000000ffff01020304".parse::<Gid>(), Ok(v4));
+        let ll: Gid = " fe80:0000:0000:0000:5054:00ff:fe77:0002\n"
+            .parse()
+            .unwrap();
+        assert_eq!(ll.to_string(), "fe80::5054:ff:fe77:2");
+        assert_eq!("fe80::5054:ff:fe77:2".parse::<Gid>(), Ok(ll));
+        assert_eq!(ll.hex().to_string(), "fe80000000000000505400fffe770002");
+        assert_eq!(ll.hex().to_string().parse::<Gid>(), Ok(ll));
+        for bad in [
+            "",
+            "fe80::1::2",
+            "1.2.3",
+            "1.2.3.256",
+            "fe80:0000:0000:0000:5054:00ff:fe77",
+            "fe80000000000000505400fffe77000",
+            "fe80000000000000505400fffe77000g",
+            "+e80000000000000505400fffe770002",
+            "cat: read error",
+            "fe80::1%eth0",
+        ] {
+            assert_eq!(bad.parse::<Gid>(), Err(GidParseError), "{bad:?}");
+        }
+        assert!(GidParseError.to_string().contains("show_gids"));
+        assert_eq!(Gid::from_hex("FE80000000000000505400FFFE770002"), Ok(ll));
+        assert_eq!(Gid::from_hex("fe80::5054:ff:fe77:2"), Err(GidParseError));
+        assert_eq!(
+            Gid::from_hex(" fe80000000000000505400fffe770002"),
+            Err(GidParseError)
+        );
+    }
+
     proptest! {
+        /// Any text is a GID or an error, never a panic; a GID read back prints as
+        /// one that parses to itself.
+        #[test]
+        fn any_text_parses_or_errs(s in "\\PC{0,40}", hex in "[0-9a-fA-F:.x ]{0,40}") {
+            for t in [&s, &hex] {
+                if let Ok(g) = t.parse::<Gid>() {
+                    prop_assert_eq!(g.to_string().parse::<Gid>(), Ok(g));
+                }
+                let _ = Gid::from_hex(t);
+            }
+        }
+
+        /// Display, sysfs and hex forms all parse back to the same GID.
+        #[test]
+        fn text_forms_round_trip(b: [u8; 16]) {
+            let g = Gid(b);
+            prop_assert_eq!(g.to_string().parse::<Gid>(), Ok(g));
+            prop_assert_eq!(g.sysfs().to_string().parse::<Gid>(), Ok(g));
+            prop_assert_eq!(g.hex().to_string().parse::<Gid>(), Ok(g));
+        }
+
         /// The byte test agrees with `Ipv6Addr::to_ipv4_mapped` on any GID, and on GIDs
         /// one byte away from an IPv4-mapped one.
         #[test]

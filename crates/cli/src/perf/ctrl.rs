@@ -117,24 +117,10 @@ impl Msg {
             .ok_or_else(|| format!("peer's {k} is not a finite non-negative number"))
     }
 
-    /// A 16-byte GID as 32 hex digits.
+    /// A 16-byte GID as 32 hex digits ([`rverbs::Gid::hex`]).
     pub fn gid(&self, k: &str) -> Result<rverbs::Gid, String> {
-        let s = self.str(k)?;
-        if s.len() != 32 || !s.is_ascii() {
-            return Err(format!("peer's {k} is not 32 hex digits"));
-        }
-        let mut g = [0u8; 16];
-        for (i, b) in g.iter_mut().enumerate() {
-            *b = u8::from_str_radix(&s[2 * i..2 * i + 2], 16)
-                .map_err(|_| format!("peer's {k} is not hex"))?;
-        }
-        Ok(rverbs::Gid(g))
+        rverbs::Gid::from_hex(self.str(k)?).map_err(|_| format!("peer's {k} is not 32 hex digits"))
     }
-}
-
-/// A GID as 32 hex digits.
-pub fn gid_hex(g: &rverbs::Gid) -> String {
-    g.octets().iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Reads one line (at most [`MAX_LINE`] bytes) and parses it.
@@ -208,7 +194,7 @@ mod tests {
         let m = Msg::new("hello")
             .with("qpn", "1a")
             .with("size", 64)
-            .with("gid", gid_hex(&rverbs::Gid([7; 16])));
+            .with("gid", rverbs::Gid([7; 16]).hex().to_string());
         let p = Msg::parse(&m.render()).unwrap();
         assert_eq!(p, m);
         assert_eq!(p.hex("qpn").unwrap(), 0x1a);

@@ -442,12 +442,39 @@ pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(60);
 /// For tests: the handshake timeout in milliseconds instead of [`HANDSHAKE_TIMEOUT`].
 const HANDSHAKE_TIMEOUT_ENV: &str = "RVERBS_HANDSHAKE_TIMEOUT_MS";
 
-/// [`HANDSHAKE_TIMEOUT`], or the one `RVERBS_HANDSHAKE_TIMEOUT_MS` sets.
+/// [`HANDSHAKE_TIMEOUT`], or the one `RVERBS_HANDSHAKE_TIMEOUT_MS` sets (checked at
+/// start-up by [`check_env`]).
 pub fn handshake_timeout() -> Duration {
-    std::env::var(HANDSHAKE_TIMEOUT_ENV)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .map_or(HANDSHAKE_TIMEOUT, Duration::from_millis)
+    timeout_ms(
+        HANDSHAKE_TIMEOUT_ENV,
+        std::env::var(HANDSHAKE_TIMEOUT_ENV).ok().as_deref(),
+    )
+    .ok()
+    .flatten()
+    .unwrap_or(HANDSHAKE_TIMEOUT)
+}
+
+/// A timeout variable's value: unset or empty is `None`; else a whole number of
+/// milliseconds, at least 1 (a zero socket timeout is refused by the kernel).
+pub fn timeout_ms(var: &str, v: Option<&str>) -> Result<Option<Duration>, String> {
+    match v {
+        None | Some("") => Ok(None),
+        Some(s) => match s.parse::<u64>() {
+            Ok(ms) if ms >= 1 => Ok(Some(Duration::from_millis(ms))),
+            _ => Err(format!(
+                "{var}: {s:?}: expected a whole number of milliseconds, at least 1"
+            )),
+        },
+    }
+}
+
+/// Checks the tool's own environment variables once, at start-up, so a bad value is
+/// an error instead of a silent fall back to the default.
+pub fn check_env() -> Result<(), String> {
+    for var in [HANDSHAKE_TIMEOUT_ENV, perftest::PEER_TIMEOUT_ENV] {
+        timeout_ms(var, std::env::var(var).ok().as_deref())?;
+    }
+    Ok(())
 }
 
 /// What one side does for one size.

@@ -56,14 +56,17 @@ const CACHE_LINE: i32 = 64;
 /// host vanishes.
 const PEER_TIMEOUT: Duration = Duration::from_secs(300);
 /// For tests: the handshake timeout in milliseconds instead of [`PEER_TIMEOUT`].
-const PEER_TIMEOUT_ENV: &str = "RVERBS_PERFTEST_PEER_TIMEOUT_MS";
+pub(super) const PEER_TIMEOUT_ENV: &str = "RVERBS_PERFTEST_PEER_TIMEOUT_MS";
 
 /// [`PEER_TIMEOUT`], or the one [`PEER_TIMEOUT_ENV`] sets.
 fn peer_timeout() -> Duration {
-    std::env::var(PEER_TIMEOUT_ENV)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .map_or(PEER_TIMEOUT, Duration::from_millis)
+    super::timeout_ms(
+        PEER_TIMEOUT_ENV,
+        std::env::var(PEER_TIMEOUT_ENV).ok().as_deref(),
+    )
+    .ok()
+    .flatten()
+    .unwrap_or(PEER_TIMEOUT)
 }
 
 /// TCP keepalive on the exchange socket: a peer host that vanishes while we wait

@@ -1,7 +1,7 @@
 //! The RDMA side of `rverbs perf`: one RC QP per process, a region of two halves
 //! (what this side sends or reads from, and what the peer writes or sends into).
 
-use super::ctrl::{self, gid_hex, Ctrl, Msg};
+use super::ctrl::{self, Ctrl, Msg};
 use super::{Bench, Op, Opts, PeerDone, Plan, Progress, Side, STALL};
 use rverbs::{
     device, AccessFlags, ConnectOpts, Context, Cq, Mr, Mtu, Pd, PeerInfo, Qp, QpInitAttr, QpType,
@@ -113,7 +113,7 @@ impl Rdma {
         let me = Msg::new("qp")
             .with("qpn", format!("{:x}", qp.qp_num()))
             .with("psn", format!("{psn:x}"))
-            .with("gid", gid_hex(&gid))
+            .with("gid", gid.hex().to_string())
             .with("addr", format!("{:x}", mr.addr()))
             .with("rkey", format!("{:x}", mr.rkey()))
             .with("half", half)

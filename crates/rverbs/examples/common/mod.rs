@@ -3,7 +3,7 @@
 //! GID, and for one-sided operations a region's address, key and length).
 #![allow(dead_code)]
 
-use rverbs::{ConnectOpts, Context, Gid, PeerInfo, Qp, RemoteBuf};
+use rverbs::{ConnectOpts, Context, PeerInfo, Qp, RemoteBuf};
 use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
 
@@ -85,21 +85,6 @@ impl Info {
     }
 }
 
-fn gid_hex(g: &Gid) -> String {
-    g.octets().iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn parse_gid(s: &str) -> Option<Gid> {
-    let mut o = [0u8; 16];
-    if s.len() != 32 {
-        return None;
-    }
-    for (i, b) in o.iter_mut().enumerate() {
-        *b = u8::from_str_radix(s.get(2 * i..2 * i + 2)?, 16).ok()?;
-    }
-    Some(Gid(o))
-}
-
 /// The TCP connection to the other side, after the handshake.
 pub struct Oob {
     r: BufReader<TcpStream>,
@@ -117,32 +102,14 @@ impl Oob {
             r: BufReader::new(s.try_clone()?),
             w: s,
         };
-        oob.send(&format!(
-            "{} {} {} {} {} {}",
-            mine.peer.qpn,
-            mine.peer.psn,
-            gid_hex(&mine.peer.gid),
-            mine.buf.addr,
-            mine.buf.rkey,
-            mine.buf.len
-        ))?;
-        let line = oob.recv()?;
-        let f: Vec<&str> = line.split_whitespace().collect();
-        let bad = || format!("malformed peer info: {line:?}");
-        if f.len() != 6 {
-            return Err(bad().into());
-        }
+        // Two lines in rverbs' text forms (`PeerInfo` and `RemoteBuf`'s Display):
+        // "qpn=0x00abcd psn=0x000000 gid=::ffff:127.0.0.7", "addr=0x... rkey=0x... len=N".
+        oob.send(&format!("{}\n{}", mine.peer, mine.buf))?;
+        let peer = oob.recv()?;
+        let buf = oob.recv()?;
         let theirs = Info {
-            peer: PeerInfo {
-                qpn: f[0].parse()?,
-                psn: f[1].parse()?,
-                gid: parse_gid(f[2]).ok_or_else(bad)?,
-            },
-            buf: RemoteBuf {
-                addr: f[3].parse()?,
-                rkey: f[4].parse()?,
-                len: f[5].parse()?,
-            },
+            peer: peer.parse()?,
+            buf: buf.parse()?,
         };
         Ok((oob, theirs))
     }

@@ -162,7 +162,10 @@ fn from_interface(name: String, ifname: &str, index: u32, addrs: Vec<IpAddr>) ->
 
 /// Every soft device: one per interface with an address, or those `RVERBS_DEVICES`
 /// defines (`name=interface` or `name=address` entries, comma separated; an optional
-/// `:mtu` suffix overrides the MTU, e.g. `rv0=lo,rv1=10.77.0.1:1500`).
+/// `:mtu` suffix overrides the netdev MTU, e.g. `rv0=lo,rv1=10.77.0.1:1500`). An empty
+/// `RVERBS_DEVICES` counts as unset; a spec with a bad entry, a repeated name, an MTU
+/// outside 336..=65536 (a 256-byte RoCE MTU after the headers rxe counts, up to lo's
+/// MTU) or no entry at all fails with [`Error::Config`].
 pub fn devices() -> Result<Vec<DeviceInfo>> {
     let ifaces =
         if_addrs::get_if_addrs().map_err(|e| Error::io("listing network interfaces", e))?;
@@ -177,7 +180,7 @@ pub fn devices() -> Result<Vec<DeviceInfo>> {
             .or_insert((i.index.unwrap_or(0), Vec::new()));
         e.1.push(i.ip());
     }
-    if let Ok(spec) = std::env::var("RVERBS_DEVICES") {
+    if let Some(spec) = options::var("RVERBS_DEVICES") {
         let addrs: Vec<(String, u32, IpAddr)> = ifaces
             .iter()
             .map(|i| (i.name.clone(), i.index.unwrap_or(0), i.ip()))
@@ -202,7 +205,21 @@ fn from_spec(
     for entry in spec.split(',').map(str::trim).filter(|e| !e.is_empty()) {
         let (name, target) = entry
             .split_once('=')
+            .map(|(n, t)| (n.trim(), t.trim()))
             .ok_or_else(|| bad(format!("entry {entry:?}: want name=interface")))?;
+        if name.is_empty() || name.contains(|c: char| c.is_whitespace() || c == '/') {
+            return Err(bad(format!(
+                "entry {entry:?}: the name must be non-empty, without spaces or '/'"
+            )));
+        }
+        if out.iter().any(|d: &DeviceInfo| d.name == name) {
+            return Err(bad(format!("entry {entry:?}: device {name:?} named twice")));
+        }
+        if target.is_empty() {
+            return Err(bad(format!(
+                "entry {entry:?}: want name=interface or name=address"
+            )));
+        }
         // `target[:mtu]`; an IPv6 address contains colons, so the MTU is split off only
         // when what precedes the last colon is an interface name or an address.
         let (target, mtu) = match target.rsplit_once(':') {
@@ -210,6 +227,12 @@ fn from_spec(
                 let mtu = m
                     .parse::<usize>()
                     .map_err(|_| bad(format!("entry {entry:?}: bad MTU {m:?}")))?;
+                if Mtu::from_netdev_mtu(mtu).is_none() || mtu > MAX_NETDEV_MTU {
+                    return Err(bad(format!(
+                        "entry {entry:?}: MTU {mtu} is outside {}..={MAX_NETDEV_MTU}",
+                        MIN_NETDEV_MTU
+                    )));
+                }
                 (t, Some(mtu))
             }
             _ => (target, None),
@@ -233,8 +256,20 @@ fn from_spec(
         }
         out.push(dev);
     }
+    if out.is_empty() {
+        return Err(bad(format!(
+            "{spec:?} names no device (unset it for every interface)"
+        )));
+    }
     Ok(out)
 }
+
+/// The smallest netdev MTU a device can have: a 256-byte RoCE MTU plus the 80 bytes of
+/// headers `Mtu::from_netdev_mtu` counts (as rxe's `rxe_set_mtu`).
+const MIN_NETDEV_MTU: usize = 336;
+/// The largest: the loopback interface's 65536 (`LOOPBACK_MTU` in the kernel's
+/// `drivers/net/loopback.c`).
+const MAX_NETDEV_MTU: usize = 65536;
 
 /// The device called `name`, or the loopback device when `name` is `None`.
 pub fn device(name: Option<&str>) -> Result<DeviceInfo> {
@@ -300,6 +335,42 @@ mod tests {
         for bad in ["rv0", "rv0=eth9", "rv0=lo:big", "rv0=127.0.0.1:x"] {
             let e = from_spec(bad, &addrs, &by_name).unwrap_err();
             assert!(e.to_string().contains("RVERBS_DEVICES"), "{bad}: {e}");
+        }
+        assert_eq!(
+            from_spec("rv0=lo:336", &addrs, &by_name).unwrap()[0].netdev_mtu,
+            336
+        );
+        assert_eq!(
+            from_spec("rv0=lo:65536", &addrs, &by_name).unwrap()[0].netdev_mtu,
+            65536
+        );
+        for (bad, why) in [
+            ("rv0=lo:99999999", "MTU 99999999 is outside 336..=65536"),
+            ("rv0=lo:335", "MTU 335 is outside"),
+            ("rv0=lo:0", "MTU 0 is outside"),
+            ("rv0=lo:", "bad MTU \"\""),
+            ("=lo", "the name must be non-empty"),
+            ("r v=lo", "the name must be non-empty"),
+            ("rv0=", "want name=interface or name=address"),
+            ("rv0=lo,rv0=br0", "device \"rv0\" named twice"),
+            (",", "names no device"),
+            (" ", "names no device"),
+        ] {
+            let e = from_spec(bad, &addrs, &by_name).unwrap_err();
+            assert!(
+                matches!(
+                    &e,
+                    Error::Config {
+                        var: "RVERBS_DEVICES",
+                        ..
+                    }
+                ),
+                "{bad}: {e:?}"
+            );
+            let msg = e.to_string();
+            assert!(msg.starts_with("RVERBS_DEVICES: "), "{bad}: {msg}");
+            assert_eq!(msg.matches("RVERBS_DEVICES").count(), 1, "{bad}: {msg}");
+            assert!(msg.contains(why), "{bad}: {msg}");
         }
     }
 

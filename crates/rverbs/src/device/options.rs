@@ -17,10 +17,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 /// | `ack_policy` | `RVERBS_ACK_POLICY` (`coalesce` / `every-message`) |
 /// | `write_pieces` | `RVERBS_WRITE_PIECES` (`1` / `0`) |
 /// | `same_host` | `RVERBS_SAME_HOST` (`1` / `0`; read even by `open_with` while `None`) |
-/// | `udp_trains` | `RVERBS_NO_GSO` (set: off; read even by `open_with` while `None`) |
-/// | `loopback_ipv6_localhost` | `RVERBS_LOOPBACK_IPV6` (`1`: bind `::1`; read even by `open_with` while `None`) |
+/// | `udp_trains` | `RVERBS_NO_GSO` (set to anything but `0`: off; read even by `open_with` while `None`) |
+/// | `loopback_ipv6_localhost` | `RVERBS_LOOPBACK_IPV6` (`1`: bind `::1`, `0`: not; read even by `open_with` while `None`) |
 ///
-/// (`RVERBS_DEVICES`, the device list, is read by [`crate::devices`].)
+/// (`RVERBS_DEVICES`, the device list, is read by [`crate::devices`]; `RVERBS_RAW_RX`,
+/// `ring` or `plain`, by a raw-mode open.) A variable set to the empty string counts as
+/// unset; any other value it does not accept fails with [`Error::Config`] naming it.
 #[derive(Debug, Clone, Default)]
 pub struct OpenOptions {
     /// Faults to inject into the device's traffic (default: none).
@@ -75,13 +77,11 @@ impl OpenOptions {
     /// variable and what it accepts.
     pub fn from_env() -> Result<OpenOptions> {
         Ok(OpenOptions {
-            faults: Faults::from_env().map_err(|e| Error::env("RVERBS_FAULTS", e))?,
-            pcap: pcap_path_from_env(),
-            raw_interface: std::env::var("RVERBS_RAW_IF")
-                .ok()
-                .filter(|s| !s.is_empty()),
-            ack_policy: ack_policy_from_env()?,
-            write_pieces: write_pieces_from_env()?,
+            faults: faults(var("RVERBS_FAULTS").as_deref())?,
+            pcap: pcap_path(var("RVERBS_PCAP")),
+            raw_interface: var("RVERBS_RAW_IF"),
+            ack_policy: ack_policy(var("RVERBS_ACK_POLICY").as_deref())?,
+            write_pieces: write_pieces(var("RVERBS_WRITE_PIECES").as_deref())?,
             same_host: None,
             udp_trains: None,
             loopback_ipv6_localhost: None,
@@ -97,37 +97,80 @@ impl OpenOptions {
             write_pieces: self.write_pieces,
             same_host: match self.same_host {
                 Some(on) => on,
-                None => same_host_from_env()?,
+                None => same_host(var("RVERBS_SAME_HOST").as_deref())?,
             },
-            udp_trains: self
-                .udp_trains
-                .unwrap_or_else(|| std::env::var_os("RVERBS_NO_GSO").is_none()),
-            loopback_ipv6_localhost: self
-                .loopback_ipv6_localhost
-                .unwrap_or_else(|| std::env::var("RVERBS_LOOPBACK_IPV6").is_ok_and(|v| v == "1")),
+            udp_trains: match self.udp_trains {
+                Some(on) => on,
+                None => !no_gso(var("RVERBS_NO_GSO").as_deref())?,
+            },
+            loopback_ipv6_localhost: match self.loopback_ipv6_localhost {
+                Some(on) => on,
+                None => loopback_ipv6(var("RVERBS_LOOPBACK_IPV6").as_deref())?,
+            },
         })
     }
 }
 
-/// `RVERBS_SAME_HOST`: `1` (or unset/empty) or `0`.
-fn same_host_from_env() -> Result<bool> {
-    match std::env::var("RVERBS_SAME_HOST").as_deref() {
-        Err(_) | Ok("") | Ok("1") => Ok(true),
-        Ok("0") => Ok(false),
-        Ok(other) => Err(bad_env("RVERBS_SAME_HOST", other, "\"1\" or \"0\"")),
+/// Environment variable `name`; unset, empty or not Unicode is `None` (a non-Unicode
+/// value is refused by the parsers that see `Some`, so it is read lossily here).
+pub(crate) fn var(name: &str) -> Option<String> {
+    std::env::var_os(name)
+        .map(|v| v.to_string_lossy().into_owned())
+        .filter(|v| !v.is_empty())
+}
+
+/// A `0` / `1` switch of variable `name`: `None` when unset.
+fn switch(name: &'static str, v: Option<&str>) -> Result<Option<bool>> {
+    match v {
+        None => Ok(None),
+        Some("1") => Ok(Some(true)),
+        Some("0") => Ok(Some(false)),
+        Some(other) => Err(bad_env(name, other, "\"1\" or \"0\"")),
     }
 }
 
-/// `RVERBS_ACK_POLICY`: `coalesce` (or unset/empty) or `every-message`.
-fn ack_policy_from_env() -> Result<AckPolicy> {
-    match std::env::var("RVERBS_ACK_POLICY").as_deref() {
-        Err(_) | Ok("") | Ok("coalesce") => Ok(AckPolicy::Coalesce),
-        Ok("every-message") => Ok(AckPolicy::EveryMessage),
-        Ok(other) => Err(bad_env(
+/// `RVERBS_FAULTS`: a [`Faults`] spec; unset is none.
+fn faults(v: Option<&str>) -> Result<Option<Faults>> {
+    // The parser's error names the bad item, so only the variable is added.
+    v.map(|spec| Faults::parse(spec).map_err(|why| Error::env("RVERBS_FAULTS", why)))
+        .transpose()
+}
+
+/// `RVERBS_SAME_HOST`: `1` (or unset) or `0`.
+fn same_host(v: Option<&str>) -> Result<bool> {
+    Ok(switch("RVERBS_SAME_HOST", v)?.unwrap_or(true))
+}
+
+/// `RVERBS_NO_GSO`: set (to anything but `0`) turns UDP trains off. Any value is
+/// accepted, as the variable's users expect of a `NO_*` flag.
+fn no_gso(v: Option<&str>) -> Result<bool> {
+    Ok(!matches!(v, None | Some("0")))
+}
+
+/// `RVERBS_LOOPBACK_IPV6`: `1` lets a loopback context bind `::1`; `0` (or unset) not.
+fn loopback_ipv6(v: Option<&str>) -> Result<bool> {
+    Ok(switch("RVERBS_LOOPBACK_IPV6", v)?.unwrap_or(false))
+}
+
+/// `RVERBS_ACK_POLICY`: `coalesce` (or unset) or `every-message`.
+fn ack_policy(v: Option<&str>) -> Result<AckPolicy> {
+    match v {
+        None | Some("coalesce") => Ok(AckPolicy::Coalesce),
+        Some("every-message") => Ok(AckPolicy::EveryMessage),
+        Some(other) => Err(bad_env(
             "RVERBS_ACK_POLICY",
             other,
             "\"coalesce\" or \"every-message\"",
         )),
+    }
+}
+
+/// `RVERBS_RAW_RX`: `ring` (or unset) or `plain`, the raw device's receive mode.
+pub(crate) fn raw_rx(v: Option<&str>) -> Result<rverbs_raw::RxMode> {
+    match v {
+        None | Some("ring") => Ok(rverbs_raw::RxMode::Ring),
+        Some("plain") => Ok(rverbs_raw::RxMode::Plain),
+        Some(other) => Err(bad_env("RVERBS_RAW_RX", other, "\"ring\" or \"plain\"")),
     }
 }
 
@@ -137,22 +180,17 @@ fn bad_env(var: &'static str, value: &str, expected: &str) -> Error {
     Error::env(var, format!("{value:?}: expected {expected}"))
 }
 
-/// `RVERBS_WRITE_PIECES`: `1` or `0` forces WRITE pieces on or off; unset or empty
-/// leaves the device's default (`None`).
-fn write_pieces_from_env() -> Result<Option<bool>> {
-    match std::env::var("RVERBS_WRITE_PIECES").as_deref() {
-        Err(_) | Ok("") => Ok(None),
-        Ok("1") => Ok(Some(true)),
-        Ok("0") => Ok(Some(false)),
-        Ok(other) => Err(bad_env("RVERBS_WRITE_PIECES", other, "\"1\" or \"0\"")),
-    }
+/// `RVERBS_WRITE_PIECES`: `1` or `0` forces WRITE pieces on or off; unset leaves the
+/// device's default (`None`).
+fn write_pieces(v: Option<&str>) -> Result<Option<bool>> {
+    switch("RVERBS_WRITE_PIECES", v)
 }
 
 /// `RVERBS_PCAP` for the n-th context a process opens: the path itself for the first,
 /// then `name.2.pcap`, `name.3.pcap`, ... so contexts never share a file.
-fn pcap_path_from_env() -> Option<std::path::PathBuf> {
+fn pcap_path(v: Option<String>) -> Option<std::path::PathBuf> {
     static OPENED: AtomicUsize = AtomicUsize::new(0);
-    let base = std::path::PathBuf::from(std::env::var_os("RVERBS_PCAP")?);
+    let base = std::path::PathBuf::from(v?);
     let n = OPENED.fetch_add(1, Ordering::SeqCst) + 1;
     if n == 1 {
         return Some(base);
@@ -166,4 +204,89 @@ fn pcap_path_from_env() -> Option<std::path::PathBuf> {
         .map(|e| e.to_string_lossy().into_owned())
         .unwrap_or_else(|| "pcap".into());
     Some(base.with_file_name(format!("{stem}.{n}.{ext}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The message of `r`'s error, which must be `Error::Config` for `var` and name
+    /// the variable once.
+    fn config_err<T: std::fmt::Debug>(r: Result<T>, var: &str) -> String {
+        let e = r.expect_err("the value must be refused");
+        assert!(
+            matches!(&e, Error::Config { var: v, .. } if *v == var),
+            "{e:?}"
+        );
+        assert_eq!(e.errno(), libc::EINVAL);
+        let msg = e.to_string();
+        assert_eq!(msg.matches(var).count(), 1, "{msg}");
+        assert!(msg.starts_with(&format!("{var}: ")), "{msg}");
+        msg
+    }
+
+    #[test]
+    fn rverbs_faults() {
+        assert_eq!(faults(None).unwrap(), None);
+        assert_eq!(faults(Some("loss=0.5")).unwrap().unwrap().loss, 0.5);
+        let msg = config_err(faults(Some("loss=abc")), "RVERBS_FAULTS");
+        assert_eq!(msg, "RVERBS_FAULTS: loss=abc: not a number");
+        config_err(faults(Some("typo=1")), "RVERBS_FAULTS");
+    }
+
+    #[test]
+    fn rverbs_same_host() {
+        assert!(same_host(None).unwrap());
+        assert!(!same_host(Some("0")).unwrap());
+        let msg = config_err(same_host(Some("yes")), "RVERBS_SAME_HOST");
+        assert!(msg.contains("\"yes\""), "{msg}");
+    }
+
+    #[test]
+    fn rverbs_ack_policy() {
+        assert_eq!(ack_policy(None).unwrap(), AckPolicy::Coalesce);
+        assert_eq!(
+            ack_policy(Some("every-message")).unwrap(),
+            AckPolicy::EveryMessage
+        );
+        config_err(ack_policy(Some("always")), "RVERBS_ACK_POLICY");
+    }
+
+    #[test]
+    fn rverbs_write_pieces() {
+        assert_eq!(write_pieces(None).unwrap(), None);
+        assert_eq!(write_pieces(Some("1")).unwrap(), Some(true));
+        config_err(write_pieces(Some("on")), "RVERBS_WRITE_PIECES");
+    }
+
+    #[test]
+    fn rverbs_loopback_ipv6() {
+        assert!(!loopback_ipv6(None).unwrap());
+        assert!(loopback_ipv6(Some("1")).unwrap());
+        assert!(!loopback_ipv6(Some("0")).unwrap());
+        config_err(loopback_ipv6(Some("true")), "RVERBS_LOOPBACK_IPV6");
+    }
+
+    #[test]
+    fn rverbs_raw_rx() {
+        assert!(matches!(raw_rx(None), Ok(rverbs_raw::RxMode::Ring)));
+        assert!(matches!(
+            raw_rx(Some("plain")),
+            Ok(rverbs_raw::RxMode::Plain)
+        ));
+        config_err(raw_rx(Some("fast")), "RVERBS_RAW_RX");
+    }
+
+    #[test]
+    fn rverbs_no_gso_and_empty_values() {
+        assert!(!no_gso(None).unwrap() && !no_gso(Some("0")).unwrap());
+        assert!(no_gso(Some("1")).unwrap() && no_gso(Some("yes")).unwrap());
+        // An empty variable is unset (`var` filters it before the parsers). The name
+        // is this test's own.
+        std::env::set_var("RVERBS_OPTIONS_TEST_EMPTY", "");
+        assert_eq!(var("RVERBS_OPTIONS_TEST_EMPTY"), None);
+        std::env::set_var("RVERBS_OPTIONS_TEST_EMPTY", "x");
+        assert_eq!(var("RVERBS_OPTIONS_TEST_EMPTY").as_deref(), Some("x"));
+        std::env::remove_var("RVERBS_OPTIONS_TEST_EMPTY");
+    }
 }

@@ -107,7 +107,7 @@ pub(crate) fn open(info: DeviceInfo, opts: &Resolved) -> Result<Arc<Shared>> {
         seed,
         // QPNs start at a random point so a restarted process does not reuse the
         // numbers its peers may still be retransmitting to.
-        first_qpn: 0x11 + (seed >> 40) as u32 % 0xf0_0000,
+        first_qpn: first_qpn(seed),
         // The carriers fill ICRCs for the port a datagram leaves from (the device
         // socket's 4791, a connected socket's own). Raw-mode frames leave from the QP's
         // entropy port, as rxe does, with the engine's ICRC.
@@ -248,12 +248,63 @@ fn set_identity(e: &mut rverbs_engine::Engine, info: &DeviceInfo) {
     };
 }
 
+/// The context's random seed (memory keys, PSNs, the first QPN). Keys must not be
+/// guessable by peers, and two contexts of one process, opened in the same instant,
+/// must differ in every bit: the clock, the pid, a per-process counter and an address
+/// of the stack (ASLR) go through splitmix64's finaliser, so a one-bit change of any
+/// of them changes about half of the output's bits (the high ones too, which
+/// [`first_qpn`] uses).
 fn seed() -> u64 {
-    // Keys must not be guessable by peers: seed from the clock, the pid and an address
-    // of the stack (ASLR).
+    static OPENED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let t = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64);
+    let n = OPENED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let local = 0u8;
-    t ^ (u64::from(std::process::id()) << 32) ^ (&local as *const u8 as u64).rotate_left(17)
+    let addr = &local as *const u8 as u64;
+    let mut h = mix64(t ^ u64::from(std::process::id()).rotate_left(32));
+    h = mix64(h ^ n.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    mix64(h ^ addr)
+}
+
+/// splitmix64's finaliser (Steele, Lea, Flood: "Fast splittable pseudorandom number
+/// generators", 2014): a bijection on u64 with full avalanche.
+fn mix64(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// The first QPN a context hands out: from the seed's high bits, above the reserved
+/// QPNs 0..=0x10, so a restarted process does not reuse the numbers its peers may
+/// still be retransmitting to.
+fn first_qpn(seed: u64) -> u32 {
+    0x11 + (seed >> 40) as u32 % 0xf0_0000
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn contexts_of_one_process_get_different_first_qpns() {
+        let qpns: Vec<u32> = (0..8).map(|_| first_qpn(seed())).collect();
+        for (i, a) in qpns.iter().enumerate() {
+            assert!((0x11..0xf0_0011).contains(a), "{a:#x}");
+            for b in &qpns[i + 1..] {
+                assert_ne!(a, b, "{qpns:x?}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_mix_spreads_close_inputs_to_the_high_bits() {
+        // Inputs one apart (as two opens in one instant were) differ in the QPN bits.
+        for x in [0u64, 1, 0x1234_5678_9abc_def0, u64::MAX - 1] {
+            let (a, b) = (mix64(x), mix64(x + 1));
+            assert_ne!(a >> 40, b >> 40, "{x:#x}");
+            assert!((a ^ b).count_ones() > 16, "{x:#x}: {a:#x} {b:#x}");
+        }
+    }
 }

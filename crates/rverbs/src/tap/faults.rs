@@ -73,14 +73,13 @@ impl Faults {
         Ok(f)
     }
 
-    /// The faults `RVERBS_FAULTS` asks for, if it is set.
+    /// The faults `RVERBS_FAULTS` asks for, if it is set and not empty. The error is
+    /// [`Faults::parse`]'s, which names the bad item (not the variable: callers add it,
+    /// as [`crate::OpenOptions::from_env`] does).
     pub fn from_env() -> Result<Option<Faults>, String> {
-        match std::env::var("RVERBS_FAULTS") {
-            Ok(spec) => Faults::parse(&spec)
-                .map(Some)
-                .map_err(|e| format!("{spec:?}: {e}")),
-            Err(_) => Ok(None),
-        }
+        crate::device::options::var("RVERBS_FAULTS")
+            .map(|spec| Faults::parse(&spec))
+            .transpose()
     }
 }
 

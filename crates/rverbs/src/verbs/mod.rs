@@ -11,6 +11,7 @@ mod attrs;
 mod channel;
 mod context;
 mod cq;
+mod exchange;
 mod flow;
 mod mcast;
 mod mr;

@@ -49,20 +49,14 @@ pub struct QpInitAttr<'a> {
 
 impl<'a> QpInitAttr<'a> {
     /// An RC/UC/UD QP with both queues on `cq`, no SRQ, 1024-deep queues of 4 SGEs,
-    /// 256 bytes of inline data and selective signaling.
+    /// 256 bytes of inline data ([`QpCap::default`]) and selective signaling.
     pub fn new(qp_type: QpType, cq: &'a Cq) -> Self {
         QpInitAttr {
             qp_type,
             send_cq: cq,
             recv_cq: cq,
             srq: None,
-            cap: QpCap {
-                max_send_wr: 1024,
-                max_recv_wr: 1024,
-                max_send_sge: 4,
-                max_recv_sge: 4,
-                max_inline_data: 256,
-            },
+            cap: QpCap::default(),
             sq_sig_all: false,
         }
     }
@@ -175,7 +169,21 @@ pub struct PeerInfo {
     pub gid: Gid,
 }
 
-/// Connection settings for [`Qp::connect`], with ibv_rc_pingpong's defaults.
+/// Connection settings for [`Qp::connect`].
+///
+/// The defaults take rdma-core's `ibv_rc_pingpong` timers and retries — `timeout` 14
+/// (4.096 µs · 2^14 ≈ 67 ms), `retry_cnt` 7, `rnr_retry` 7 (infinite), `min_rnr_timer`
+/// 12 (0.64 ms) — and its default path MTU of 1024, which every RoCE netdev of 1500
+/// bytes carries; on a device with a larger active MTU (4096 on `rv_lo`) set `mtu` to
+/// `ctx.query_port(1)?.active_mtu` for fewer packets. Where `ibv_rc_pingpong` only
+/// SENDs, these defaults let the peer do everything the verbs offer, as the crate's
+/// examples need: `access` [`AccessFlags::ALL`] (remote READ, WRITE and atomics on
+/// this QP; each region's own access flags still apply; `ibv_rc_pingpong` grants
+/// none) and `rd_atomic` 16 READs/atomics in flight each way (it uses 1; rxe allows
+/// 128). The rest: `psn` 0 (`ibv_rc_pingpong` draws a random one), `sgid_index` 1 (a
+/// soft device's first address GID; `ibv_rc_pingpong` has no default, `-g`),
+/// `hop_limit` 64 (Linux's default TTL; it uses 1), `traffic_class` 0 and `qkey`
+/// 0x11111111 (`ibv_ud_pingpong`'s).
 #[derive(Debug, Clone, Copy)]
 pub struct ConnectOpts {
     /// Our source GID index.
@@ -494,6 +502,10 @@ impl Qp {
 
     /// `ibv_post_send` of one request.
     ///
+    /// Beyond `ibv_post_send`'s checks, a READ or WRITE whose [`RemoteBuf`] length is
+    /// not its local buffers' total is EINVAL, with both lengths in the message (see
+    /// [`SendRequest`]).
+    ///
     /// On a RAW_PACKET QP (in RTS, else EINVAL) the request is a SEND whose gathered
     /// buffers (or inline data: both are copies here) are one whole Ethernet frame,
     /// destination MAC first, no FCS; it goes out on the context's raw interface after
@@ -505,6 +517,7 @@ impl Qp {
             return self.post_send_raw(r, wr);
         }
         sge_lens_fit("post_send", wr.bufs.as_slice().iter().map(|b| b.len))?;
+        wr.check_remote_len()?;
         let s = self.shared();
         let mut e = s.lock_verb("post_send")?;
         let now = s.now();
@@ -536,7 +549,8 @@ impl Qp {
         let now = s.now();
         let mut failed = None;
         for (i, wr) in wrs.iter().enumerate() {
-            let fits = sge_lens_fit("post_send", wr.bufs.as_slice().iter().map(|b| b.len));
+            let fits = sge_lens_fit("post_send", wr.bufs.as_slice().iter().map(|b| b.len))
+                .and_then(|()| wr.check_remote_len());
             if let Err(err) = fits.and_then(|()| Ok(e.post_send(self.qpn, wr.to_engine(), now)?)) {
                 failed = Some((i, err));
                 break;
@@ -562,8 +576,18 @@ impl Qp {
         if wr.opcode != WrOpcode::Send || wr.remote.is_some() || wr.ud.is_some() {
             return Err(inval("a RAW_PACKET QP sends frames with SEND only"));
         }
+        let over = |why, asked: usize, max: u32, unit| -> Error {
+            rverbs_engine::VerbError::new("post_send", rverbs_engine::Errno::Inval, why)
+                .with_limit(asked as u64, max.into(), unit, "the QP takes at most")
+                .into()
+        };
         if wr.bufs.as_slice().len() > r.cap.max_send_sge as usize {
-            return Err(inval("more SGEs than cap.max_send_sge"));
+            return Err(over(
+                "more SGEs than cap.max_send_sge",
+                wr.bufs.as_slice().len(),
+                r.cap.max_send_sge,
+                "SGEs",
+            ));
         }
         let frame: Vec<u8> = wr
             .bufs
@@ -572,7 +596,12 @@ impl Qp {
             .flat_map(LocalBuf::bytes)
             .collect();
         if wr.flags.contains(SendFlags::INLINE) && frame.len() > r.cap.max_inline_data as usize {
-            return Err(inval("inline data beyond cap.max_inline_data"));
+            return Err(over(
+                "inline data beyond cap.max_inline_data",
+                frame.len(),
+                r.cap.max_inline_data,
+                "bytes",
+            ));
         }
         let signaled = r.sq_sig_all || wr.flags.contains(SendFlags::SIGNALED);
         let s = self.shared();

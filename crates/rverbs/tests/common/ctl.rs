@@ -49,23 +49,6 @@ impl Ctl {
     }
 }
 
-pub fn gid_hex(g: &Gid) -> String {
-    g.octets().iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// 32 hex digits; anything else is an error.
-pub fn parse_gid(s: &str) -> Res<Gid> {
-    if s.len() != 32 {
-        return Err(format!("bad gid {s}").into());
-    }
-    let mut o = [0u8; 16];
-    for (i, b) in o.iter_mut().enumerate() {
-        let digits = s.get(2 * i..2 * i + 2).ok_or("bad gid")?;
-        *b = u8::from_str_radix(digits, 16)?;
-    }
-    Ok(Gid(o))
-}
-
 /// What the other process said about its QPs.
 pub struct PeerLine {
     pub gid: Gid,
@@ -80,7 +63,7 @@ pub fn info_line(ctx: &Context, mr: &Mr, qps: &[Qp]) -> String {
     let qpns: Vec<String> = qps.iter().map(|q| q.qp_num().to_string()).collect();
     format!(
         "{} {} {} {}",
-        gid_hex(&ctx.gid(1).unwrap()),
+        ctx.gid(1).unwrap().hex(),
         mr.addr(),
         mr.rkey(),
         qpns.join(",")
@@ -94,7 +77,7 @@ pub fn parse_info(l: &str) -> Res<PeerLine> {
         return Err(format!("bad info line {l:?}").into());
     }
     Ok(PeerLine {
-        gid: parse_gid(f[0])?,
+        gid: Gid::from_hex(f[0]).map_err(|e| format!("gid {:?}: {e}", f[0]))?,
         addr: f[1].parse()?,
         rkey: f[2].parse()?,
         qpns: f[3]
