@@ -5,7 +5,7 @@ use crate::soft::Shared;
 
 use crate::soft::guard::check_not_in_with;
 
-/// A flow rule made by [`Qp::create_flow`] (`struct ibv_flow`); dropping it is
+/// A flow rule made by [`Qp::create_flow`](crate::Qp::create_flow) (`struct ibv_flow`); dropping it is
 /// `ibv_destroy_flow`. A flow outlives nothing: destroying its QP removes it (then
 /// [`Flow::destroy`] is EINVAL).
 pub struct Flow {
@@ -37,7 +37,7 @@ impl Flow {
     }
 
     /// `ibv_destroy_flow` with its result: EINVAL if the flow is already gone (its QP
-    /// was destroyed). Inside [`Mr::with`] this is EDEADLK (dropping the flow there
+    /// was destroyed). Inside [`Mr::with`](crate::Mr::with) this is EDEADLK (dropping the flow there
     /// works: the driver thread removes it).
     pub fn destroy(mut self) -> Result<()> {
         match self.inner.take() {

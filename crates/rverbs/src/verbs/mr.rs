@@ -91,7 +91,7 @@ impl Mr {
     /// writes are never torn by the device).
     ///
     /// Verbs called from inside `f` (on any object of any context) fail with
-    /// [`Error::WouldDeadlock`] instead of waiting for the device, which may itself be
+    /// [`Error::WouldDeadlock`](crate::Error::WouldDeadlock) instead of waiting for the device, which may itself be
     /// waiting for this region. Objects dropped inside `f` are destroyed a moment later
     /// by the device's driver thread. Copy out what you need, return, then post.
     ///
