@@ -238,7 +238,8 @@ c_consts! {
         IBV_WC_TM_DATA_VALID = 1 << 6,
     }
     // enum ibv_access_flags; relaxed ordering is the first optional bit
-    // (IB_UVERBS_ACCESS_OPTIONAL_FIRST in rdma/ib_user_ioctl_verbs.h)
+    // and the range ends at bit 29 (IB_UVERBS_ACCESS_OPTIONAL_FIRST / _LAST in
+    // rdma/ib_user_ioctl_verbs.h)
     u32 {
         IBV_ACCESS_LOCAL_WRITE = 1,
         IBV_ACCESS_REMOTE_WRITE = 1 << 1,
@@ -250,7 +251,7 @@ c_consts! {
         IBV_ACCESS_HUGETLB = 1 << 7,
         IBV_ACCESS_OPTIONAL_FIRST = 1 << 20,
         IBV_ACCESS_RELAXED_ORDERING = IBV_ACCESS_OPTIONAL_FIRST,
-        IBV_ACCESS_OPTIONAL_RANGE = ((1 << 29) - 1) & !(IBV_ACCESS_OPTIONAL_FIRST - 1),
+        IBV_ACCESS_OPTIONAL_RANGE = ((1 << 30) - 1) & !(IBV_ACCESS_OPTIONAL_FIRST - 1),
     }
     // enum ibv_rereg_mr_flags, enum ibv_mw_type
     u32 {

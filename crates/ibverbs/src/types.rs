@@ -1147,9 +1147,27 @@ pub struct ibv_flow_spec_action_drop {
     pub size: u16,
 }
 
+/// Attaches a flow action (`ibv_create_flow_action_esp`) to a flow.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_flow_spec_action_handle {
+    pub type_: ibv_flow_spec_type,
+    pub size: u16,
+    pub action: *const ibv_flow_action,
+}
+
+/// Counts a flow's packets or bytes into an `ibv_counters`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_flow_spec_counter_action {
+    pub type_: ibv_flow_spec_type,
+    pub size: u16,
+    pub counters: *mut ibv_counters,
+}
+
 /// The specs this layer knows by layout, viewed through their common header. C's
-/// union has more members (ESP, tunnel, GRE, MPLS, handle, counters); the layout test
-/// checks that none of them makes the union larger than these.
+/// union also has ESP, tunnel, GRE and MPLS members; the layout test checks that none
+/// of them makes the union larger or more aligned than these.
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub union ibv_flow_spec_union {
@@ -1161,6 +1179,8 @@ pub union ibv_flow_spec_union {
     pub ipv6: ibv_flow_spec_ipv6,
     pub flow_tag: ibv_flow_spec_action_tag,
     pub drop: ibv_flow_spec_action_drop,
+    pub handle: ibv_flow_spec_action_handle,
+    pub flow_count: ibv_flow_spec_counter_action,
 }
 
 #[repr(C)]
