@@ -24,19 +24,33 @@ struct Row {
     b: usize,
 }
 
-/// The size of the field a raw-borrow closure points at (safe even through unions).
+/// The size of the field a raw-borrow closure points at.
 fn field_size<T, F>(_: fn(&T) -> *const F) -> usize {
     size_of::<F>()
 }
 
+/// The size of a field: through structs by raw borrow; a union member, whose place
+/// Rust lets safe code name only as the target of a write (before 1.92), by its type
+/// written after `:`, which a never-called assignment proves is the field's type.
+macro_rules! field_size {
+    ($t:ty, $($f:ident).+ : $fty:ty) => {{
+        let _proof = |s: &mut $t, v: $fty| s.$($f).+ = v;
+        size_of::<$fty>()
+    }};
+    ($t:ty, $($f:ident).+) => {
+        field_size(|s: &$t| &raw const s.$($f).+)
+    };
+}
+
 /// Rows for one type: `layout!(struct ibv_wc { wr_id, imm.imm_data as "imm_data" })`
 /// checks `struct ibv_wc` (Rust `ibv_wc`) and each field path, Rust path first and the
-/// C path after `as` where the two differ (anonymous unions, `type`, `priv`).
+/// C path after `as` where the two differ (anonymous unions, `type`, `priv`). A union
+/// member carries its type: `imm.imm_data: __be32 as "imm_data"` (see `field_size!`).
 ///
 /// A Rust type that C leaves unnamed (the member structs of an anonymous or inner union)
 /// is named in C with gcc's `__typeof__`: `layout!(r, ibv_send_wr_rdma = "struct
 /// ibv_send_wr", wr.rdma { remote_addr, rkey })`. Paths that go on through a union member
-/// are checked that way, since Rust cannot take their address without `unsafe`.
+/// are checked that way.
 macro_rules! layout {
     ($rows:ident, $t:ident = $outer:literal, $($p:ident).+ { $($fields:tt)* }) => {{
         let ty = format!(
@@ -50,7 +64,9 @@ macro_rules! layout {
         let ty = concat!(stringify!($kw), " ", stringify!($t)).to_string();
         layout!(@rows $rows, ty, $t { $($fields)* });
     }};
-    (@rows $rows:ident, $ty:ident, $t:ident { $($($f:ident).+ $(as $cf:literal)?),* $(,)? }) => {{
+    (@rows $rows:ident, $ty:ident, $t:ident {
+        $($($f:ident).+ $(: $fty:ty)? $(as $cf:literal)?),* $(,)?
+    }) => {{
         let ty = $ty;
         $rows.push(Row {
             key: ty.to_string(),
@@ -66,7 +82,7 @@ macro_rules! layout {
                 key: format!("{ty}|{c_path}"),
                 c: format!("offsetof({ty}, {c_path}), sizeof((({ty} *)0)->{c_path})"),
                 a: offset_of!($t, $($f).+),
-                b: field_size(|s: &$t| &raw const s.$($f).+),
+                b: field_size!($t, $($f).+ $(: $fty)?),
             });
         })*
     }};
@@ -74,7 +90,7 @@ macro_rules! layout {
 
 fn rows() -> Vec<Row> {
     let mut r = Vec::new();
-    layout!(r, union ibv_gid { raw, global });
+    layout!(r, union ibv_gid { raw: [u8; 16], global: ibv_gid_global });
     layout!(
         r,
         ibv_gid_global = "union ibv_gid",
@@ -126,11 +142,12 @@ fn rows() -> Vec<Row> {
         port_cap_flags2,
     });
     layout!(r, struct ibv_async_event {
-        element, element.cq, element.qp, element.srq, element.wq, element.port_num, event_type,
+        element, element.cq: *mut ibv_cq, element.qp: *mut ibv_qp, element.srq: *mut ibv_srq,
+        element.wq: *mut ibv_wq, element.port_num: core::ffi::c_int, event_type,
     });
     layout!(r, struct ibv_wc {
-        wr_id, status, opcode, vendor_err, byte_len, imm.imm_data as "imm_data",
-        imm.invalidated_rkey as "invalidated_rkey", qp_num, src_qp, wc_flags, pkey_index,
+        wr_id, status, opcode, vendor_err, byte_len, imm.imm_data: __be32 as "imm_data",
+        imm.invalidated_rkey: u32 as "invalidated_rkey", qp_num, src_qp, wc_flags, pkey_index,
         slid, sl, dlid_path_bits,
     });
     layout!(r, struct ibv_poll_cq_attr { comp_mask });
@@ -200,9 +217,11 @@ fn rows() -> Vec<Row> {
     layout!(r, struct ibv_data_buf { addr, length });
     layout!(r, struct ibv_sge { addr, length, lkey });
     layout!(r, struct ibv_send_wr {
-        wr_id, next, sg_list, num_sge, opcode, send_flags, imm.imm_data as "imm_data",
-        imm.invalidate_rkey as "invalidate_rkey", wr, wr.rdma, wr.atomic, wr.ud, qp_type,
-        qp_type.xrc, ext.bind_mw as "bind_mw", ext.tso as "tso",
+        wr_id, next, sg_list, num_sge, opcode, send_flags, imm.imm_data: __be32 as "imm_data",
+        imm.invalidate_rkey: u32 as "invalidate_rkey", wr, wr.rdma: ibv_send_wr_rdma,
+        wr.atomic: ibv_send_wr_atomic, wr.ud: ibv_send_wr_ud, qp_type,
+        qp_type.xrc: ibv_send_wr_xrc, ext.bind_mw: ibv_send_wr_bind_mw as "bind_mw",
+        ext.tso: ibv_send_wr_tso as "tso",
     });
     layout!(r, ibv_send_wr_rdma = "struct ibv_send_wr", wr.rdma { remote_addr, rkey });
     layout!(r, ibv_send_wr_atomic = "struct ibv_send_wr", wr.atomic {
@@ -258,9 +277,14 @@ fn rows() -> Vec<Row> {
     layout!(r, struct ibv_flow_spec_action_tag { type_ as "type", size, tag_id });
     layout!(r, struct ibv_flow_spec_action_drop { type_ as "type", size });
     layout!(r, struct ibv_flow_spec {
-        spec.hdr as "hdr", spec.eth as "eth", spec.ipv4 as "ipv4", spec.tcp_udp as "tcp_udp",
-        spec.ipv4_ext as "ipv4_ext", spec.ipv6 as "ipv6", spec.flow_tag as "flow_tag",
-        spec.drop as "drop", spec.handle as "handle", spec.flow_count as "flow_count",
+        spec.hdr: ibv_flow_spec_hdr as "hdr", spec.eth: ibv_flow_spec_eth as "eth",
+        spec.ipv4: ibv_flow_spec_ipv4 as "ipv4", spec.tcp_udp: ibv_flow_spec_tcp_udp as "tcp_udp",
+        spec.ipv4_ext: ibv_flow_spec_ipv4_ext as "ipv4_ext",
+        spec.ipv6: ibv_flow_spec_ipv6 as "ipv6",
+        spec.flow_tag: ibv_flow_spec_action_tag as "flow_tag",
+        spec.drop: ibv_flow_spec_action_drop as "drop",
+        spec.handle: ibv_flow_spec_action_handle as "handle",
+        spec.flow_count: ibv_flow_spec_counter_action as "flow_count",
     });
     layout!(r, struct ibv_flow_spec_action_handle { type_ as "type", size, action });
     layout!(r, struct ibv_flow_spec_counter_action { type_ as "type", size, counters });

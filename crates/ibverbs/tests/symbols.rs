@@ -160,10 +160,13 @@ fn readelf(file: &Path) -> (BTreeSet<String>, Vec<(String, Option<String>)>) {
             } else if line.contains("Parent 1:") {
                 nodes.last_mut().unwrap().1 = Some(w[w.len() - 1].to_string());
             }
-        } else if w.len() >= 8 && w[0].ends_with(':') && w[6] != "UND" && w[6] != "ABS" {
-            if w[7].contains('@') {
-                syms.insert(format!("{} {}", w[3], w[7]));
-            }
+        } else if w.len() >= 8
+            && w[0].ends_with(':')
+            && w[6] != "UND"
+            && w[6] != "ABS"
+            && w[7].contains('@')
+        {
+            syms.insert(format!("{} {}", w[3], w[7]));
         }
     }
     (syms, nodes)
