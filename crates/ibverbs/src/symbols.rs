@@ -193,7 +193,8 @@ impl VersionScript {
 /// The later private nodes that only alias a symbol of the private node the list
 /// carries: newer distributions' tools import `ibv_query_gid_type` under the private
 /// node of their rdma-core (`IBVERBS_PRIVATE_@IBVERBS_PABI_VERSION@` in rdma-core's
-/// `libibverbs.map.in`: 34 up to v56, then 57, 59 from v59, 64 from v64, 65).
+/// `libibverbs.map.in`, set in its CMakeLists.txt: 34 up to v56, 57 in v57-v58, 59
+/// in v59-v63, 64 in v64, 65 on the main branch after v64).
 pub const PRIVATE_ALIASES: &[(&str, &[&str])] = &[
     ("IBVERBS_PRIVATE_57", &["ibv_query_gid_type"]),
     ("IBVERBS_PRIVATE_59", &["ibv_query_gid_type"]),
