@@ -1,4 +1,7 @@
-//! The engine's timer queue: one entry per QP with a deadline, earliest first.
+//! Time in the engine: the transport's timer lengths (IBTA 9.7.6.1.3 local ACK
+//! timeout, 9.7.5.2.8 RNR NAK timer; the ACK nudge and the reordering window), each
+//! QP's [`TimerTable`], and the engine's timer queue: one entry per QP with a
+//! deadline, earliest first.
 //!
 //! Every packet in or out may move its QP's deadline (an RC requester arms its
 //! retransmit timer when it sends and drops it when the last ACK comes), so a ping-pong
@@ -73,6 +76,159 @@ impl Timers {
         } else {
             Some(self.small.remove(0))
         }
+    }
+}
+
+/// Local ACK timeout: 4.096 µs · 2^timeout (IBTA 9.7.6.1.3); 0 means infinite.
+pub fn ack_timeout_ns(timeout: u8) -> Option<Nanos> {
+    (timeout != 0).then(|| 4096u64 << timeout.min(31))
+}
+
+/// The longest an RC requester with nothing more to send waits, under
+/// [`crate::AckPolicy::Coalesce`], before it asks for an ACK it has not asked for (the
+/// ACK nudge): 1 ms.
+pub const ACK_NUDGE_MAX_NS: Nanos = 1_000_000;
+
+/// The shortest such wait, unless the ACK timeout is shorter than twice it: 100 µs, two
+/// round trips between two processes on loopback whose threads sleep (about 2 × 25 µs,
+/// README "Benchmarks"), so a ping-pong's next request, which postpones the nudge,
+/// normally comes first.
+pub const ACK_NUDGE_MIN_NS: Nanos = 100_000;
+
+/// How long an unacknowledged tail whose last packet did not ask for an ACK waits
+/// before the requester asks (the ACK nudge, [`crate::AckPolicy::Coalesce`]): an
+/// eighth of the local ACK timeout, within [[`ACK_NUDGE_MIN_NS`],
+/// [`ACK_NUDGE_MAX_NS`]], and never more than half the timeout, so the nudge's answer
+/// can arrive before the retransmit timer fires and counts a retry (1 ms when the
+/// timeout is infinite).
+pub fn ack_nudge_ns(timeout: u8) -> Nanos {
+    ack_timeout_ns(timeout).map_or(ACK_NUDGE_MAX_NS, |t| {
+        (t / 8).clamp(ACK_NUDGE_MIN_NS.min(t / 2), ACK_NUDGE_MAX_NS)
+    })
+}
+
+/// The longest the requester waits for a missing READ response to turn up late
+/// before asking again from it.
+pub const MAX_REORDER_WINDOW_NS: Nanos = 1_000_000;
+
+/// How long a gap in READ responses may be reordering rather than loss: a quarter of
+/// the local ACK timeout, at most [`MAX_REORDER_WINDOW_NS`] (1 ms when the timeout is
+/// infinite). A time window, as TCP RACK's `reo_wnd` (RFC 8985 6.2: a quarter of the
+/// minimum RTT; the engine keeps no RTT estimate, the ACK timeout stands in for it).
+/// rxe does not act on such gaps at all and waits for its retransmit timer
+/// (`rxe_comp.c` `check_psn` returns `COMPST_DONE` for a READ response ahead of
+/// `comp.psn`).
+pub fn reorder_window_ns(timeout: u8) -> Nanos {
+    ack_timeout_ns(timeout).map_or(MAX_REORDER_WINDOW_NS, |t| {
+        (t / 4).min(MAX_REORDER_WINDOW_NS)
+    })
+}
+
+/// The RNR NAK timer table (IBTA 9.7.5.2.8, table 45), in nanoseconds. Code 0 is the
+/// longest, 655.36 ms.
+pub const RNR_TIMER_NS: [Nanos; 32] = [
+    655_360_000,
+    10_000,
+    20_000,
+    30_000,
+    40_000,
+    60_000,
+    80_000,
+    120_000,
+    160_000,
+    240_000,
+    320_000,
+    480_000,
+    640_000,
+    960_000,
+    1_280_000,
+    1_920_000,
+    2_560_000,
+    3_840_000,
+    5_120_000,
+    7_680_000,
+    10_240_000,
+    15_360_000,
+    20_480_000,
+    30_720_000,
+    40_960_000,
+    61_440_000,
+    81_920_000,
+    122_880_000,
+    163_840_000,
+    245_760_000,
+    327_680_000,
+    491_520_000,
+];
+
+/// One of a QP's timers (after quinn-proto's `Timer`), each an entry of its
+/// [`TimerTable`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum QpTimer {
+    /// The local ACK timeout (IBTA 9.7.6.1.3): a retry when it fires.
+    Retransmit = 0,
+    /// An RNR NAK's wait (IBTA 9.7.5.2.8): the requester sends nothing until it ends.
+    RnrWait = 1,
+    /// The reordering window of a gap in READ responses ([`reorder_window_ns`]).
+    Reorder = 2,
+    /// The ACK nudge ([`ack_nudge_ns`]).
+    Nudge = 3,
+}
+
+impl QpTimer {
+    /// How many timers a QP has.
+    pub(crate) const COUNT: usize = 4;
+}
+
+/// A QP's deadlines, one slot per [`QpTimer`] (after quinn-proto's `TimerTable`):
+/// setting, stopping and reading a timer is one store or load, and the QP's next
+/// deadline is the minimum of the slots.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct TimerTable {
+    at: [Option<Nanos>; QpTimer::COUNT],
+}
+
+impl TimerTable {
+    /// Starts (or moves) `t` to fire at `at`.
+    pub(crate) fn set(&mut self, t: QpTimer, at: Nanos) {
+        self.at[t as usize] = Some(at);
+    }
+
+    /// Starts `t` at `at`, or stops it when `at` is `None`.
+    pub(crate) fn set_opt(&mut self, t: QpTimer, at: Option<Nanos>) {
+        self.at[t as usize] = at;
+    }
+
+    /// Stops `t`.
+    pub(crate) fn stop(&mut self, t: QpTimer) {
+        self.at[t as usize] = None;
+    }
+
+    /// When `t` fires, if it runs.
+    pub(crate) fn get(&self, t: QpTimer) -> Option<Nanos> {
+        self.at[t as usize]
+    }
+
+    /// `t` runs and its deadline is not after `now`.
+    pub(crate) fn expired(&self, t: QpTimer, now: Nanos) -> bool {
+        self.at[t as usize].is_some_and(|at| at <= now)
+    }
+
+    /// Stops every timer.
+    pub(crate) fn stop_all(&mut self) {
+        self.at = [None; QpTimer::COUNT];
+    }
+
+    /// The earliest deadline of all running timers.
+    pub(crate) fn next_timeout(&self) -> Option<Nanos> {
+        // Runs after every packet in or out: a plain loop over the slots.
+        let mut first: Option<Nanos> = None;
+        for at in self.at.into_iter().flatten() {
+            if first.is_none_or(|f| at < f) {
+                first = Some(at);
+            }
+        }
+        first
     }
 }
 
