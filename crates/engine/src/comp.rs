@@ -2,8 +2,8 @@
 //! matched against the outstanding work requests, completions, and the decisions to
 //! retry (IBTA 9.7.5.2, 9.7.6; rxe `rxe_comp.c`).
 
-use crate::qp::{Ctx, Qp, Wake};
-use crate::timers::{ack_timeout_ns, reorder_window_ns, QpTimer, RNR_TIMER_NS};
+use crate::qp::{Ctx, Qp, Retry, Wake, PROBES_PER_GAP};
+use crate::timers::{ack_timeout_ns, QpTimer, RNR_TIMER_NS};
 use crate::types::*;
 use rverbs_wire::opcode::Opcode;
 use rverbs_wire::packet::Packet;
@@ -138,7 +138,8 @@ impl Qp {
                         self.retry_left = self.attr.retry_cnt;
                     }
                     self.comp_psn = psn;
-                    self.retry(ctx, false);
+                    // Acted on at once: the NAK names the gap (IBTA 9.7.5.2.4).
+                    self.retry(ctx, Retry::SeqNak);
                 }
                 (Opcode::RC_ACKNOWLEDGE, Some(Syndrome::Nak(code))) => {
                     let status = match code {
@@ -248,6 +249,23 @@ impl Qp {
             self.nak_retry = false;
             self.timers.stop(QpTimer::Reorder);
             self.stale_rearms = 0;
+            self.probes_left = PROBES_PER_GAP;
+            if let Some((gap, at)) = self.reorder_retry_at.take() {
+                // The gap re-requested after the reordering window filled sooner than
+                // the re-request could be answered: the original was only late.
+                let srtt = self.rtt.srtt().unwrap_or(0);
+                if gap.is_before(self.comp_psn) && ctx.now.saturating_sub(at) < srtt / 2 {
+                    self.rtt.reordering_seen();
+                }
+            }
+            if let Some((p, at)) = self.rtt_sample {
+                if p.is_before(self.comp_psn) {
+                    // Answered, and sent once: an RTT sample (RFC 6298, Karn).
+                    self.rtt.update(ctx.now.saturating_sub(at));
+                    self.rtt_sample = None;
+                }
+            }
+            self.after_probe(ctx);
             self.unacked_since = (self.sent_psn_end != self.comp_psn).then_some(ctx.now);
             if !self.needs_nudge() {
                 self.timers.stop(QpTimer::Nudge);
@@ -265,7 +283,47 @@ impl Qp {
         wake
     }
 
-    /// Restarts the timer after progress, or stops it when nothing is outstanding.
+    /// Whether a tail-loss probe may go out: RC, packets unacknowledged, no RNR wait,
+    /// probes left for this stall, and a SEND/WRITE packet to probe with.
+    pub(crate) fn probe_wanted(&self) -> bool {
+        self.qp_type == QpType::Rc
+            && self.loss_probes
+            && self.can_send()
+            && self.probes_left > 0
+            && self.sent_psn_end != self.comp_psn
+            && self.timers.get(QpTimer::RnrWait).is_none()
+            && self.probe_target().is_some()
+    }
+
+    /// The packet the next probe resends: the last sent for the first probe of a
+    /// stall, then the oldest unacknowledged ([`crate::qp::PROBES_PER_GAP`]), as its
+    /// WQE's index and its PSN; `None` when that packet is a READ or atomic request.
+    pub(crate) fn probe_target(&self) -> Option<(usize, Psn)> {
+        let psn = if self.probes_left == PROBES_PER_GAP {
+            self.sent_psn_end.sub(1)
+        } else {
+            self.comp_psn
+        };
+        let idx = self
+            .sq
+            .iter()
+            .take_while(|w| w.started)
+            .position(|w| psn.in_window(w.first_psn, w.npkts))?;
+        (!self.sq[idx].is_rd_atomic()).then_some((idx, psn))
+    }
+
+    /// (Re)starts the tail-loss probe timer ([`crate::timers::Rtt::probe_ns`]) while
+    /// a probe may go out, or stops it.
+    pub(crate) fn arm_probe(&mut self, now: Nanos) {
+        let at = self
+            .probe_wanted()
+            .then(|| self.rtt.probe_ns(self.attr.timeout))
+            .flatten()
+            .map(|d| now + d);
+        self.timers.set_opt(QpTimer::Probe, at);
+    }
+
+    /// Restarts the timers after progress, or stops them when nothing is outstanding.
     pub(crate) fn rearm(&mut self, now: Nanos) {
         let outstanding = self.sq.iter().take(self.sq_next.max(1)).any(|w| w.started);
         let at = if outstanding && self.timers.get(QpTimer::RnrWait).is_none() {
@@ -274,6 +332,7 @@ impl Qp {
             None
         };
         self.timers.set_opt(QpTimer::Retransmit, at);
+        self.arm_probe(now);
     }
 
     pub(crate) fn check_drained(&mut self, ctx: &mut Ctx<'_>) {
@@ -288,6 +347,8 @@ impl Qp {
     /// Rewinds the requester to resend from `psn` (go-back-N).
     pub(crate) fn go_back(&mut self, psn: Psn) {
         self.noack_pkts = 0;
+        // Karn: what is sent again gives no RTT sample.
+        self.rtt_sample = None;
         for (i, w) in self.sq.iter_mut().enumerate() {
             if !w.started {
                 break;
@@ -316,7 +377,7 @@ impl Qp {
     /// A gap in READ responses, or an ACK past a READ/atomic that has not been
     /// answered (IBTA 9.7.5.1.3 implied NAK). The response may only be late
     /// (reordered): the first sign of the gap opens a reordering window
-    /// ([`reorder_window_ns`]); if the gap is still open when it closes (a later
+    /// ([`crate::timers::Rtt::reorder_ns`]); if the gap is still open when it closes (a later
     /// response, or the window's timer), the requester asks again from the gap, once
     /// per gap (`retry`), with the READ's RETH moved on to it (`build_request`,
     /// IBTA 9.7.5.1.3 / rxe `req_retry`).
@@ -327,23 +388,49 @@ impl Qp {
         match self.timers.get(QpTimer::Reorder) {
             None => {
                 ctx.counters.implied_nak_waits += 1;
-                self.timers.set(
-                    QpTimer::Reorder,
-                    ctx.now + reorder_window_ns(self.attr.timeout),
-                );
+                let wnd = self.rtt.reorder_ns(self.attr.timeout);
+                self.timers.set(QpTimer::Reorder, ctx.now + wnd);
             }
-            Some(t) if t <= ctx.now => self.retry(ctx, false),
+            Some(t) if t <= ctx.now => self.retry(ctx, Retry::ImpliedNak),
             Some(_) => {}
         }
     }
 
-    /// A retry after a timeout (`timeout == true`) or a sequence NAK / implied NAK:
-    /// spends one unit of retry_cnt, or fails the oldest WQE with RETRY_EXC_ERR.
-    pub(crate) fn retry(&mut self, ctx: &mut Ctx<'_>, timeout: bool) {
+    /// The answer to a tail-loss probe has arrived (progress past the probe's PSN).
+    /// Go-back-N delivers in order, so packets sent before the probe that are still
+    /// unacknowledged now were lost (the responder dropped them behind a gap; RFC
+    /// 8985 6.1: a packet is lost once one sent after it is delivered): resend from
+    /// the gap at once rather than at the ACK timeout. Not a retry (progress was
+    /// made); once per probe, so one resend per gap per round trip.
+    fn after_probe(&mut self, ctx: &mut Ctx<'_>) {
+        let Some((psn, sent_end)) = self.probe else {
+            return;
+        };
+        if !psn.is_before(self.comp_psn) {
+            return;
+        }
+        self.probe = None;
+        let lost = self.comp_psn.is_before(sent_end)
+            && self
+                .sq
+                .front()
+                .is_some_and(|w| w.started && !w.is_rd_atomic());
+        if lost && self.state != QpState::Err {
+            ctx.counters.probe_retries += 1;
+            self.nak_retry = true;
+            self.resend_from_gap(ctx);
+        }
+    }
+
+    /// A retry after a timeout, a sequence NAK or an implied NAK: spends one unit of
+    /// retry_cnt, or fails the oldest WQE with RETRY_EXC_ERR.
+    pub(crate) fn retry(&mut self, ctx: &mut Ctx<'_>, why: Retry) {
         self.timers.stop(QpTimer::Reorder);
-        if timeout {
+        if why == Retry::Timeout {
             ctx.counters.retransmit_timeouts += 1;
             self.nak_retry = false;
+            // A new stall: probes again after the resend.
+            self.probes_left = PROBES_PER_GAP;
         } else if self.nak_retry {
             // One retry per gap: later packets behind the same gap are ignored until
             // progress or a timeout (rxe `comp.started_retry`).
@@ -355,7 +442,21 @@ impl Qp {
             self.complete_front(WcStatus::RetryExcErr, ctx);
             return;
         }
+        match why {
+            Retry::SeqNak => ctx.counters.nak_retries += 1,
+            Retry::ImpliedNak => {
+                ctx.counters.reorder_retries += 1;
+                self.reorder_retry_at = Some((self.comp_psn, ctx.now));
+            }
+            Retry::Timeout => {}
+        }
         self.retry_left -= 1;
+        self.resend_from_gap(ctx);
+    }
+
+    /// Rewinds the requester to `comp_psn` (go-back-N), counting the packets that
+    /// will go out again, and restarts the timers.
+    fn resend_from_gap(&mut self, ctx: &mut Ctx<'_>) {
         self.stale_rearms = 0;
         let from = self.comp_psn;
         // `retransmitted_packets` counts packets that went out before and will go

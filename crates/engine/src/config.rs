@@ -85,6 +85,13 @@ pub struct Config {
     /// as the completion's `byte_len`, rxe `rxe_resp.c` `do_complete`), and
     /// single-packet WRITEs. Default: false.
     pub write_pieces: bool,
+    /// RC requesters send tail-loss probes (RFC 8985 TLP, `Counters::tail_loss_probes`):
+    /// after about two round trips without progress, a SEND/WRITE packet goes again
+    /// with AckReq, which any responder answers as a duplicate or executes, well
+    /// before the local ACK timeout (which keeps its IBTA meaning: probes are not
+    /// retries). Default: true; off leaves recovery to NAKs, implied NAKs and the
+    /// timeout, as rxe's requester does.
+    pub loss_probes: bool,
 }
 
 /// The shortest payload a packet leaves in registered memory ([`Config::lend_payloads`]):
@@ -140,6 +147,7 @@ impl Default for Config {
             max_unacked_psns: crate::MAX_UNACKED_PSNS,
             read_piece_psns: 0,
             write_pieces: false,
+            loss_probes: true,
             ack_policy: AckPolicy::default(),
         }
     }

@@ -253,6 +253,7 @@ impl Engine {
             s.users += 1;
         }
         let mut qp = Qp::new(qpn, &init);
+        qp.loss_probes = self.cfg.loss_probes;
         if init.qp_type == QpType::Ud {
             // UD has no path: datagrams are limited by the port's active MTU.
             qp.attr.path_mtu = self.cfg.limits.active_mtu;
@@ -844,6 +845,12 @@ impl Engine {
     /// set yet).
     pub fn qp_dgid(&self, qpn: u32) -> Option<Gid> {
         self.qps.get(&qpn)?.attr.ah_attr.map(|a| a.av.dgid)
+    }
+
+    /// QP `qpn`'s smoothed round-trip time (RFC 6298 SRTT, from the ACKs of packets
+    /// sent once), once it has measured one.
+    pub fn qp_srtt(&self, qpn: u32) -> Option<Nanos> {
+        self.qps.get(&qpn).and_then(|q| q.rtt.srtt())
     }
 
     /// The state of a QP.

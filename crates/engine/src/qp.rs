@@ -9,7 +9,7 @@ use crate::modify::{QpAttr, QpAttrMask};
 use crate::net::{self, Transmit};
 use crate::objects::{Cq, Data, Mr, RecvWqe, Srq};
 use crate::slab::Slab;
-use crate::timers::{ack_nudge_ns, QpTimer, TimerTable};
+use crate::timers::{ack_nudge_ns, QpTimer, Rtt, TimerTable};
 use crate::types::*;
 use rverbs_wire::grh::Gid;
 use rverbs_wire::psn::Psn;
@@ -31,6 +31,27 @@ pub const MIN_UNACKED_PSNS: u32 = 16;
 pub const MIN_QP_WINDOW: u32 = 4;
 /// The default P_Key (index 0 of the only P_Key table entry).
 pub const DEFAULT_PKEY: u16 = 0xffff;
+
+/// Tail-loss probes a requester sends for one stall (between two signs of progress)
+/// before it leaves recovery to the local ACK timeout: the last packet sent (RFC 8985
+/// 7.3), then the oldest unacknowledged one. The second covers a lost sequence NAK:
+/// a responder that has NAKed a gap drops every later packet silently until the gap
+/// is filled (rxe `rxe_resp.c` `check_psn`, `sent_psn_nak`), so only the packet at or
+/// before the gap draws an answer (an ACK of all it has, C9-105 / rxe
+/// `duplicate_request`, or the execution of the missing packet).
+pub const PROBES_PER_GAP: u8 = 2;
+
+/// Why the requester goes back ([`Qp::retry`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Retry {
+    /// The local ACK timeout (IBTA 9.7.6.1.3).
+    Timeout,
+    /// A NAK sequence error (IBTA 9.7.5.2.4).
+    SeqNak,
+    /// A gap in READ responses, or an ACK past an unanswered READ/atomic, that
+    /// outlived the reordering window (IBTA 9.7.5.1.3 implied NAK).
+    ImpliedNak,
+}
 
 /// Shared state every QP operation may touch.
 pub(crate) struct Ctx<'a> {
@@ -300,6 +321,24 @@ pub(crate) struct Qp {
     pub(crate) read_ahead: BTreeSet<u32>,
     /// Retransmit-timer restarts by stale responses since the last progress or retry.
     pub(crate) stale_rearms: u32,
+    /// The round-trip estimate ([`Rtt`]).
+    pub(crate) rtt: Rtt,
+    /// The packet being timed for an RTT sample: its PSN and when it left. Taken
+    /// when a new AckReq packet leaves and none is timed; dropped when anything is
+    /// sent again (Karn's rule).
+    pub(crate) rtt_sample: Option<(Psn, Nanos)>,
+    /// The gap a reordering-window retry asked again for, and when (`comp::retry`),
+    /// to tell a needless re-request (`Rtt::reordering_seen`).
+    pub(crate) reorder_retry_at: Option<(Psn, Nanos)>,
+    /// Tail-loss probes are on ([`crate::Config::loss_probes`]).
+    pub(crate) loss_probes: bool,
+    /// Tail-loss probes left before the next progress ([`PROBES_PER_GAP`]).
+    pub(crate) probes_left: u8,
+    /// Send a tail-loss probe at the next chance (`req::build_probe`).
+    pub(crate) probe_due: bool,
+    /// The last probe sent: its PSN and `sent_psn_end` when it left, so its answer
+    /// tells which packets sent before it were lost (`comp::after_probe`).
+    pub(crate) probe: Option<(Psn, Psn)>,
     pub(crate) sqd_notified: bool,
     // responder
     pub(crate) epsn: Psn,
@@ -388,6 +427,13 @@ impl Qp {
             nak_retry: false,
             read_ahead: BTreeSet::new(),
             stale_rearms: 0,
+            rtt: Rtt::default(),
+            rtt_sample: None,
+            reorder_retry_at: None,
+            loss_probes: true,
+            probes_left: PROBES_PER_GAP,
+            probe_due: false,
+            probe: None,
             sqd_notified: false,
             epsn: Psn::ZERO,
             msn: 0,
@@ -522,9 +568,10 @@ impl Qp {
         let ud_mtu = self.attr.path_mtu;
         // What the engine's timer set holds is not the QP's to forget: `engine::rearm`
         // removes it after this modify (the fresh QP has no deadline).
-        let timer_at = self.timer_at;
+        let (timer_at, loss_probes) = (self.timer_at, self.loss_probes);
         *self = Qp::new(self.qpn, &init);
         self.timer_at = timer_at;
+        self.loss_probes = loss_probes;
         if self.qp_type == QpType::Ud {
             // UD keeps the port's MTU (set at create_qp) across a reset.
             self.attr.path_mtu = ud_mtu;
@@ -562,6 +609,9 @@ impl Qp {
         self.out.clear();
         self.resources.clear();
         self.timers.stop_all();
+        self.rtt_sample = None;
+        self.probe_due = false;
+        self.probe = None;
         self.read_ahead.clear();
         self.rd_outstanding = 0;
         self.unacked_since = None;
@@ -675,7 +725,7 @@ impl Qp {
             self.timers.stop(QpTimer::Reorder);
             // The gap outlived the reordering window: ask again from it.
             if self.state != QpState::Err && self.sq.front().is_some_and(|w| w.started) {
-                self.retry(ctx, false);
+                self.retry(ctx, Retry::ImpliedNak);
             }
             wake = Wake {
                 transmit: true,
@@ -696,11 +746,19 @@ impl Qp {
             }
             wake.timers = true;
         }
+        if self.timers.expired(QpTimer::Probe, ctx.now) {
+            self.timers.stop(QpTimer::Probe);
+            if self.probe_wanted() {
+                self.probe_due = true;
+                wake.transmit = true;
+            }
+            wake.timers = true;
+        }
         if self.timers.expired(QpTimer::Retransmit, ctx.now) && self.state != QpState::Err {
             self.timers.stop(QpTimer::Retransmit);
             let outstanding = self.sq.front().is_some_and(|w| w.started);
             if outstanding {
-                self.retry(ctx, true);
+                self.retry(ctx, Retry::Timeout);
             }
             wake = Wake {
                 transmit: true,

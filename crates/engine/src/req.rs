@@ -22,6 +22,12 @@ impl Qp {
     /// else the next new or retransmitted packet. When there is nothing to send and
     /// the unacknowledged tail asked for no ACK, the nudge timer starts.
     pub(crate) fn next_request(&mut self, ctx: &mut Ctx<'_>) -> Option<Transmit> {
+        if self.probe_due {
+            self.probe_due = false;
+            if let Some(t) = self.build_probe(ctx) {
+                return Some(t);
+            }
+        }
         if self.nudge_due {
             self.nudge_due = false;
             if let Some(t) = self.build_nudge(ctx) {
@@ -89,7 +95,36 @@ impl Qp {
             return None;
         }
         let t = self.build_request(idx, w.npkts - 1, last, true, ctx);
+        // Karn: the nudge's answer may be the first copy's.
+        self.rtt_sample = None;
         ctx.counters.ack_nudges += 1;
+        ctx.counters.tx_packets += 1;
+        ctx.counters.tx_bytes += t.len() as u64;
+        ctx.counters.tx_payloads_in_place += u64::from(t.body.is_some());
+        Some(t)
+    }
+
+    /// The tail-loss probe (RFC 8985 7.3), when the probe timer found packets still
+    /// unacknowledged: a SEND/WRITE packet sent again with AckReq: the last one sent
+    /// first, then the oldest unacknowledged ([`crate::qp::PROBES_PER_GAP`]). The
+    /// responder executes it if it was the one missing, or re-ACKs what it has for a
+    /// duplicate (C9-105; rxe `rxe_resp.c` `duplicate_request`), a standard request
+    /// any responder answers. Not a retry: `retry_left` and the retransmit timer are
+    /// left alone, so the ACK timeout keeps its IBTA meaning. READ and atomic requests
+    /// are not probed (their recovery is the implied NAK's and the timeout's: a READ
+    /// request sent again replays the whole piece).
+    pub(crate) fn build_probe(&mut self, ctx: &mut Ctx<'_>) -> Option<Transmit> {
+        if !self.probe_wanted() {
+            return None;
+        }
+        let (idx, psn) = self.probe_target()?;
+        let k = psn.forward_from(self.sq[idx].first_psn);
+        let t = self.build_request(idx, k, psn, true, ctx);
+        self.probes_left -= 1;
+        self.probe = Some((psn, self.sent_psn_end));
+        self.rtt_sample = None;
+        self.arm_probe(ctx.now);
+        ctx.counters.tail_loss_probes += 1;
         ctx.counters.tx_packets += 1;
         ctx.counters.tx_bytes += t.len() as u64;
         ctx.counters.tx_payloads_in_place += u64::from(t.body.is_some());
@@ -227,7 +262,13 @@ impl Qp {
                 return None;
             }
             let next_pkt = w.next_pkt;
+            // Sent before: a go-back-N resend, which gives no RTT sample (Karn).
+            let again = psn.is_before(sent_end);
             let t = self.build_request(idx, next_pkt, psn, false, ctx);
+            // (`build_request` clears `noack_pkts` when the packet asks for an ACK.)
+            if rc && !again && self.noack_pkts == 0 && self.rtt_sample.is_none() {
+                self.rtt_sample = Some((psn, ctx.now));
+            }
             let w = &mut self.sq[idx];
             let end = if w.is_rd_atomic() {
                 w.first_psn.add(piece_end)
@@ -260,6 +301,10 @@ impl Qp {
                     // UC and UD complete when the last packet leaves (IBTA 9.8.3).
                     self.complete_front(WcStatus::Success, ctx);
                 }
+            }
+            if rc {
+                // RFC 8985 7.2: the probe timer restarts whenever a packet is sent.
+                self.arm_probe(ctx.now);
             }
             if rc && self.timers.get(QpTimer::Retransmit).is_none() {
                 self.timers.set_opt(
