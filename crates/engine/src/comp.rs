@@ -2,7 +2,7 @@
 //! matched against the outstanding work requests, completions, and the decisions to
 //! retry (IBTA 9.7.5.2, 9.7.6; rxe `rxe_comp.c`).
 
-use crate::qp::{Ctx, Qp, Retry, Wake, PROBES_PER_GAP};
+use crate::qp::{Ctx, Qp, Retry, Wake, MAX_PROBES_PER_STALL, MIN_LOSS_WINDOW};
 use crate::timers::{ack_timeout_ns, QpTimer, RNR_TIMER_NS};
 use crate::types::*;
 use rverbs_wire::opcode::Opcode;
@@ -249,7 +249,9 @@ impl Qp {
             self.nak_retry = false;
             self.timers.stop(QpTimer::Reorder);
             self.stale_rearms = 0;
-            self.probes_left = PROBES_PER_GAP;
+            self.probes_sent = 0;
+            let full = self.win(ctx);
+            self.grow_window(self.comp_psn.forward_from(before.0), full);
             if let Some((gap, at)) = self.reorder_retry_at.take() {
                 // The gap re-requested after the reordering window filled sooner than
                 // the re-request could be answered: the original was only late.
@@ -287,19 +289,19 @@ impl Qp {
     /// probes left for this stall, and a SEND/WRITE packet to probe with.
     pub(crate) fn probe_wanted(&self) -> bool {
         self.qp_type == QpType::Rc
-            && self.loss_probes
+            && self.loss_recovery
             && self.can_send()
-            && self.probes_left > 0
+            && self.probes_sent < MAX_PROBES_PER_STALL
             && self.sent_psn_end != self.comp_psn
             && self.timers.get(QpTimer::RnrWait).is_none()
             && self.probe_target().is_some()
     }
 
     /// The packet the next probe resends: the last sent for the first probe of a
-    /// stall, then the oldest unacknowledged ([`crate::qp::PROBES_PER_GAP`]), as its
+    /// stall, then the oldest unacknowledged ([`crate::qp::MAX_PROBES_PER_STALL`]), as its
     /// WQE's index and its PSN; `None` when that packet is a READ or atomic request.
     pub(crate) fn probe_target(&self) -> Option<(usize, Psn)> {
-        let psn = if self.probes_left == PROBES_PER_GAP {
+        let psn = if self.probes_sent == 0 {
             self.sent_psn_end.sub(1)
         } else {
             self.comp_psn
@@ -312,14 +314,22 @@ impl Qp {
         (!self.sq[idx].is_rd_atomic()).then_some((idx, psn))
     }
 
-    /// (Re)starts the tail-loss probe timer ([`crate::timers::Rtt::probe_ns`]) while
-    /// a probe may go out, or stops it.
+    /// (Re)starts the tail-loss probe timer ([`crate::timers::Rtt::probe_ns`], doubled
+    /// for each probe already sent in this stall) while a probe may go out before the
+    /// retransmit timer, or stops it.
     pub(crate) fn arm_probe(&mut self, now: Nanos) {
+        // Each probe of a stall waits twice as long as the one before; none is due at
+        // or after the retransmit timer.
         let at = self
             .probe_wanted()
             .then(|| self.rtt.probe_ns(self.attr.timeout))
             .flatten()
-            .map(|d| now + d);
+            .map(|d| now.saturating_add(d << self.probes_sent.min(16)))
+            .filter(|&at| {
+                self.timers
+                    .get(QpTimer::Retransmit)
+                    .is_none_or(|rto| at < rto)
+            });
         self.timers.set_opt(QpTimer::Probe, at);
     }
 
@@ -417,6 +427,7 @@ impl Qp {
                 .is_some_and(|w| w.started && !w.is_rd_atomic());
         if lost && self.state != QpState::Err {
             ctx.counters.probe_retries += 1;
+            self.shrink_window(false);
             self.nak_retry = true;
             self.resend_from_gap(ctx);
         }
@@ -430,7 +441,7 @@ impl Qp {
             ctx.counters.retransmit_timeouts += 1;
             self.nak_retry = false;
             // A new stall: probes again after the resend.
-            self.probes_left = PROBES_PER_GAP;
+            self.probes_sent = 0;
         } else if self.nak_retry {
             // One retry per gap: later packets behind the same gap are ignored until
             // progress or a timeout (rxe `comp.started_retry`).
@@ -451,7 +462,38 @@ impl Qp {
             Retry::Timeout => {}
         }
         self.retry_left -= 1;
+        self.shrink_window(why == Retry::Timeout);
         self.resend_from_gap(ctx);
+    }
+
+    /// A loss: the loss window becomes half what is outstanding (RFC 5681 3.1
+    /// `ssthresh`), or its floor after a timeout, never below [`MIN_LOSS_WINDOW`].
+    fn shrink_window(&mut self, timeout: bool) {
+        if !self.loss_recovery {
+            return;
+        }
+        let out = self.sent_psn_end.forward_from(self.comp_psn);
+        let now = self.loss_window.map_or(out, |w| w.min(out));
+        self.loss_window = Some(if timeout {
+            MIN_LOSS_WINDOW
+        } else {
+            (now / 2).max(MIN_LOSS_WINDOW)
+        });
+        self.loss_window_acked = 0;
+    }
+
+    /// `acked` PSNs acknowledged: the loss window grows by one packet per window
+    /// acknowledged (RFC 5681 3.1 congestion avoidance), and ends at `full`.
+    fn grow_window(&mut self, acked: u32, full: u32) {
+        let Some(mut w) = self.loss_window else {
+            return;
+        };
+        self.loss_window_acked = self.loss_window_acked.saturating_add(acked);
+        while self.loss_window_acked >= w {
+            self.loss_window_acked -= w;
+            w += 1;
+        }
+        self.loss_window = (w < full).then_some(w);
     }
 
     /// Rewinds the requester to `comp_psn` (go-back-N), counting the packets that

@@ -85,13 +85,15 @@ pub struct Config {
     /// as the completion's `byte_len`, rxe `rxe_resp.c` `do_complete`), and
     /// single-packet WRITEs. Default: false.
     pub write_pieces: bool,
-    /// RC requesters send tail-loss probes (RFC 8985 TLP, `Counters::tail_loss_probes`):
-    /// after about two round trips without progress, a SEND/WRITE packet goes again
-    /// with AckReq, which any responder answers as a duplicate or executes, well
-    /// before the local ACK timeout (which keeps its IBTA meaning: probes are not
-    /// retries). Default: true; off leaves recovery to NAKs, implied NAKs and the
-    /// timeout, as rxe's requester does.
-    pub loss_probes: bool,
+    /// RC requesters recover from loss before the local ACK timeout: tail-loss probes
+    /// (RFC 8985 TLP, `Counters::tail_loss_probes`: after about two round trips
+    /// without progress a SEND/WRITE packet goes again with AckReq, which any
+    /// responder answers as a duplicate or executes; probes are not retries, so the
+    /// timeout keeps its IBTA meaning), and after a loss a window of half what was
+    /// outstanding that grows back (RFC 5681), so go-back-N resends fewer packets per
+    /// loss. Default: true; off leaves recovery to NAKs, implied NAKs and the timeout
+    /// with the full window, as rxe's requester does.
+    pub loss_recovery: bool,
 }
 
 /// The shortest payload a packet leaves in registered memory ([`Config::lend_payloads`]):
@@ -147,7 +149,7 @@ impl Default for Config {
             max_unacked_psns: crate::MAX_UNACKED_PSNS,
             read_piece_psns: 0,
             write_pieces: false,
-            loss_probes: true,
+            loss_recovery: true,
             ack_policy: AckPolicy::default(),
         }
     }

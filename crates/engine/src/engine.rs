@@ -253,7 +253,7 @@ impl Engine {
             s.users += 1;
         }
         let mut qp = Qp::new(qpn, &init);
-        qp.loss_probes = self.cfg.loss_probes;
+        qp.loss_recovery = self.cfg.loss_recovery;
         if init.qp_type == QpType::Ud {
             // UD has no path: datagrams are limited by the port's active MTU.
             qp.attr.path_mtu = self.cfg.limits.active_mtu;

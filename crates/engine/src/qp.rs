@@ -32,14 +32,21 @@ pub const MIN_QP_WINDOW: u32 = 4;
 /// The default P_Key (index 0 of the only P_Key table entry).
 pub const DEFAULT_PKEY: u16 = 0xffff;
 
-/// Tail-loss probes a requester sends for one stall (between two signs of progress)
-/// before it leaves recovery to the local ACK timeout: the last packet sent (RFC 8985
-/// 7.3), then the oldest unacknowledged one. The second covers a lost sequence NAK:
-/// a responder that has NAKed a gap drops every later packet silently until the gap
-/// is filled (rxe `rxe_resp.c` `check_psn`, `sent_psn_nak`), so only the packet at or
-/// before the gap draws an answer (an ACK of all it has, C9-105 / rxe
-/// `duplicate_request`, or the execution of the missing packet).
-pub const PROBES_PER_GAP: u8 = 2;
+/// Most tail-loss probes a requester sends for one stall (between two signs of
+/// progress): the last packet sent first (RFC 8985 7.3), then the oldest
+/// unacknowledged one, each probe timeout twice the one before, and none due at or
+/// after the local ACK timeout, which then recovers as IBTA says. Probes after the
+/// first resend the oldest packet because a responder that has NAKed a gap drops
+/// every later packet silently until the gap is filled (rxe `rxe_resp.c`
+/// `check_psn`, `sent_psn_nak`): only the packet at or before the gap draws an answer
+/// (an ACK of all it has, C9-105 / rxe `duplicate_request`, or the execution of the
+/// missing packet), so a lost NAK or a lost answer costs a probe timeout, not the ACK
+/// timeout. With the doubling, a stall sends a handful of probes at most (8 within
+/// the default 67 ms timeout from a 200 µs start), one packet each.
+pub const MAX_PROBES_PER_STALL: u8 = 8;
+
+/// The smallest loss window ([`Qp::loss_window`]): [`MIN_UNACKED_PSNS`].
+pub const MIN_LOSS_WINDOW: u32 = MIN_UNACKED_PSNS;
 
 /// Why the requester goes back ([`Qp::retry`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -330,10 +337,18 @@ pub(crate) struct Qp {
     /// The gap a reordering-window retry asked again for, and when (`comp::retry`),
     /// to tell a needless re-request (`Rtt::reordering_seen`).
     pub(crate) reorder_retry_at: Option<(Psn, Nanos)>,
-    /// Tail-loss probes are on ([`crate::Config::loss_probes`]).
-    pub(crate) loss_probes: bool,
-    /// Tail-loss probes left before the next progress ([`PROBES_PER_GAP`]).
-    pub(crate) probes_left: u8,
+    /// After a loss, the requester's window in PSNs (RFC 5681 3.1, in packets): half
+    /// what was outstanding, at least [`MIN_LOSS_WINDOW`], growing by one packet per
+    /// window acknowledged, and gone once it reaches the configured window. Go-back-N
+    /// resends everything outstanding behind a gap, so on a lossy path a window far
+    /// larger than the path needs costs most of its packets twice per loss.
+    pub(crate) loss_window: Option<u32>,
+    /// Packets acknowledged towards the loss window's next step.
+    pub(crate) loss_window_acked: u32,
+    /// Tail-loss probes and the loss window are on ([`crate::Config::loss_recovery`]).
+    pub(crate) loss_recovery: bool,
+    /// Tail-loss probes sent since the last progress ([`MAX_PROBES_PER_STALL`]).
+    pub(crate) probes_sent: u8,
     /// Send a tail-loss probe at the next chance (`req::build_probe`).
     pub(crate) probe_due: bool,
     /// The last probe sent: its PSN and `sent_psn_end` when it left, so its answer
@@ -379,6 +394,13 @@ impl Qp {
     /// own).
     pub(crate) fn piece(&self, ctx: &Ctx<'_>) -> u32 {
         self.window.map_or(ctx.read_piece, |w| w.1)
+    }
+
+    /// The window new packets are sent within: [`Qp::win`], or the loss window when
+    /// smaller. (A READ piece's room is checked against [`Qp::win`]: a piece larger
+    /// than the loss window would never fit.)
+    pub(crate) fn send_win(&self, ctx: &Ctx<'_>) -> u32 {
+        self.win(ctx).min(self.loss_window.unwrap_or(u32::MAX))
     }
 
     /// The window whose quarter and eighth pace a stream's ACK requests
@@ -430,8 +452,10 @@ impl Qp {
             rtt: Rtt::default(),
             rtt_sample: None,
             reorder_retry_at: None,
-            loss_probes: true,
-            probes_left: PROBES_PER_GAP,
+            loss_window: None,
+            loss_window_acked: 0,
+            loss_recovery: true,
+            probes_sent: 0,
             probe_due: false,
             probe: None,
             sqd_notified: false,
@@ -568,10 +592,10 @@ impl Qp {
         let ud_mtu = self.attr.path_mtu;
         // What the engine's timer set holds is not the QP's to forget: `engine::rearm`
         // removes it after this modify (the fresh QP has no deadline).
-        let (timer_at, loss_probes) = (self.timer_at, self.loss_probes);
+        let (timer_at, loss_recovery) = (self.timer_at, self.loss_recovery);
         *self = Qp::new(self.qpn, &init);
         self.timer_at = timer_at;
-        self.loss_probes = loss_probes;
+        self.loss_recovery = loss_recovery;
         if self.qp_type == QpType::Ud {
             // UD keeps the port's MTU (set at create_qp) across a reset.
             self.attr.path_mtu = ud_mtu;

@@ -106,7 +106,7 @@ impl Qp {
 
     /// The tail-loss probe (RFC 8985 7.3), when the probe timer found packets still
     /// unacknowledged: a SEND/WRITE packet sent again with AckReq: the last one sent
-    /// first, then the oldest unacknowledged ([`crate::qp::PROBES_PER_GAP`]). The
+    /// first, then the oldest unacknowledged ([`crate::qp::MAX_PROBES_PER_STALL`]). The
     /// responder executes it if it was the one missing, or re-ACKs what it has for a
     /// duplicate (C9-105; rxe `rxe_resp.c` `duplicate_request`), a standard request
     /// any responder answers. Not a retry: `retry_left` and the retransmit timer are
@@ -120,7 +120,7 @@ impl Qp {
         let (idx, psn) = self.probe_target()?;
         let k = psn.forward_from(self.sq[idx].first_psn);
         let t = self.build_request(idx, k, psn, true, ctx);
-        self.probes_left -= 1;
+        self.probes_sent += 1;
         self.probe = Some((psn, self.sent_psn_end));
         self.rtt_sample = None;
         self.arm_probe(ctx.now);
@@ -167,7 +167,7 @@ impl Qp {
                 if rc && rd_atomic && self.rd_outstanding >= max_rd {
                     return None;
                 }
-                if rc && self.next_psn.forward_from(self.comp_psn) >= self.win(ctx) {
+                if rc && self.next_psn.forward_from(self.comp_psn) >= self.send_win(ctx) {
                     return None;
                 }
                 let pd = self.pd;
@@ -203,7 +203,7 @@ impl Qp {
                 };
                 self.next_psn = self.next_psn.add(w.npkts);
             }
-            let (comp_psn, win) = (self.comp_psn, self.win(ctx));
+            let (comp_psn, win, swin) = (self.comp_psn, self.win(ctx), self.send_win(ctx));
             let (cur_piece, sent_end) = (self.piece(ctx), self.sent_psn_end);
             let w = &mut self.sq[idx];
             // (Only READs have pieces.)
@@ -240,7 +240,7 @@ impl Qp {
             let piece_end = w.read_piece_end(w.next_pkt);
             // Signed: a PSN before `comp_psn` is inside the window, not 2^24 past it
             // (rxe `rxe_req.c` compares PSNs with `psn_compare`).
-            if rc && i64::from(psn.diff(comp_psn)) >= i64::from(win) {
+            if rc && i64::from(psn.diff(comp_psn)) >= i64::from(swin) {
                 return None;
             }
             // READ pieces: one out at a time (the WQE counts once against
@@ -448,6 +448,7 @@ impl Qp {
             let rd_atomic = w.is_rd_atomic();
             let ask = force_ack
                 || self.noack_pkts >= MAX_PKT_PER_ACK.min(self.win(ctx) / 2)
+                || self.loss_window_asks(psn, ctx)
                 || (ends_message && self.ack_wanted(w, rd_atomic, psn, ctx));
             if ask {
                 self.noack_pkts = 0;
@@ -536,6 +537,18 @@ impl Qp {
             &av,
             ctx,
         )
+    }
+
+    /// While a loss window ([`Qp::loss_window`]) holds the requester to fewer PSNs
+    /// than its window, packet `psn` asks for an ACK when it fills the loss window
+    /// (the requester waits for an ACK after it: without AckReq nothing would come
+    /// until the nudge) or half of it has gone without asking.
+    fn loss_window_asks(&self, psn: Psn, ctx: &Ctx<'_>) -> bool {
+        self.loss_window
+            .filter(|&lw| lw < self.win(ctx))
+            .is_some_and(|lw| {
+                psn.next().forward_from(self.comp_psn) >= lw || self.noack_pkts >= lw / 2
+            })
     }
 
     /// Whether the last packet of `w` (PSN `psn`) asks for an ACK ([`crate::AckPolicy`]).

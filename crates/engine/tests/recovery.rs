@@ -133,7 +133,11 @@ fn a_lost_nak_is_got_past_by_the_second_probe() {
         tx(&mut sim, 1).is_empty(),
         "behind a NAKed gap: dropped silently"
     );
-    assert_eq!(fire(&mut sim, 0), t0 + 2 * PTO, "second probe");
+    assert_eq!(
+        fire(&mut sim, 0),
+        t0 + 3 * PTO,
+        "second probe, twice the wait"
+    );
     let second = tx(&mut sim, 0);
     assert_eq!(lines(&second), [l("RC_SEND_FIRST", 101)]);
     rx_all(&mut sim, &second);
@@ -162,26 +166,30 @@ fn a_lost_nak_is_got_past_by_the_second_probe() {
     assert_eq!(sim.engines[0].poll_timeout(), None);
 }
 
-/// Probes answered by nothing leave the timeout to do what IBTA says: after two probes
-/// the retransmit timer fires at its own time, counts a retry, and retry_cnt + 1
-/// fruitless timeouts fail the request with RETRY_EXC_ERR, as without probes.
+/// Probes answered by nothing leave the timeout to do what IBTA says: the probes of a
+/// stall back off (each wait twice the last) and stop short of the retransmit timer,
+/// which fires at its own time and counts a retry; retry_cnt + 1 fruitless timeouts
+/// fail the request with RETRY_EXC_ERR, as without probes.
 #[test]
 fn unanswered_probes_leave_the_timeout_its_meaning() {
     let (mut sim, a, _b) = measured_pair(Config::default());
     let to: Nanos = 4096 << 10;
     let t0 = sim.now;
     let _ = four_packet_send(&mut sim, &a);
-    assert_eq!(fire(&mut sim, 0), t0 + PTO);
-    assert_eq!(tx(&mut sim, 0).len(), 1);
-    assert_eq!(fire(&mut sim, 0), t0 + 2 * PTO);
-    assert_eq!(tx(&mut sim, 0).len(), 1);
+    // 0.2, 0.6, 1.4 and 3.0 ms; the next (6.2 ms) would come after the 4.19 ms timeout.
+    let mut at = t0;
+    for k in 0..4 {
+        at += PTO << k;
+        assert_eq!(fire(&mut sim, 0), at, "probe {k}");
+        assert_eq!(tx(&mut sim, 0).len(), 1);
+    }
     assert_eq!(
         fire(&mut sim, 0),
         t0 + to,
         "the timeout, where it always was"
     );
     let c = sim.engines[0].counters();
-    assert_eq!((c.tail_loss_probes, c.retransmit_timeouts), (2, 1));
+    assert_eq!((c.tail_loss_probes, c.retransmit_timeouts), (4, 1));
     // Keep losing everything: the budget (retry_cnt 7) is spent by timeouts only.
     let mut fails = Vec::new();
     for _ in 0..100 {
@@ -196,11 +204,11 @@ fn unanswered_probes_leave_the_timeout_its_meaning() {
     assert_eq!(sim.engines[0].counters().retransmit_timeouts, 8);
 }
 
-/// With `Config::loss_probes` off the requester waits for the timeout, as rxe's does.
+/// With `Config::loss_recovery` off the requester waits for the timeout, as rxe's does.
 #[test]
 fn probes_can_be_turned_off() {
     let cfg = Config {
-        loss_probes: false,
+        loss_recovery: false,
         ..Config::default()
     };
     let (mut sim, a, _b) = measured_pair(cfg);
