@@ -298,10 +298,12 @@ impl Qp {
     }
 
     /// The packet the next probe resends: the last sent for the first probe of a
-    /// stall, then the oldest unacknowledged ([`crate::qp::MAX_PROBES_PER_STALL`]), as its
+    /// stall that has not gone back yet, else the oldest unacknowledged ([`crate::qp::MAX_PROBES_PER_STALL`]), as its
     /// WQE's index and its PSN; `None` when that packet is a READ or atomic request.
     pub(crate) fn probe_target(&self) -> Option<(usize, Psn)> {
-        let psn = if self.probes_sent == 0 {
+        // After a go-back for this gap (`nak_retry`) the responder has NAKed it and
+        // drops what follows: only the oldest packet can draw an answer.
+        let psn = if self.probes_sent == 0 && !self.nak_retry {
             self.sent_psn_end.sub(1)
         } else {
             self.comp_psn

@@ -33,7 +33,8 @@ pub const MIN_QP_WINDOW: u32 = 4;
 pub const DEFAULT_PKEY: u16 = 0xffff;
 
 /// Most tail-loss probes a requester sends for one stall (between two signs of
-/// progress): the last packet sent first (RFC 8985 7.3), then the oldest
+/// progress): the last packet sent first (RFC 8985 7.3; unless the stall follows a
+/// go-back, whose gap the responder has NAKed already), then the oldest
 /// unacknowledged one, each probe timeout twice the one before, and none due at or
 /// after the local ACK timeout, which then recovers as IBTA says. Probes after the
 /// first resend the oldest packet because a responder that has NAKed a gap drops
