@@ -298,12 +298,10 @@ impl Qp {
     }
 
     /// The packet the next probe resends: the last sent for the first probe of a
-    /// stall that has not gone back yet, else the oldest unacknowledged ([`crate::qp::MAX_PROBES_PER_STALL`]), as its
+    /// stall, then the oldest unacknowledged ([`crate::qp::MAX_PROBES_PER_STALL`]), as its
     /// WQE's index and its PSN; `None` when that packet is a READ or atomic request.
     pub(crate) fn probe_target(&self) -> Option<(usize, Psn)> {
-        // After a go-back for this gap (`nak_retry`) the responder has NAKed it and
-        // drops what follows: only the oldest packet can draw an answer.
-        let psn = if self.probes_sent == 0 && !self.nak_retry {
+        let psn = if self.probes_sent == 0 {
             self.sent_psn_end.sub(1)
         } else {
             self.comp_psn
@@ -469,11 +467,19 @@ impl Qp {
     }
 
     /// A loss: the loss window becomes half what is outstanding (RFC 5681 3.1
-    /// `ssthresh`), or its floor after a timeout, never below [`MIN_LOSS_WINDOW`].
+    /// `ssthresh`), or its floor after a timeout, never below [`MIN_LOSS_WINDOW`];
+    /// once per round trip of data (RFC 6582: a loss among the packets outstanding
+    /// at the last shrink is the same episode; a timeout always shrinks).
     fn shrink_window(&mut self, timeout: bool) {
-        if !self.loss_recovery {
+        if !self.loss_window_on {
             return;
         }
+        if let Some(rp) = self.recovery_point {
+            if self.comp_psn.is_before(rp) && !timeout {
+                return;
+            }
+        }
+        self.recovery_point = Some(self.sent_psn_end);
         let out = self.sent_psn_end.forward_from(self.comp_psn);
         let now = self.loss_window.map_or(out, |w| w.min(out));
         self.loss_window = Some(if timeout {
@@ -487,6 +493,12 @@ impl Qp {
     /// `acked` PSNs acknowledged: the loss window grows by one packet per window
     /// acknowledged (RFC 5681 3.1 congestion avoidance), and ends at `full`.
     fn grow_window(&mut self, acked: u32, full: u32) {
+        if self
+            .recovery_point
+            .is_some_and(|rp| !self.comp_psn.is_before(rp))
+        {
+            self.recovery_point = None;
+        }
         let Some(mut w) = self.loss_window else {
             return;
         };

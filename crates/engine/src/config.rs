@@ -85,15 +85,22 @@ pub struct Config {
     /// as the completion's `byte_len`, rxe `rxe_resp.c` `do_complete`), and
     /// single-packet WRITEs. Default: false.
     pub write_pieces: bool,
-    /// RC requesters recover from loss before the local ACK timeout: tail-loss probes
-    /// (RFC 8985 TLP, `Counters::tail_loss_probes`: after about two round trips
+    /// RC requesters recover from loss before the local ACK timeout with tail-loss
+    /// probes (RFC 8985 TLP, `Counters::tail_loss_probes`: after about two round trips
     /// without progress a SEND/WRITE packet goes again with AckReq, which any
     /// responder answers as a duplicate or executes; probes are not retries, so the
-    /// timeout keeps its IBTA meaning), and after a loss a window of half what was
-    /// outstanding that grows back (RFC 5681), so go-back-N resends fewer packets per
-    /// loss. Default: true; off leaves recovery to NAKs, implied NAKs and the timeout
-    /// with the full window, as rxe's requester does.
+    /// timeout keeps its IBTA meaning). Default: true; off leaves recovery to NAKs,
+    /// implied NAKs and the timeout, as rxe's requester does.
     pub loss_recovery: bool,
+    /// After a loss, RC requesters send within a loss window of half what was
+    /// outstanding that grows back (RFC 5681 AIMD in packets, once per round trip of
+    /// data, RFC 6582), so go-back-N resends fewer packets per loss on a path whose
+    /// bandwidth, not the window, bounds the rate. Default: false (the window is
+    /// the configured one throughout, as rxe's): on a path with no bandwidth limit
+    /// (the simulator's links) the smaller window only slows, and reordering, which a
+    /// go-back-N responder answers with NAKs, shrinks it as a loss would. The soft
+    /// device turns it on.
+    pub loss_window: bool,
 }
 
 /// The shortest payload a packet leaves in registered memory ([`Config::lend_payloads`]):
@@ -150,6 +157,7 @@ impl Default for Config {
             read_piece_psns: 0,
             write_pieces: false,
             loss_recovery: true,
+            loss_window: false,
             ack_policy: AckPolicy::default(),
         }
     }

@@ -254,6 +254,7 @@ impl Engine {
         }
         let mut qp = Qp::new(qpn, &init);
         qp.loss_recovery = self.cfg.loss_recovery;
+        qp.loss_window_on = self.cfg.loss_window;
         if init.qp_type == QpType::Ud {
             // UD has no path: datagrams are limited by the port's active MTU.
             qp.attr.path_mtu = self.cfg.limits.active_mtu;

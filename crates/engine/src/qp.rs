@@ -33,8 +33,7 @@ pub const MIN_QP_WINDOW: u32 = 4;
 pub const DEFAULT_PKEY: u16 = 0xffff;
 
 /// Most tail-loss probes a requester sends for one stall (between two signs of
-/// progress): the last packet sent first (RFC 8985 7.3; unless the stall follows a
-/// go-back, whose gap the responder has NAKed already), then the oldest
+/// progress): the last packet sent first (RFC 8985 7.3), then the oldest
 /// unacknowledged one, each probe timeout twice the one before, and none due at or
 /// after the local ACK timeout, which then recovers as IBTA says. Probes after the
 /// first resend the oldest packet because a responder that has NAKed a gap drops
@@ -346,8 +345,14 @@ pub(crate) struct Qp {
     pub(crate) loss_window: Option<u32>,
     /// Packets acknowledged towards the loss window's next step.
     pub(crate) loss_window_acked: u32,
-    /// Tail-loss probes and the loss window are on ([`crate::Config::loss_recovery`]).
+    /// `sent_psn_end` when the loss window last shrank: losses among the packets
+    /// outstanding then are the same episode and shrink it no further (RFC 6582
+    /// `recover`), until the ACKs pass it.
+    pub(crate) recovery_point: Option<Psn>,
+    /// Tail-loss probes are on ([`crate::Config::loss_recovery`]).
     pub(crate) loss_recovery: bool,
+    /// The loss window is on ([`crate::Config::loss_window`]).
+    pub(crate) loss_window_on: bool,
     /// Tail-loss probes sent since the last progress ([`MAX_PROBES_PER_STALL`]).
     pub(crate) probes_sent: u8,
     /// Send a tail-loss probe at the next chance (`req::build_probe`).
@@ -455,7 +460,9 @@ impl Qp {
             reorder_retry_at: None,
             loss_window: None,
             loss_window_acked: 0,
+            recovery_point: None,
             loss_recovery: true,
+            loss_window_on: false,
             probes_sent: 0,
             probe_due: false,
             probe: None,
@@ -593,10 +600,11 @@ impl Qp {
         let ud_mtu = self.attr.path_mtu;
         // What the engine's timer set holds is not the QP's to forget: `engine::rearm`
         // removes it after this modify (the fresh QP has no deadline).
-        let (timer_at, loss_recovery) = (self.timer_at, self.loss_recovery);
+        let (timer_at, probes, window) = (self.timer_at, self.loss_recovery, self.loss_window_on);
         *self = Qp::new(self.qpn, &init);
         self.timer_at = timer_at;
-        self.loss_recovery = loss_recovery;
+        self.loss_recovery = probes;
+        self.loss_window_on = window;
         if self.qp_type == QpType::Ud {
             // UD keeps the port's MTU (set at create_qp) across a reset.
             self.attr.path_mtu = ud_mtu;

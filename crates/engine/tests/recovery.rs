@@ -221,3 +221,61 @@ fn probes_can_be_turned_off() {
 fn st(wcs: &[Wc]) -> Vec<(u64, WcStatus)> {
     wcs.iter().map(|w| (w.wr_id, w.status)).collect()
 }
+
+/// `Config::loss_window`: a sequence NAK halves the window for the go-back (half the
+/// 118 PSNs outstanding from the NAKed one: 59 packets resent, the last asking for an
+/// ACK, since the requester waits after it), and the WRITE still completes, whole,
+/// without a timeout.
+#[test]
+fn a_loss_halves_the_window_for_the_go_back() {
+    let cfg = Config {
+        loss_window: true,
+        ..Config::default()
+    };
+    let mut sim = Sim::with_config(2, false, LinkConfig::default(), 5, cfg);
+    let o = PairOpts {
+        psn: [100, 900],
+        mem_len: 1 << 20,
+        ..Default::default()
+    };
+    let (a, b) = pair(&mut sim, &o);
+    let data = pattern(200 * 1024, 7);
+    fill(&a, 0, &data);
+    let mut w = wr(1, WrOpcode::RdmaWrite, vec![sge(&a, 0, 200 * 1024)]);
+    w.remote_addr = b.base;
+    w.rkey = b.keys.rkey;
+    send(&mut sim, &a, signaled(w));
+    let p = tx(&mut sim, 0);
+    assert_eq!(p.len(), 128, "the whole window");
+    rx_all(&mut sim, &p[..10]);
+    rx(&mut sim, &p[11]);
+    let nak = tx(&mut sim, 1);
+    assert_eq!(lines(&nak), [la("RC_ACKNOWLEDGE", 110, "NAK-SEQ msn=0")]);
+    rx_all(&mut sim, &nak);
+    let again = tx(&mut sim, 0);
+    assert_eq!(again.len(), 59, "half of the 118 outstanding from PSN 110");
+    assert_eq!((again[0].psn(), again[58].psn()), (110, 168));
+    assert!(
+        again[58].repr().bth.ack_req,
+        "the packet that fills the window asks"
+    );
+    let mut out = again;
+    let mut wcs = Vec::new();
+    for _ in 0..100 {
+        rx_all(&mut sim, &out);
+        let back = tx(&mut sim, 1);
+        rx_all(&mut sim, &back);
+        wcs.extend(drain(&mut sim, &a));
+        if !wcs.is_empty() {
+            break;
+        }
+        out = tx(&mut sim, 0);
+        if out.is_empty() {
+            fire(&mut sim, 0);
+            out = tx(&mut sim, 0);
+        }
+    }
+    assert_eq!(st(&wcs), [(1, WcStatus::Success)]);
+    assert_eq!(&b.mem.snapshot()[..200 * 1024], &data[..]);
+    assert_eq!(sim.engines[0].counters().retransmit_timeouts, 0);
+}

@@ -1199,15 +1199,10 @@ fn fatal_nak_goes_after_the_atomic_ack_queued_before_it() {
 /// A mid-message AckReq packet P overtaken by P+1: the responder NAKs the gap at P,
 /// then executes P and ACKs it; both answers reach the requester in one batch. The
 /// sequence NAK sends it back to P, the ACK then acknowledges P: it goes on from P+1
-/// at once (IBTA 9.7.5.2.5), not after the retransmit timeout. (With the full window
-/// throughout: no loss window, `Config::loss_recovery` off.)
+/// at once (IBTA 9.7.5.2.5), not after the retransmit timeout.
 #[test]
 fn ack_after_a_sequence_nak_moves_the_go_back_point_up() {
-    let cfg = Config {
-        loss_recovery: false,
-        ..Config::default()
-    };
-    let mut sim = Sim::with_config(2, false, LinkConfig::default(), 11, cfg);
+    let mut sim = sim2();
     let o = PairOpts {
         mem_len: 1 << 20,
         ..opts()
