@@ -1,6 +1,16 @@
 //! The completer half of an RC QP: responses (ACK, NAK, READ response, ATOMIC ACK)
 //! matched against the outstanding work requests, completions, and the decisions to
 //! retry (IBTA 9.7.5.2, 9.7.6; rxe `rxe_comp.c`).
+//!
+//! Loss is recovered from what arrives before the local ACK timeout has to: a
+//! sequence NAK goes back at once; a gap in READ responses waits a reordering window
+//! measured from the QP's round trip (RFC 6298 SRTT, RFC 8985 6.2); a tail-loss probe
+//! (RFC 8985 7) after about two round trips resends a packet that any responder
+//! answers, and its answer shows which packets sent before it were lost. All of it is
+//! standard go-back-N on the wire (IBTA 9.7.5.2.5): the peer, rxe or a NIC, sees only
+//! requests resent earlier than a timeout would resend them, which it treats as
+//! duplicates or executes (rxe `rxe_resp.c` `duplicate_request`). The timeout keeps
+//! its IBTA meaning: only it, a NAK and an implied NAK spend `retry_cnt`.
 
 use crate::qp::{Ctx, Qp, Retry, Wake, MAX_PROBES_PER_STALL, MIN_LOSS_WINDOW};
 use crate::timers::{ack_timeout_ns, QpTimer, RNR_TIMER_NS};

@@ -1,6 +1,6 @@
 //! The requester half of an RC/UC/UD QP: work requests out as request packets,
-//! go-back-N resends from where the completer rewound it, and the ACK nudge (IBTA
-//! 9.7.4, 9.7.5.1; rxe `rxe_req.c`).
+//! go-back-N resends from where the completer rewound it, the ACK nudge and the
+//! tail-loss probe (IBTA 9.7.4, 9.7.5.1; rxe `rxe_req.c`; RFC 8985 7).
 
 use crate::net::Transmit;
 use crate::objects::resolve_sges;
