@@ -239,6 +239,13 @@ enum Command {
         /// needs.
         #[arg(long)]
         perftest: bool,
+        /// Local ACK timeout exponent of the RC QPs (4.096 µs · 2^n), as perftest's -u.
+        #[arg(long = "ack-timeout", default_value_t = 14, value_parser = clap::value_parser!(u8).range(1..=31))]
+        ack_timeout: u8,
+        /// RC retry count (retries after a local ACK timeout or a sequence NAK before
+        /// the request fails with RETRY_EXC_ERR), 0 to 7.
+        #[arg(long = "retry-count", default_value_t = 7, value_parser = clap::value_parser!(u8).range(0..=7))]
+        retry_count: u8,
         /// One JSON object per size instead of the table.
         #[arg(long)]
         json: bool,
@@ -548,6 +555,8 @@ fn main() -> ExitCode {
             qps,
             connection,
             perftest,
+            ack_timeout,
+            retry_count,
             json,
         } => {
             use rverbs_cli::perf::{Kind, Op};
@@ -586,6 +595,8 @@ fn main() -> ExitCode {
                     _ => rverbs::QpType::Rc,
                 },
                 perftest,
+                ack_timeout,
+                retry_count,
                 json,
             };
             // Each QP has its own buffers of the largest size (perftest's -q).

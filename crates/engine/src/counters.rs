@@ -61,8 +61,21 @@ counters! {
     rx_nak_seq,
     /// RNR NAKs received.
     rx_rnr_nak,
-    /// Retransmission timeouts.
+    /// Retransmission timeouts (local ACK timeout, IBTA 9.7.6.1.3): recovery the
+    /// timer had to start.
     retransmit_timeouts,
+    /// Go-back-N resends started at once by a NAK sequence error (requester).
+    nak_retries,
+    /// Go-back-N resends started by a gap in READ responses (or an ACK past an
+    /// unanswered READ/atomic) that outlived the reordering window (requester).
+    reorder_retries,
+    /// Tail-loss probes sent: a packet sent again with AckReq after about two round
+    /// trips without progress (RFC 8985 TLP). Not retries, not in
+    /// `retransmitted_packets`.
+    tail_loss_probes,
+    /// Go-back-N resends started by a probe's answer, which showed the packets sent
+    /// before the probe lost (requester). Not retries.
+    probe_retries,
     /// Packets retransmitted.
     retransmitted_packets,
     /// Completions lost because a CQ was full.
@@ -102,6 +115,6 @@ mod tests {
             ..Default::default()
         };
         assert!(c.iter().any(|(n, v)| n == "rx_icrc_errors" && v == 3));
-        assert_eq!(c.iter().count(), 32);
+        assert_eq!(c.iter().count(), 36);
     }
 }

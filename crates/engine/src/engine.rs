@@ -2,9 +2,11 @@
 //! (`handle_datagram`, `poll_transmit`, `poll_timeout`, `handle_timeout`), after
 //! quinn-proto's `Connection`.
 
+mod verbs;
+
+use crate::config::{AckPolicy, Config, QpInit, FIRST_QPN};
 use crate::counters::Counters;
-use crate::memory::Memory;
-use crate::modify::{check_cap, check_modify, ModifyLimits, QpAttr, QpAttrMask, QpCap};
+use crate::modify::{check_cap, check_modify, QpAttr, QpAttrMask};
 use crate::net::{self, Datagram, Transmit};
 use crate::objects::*;
 use crate::qp::{Ctx, Qp, SendWqe, Wake, DEFAULT_PKEY};
@@ -16,7 +18,6 @@ use rverbs_wire::opcode::Transport;
 use rverbs_wire::packet::Packet;
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
-use std::sync::Arc;
 
 /// Hasher for QPN-keyed maps, looked up several times per packet. The keys are QPNs
 /// this engine allocated (a peer's packet only looks one up), so there is nothing for
@@ -41,171 +42,6 @@ impl Hasher for QpnHasher {
 }
 
 type QpnMap<V> = HashMap<u32, V, BuildHasherDefault<QpnHasher>>;
-
-/// Engine settings.
-#[derive(Debug, Clone)]
-pub struct Config {
-    /// The port's GID table (index = sgid_index). Usually built from the interface's
-    /// addresses by the device layer.
-    pub gids: Vec<Gid>,
-    /// Which entries of `gids` are RoCE v1 (by index; a missing entry is RoCE v2). A
-    /// QP or AH whose `sgid_index` names a v1 entry sends [`crate::Transmit`]s marked
-    /// `roce_v1`, and a connected QP accepts only packets received the same way
-    /// (kernel `ib_init_ah_attr_from_wc`/mlx5: the GID type fixes the wire format).
-    pub gid_roce_v1: Vec<bool>,
-    /// Limits checked by `create_qp` / `modify_qp`, including the port's active MTU.
-    pub limits: ModifyLimits,
-    /// Most completions a CQ may hold.
-    pub max_cqe: u32,
-    /// Most QPs.
-    pub max_qp: u32,
-    /// Seed of the key generator (keys are unpredictable to peers only if this is).
-    pub seed: u64,
-    /// The first QP number to hand out (wrapping at 2^24, skipping 0 and 1). A device
-    /// that restarts should pick it at random, so stale packets of an old connection
-    /// are unlikely to reach a new QP with the same number.
-    pub first_qpn: u32,
-    /// Send every packet from this UDP source port instead of rxe's per-QP
-    /// `0xC000 | hash` ports: a driver on a plain UDP socket bound to 4791 can only send
-    /// from that port, and the ICRC covers it. Receivers accept any source port.
-    pub src_port: Option<u16>,
-    /// When RC requesters set AckReq ([`AckPolicy`]; default [`AckPolicy::Coalesce`]).
-    pub ack_policy: AckPolicy,
-    /// Leave the ICRC of RoCE v2 packets zero in [`Transmit::payload`]: the driver
-    /// computes it when it sends, because only then does it know the UDP source port
-    /// and IPv4 Identification the packet leaves with (a connected socket's; see the
-    /// `rverbs` device). RoCE v1 packets always get theirs. Default: false (the engine
-    /// fills every ICRC for `src_port` and ID 0).
-    pub sender_fills_icrc: bool,
-    /// With [`Config::sender_fills_icrc`]: leave the payload of a RoCE v2 request or
-    /// READ response of at least [`LEND_MIN`] bytes that lies in one memory region in
-    /// that region ([`Transmit::body`]) instead of copying it into the datagram; the
-    /// driver sends it from there (`sendmmsg` gathers it) and hashes it into the ICRC.
-    /// Default: false (every [`Transmit::payload`] is the whole packet).
-    pub lend_payloads: bool,
-    /// How many PSNs an RC requester may have outstanding (sent, not acknowledged):
-    /// rxe's 128 ([`crate::MAX_UNACKED_PSNS`]) by default. A driver whose peers take
-    /// longer bursts may allow more: a bulk stream then runs further ahead of its ACKs
-    /// instead of stalling whenever one is late (it asks for them as often as with
-    /// 128). A driver whose peer's receive buffer holds less than 128 packets should
-    /// allow fewer, or every burst overflows it and goes back N: the requester then
-    /// asks for ACKs in proportion (every half window within a long message instead of
-    /// every 64 packets, [`crate::MAX_PKT_PER_ACK`]; a quarter and an eighth of the
-    /// window at message ends), so the window never fills before an answer is on its
-    /// way. Kept within [`crate::MIN_UNACKED_PSNS`] (16) ..= 2^23 ([`Engine::config`]
-    /// shows the value kept): past 2^23 (half the 24-bit PSN space) a responder could
-    /// not tell a new PSN from a duplicate.
-    pub max_unacked_psns: u32,
-    /// Response packets one RDMA READ request asks for at most: a longer READ is
-    /// asked for in pieces, each sent once its responses fit in the window
-    /// ([`Config::max_unacked_psns`]; a piece is at most the window). 0 (the
-    /// default, as rxe and adapters do): one request per READ, whose responses come
-    /// as one burst. For a driver whose peer's receive buffer holds about a window:
-    /// each piece waits a round trip for the one before, which costs bandwidth when
-    /// the buffer is no limit.
-    pub read_piece_psns: u32,
-    /// Send each packet of a multi-packet RC RDMA WRITE (without immediate) as a WRITE
-    /// ONLY of its own, its RETH naming its part of the range, instead of FIRST,
-    /// MIDDLE.. LAST: for a driver that sends runs of equal-sized datagrams as one
-    /// `UDP_SEGMENT` train, where the 16 bytes of a FIRST's RETH would make every
-    /// message start a train of its own. Any responder takes a run of ONLY messages
-    /// (IBTA 9.7.5.1.2); RC's PSN order places them in order, so a peer watching the
-    /// last byte sees it last, as with one message. Differences a peer can see: its
-    /// MSN counts the pieces, and an R_Key range that ends inside the WRITE is found at
-    /// the first piece outside it, after the pieces before it were written (the WRITE
-    /// still completes with a remote access error; IBTA leaves the target of a failed
-    /// WRITE undefined). Left alone: UC (a lost piece would leave a hole in a WRITE
-    /// that completes), WRITE with immediate (the responder reports the RETH length
-    /// as the completion's `byte_len`, rxe `rxe_resp.c` `do_complete`), and
-    /// single-packet WRITEs. Default: false.
-    pub write_pieces: bool,
-}
-
-/// The shortest payload a packet leaves in registered memory ([`Config::lend_payloads`]):
-/// below it, a copy costs less than the region's lock and the extra iovecs.
-pub const LEND_MIN: usize = 1024;
-
-/// When an RC requester sets the BTH AckReq bit, asking the responder for an
-/// acknowledgement (IBTA 9.7.5.1.1: ACKs are cumulative, so one ACK completes every
-/// earlier request; a responder ACKs a SEND or WRITE only when asked, or for a
-/// duplicate). Only RC requesters are affected; either policy interoperates with any
-/// responder, kernel rxe's included.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum AckPolicy {
-    /// AckReq on the last packet of every message and on every
-    /// [`crate::MAX_PKT_PER_ACK`]-th packet, as kernel rxe's requester does
-    /// (`rxe_req.c`): every message is acknowledged by its own ACK packet.
-    EveryMessage,
-    /// ACK coalescing: AckReq only where a completion or a decision waits for the ACK:
-    /// the end of a signaled message (or any with `sq_sig_all`), a fenced message, READ
-    /// and atomic requests, every [`crate::MAX_PKT_PER_ACK`]-th packet, the message that
-    /// brings the unacknowledged messages sent since the last AckReq to half of
-    /// `max_send_wr` (so a queue of unsignaled work never fills without an ACK on the
-    /// way), a message end 16 packets after the last AckReq while a quarter of the
-    /// [`crate::MAX_UNACKED_PSNS`]-PSN window is unacknowledged, whatever larger
-    /// window [`Config::max_unacked_psns`] allows (so a bulk stream's window slides in
-    /// steps; an eighth and a quarter of a smaller window),
-    /// a retransmitted message end, a message end sent while the QP drains (SQD),
-    /// and a message end after the oldest unacknowledged packet (or the last progress)
-    /// has waited a quarter of the ACK timeout without an ACK requested. When the
-    /// requester has nothing more to send and its last packet did not ask for an ACK,
-    /// it resends that packet with AckReq after [`crate::ack_nudge_ns`] (an *ACK
-    /// nudge*, counted in
-    /// `Counters::ack_nudges`, not as a retry), so an unsignaled tail completes without
-    /// waiting for the retransmit timer. The responder answers the nudge as any
-    /// duplicate (C9-105; rxe `rxe_resp.c` `duplicate_request`).
-    #[default]
-    Coalesce,
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Config {
-            gids: Vec::new(),
-            gid_roce_v1: Vec::new(),
-            limits: ModifyLimits::default(),
-            max_cqe: 1 << 20,
-            max_qp: 1 << 17,
-            seed: 0x5eed_1234_abcd_0001,
-            first_qpn: FIRST_QPN,
-            src_port: None,
-            sender_fills_icrc: false,
-            lend_payloads: false,
-            max_unacked_psns: crate::MAX_UNACKED_PSNS,
-            read_piece_psns: 0,
-            write_pieces: false,
-            ack_policy: AckPolicy::default(),
-        }
-    }
-}
-
-/// What a new QP is made of (`struct ibv_qp_init_attr`).
-#[derive(Debug, Clone, Copy)]
-pub struct QpInit {
-    /// Protection domain.
-    pub pd: PdId,
-    /// Transport.
-    pub qp_type: QpType,
-    /// CQ for send completions.
-    pub send_cq: CqId,
-    /// CQ for receive completions.
-    pub recv_cq: CqId,
-    /// Shared receive queue, if any.
-    pub srq: Option<SrqId>,
-    /// Queue sizes.
-    pub cap: QpCap,
-    /// Every send WR completes signaled.
-    pub sq_sig_all: bool,
-}
-
-/// Keys of a registered MR.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct MrKeys {
-    /// Local key.
-    pub lkey: u32,
-    /// Remote key (equal to the local key, as in rxe).
-    pub rkey: u32,
-}
 
 /// A requester window within `floor` ..= 2^23 (past half the 24-bit PSN space a
 /// responder could not tell a new PSN from a duplicate), and a READ piece of at most
@@ -264,7 +100,6 @@ pub struct Engine {
     pub(crate) gsi: crate::mad::gsi::Gsi,
 }
 
-const FIRST_QPN: u32 = 0x11;
 const MAX_QPN: u32 = 0xff_ffff;
 
 macro_rules! ctx {
@@ -379,361 +214,6 @@ impl Engine {
         &self.counters
     }
 
-    // ------------------------------------------------------------------ objects
-
-    /// `ibv_alloc_pd`.
-    pub fn alloc_pd(&mut self) -> PdId {
-        PdId(self.pds.insert(Pd { users: 0 }))
-    }
-
-    /// `ibv_dealloc_pd`: EBUSY while MRs, QPs, SRQs or AHs use it.
-    pub fn dealloc_pd(&mut self, pd: PdId) -> VerbResult<()> {
-        let p = self
-            .pds
-            .get(pd.0)
-            .ok_or(err("dealloc_pd", Errno::Inval, "no such PD"))?;
-        if p.users > 0 {
-            return Err(err("dealloc_pd", Errno::Busy, "the PD still has objects"));
-        }
-        self.pds.remove(pd.0);
-        Ok(())
-    }
-
-    fn pd_use(&mut self, pd: PdId, verb: &'static str, delta: i32) -> VerbResult<()> {
-        let p = self
-            .pds
-            .get_mut(pd.0)
-            .ok_or(err(verb, Errno::Inval, "no such PD"))?;
-        p.users = p.users.saturating_add_signed(delta);
-        Ok(())
-    }
-
-    /// `ibv_reg_mr`: registers `mem` at virtual address `iova` with `access` rights.
-    /// Remote write or atomic access requires local write (IBTA 10.6.3.1, EINVAL).
-    pub fn reg_mr(
-        &mut self,
-        pd: PdId,
-        mem: Arc<dyn Memory>,
-        iova: u64,
-        access: Access,
-    ) -> VerbResult<MrKeys> {
-        const VERB: &str = "reg_mr";
-        if access.0 & !0xf != 0 {
-            return Err(err(VERB, Errno::Inval, "unknown access flags"));
-        }
-        if (access.contains(Access::REMOTE_WRITE) || access.contains(Access::REMOTE_ATOMIC))
-            && !access.contains(Access::LOCAL_WRITE)
-        {
-            return Err(err(
-                VERB,
-                Errno::Inval,
-                "remote write/atomic access needs local write",
-            ));
-        }
-        if iova.checked_add(mem.len() as u64).is_none() {
-            return Err(err(
-                VERB,
-                Errno::Inval,
-                "the region wraps the address space",
-            ));
-        }
-        if self.mrs.len() as u32 >= MAX_MR - 1 {
-            return Err(err(VERB, Errno::NoMem, "too many MRs"));
-        }
-        self.pd_use(pd, VERB, 1)?;
-        let slot = self.mrs.insert(Mr {
-            pd: pd.0,
-            iova,
-            access,
-            key: 0,
-            mem,
-        });
-        // A new tag for the slot, never the one of its previous MR, as KEY_TAG_BITS
-        // promises: the key of a deregistered MR must stay invalid (IBTA 10.6.3), so it
-        // must not name the slot's new region. (rxe draws 8 random bits per MR.)
-        let old_tag = self.mr_freed_tags.remove(&slot);
-        let key = make_key(slot, &mut self.rng, old_tag);
-        if let Some(m) = self.mrs.get_mut(slot) {
-            m.key = key;
-        }
-        Ok(MrKeys {
-            lkey: key,
-            rkey: key,
-        })
-    }
-
-    /// `ibv_dereg_mr`. Work requests already started keep their buffers; later use of
-    /// the key fails (LOC_PROT_ERR locally, REM_ACCESS_ERR remotely).
-    pub fn dereg_mr(&mut self, lkey: u32) -> VerbResult<()> {
-        let slot = key_slot(lkey);
-        match self.mrs.get(slot) {
-            Some(m) if m.key == lkey => {
-                let pd = PdId(m.pd);
-                self.mrs.remove(slot);
-                self.mr_freed_tags
-                    .insert(slot, lkey & ((1 << KEY_TAG_BITS) - 1));
-                self.pd_use(pd, "dereg_mr", -1)
-            }
-            _ => Err(err("dereg_mr", Errno::Inval, "no MR with this key")),
-        }
-    }
-
-    /// True while `lkey` names a registered memory region (for work that rverbs runs
-    /// outside the engine: RAW_PACKET receives).
-    pub fn lkey_valid(&self, lkey: u32) -> bool {
-        self.mrs.get(key_slot(lkey)).is_some_and(|m| m.key == lkey)
-    }
-
-    /// True while `lkey` names a registered memory region of protection domain `pd`
-    /// that allows `need` (IBTA 10.6.3.1: a work request's local buffers must belong
-    /// to the QP's PD, and a receive's must allow local write), for work rverbs runs
-    /// outside the engine (RAW_PACKET QPs).
-    pub fn lkey_allows(&self, lkey: u32, pd: PdId, need: Access) -> bool {
-        self.mrs
-            .get(key_slot(lkey))
-            .is_some_and(|m| m.key == lkey && m.pd == pd.0 && m.access.contains(need))
-    }
-
-    /// `ibv_create_cq` with room for `cqe` completions.
-    pub fn create_cq(&mut self, cqe: u32) -> VerbResult<CqId> {
-        if cqe == 0 || cqe > self.cfg.max_cqe {
-            return Err(err(
-                "create_cq",
-                Errno::Inval,
-                "cqe is 0 or above the device limit",
-            ));
-        }
-        Ok(CqId(self.cqs.insert(Cq {
-            capacity: cqe as usize,
-            entries: VecDeque::new(),
-            overflowed: false,
-            armed: None,
-            users: 0,
-        })))
-    }
-
-    /// `ibv_destroy_cq`: EBUSY while a QP uses it.
-    pub fn destroy_cq(&mut self, cq: CqId) -> VerbResult<()> {
-        let c = self
-            .cqs
-            .get(cq.0)
-            .ok_or(err("destroy_cq", Errno::Inval, "no such CQ"))?;
-        if c.users > 0 {
-            return Err(err("destroy_cq", Errno::Busy, "a QP still uses the CQ"));
-        }
-        self.cqs.remove(cq.0);
-        Ok(())
-    }
-
-    /// `ibv_poll_cq`: moves up to `out.len()` completions into `out`, returning how many.
-    /// An overflowed CQ reports EIO-like failure through [`AsyncEvent::CqErr`]; its
-    /// remaining completions can still be polled.
-    pub fn poll_cq(&mut self, cq: CqId, out: &mut [Wc]) -> VerbResult<usize> {
-        let c = self
-            .cqs
-            .get_mut(cq.0)
-            .ok_or(err("poll_cq", Errno::Inval, "no such CQ"))?;
-        let n = out.len().min(c.entries.len());
-        for (slot, wc) in out.iter_mut().zip(c.entries.drain(..n)) {
-            *slot = wc;
-        }
-        Ok(n)
-    }
-
-    /// Adds a completion made outside the engine (a RAW_PACKET QP of a raw-mode device)
-    /// to `cq`, with the engine's CQ rules: a full or overflowed CQ loses it (counted in
-    /// `cq_overflows`, one [`AsyncEvent::CqErr`]) and `Ok(false)` is returned; an armed
-    /// CQ queues its completion event. EINVAL for an unknown CQ.
-    pub fn push_wc(&mut self, cq: CqId, wc: Wc, solicited: bool) -> VerbResult<bool> {
-        let c = self
-            .cqs
-            .get_mut(cq.0)
-            .ok_or(err("push_wc", Errno::Inval, "no such CQ"))?;
-        if c.overflowed || c.entries.len() >= c.capacity {
-            self.counters.cq_overflows += 1;
-            if !c.overflowed {
-                c.overflowed = true;
-                self.events.push_back(AsyncEvent::CqErr(cq));
-            }
-            return Ok(false);
-        }
-        c.entries.push_back(wc);
-        if let Some(solicited_only) = c.armed {
-            if !solicited_only || solicited || wc.status != WcStatus::Success {
-                c.armed = None;
-                self.comp_events.push_back(cq);
-            }
-        }
-        Ok(true)
-    }
-
-    /// `ibv_req_notify_cq`: one completion event when the next (solicited, if asked)
-    /// completion arrives; see [`Engine::poll_completion_event`].
-    pub fn req_notify_cq(&mut self, cq: CqId, solicited_only: bool) -> VerbResult<()> {
-        let c = self
-            .cqs
-            .get_mut(cq.0)
-            .ok_or(err("req_notify_cq", Errno::Inval, "no such CQ"))?;
-        c.armed = Some(solicited_only);
-        Ok(())
-    }
-
-    /// True while some CQ is armed ([`Engine::req_notify_cq`]) and its event has not
-    /// fired yet: a thread probably waits for that event rather than polling.
-    pub fn any_cq_armed(&self) -> bool {
-        self.cqs.iter().any(|c| c.armed.is_some())
-    }
-
-    /// True when [`Engine::poll_completion_event`] has something.
-    pub fn has_completion_events(&self) -> bool {
-        !self.comp_events.is_empty()
-    }
-
-    /// The next CQ that has a completion event for its channel.
-    pub fn poll_completion_event(&mut self) -> Option<CqId> {
-        self.comp_events.pop_front()
-    }
-
-    /// The next asynchronous event.
-    pub fn poll_event(&mut self) -> Option<AsyncEvent> {
-        self.events.pop_front()
-    }
-
-    /// `ibv_create_srq`.
-    pub fn create_srq(
-        &mut self,
-        pd: PdId,
-        max_wr: u32,
-        max_sge: u32,
-        limit: u32,
-    ) -> VerbResult<SrqId> {
-        const VERB: &str = "create_srq";
-        let l = &self.cfg.limits;
-        if max_wr == 0
-            || max_wr > l.max_qp_wr
-            || max_sge == 0
-            || max_sge > l.max_recv_sge
-            || limit > max_wr
-        {
-            return Err(err(
-                VERB,
-                Errno::Inval,
-                "max_wr, max_sge or srq_limit out of range",
-            ));
-        }
-        self.pd_use(pd, VERB, 1)?;
-        Ok(SrqId(self.srqs.insert(Srq {
-            pd: pd.0,
-            max_wr,
-            max_sge,
-            limit,
-            queue: VecDeque::new(),
-            users: 0,
-        })))
-    }
-
-    /// `ibv_modify_srq` (IBV_SRQ_LIMIT): arms the limit event.
-    pub fn arm_srq(&mut self, srq: SrqId, limit: u32) -> VerbResult<()> {
-        let s = self
-            .srqs
-            .get_mut(srq.0)
-            .ok_or(err("modify_srq", Errno::Inval, "no such SRQ"))?;
-        if limit > s.max_wr {
-            return Err(err("modify_srq", Errno::Inval, "srq_limit above max_wr"));
-        }
-        s.limit = limit;
-        Ok(())
-    }
-
-    /// `ibv_destroy_srq`: EBUSY while a QP uses it.
-    pub fn destroy_srq(&mut self, srq: SrqId) -> VerbResult<()> {
-        let s = self
-            .srqs
-            .get(srq.0)
-            .ok_or(err("destroy_srq", Errno::Inval, "no such SRQ"))?;
-        if s.users > 0 {
-            return Err(err("destroy_srq", Errno::Busy, "a QP still uses the SRQ"));
-        }
-        let pd = PdId(s.pd);
-        self.srqs.remove(srq.0);
-        self.pd_use(pd, "destroy_srq", -1)
-    }
-
-    /// `ibv_post_srq_recv`.
-    pub fn post_srq_recv(&mut self, srq: SrqId, wr: RecvWr) -> VerbResult<()> {
-        let s =
-            self.srqs
-                .get_mut(srq.0)
-                .ok_or(err("post_srq_recv", Errno::Inval, "no such SRQ"))?;
-        if wr.sg_list.len() > s.max_sge as usize {
-            return Err(
-                err("post_srq_recv", Errno::Inval, "too many SGEs").with_limit(
-                    wr.sg_list.len() as u64,
-                    s.max_sge.into(),
-                    "SGEs",
-                    "the SRQ takes at most",
-                ),
-            );
-        }
-        if s.queue.len() >= s.max_wr as usize {
-            return Err(
-                err("post_srq_recv", Errno::NoMem, "the SRQ is full").with_limit(
-                    s.queue.len() as u64 + 1,
-                    s.max_wr.into(),
-                    "WRs",
-                    "the SRQ takes at most",
-                ),
-            );
-        }
-        s.queue.push_back(RecvWqe {
-            wr_id: wr.wr_id,
-            sges: wr.sg_list,
-        });
-        Ok(())
-    }
-
-    fn check_av(&self, av: &AddressVector, verb: &'static str) -> VerbResult<()> {
-        let sgid = self.cfg.gids.get(usize::from(av.sgid_index)).ok_or(err(
-            verb,
-            Errno::Inval,
-            "sgid_index beyond the GID table",
-        ))?;
-        if *sgid == Gid::ZERO {
-            return Err(err(
-                verb,
-                Errno::Inval,
-                "the source GID table entry is empty",
-            ));
-        }
-        if sgid.to_ipv4_mapped().is_some() != av.dgid.to_ipv4_mapped().is_some() {
-            return Err(err(
-                verb,
-                Errno::Inval,
-                "source and destination GIDs are of different IP families",
-            ));
-        }
-        if av.dgid == Gid::ZERO {
-            return Err(err(verb, Errno::Inval, "the destination GID is zero"));
-        }
-        Ok(())
-    }
-
-    /// `ibv_create_ah`.
-    pub fn create_ah(&mut self, pd: PdId, av: AddressVector) -> VerbResult<AhId> {
-        self.check_av(&av, "create_ah")?;
-        self.pd_use(pd, "create_ah", 1)?;
-        Ok(AhId(self.ahs.insert(Ah { pd: pd.0, av })))
-    }
-
-    /// `ibv_destroy_ah`.
-    pub fn destroy_ah(&mut self, ah: AhId) -> VerbResult<()> {
-        let a = self
-            .ahs
-            .remove(ah.0)
-            .ok_or(err("destroy_ah", Errno::Inval, "no such AH"))?;
-        self.pd_use(PdId(a.pd), "destroy_ah", -1)
-    }
-
     /// `ibv_create_qp`: returns the QP number. The QP starts in RESET.
     pub fn create_qp(&mut self, init: QpInit) -> VerbResult<u32> {
         const VERB: &str = "create_qp";
@@ -773,6 +253,8 @@ impl Engine {
             s.users += 1;
         }
         let mut qp = Qp::new(qpn, &init);
+        qp.loss_recovery = self.cfg.loss_recovery;
+        qp.loss_window_on = self.cfg.loss_window;
         if init.qp_type == QpType::Ud {
             // UD has no path: datagrams are limited by the port's active MTU.
             qp.attr.path_mtu = self.cfg.limits.active_mtu;
@@ -1395,6 +877,12 @@ impl Engine {
     /// set yet).
     pub fn qp_dgid(&self, qpn: u32) -> Option<Gid> {
         self.qps.get(&qpn)?.attr.ah_attr.map(|a| a.av.dgid)
+    }
+
+    /// QP `qpn`'s smoothed round-trip time (RFC 6298 SRTT, from the ACKs of packets
+    /// sent once), once it has measured one.
+    pub fn qp_srtt(&self, qpn: u32) -> Option<Nanos> {
+        self.qps.get(&qpn).and_then(|q| q.rtt.srtt())
     }
 
     /// The state of a QP.

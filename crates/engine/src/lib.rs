@@ -12,6 +12,8 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod comp;
+mod config;
 pub mod counters;
 mod engine;
 pub mod mad;
@@ -21,21 +23,22 @@ pub mod modify;
 pub mod net;
 mod objects;
 mod qp;
+mod req;
 mod resp;
 pub mod sim;
 mod slab;
 mod timers;
 pub mod train;
+mod tx;
 pub mod types;
 
+pub use config::{AckPolicy, Config, MrKeys, QpInit, LEND_MIN};
 pub use counters::Counters;
-pub use engine::{AckPolicy, Config, Engine, MrKeys, QpInit, LEND_MIN, SPARE_BUFFERS};
+pub use engine::{Engine, SPARE_BUFFERS};
 pub use memory::{AtomicOp, Lent, Memory, VecMemory};
 pub use net::{Body, Datagram, Transmit};
 pub use objects::{KEY_TAG_BITS, MAX_MR};
-pub use qp::{
-    ack_nudge_ns, ack_timeout_ns, ACK_NUDGE_MAX_NS, ACK_NUDGE_MIN_NS, MAX_PKT_PER_ACK,
-    MAX_UNACKED_PSNS, MIN_QP_WINDOW, MIN_UNACKED_PSNS, RNR_TIMER_NS,
-};
+pub use qp::{MAX_PKT_PER_ACK, MAX_UNACKED_PSNS, MIN_QP_WINDOW, MIN_UNACKED_PSNS};
 pub use resp::{grh_area, GRH_AREA};
+pub use timers::{ack_nudge_ns, ack_timeout_ns, ACK_NUDGE_MAX_NS, ACK_NUDGE_MIN_NS, RNR_TIMER_NS};
 pub use types::*;

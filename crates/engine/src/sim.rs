@@ -5,7 +5,8 @@
 //! Each engine gets one address, `10.0.0.<i+1>` (or `fd00::<i+1>` with IPv6), and a GID
 //! table holding just that address at index 0.
 
-use crate::engine::{Config, Engine};
+use crate::config::Config;
+use crate::engine::Engine;
 use crate::net::{self, Datagram, Transmit};
 use crate::types::Nanos;
 use std::collections::BinaryHeap;

@@ -9,7 +9,7 @@
 //! the right GRH area. Virtual time and a step budget bound every run: nothing hangs.
 //!
 //! The figures of every run (packets sent / delivered / lost, retransmissions,
-//! timeouts, NAKs, duplicates, virtual time) are compared with the committed snapshot
+//! timeouts, NAKs, duplicates, virtual time, RC goodput) are compared with the committed snapshot
 //! `tests/snapshots/loss_matrix.txt` (the default, coalesced ACKs) and
 //! `loss_matrix_every_message.txt` (`AckPolicy::EveryMessage`, rxe's AckReq on every
 //! message), so a change in behaviour shows in review. The simulation is
@@ -100,6 +100,9 @@ struct Row {
     nak_seq_rx: u64,
     dups: u64,
     time_us: u64,
+    /// RC: payload bytes of the workload per virtual µs (MB/s); `None` for UC and UD,
+    /// whose losses are not recovered.
+    goodput: Option<f64>,
 }
 
 fn row(sim: &Sim, finished_at: Nanos) -> Row {
@@ -114,6 +117,7 @@ fn row(sim: &Sim, finished_at: Nanos) -> Row {
         nak_seq_rx: sum(|c| c.rx_nak_seq),
         dups: sum(|c| c.rx_duplicate_requests),
         time_us: finished_at / 1000,
+        goodput: None,
     }
 }
 
@@ -474,7 +478,11 @@ fn run_rc(link: LinkConfig, seed: u64, ipv6: bool, p: &RcParams) -> Result<Row, 
     if sim.engines[0].qp_state(a.qpn) != Some(QpState::Rts) {
         return Err(format!("QP left RTS: {:?}", sim.engines[0].qp_state(a.qpn)));
     }
-    Ok(row(&sim, finished))
+    let bytes: usize = ops.iter().map(|o| o.len).sum();
+    Ok(Row {
+        goodput: Some(bytes as f64 * 1000.0 / finished.max(1) as f64),
+        ..row(&sim, finished)
+    })
 }
 
 // ------------------------------------------------------------------------ UC
@@ -861,7 +869,7 @@ type CellKey = (f64, f64, f64, u64, bool);
 fn render(out: &mut String, qp: &str, (loss, dup, reorder, seed, ipv6): CellKey, r: &Row) {
     let _ = writeln!(
         out,
-        "{qp:<2} {:>5.2} {:>4.2} {:>4.2} {seed:>4} {:<4} | {:>6} {:>6} {:>5} | {:>6} {:>4} {:>4} {:>4} {:>5} | {:>9}",
+        "{qp:<2} {:>5.2} {:>4.2} {:>4.2} {seed:>4} {:<4} | {:>6} {:>6} {:>5} | {:>6} {:>4} {:>4} {:>4} {:>5} | {:>9} | {:>8}",
         loss,
         dup,
         reorder,
@@ -874,7 +882,8 @@ fn render(out: &mut String, qp: &str, (loss, dup, reorder, seed, ipv6): CellKey,
         r.nak_seq_tx,
         r.nak_seq_rx,
         r.dups,
-        r.time_us
+        r.time_us,
+        r.goodput.map_or("-".to_string(), |g| format!("{g:.1}"))
     );
 }
 
@@ -899,7 +908,8 @@ fn matrix(policy: AckPolicy, snapshot: &str) {
          # sent/dlvd/lost: datagrams on the simulated wire (dlvd counts duplicates twice)\n\
          # retx: packets retransmitted, tmo: retransmit timeouts, nakT/nakR: NAK sequence errors\n\
          # sent/received, dups: duplicate requests seen by the responder, time: virtual µs to finish\n\
-         #  loss  dup  ord seed ip   |   sent   dlvd  lost |   retx  tmo nakT nakR  dups |   time_us\n",
+         # MB/s: RC goodput, the workload's payload bytes per virtual µs (a slowdown is a diff)\n\
+         #  loss  dup  ord seed ip   |   sent   dlvd  lost |   retx  tmo nakT nakR  dups |   time_us |     MB/s\n",
     );
     let _ = writeln!(table, "# RC requester ACK policy: {policy:?}");
     let mut cells = Vec::new();

@@ -140,6 +140,10 @@ pub struct Opts {
     pub transport: rverbs::QpType,
     /// Speak perftest's own exchange (an unmodified perftest tool is the peer).
     pub perftest: bool,
+    /// The RC QPs' local ACK timeout exponent (`--ack-timeout`, IBTA 9.7.6.1.3).
+    pub ack_timeout: u8,
+    /// The RC QPs' retry count (`--retry-count`, 0..=7).
+    pub retry_count: u8,
     /// Print JSON lines instead of the table.
     pub json: bool,
 }
@@ -172,6 +176,68 @@ pub fn sizes(o: &Opts) -> Vec<usize> {
     }
 }
 
+/// The RC requester's loss-recovery events of one side (the engine's `Counters`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Recovery {
+    /// Go-back-N resends started by a NAK sequence error (`nak_retries`).
+    pub nak: u64,
+    /// Resends after a READ-response gap outlived the reordering window
+    /// (`reorder_retries`).
+    pub reorder: u64,
+    /// Tail-loss probes sent (`tail_loss_probes`).
+    pub probe: u64,
+    /// Resends a probe's answer started (`probe_retries`).
+    pub probe_resend: u64,
+    /// Local ACK timeouts (`retransmit_timeouts`).
+    pub timeout: u64,
+}
+
+impl Recovery {
+    fn of(c: &rverbs::Counters) -> Recovery {
+        Recovery {
+            nak: c.nak_retries,
+            reorder: c.reorder_retries,
+            probe: c.tail_loss_probes,
+            probe_resend: c.probe_retries,
+            timeout: c.retransmit_timeouts,
+        }
+    }
+
+    fn since(self, before: Recovery) -> Recovery {
+        Recovery {
+            nak: self.nak.saturating_sub(before.nak),
+            reorder: self.reorder.saturating_sub(before.reorder),
+            probe: self.probe.saturating_sub(before.probe),
+            probe_resend: self.probe_resend.saturating_sub(before.probe_resend),
+            timeout: self.timeout.saturating_sub(before.timeout),
+        }
+    }
+
+    fn plus(self, o: Recovery) -> Recovery {
+        Recovery {
+            nak: self.nak + o.nak,
+            reorder: self.reorder + o.reorder,
+            probe: self.probe + o.probe,
+            probe_resend: self.probe_resend + o.probe_resend,
+            timeout: self.timeout + o.timeout,
+        }
+    }
+
+    fn any(&self) -> bool {
+        *self != Recovery::default()
+    }
+}
+
+impl std::fmt::Display for Recovery {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "nak={} reorder={} probe={} probe_resend={} timeout={}",
+            self.nak, self.reorder, self.probe, self.probe_resend, self.timeout
+        )
+    }
+}
+
 /// What one side did for one size.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Side {
@@ -188,6 +254,8 @@ pub struct Side {
     /// Packets this side sent again during the test ([`Bench::resent`]): loss, or a
     /// receive buffer that overflowed.
     pub resent: u64,
+    /// Its RC loss-recovery events during the test ([`Bench::recovery`]).
+    pub recovery: Recovery,
 }
 
 impl Side {
@@ -199,6 +267,11 @@ impl Side {
             .with("cpu", self.cpu)
             .with("wall", self.wall)
             .with("resent", self.resent)
+            .with("rec_nak", self.recovery.nak)
+            .with("rec_reorder", self.recovery.reorder)
+            .with("rec_probe", self.recovery.probe)
+            .with("rec_probe_resend", self.recovery.probe_resend)
+            .with("rec_timeout", self.recovery.timeout)
     }
 
     fn from_msg(m: &Msg) -> Result<Side, String> {
@@ -210,6 +283,13 @@ impl Side {
             wall: m.f64("wall")?,
             // (Absent from an older peer's report.)
             resent: m.u64("resent").unwrap_or(0),
+            recovery: Recovery {
+                nak: m.u64("rec_nak").unwrap_or(0),
+                reorder: m.u64("rec_reorder").unwrap_or(0),
+                probe: m.u64("rec_probe").unwrap_or(0),
+                probe_resend: m.u64("rec_probe_resend").unwrap_or(0),
+                timeout: m.u64("rec_timeout").unwrap_or(0),
+            },
         })
     }
 }
@@ -275,6 +355,8 @@ pub struct Report {
     pub lat: Option<Lat>,
     /// Packets resent by both sides ([`Side::resent`]).
     pub resent: u64,
+    /// Both sides' loss-recovery events ([`Side::recovery`]).
+    pub recovery: Recovery,
 }
 
 impl Report {
@@ -291,6 +373,7 @@ impl Report {
             cpu_util: if me.wall > 0.0 { me.cpu / me.wall } else { 0.0 },
             lat,
             resent: me.resent + peer.resent,
+            recovery: me.recovery.plus(peer.recovery),
         }
     }
 
@@ -347,7 +430,16 @@ impl Report {
             .with("depth", o.depth)
             .with("post_list", o.post_list)
             .with("bidir", o.bidir)
-            .with("resent_packets", self.resent);
+            .with("resent_packets", self.resent)
+            .with(
+                "recovery",
+                Json::obj()
+                    .with("nak", self.recovery.nak)
+                    .with("reorder", self.recovery.reorder)
+                    .with("probe", self.recovery.probe)
+                    .with("probe_resend", self.recovery.probe_resend)
+                    .with("timeout", self.recovery.timeout),
+            );
         if let Some(l) = &self.lat {
             j = j.with(
                 "lat_us",
@@ -393,6 +485,7 @@ impl Meter {
             cpu: cpu_seconds() - self.cpu0,
             wall: self.secs(),
             resent: 0,
+            recovery: Recovery::default(),
         }
     }
 }
@@ -563,6 +656,10 @@ pub trait Bench {
     /// segments); the difference over a test goes
     /// into its [`Side`].
     fn resent(&self) -> u64;
+    /// The RC loss-recovery events so far (none for TCP).
+    fn recovery(&self) -> Recovery {
+        Recovery::default()
+    }
 }
 
 fn hello(o: &Opts) -> Msg {
@@ -740,7 +837,7 @@ pub fn run(o: &Opts, out: &mut impl Write) -> Result<Vec<Report>, String> {
                     Err(_) => peer.v.store(FAILED, Ordering::Release),
                 }
             });
-            let resent0 = bench.resent();
+            let (resent0, rec0) = (bench.resent(), bench.recovery());
             let res = match o.kind {
                 Kind::Bw => bench
                     .bw(&plan, &peer, cw, &mut prog)
@@ -749,7 +846,15 @@ pub fn run(o: &Opts, out: &mut impl Write) -> Result<Vec<Report>, String> {
             }
             .map(|(me, samples)| {
                 let resent = bench.resent().saturating_sub(resent0);
-                (Side { resent, ..me }, samples)
+                let recovery = bench.recovery().since(rec0);
+                (
+                    Side {
+                        resent,
+                        recovery,
+                        ..me
+                    },
+                    samples,
+                )
             });
             if res.is_err() {
                 let _ = cw.shutdown(std::net::Shutdown::Both);
@@ -774,6 +879,9 @@ pub fn run(o: &Opts, out: &mut impl Write) -> Result<Vec<Report>, String> {
                 "# {} B: {} packets sent again (loss, or a receive buffer that overflowed)",
                 size, r.resent
             );
+        }
+        if r.recovery.any() {
+            eprintln!("# {} B: loss recovery: {}", size, r.recovery);
         }
         reports.push(r);
     }
@@ -874,6 +982,11 @@ mod tests {
             cpu: 0.25,
             wall: 0.5,
             resent: 3,
+            recovery: Recovery {
+                nak: 1,
+                probe: 2,
+                ..Recovery::default()
+            },
         };
         let peer = Side {
             sent: 0,
@@ -882,9 +995,18 @@ mod tests {
             cpu: 0.75,
             wall: 0.5,
             resent: 4,
+            recovery: Recovery {
+                nak: 5,
+                timeout: 1,
+                ..Recovery::default()
+            },
         };
         let r = Report::new(1_000_000, &me, &peer, None);
         assert_eq!(r.resent, 7);
+        assert_eq!(
+            (r.recovery.nak, r.recovery.probe, r.recovery.timeout),
+            (6, 2, 1)
+        );
         assert_eq!(r.bytes, 1_000_000_000);
         assert_eq!(r.gbps(), 16.0);
         assert_eq!(r.mpps(), 0.002);
@@ -899,6 +1021,7 @@ mod tests {
             .with("cpu", 0.25)
             .with("wall", 0.5);
         assert_eq!(Side::from_msg(&old).unwrap().resent, 0);
+        assert!(!Side::from_msg(&old).unwrap().recovery.any());
     }
 
     /// A write bandwidth test's options, for tests to adjust.
@@ -925,6 +1048,8 @@ mod tests {
             qps: 1,
             transport: rverbs::QpType::Rc,
             perftest: false,
+            ack_timeout: 14,
+            retry_count: 7,
             json: false,
         }
     }

@@ -370,6 +370,7 @@ impl BwReport {
             cpu_util: 0.0,
             lat: None,
             resent: 0,
+            recovery: Default::default(),
         }
     }
 }
@@ -641,6 +642,8 @@ fn setup(o: &Opts, tool: Tool, max_size: usize) -> Result<Conn, String> {
             mtu,
             psn: l.me.psn,
             rd_atomic: OUT_READS.min(l.rem.out_reads.max(1)) as u8,
+            timeout: o.ack_timeout,
+            retry_cnt: o.retry_count,
             ..ConnectOpts::default()
         };
         l.qp.connect(
@@ -936,6 +939,7 @@ impl Conn {
             cpu: super::cpu_seconds() - cpu0,
             wall: secs,
             resent: 0,
+            recovery: Default::default(),
         })
     }
 
@@ -959,6 +963,7 @@ impl Conn {
             cpu: super::cpu_seconds() - cpu0,
             wall: start.elapsed().as_secs_f64(),
             resent: 0,
+            recovery: Default::default(),
         })
     }
 
@@ -1095,6 +1100,7 @@ fn lat_report(o: &Opts, size: usize, t: &[Instant], halve: bool, cpu0: f64) -> R
         cpu: super::cpu_seconds() - cpu0,
         wall: secs,
         resent: 0,
+        recovery: Default::default(),
     };
     Report::new(
         size,

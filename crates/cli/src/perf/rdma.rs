@@ -107,6 +107,8 @@ impl Rdma {
             sgid_index: sgid,
             mtu: my_mtu,
             psn,
+            timeout: o.ack_timeout,
+            retry_cnt: o.retry_count,
             ..ConnectOpts::default()
         };
         qp.init(&copts).map_err(e)?;
@@ -214,6 +216,10 @@ impl Bench for Rdma {
         // (a READ's recovery costs both sides packets).
         let c = self.ctx.counters();
         c.retransmitted_packets + c.tx_read_responses_resent
+    }
+
+    fn recovery(&self) -> super::Recovery {
+        super::Recovery::of(&self.ctx.counters())
     }
 
     fn bw(

@@ -125,6 +125,9 @@ pub(crate) fn open(info: DeviceInfo, opts: &Resolved) -> Result<Arc<Shared>> {
         // or off (on: to check a remote responder with them, as
         // `interop/perftest.sh` does with rxe).
         write_pieces: opts.write_pieces.unwrap_or(gso),
+        // Go-back-N after a loss resends within half what was outstanding (the
+        // engine's `Config::loss_window`): host paths are bandwidth-bound.
+        loss_window: true,
         ack_policy: opts.ack_policy,
         ..Config::default()
     };

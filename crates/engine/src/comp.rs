@@ -1,0 +1,551 @@
+//! The completer half of an RC QP: responses (ACK, NAK, READ response, ATOMIC ACK)
+//! matched against the outstanding work requests, completions, and the decisions to
+//! retry (IBTA 9.7.5.2, 9.7.6; rxe `rxe_comp.c`).
+//!
+//! Loss is recovered from what arrives before the local ACK timeout has to: a
+//! sequence NAK goes back at once; a gap in READ responses waits a reordering window
+//! measured from the QP's round trip (RFC 6298 SRTT, RFC 8985 6.2); a tail-loss probe
+//! (RFC 8985 7) after about two round trips resends a packet that any responder
+//! answers, and its answer shows which packets sent before it were lost. All of it is
+//! standard go-back-N on the wire (IBTA 9.7.5.2.5): the peer, rxe or a NIC, sees only
+//! requests resent earlier than a timeout would resend them, which it treats as
+//! duplicates or executes (rxe `rxe_resp.c` `duplicate_request`). The timeout keeps
+//! its IBTA meaning: only it, a NAK and an implied NAK spend `retry_cnt`.
+
+use crate::qp::{Ctx, Qp, Retry, Wake, MAX_PROBES_PER_STALL, MIN_LOSS_WINDOW};
+use crate::timers::{ack_timeout_ns, QpTimer, RNR_TIMER_NS};
+use crate::types::*;
+use rverbs_wire::opcode::Opcode;
+use rverbs_wire::packet::Packet;
+use rverbs_wire::psn::Psn;
+
+/// READ responses at most this many PSNs past the first missing one are kept (their
+/// data placed, their PSNs remembered); later ones are dropped and asked for again.
+pub const MAX_READ_AHEAD_PSNS: u32 = 4096;
+
+impl Qp {
+    /// Handles an RC response (ACK, NAK, READ response, ATOMIC ACK): rxe `rxe_comp.c`.
+    pub(crate) fn on_response(&mut self, pkt: &Packet<&[u8]>, ctx: &mut Ctx<'_>) -> Wake {
+        let bth = pkt.bth();
+        let psn = bth.psn();
+        let op = bth.opcode();
+        let outstanding = self.next_psn.forward_from(self.comp_psn);
+        if outstanding == 0 || !psn.in_window(self.comp_psn, outstanding) {
+            // ACKs repeat the last acknowledged PSN (comp_psn - 1): harmless.
+            ctx.counters.rx_ghost_responses += 1;
+            if outstanding != 0
+                && self.timers.get(QpTimer::Retransmit).is_some()
+                && self.stale_rearms < 2 * outstanding.max(self.win(ctx))
+            {
+                // The peer is alive and answering (responses or ACKs we already
+                // have, sent before the ones our last retry asked for and still
+                // arriving on a busy link): the retransmit timer restarts, as rxe's
+                // completer re-arms it after every response it handles (`rxe_comp.c`
+                // `COMPST_EXIT`), so a long replay does not burn the retry budget.
+                // Only progress restores that budget, and a peer sending nothing but
+                // stale responses restarts the timer a bounded number of times per
+                // retry, so it cannot keep the QP from timing out.
+                self.stale_rearms += 1;
+                self.rearm(ctx.now);
+                return Wake {
+                    transmit: false,
+                    timers: true,
+                };
+            }
+            return Wake::default();
+        }
+        if !psn.in_window(self.comp_psn, self.sent_psn_end.forward_from(self.comp_psn)) {
+            // A PSN given to a WQE but never sent (the window held it back): no
+            // request of ours can have been answered there, so it acknowledges
+            // nothing and is dropped as a ghost (IBTA 9.7.5.2.5: the requester
+            // checks a response's PSN against those it has outstanding; rxe
+            // `rxe_comp.c` completes a WQE only once it is wholly sent,
+            // `wqe_state_pending`, and drops a response past one that is not).
+            // Not a sign of a live peer either: no timer restart.
+            ctx.counters.rx_ghost_responses += 1;
+            return Wake::default();
+        }
+        let syndrome = pkt
+            .aeth()
+            .map(|a| rverbs_wire::ext::Syndrome::from_byte(a.syndrome()));
+        use rverbs_wire::ext::{NakCode, Syndrome};
+        let before = (self.comp_psn, self.sq.len());
+        let mut wake = Wake {
+            transmit: true,
+            timers: true,
+        };
+        while let Some(w) = self.sq.front() {
+            if !w.started {
+                break;
+            }
+            let last = w.last_psn();
+            if psn.is_after(last) {
+                // The peer has gone past this WQE: a SEND/WRITE is acknowledged
+                // implicitly; a READ/atomic whose response never came must be redone
+                // (IBTA 9.7.5.1.3 implied NAK).
+                if w.is_rd_atomic() {
+                    ctx.counters.rx_ghost_responses += 1;
+                    self.implied_nak(ctx);
+                    break;
+                }
+                self.complete_front(WcStatus::Success, ctx);
+                continue;
+            }
+            // psn falls inside this WQE.
+            match (op, syndrome) {
+                (Opcode::RC_ACKNOWLEDGE, Some(Syndrome::Ack { .. })) => {
+                    if w.is_rd_atomic() {
+                        // An ACK inside a READ/atomic range carries no data: ignore.
+                        ctx.counters.rx_ghost_responses += 1;
+                        wake.transmit = false;
+                    } else if psn == last {
+                        self.complete_front(WcStatus::Success, ctx);
+                    } else {
+                        self.comp_psn = psn.next();
+                    }
+                }
+                (Opcode::RC_ACKNOWLEDGE, Some(Syndrome::RnrNak { timer })) => {
+                    ctx.counters.rx_rnr_nak += 1;
+                    if self.timers.get(QpTimer::RnrWait).is_some() && psn == self.comp_psn {
+                        // Still waiting out an RNR NAK for this PSN, with nothing sent
+                        // since (the wait ends before the resend): this one answers a
+                        // packet that left before that NAK was handled, such as an ACK
+                        // nudge that crossed it. The same refusal: the resend after the
+                        // wait covers it, and counting it would spend a second RNR
+                        // retry (IBTA 9.7.5.2.8) on one refusal.
+                        wake.transmit = false;
+                        break;
+                    }
+                    self.comp_psn = psn;
+                    if self.rnr_left == 0 {
+                        self.complete_front(WcStatus::RnrRetryExcErr, ctx);
+                        break;
+                    }
+                    if self.attr.rnr_retry != 7 {
+                        self.rnr_left -= 1;
+                    }
+                    self.go_back(psn);
+                    self.timers.set(
+                        QpTimer::RnrWait,
+                        ctx.now + RNR_TIMER_NS[usize::from(timer & 31)],
+                    );
+                    self.timers.stop(QpTimer::Retransmit);
+                }
+                (Opcode::RC_ACKNOWLEDGE, Some(Syndrome::Nak(NakCode::PsnSequenceError))) => {
+                    ctx.counters.rx_nak_seq += 1;
+                    // Against comp_psn as it was before this response: the loop
+                    // above may already have completed whole messages up to `psn`
+                    // (rxe `check_psn` resets the retry counters, `started_retry`
+                    // too, for each WQE a response completes implicitly).
+                    if psn.is_after(before.0) {
+                        // The NAK acknowledges every PSN before it: progress, so this
+                        // is a new gap and gets its retry, from a full budget (rxe
+                        // `rxe_comp.c` `check_ack`: `reset_retry_counters` before
+                        // COMPST_ERROR_RETRY). Without it, a second gap reported before
+                        // any ACK — likely once ACKs are coalesced — waited for the
+                        // retransmit timer.
+                        self.nak_retry = false;
+                        self.retry_left = self.attr.retry_cnt;
+                    }
+                    self.comp_psn = psn;
+                    // Acted on at once: the NAK names the gap (IBTA 9.7.5.2.4).
+                    self.retry(ctx, Retry::SeqNak);
+                }
+                (Opcode::RC_ACKNOWLEDGE, Some(Syndrome::Nak(code))) => {
+                    let status = match code {
+                        NakCode::InvalidRequest => WcStatus::RemInvReqErr,
+                        NakCode::RemoteAccessError => WcStatus::RemAccessErr,
+                        NakCode::RemoteOperationalError => WcStatus::RemOpErr,
+                        _ => WcStatus::BadRespErr,
+                    };
+                    self.complete_front(status, ctx);
+                }
+                (
+                    Opcode::RC_RDMA_READ_RESPONSE_FIRST
+                    | Opcode::RC_RDMA_READ_RESPONSE_MIDDLE
+                    | Opcode::RC_RDMA_READ_RESPONSE_LAST
+                    | Opcode::RC_RDMA_READ_RESPONSE_ONLY,
+                    _,
+                ) => {
+                    if w.wr.opcode != WrOpcode::RdmaRead {
+                        ctx.counters.rx_ghost_responses += 1;
+                        wake.transmit = false;
+                        break;
+                    }
+                    let k = psn.forward_from(w.first_psn);
+                    let mtu = self.mtu();
+                    let off = k as usize * mtu;
+                    let want = (w.len - off).min(mtu);
+                    let data = pkt.payload();
+                    // The last response of its piece ends with LAST (or ONLY).
+                    let is_last = k + 1 == w.read_piece_end(k);
+                    let ends = matches!(
+                        op,
+                        Opcode::RC_RDMA_READ_RESPONSE_LAST | Opcode::RC_RDMA_READ_RESPONSE_ONLY
+                    );
+                    let ahead = psn.forward_from(self.comp_psn);
+                    if data.len() != want
+                        || ends != is_last
+                        || ahead >= MAX_READ_AHEAD_PSNS
+                        || self.read_ahead.contains(&k)
+                    {
+                        ctx.counters.rx_ghost_responses += 1;
+                        wake.transmit = false;
+                        if ahead > 0 {
+                            self.implied_nak(ctx);
+                        }
+                        break;
+                    }
+                    // The data goes in place even past a gap: the local buffer belongs
+                    // to the WQE until it completes, and the completion still waits
+                    // for every response. A response overtaken by later ones then
+                    // costs nothing when it turns up, and a replay after a real loss
+                    // only fills holes (responses past a gap were dropped before, so
+                    // every reordering forced a replay of the rest of the READ). mlx5
+                    // adapters place READ responses out of order the same way under
+                    // adaptive routing (rdma-core `mlx5dv_create_qp(3)`,
+                    // MLX5DV_QP_CREATE_OOO_DP); the wire protocol is unchanged.
+                    if let Some(d) = &w.data {
+                        d.write(off, data);
+                    }
+                    if ahead > 0 {
+                        ctx.counters.rx_read_out_of_order += 1;
+                        self.read_ahead.insert(k);
+                        // A response is missing, or late: wait for it, then ask
+                        // again from the gap.
+                        self.implied_nak(ctx);
+                        break;
+                    }
+                    let mut next = k + 1;
+                    while self.read_ahead.remove(&next) {
+                        next += 1;
+                    }
+                    if next >= w.npkts {
+                        self.complete_front(WcStatus::Success, ctx);
+                    } else {
+                        self.comp_psn = w.first_psn.add(next);
+                    }
+                }
+                (Opcode::RC_ATOMIC_ACKNOWLEDGE, _) => {
+                    let ok = matches!(
+                        w.wr.opcode,
+                        WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd
+                    ) && psn == w.first_psn;
+                    match pkt.atomic_ack_eth() {
+                        Some(a) if ok => {
+                            if let Some(d) = &w.data {
+                                d.write(0, &a.orig().to_ne_bytes());
+                            }
+                            self.complete_front(WcStatus::Success, ctx);
+                        }
+                        _ => {
+                            ctx.counters.rx_ghost_responses += 1;
+                            wake.transmit = false;
+                        }
+                    }
+                }
+                _ => {
+                    ctx.counters.rx_ghost_responses += 1;
+                    wake.transmit = false;
+                }
+            }
+            break;
+        }
+        if (self.comp_psn, self.sq.len()) != before {
+            // Progress: the retry budget is restored (IBTA 9.7.6.1.4; rxe
+            // `reset_retry_counters` on every valid response), so only consecutive
+            // fruitless retries count; a new gap may start a new retry.
+            self.retry_left = self.attr.retry_cnt;
+            self.nak_retry = false;
+            self.timers.stop(QpTimer::Reorder);
+            self.stale_rearms = 0;
+            self.probes_sent = 0;
+            let full = self.win(ctx);
+            self.grow_window(self.comp_psn.forward_from(before.0), full);
+            if let Some((gap, at)) = self.reorder_retry_at.take() {
+                // The gap re-requested after the reordering window filled sooner than
+                // the re-request could be answered: the original was only late.
+                let srtt = self.rtt.srtt().unwrap_or(0);
+                if gap.is_before(self.comp_psn) && ctx.now.saturating_sub(at) < srtt / 2 {
+                    self.rtt.reordering_seen();
+                }
+            }
+            if let Some((p, at)) = self.rtt_sample {
+                if p.is_before(self.comp_psn) {
+                    // Answered, and sent once: an RTT sample (RFC 6298, Karn).
+                    self.rtt.update(ctx.now.saturating_sub(at));
+                    self.rtt_sample = None;
+                }
+            }
+            self.after_probe(ctx);
+            self.unacked_since = (self.sent_psn_end != self.comp_psn).then_some(ctx.now);
+            if !self.needs_nudge() {
+                self.timers.stop(QpTimer::Nudge);
+            }
+            if !self.read_ahead.is_empty() {
+                // Another hole, with responses already past it.
+                self.implied_nak(ctx);
+            }
+            if !matches!(syndrome, Some(Syndrome::RnrNak { .. })) {
+                self.rnr_left = self.attr.rnr_retry;
+            }
+        }
+        self.rearm(ctx.now);
+        self.check_drained(ctx);
+        wake
+    }
+
+    /// Whether a tail-loss probe may go out: RC, packets unacknowledged, no RNR wait,
+    /// probes left for this stall, and a SEND/WRITE packet to probe with.
+    pub(crate) fn probe_wanted(&self) -> bool {
+        self.qp_type == QpType::Rc
+            && self.loss_recovery
+            && self.can_send()
+            && self.probes_sent < MAX_PROBES_PER_STALL
+            && self.sent_psn_end != self.comp_psn
+            && self.timers.get(QpTimer::RnrWait).is_none()
+            && self.probe_target().is_some()
+    }
+
+    /// The packet the next probe resends: the last sent for the first probe of a
+    /// stall, then the oldest unacknowledged ([`crate::qp::MAX_PROBES_PER_STALL`]), as its
+    /// WQE's index and its PSN; `None` when that packet is a READ or atomic request.
+    pub(crate) fn probe_target(&self) -> Option<(usize, Psn)> {
+        let psn = if self.probes_sent == 0 {
+            self.sent_psn_end.sub(1)
+        } else {
+            self.comp_psn
+        };
+        let idx = self
+            .sq
+            .iter()
+            .take_while(|w| w.started)
+            .position(|w| psn.in_window(w.first_psn, w.npkts))?;
+        (!self.sq[idx].is_rd_atomic()).then_some((idx, psn))
+    }
+
+    /// (Re)starts the tail-loss probe timer ([`crate::timers::Rtt::probe_ns`], doubled
+    /// for each probe already sent in this stall) while a probe may go out before the
+    /// retransmit timer, or stops it.
+    pub(crate) fn arm_probe(&mut self, now: Nanos) {
+        // Each probe of a stall waits twice as long as the one before; none is due at
+        // or after the retransmit timer.
+        let at = self
+            .probe_wanted()
+            .then(|| self.rtt.probe_ns(self.attr.timeout))
+            .flatten()
+            .map(|d| now.saturating_add(d << self.probes_sent.min(16)))
+            .filter(|&at| {
+                self.timers
+                    .get(QpTimer::Retransmit)
+                    .is_none_or(|rto| at < rto)
+            });
+        self.timers.set_opt(QpTimer::Probe, at);
+    }
+
+    /// Restarts the timers after progress, or stops them when nothing is outstanding.
+    pub(crate) fn rearm(&mut self, now: Nanos) {
+        let outstanding = self.sq.iter().take(self.sq_next.max(1)).any(|w| w.started);
+        let at = if outstanding && self.timers.get(QpTimer::RnrWait).is_none() {
+            ack_timeout_ns(self.attr.timeout).map(|d| now + d)
+        } else {
+            None
+        };
+        self.timers.set_opt(QpTimer::Retransmit, at);
+        self.arm_probe(now);
+    }
+
+    pub(crate) fn check_drained(&mut self, ctx: &mut Ctx<'_>) {
+        if self.state == QpState::Sqd && !self.sqd_notified && self.sq.iter().all(|w| !w.started) {
+            self.sqd_notified = true;
+            if self.attr.en_sqd_async_notify {
+                ctx.events.push_back(AsyncEvent::SqDrained(self.qpn));
+            }
+        }
+    }
+
+    /// Rewinds the requester to resend from `psn` (go-back-N).
+    pub(crate) fn go_back(&mut self, psn: Psn) {
+        self.noack_pkts = 0;
+        // Karn: what is sent again gives no RTT sample.
+        self.rtt_sample = None;
+        for (i, w) in self.sq.iter_mut().enumerate() {
+            if !w.started {
+                break;
+            }
+            let k = psn.forward_from(w.first_psn);
+            if k < w.npkts {
+                // (A READ asks again from the gap; an atomic is one request.)
+                w.next_pkt = if w.is_rd_atomic() && w.wr.opcode != WrOpcode::RdmaRead {
+                    0
+                } else {
+                    k
+                };
+                self.sq_next = i;
+                // Later started WQEs are resent whole, keeping their PSNs.
+                for later in self.sq.iter_mut().skip(i + 1) {
+                    if !later.started {
+                        break;
+                    }
+                    later.next_pkt = 0;
+                }
+                return;
+            }
+        }
+    }
+
+    /// A gap in READ responses, or an ACK past a READ/atomic that has not been
+    /// answered (IBTA 9.7.5.1.3 implied NAK). The response may only be late
+    /// (reordered): the first sign of the gap opens a reordering window
+    /// ([`crate::timers::Rtt::reorder_ns`]); if the gap is still open when it closes (a later
+    /// response, or the window's timer), the requester asks again from the gap, once
+    /// per gap (`retry`), with the READ's RETH moved on to it (`build_request`,
+    /// IBTA 9.7.5.1.3 / rxe `req_retry`).
+    pub(crate) fn implied_nak(&mut self, ctx: &mut Ctx<'_>) {
+        if self.nak_retry {
+            return;
+        }
+        match self.timers.get(QpTimer::Reorder) {
+            None => {
+                ctx.counters.implied_nak_waits += 1;
+                let wnd = self.rtt.reorder_ns(self.attr.timeout);
+                self.timers.set(QpTimer::Reorder, ctx.now + wnd);
+            }
+            Some(t) if t <= ctx.now => self.retry(ctx, Retry::ImpliedNak),
+            Some(_) => {}
+        }
+    }
+
+    /// The answer to a tail-loss probe has arrived (progress past the probe's PSN).
+    /// Go-back-N delivers in order, so packets sent before the probe that are still
+    /// unacknowledged now were lost (the responder dropped them behind a gap; RFC
+    /// 8985 6.1: a packet is lost once one sent after it is delivered): resend from
+    /// the gap at once rather than at the ACK timeout. Not a retry (progress was
+    /// made); once per probe, so one resend per gap per round trip.
+    fn after_probe(&mut self, ctx: &mut Ctx<'_>) {
+        let Some((psn, sent_end)) = self.probe else {
+            return;
+        };
+        if !psn.is_before(self.comp_psn) {
+            return;
+        }
+        self.probe = None;
+        let lost = self.comp_psn.is_before(sent_end)
+            && self
+                .sq
+                .front()
+                .is_some_and(|w| w.started && !w.is_rd_atomic());
+        if lost && self.state != QpState::Err {
+            ctx.counters.probe_retries += 1;
+            self.shrink_window(false);
+            self.nak_retry = true;
+            self.resend_from_gap(ctx);
+        }
+    }
+
+    /// A retry after a timeout, a sequence NAK or an implied NAK: spends one unit of
+    /// retry_cnt, or fails the oldest WQE with RETRY_EXC_ERR.
+    pub(crate) fn retry(&mut self, ctx: &mut Ctx<'_>, why: Retry) {
+        self.timers.stop(QpTimer::Reorder);
+        if why == Retry::Timeout {
+            ctx.counters.retransmit_timeouts += 1;
+            self.nak_retry = false;
+            // A new stall: probes again after the resend.
+            self.probes_sent = 0;
+        } else if self.nak_retry {
+            // One retry per gap: later packets behind the same gap are ignored until
+            // progress or a timeout (rxe `comp.started_retry`).
+            return;
+        } else {
+            self.nak_retry = true;
+        }
+        if self.retry_left == 0 {
+            self.complete_front(WcStatus::RetryExcErr, ctx);
+            return;
+        }
+        match why {
+            Retry::SeqNak => ctx.counters.nak_retries += 1,
+            Retry::ImpliedNak => {
+                ctx.counters.reorder_retries += 1;
+                self.reorder_retry_at = Some((self.comp_psn, ctx.now));
+            }
+            Retry::Timeout => {}
+        }
+        self.retry_left -= 1;
+        self.shrink_window(why == Retry::Timeout);
+        self.resend_from_gap(ctx);
+    }
+
+    /// A loss: the loss window becomes half what is outstanding (RFC 5681 3.1
+    /// `ssthresh`), or its floor after a timeout, never below [`MIN_LOSS_WINDOW`];
+    /// once per round trip of data (RFC 6582: a loss among the packets outstanding
+    /// at the last shrink is the same episode; a timeout always shrinks).
+    fn shrink_window(&mut self, timeout: bool) {
+        if !self.loss_window_on {
+            return;
+        }
+        if let Some(rp) = self.recovery_point {
+            if self.comp_psn.is_before(rp) && !timeout {
+                return;
+            }
+        }
+        self.recovery_point = Some(self.sent_psn_end);
+        let out = self.sent_psn_end.forward_from(self.comp_psn);
+        let now = self.loss_window.map_or(out, |w| w.min(out));
+        self.loss_window = Some(if timeout {
+            MIN_LOSS_WINDOW
+        } else {
+            (now / 2).max(MIN_LOSS_WINDOW)
+        });
+        self.loss_window_acked = 0;
+    }
+
+    /// `acked` PSNs acknowledged: the loss window grows by one packet per window
+    /// acknowledged (RFC 5681 3.1 congestion avoidance), and ends at `full`.
+    fn grow_window(&mut self, acked: u32, full: u32) {
+        if self
+            .recovery_point
+            .is_some_and(|rp| !self.comp_psn.is_before(rp))
+        {
+            self.recovery_point = None;
+        }
+        let Some(mut w) = self.loss_window else {
+            return;
+        };
+        self.loss_window_acked = self.loss_window_acked.saturating_add(acked);
+        while self.loss_window_acked >= w {
+            self.loss_window_acked -= w;
+            w += 1;
+        }
+        self.loss_window = (w < full).then_some(w);
+    }
+
+    /// Rewinds the requester to `comp_psn` (go-back-N), counting the packets that
+    /// will go out again, and restarts the timers.
+    fn resend_from_gap(&mut self, ctx: &mut Ctx<'_>) {
+        self.stale_rearms = 0;
+        let from = self.comp_psn;
+        // `retransmitted_packets` counts packets that went out before and will go
+        // out again (go-back-N resends from the gap what was already sent, IBTA
+        // 9.7.5.2.5): not the unsent rest of a message, and for a READ/atomic its one
+        // request packet, not the response PSNs it spans. (rxe only counts retries,
+        // `RXE_CNT_COMP_RETRY`; that is `retransmit_timeouts` + `rx_nak_seq` here.)
+        let sent = |q: &Qp| -> u32 {
+            q.sq.iter()
+                .take_while(|w| w.started)
+                .map(|w| {
+                    if w.is_rd_atomic() {
+                        w.requests_out()
+                    } else {
+                        w.next_pkt
+                    }
+                })
+                .sum()
+        };
+        let before = sent(self);
+        self.go_back(from);
+        let resent = before.saturating_sub(sent(self));
+        ctx.counters.retransmitted_packets += u64::from(resent);
+        self.rearm(ctx.now);
+    }
+}
