@@ -142,6 +142,9 @@ pub(crate) struct TxQueue {
     pub(crate) sealed: bool,
     /// Scratch for a carrier that takes part of the queue.
     pub(crate) rest: Vec<Transmit>,
+    /// The UDP carrier's send scratch (trains, messages, connected sockets): kept
+    /// with the queue, whose lock the soft device holds while a carrier sends.
+    pub(crate) udp: udp::Tx,
 }
 
 impl TxQueue {
@@ -237,8 +240,17 @@ impl Carrier for Chain {
     }
 
     fn receive(&self, budget: usize, sink: &mut dyn Sink) -> usize {
-        // Each its own budget: a flood on one must not leave another unread.
-        self.carriers.iter().map(|c| c.receive(budget, sink)).sum()
+        // Each its own budget: a flood on one must not leave another unread. Last
+        // first: the sockets' receive is a system call, which a spinning poller makes
+        // on every pass (most find nothing); made before the rings are read, a
+        // datagram found there reaches the application with no system call after it
+        // (the other way round, every same-host hop paid one: 0.5 µs of a 1.2 µs
+        // spinning half round trip).
+        self.carriers
+            .iter()
+            .rev()
+            .map(|c| c.receive(budget, sink))
+            .sum()
     }
 
     fn sleep_receive(&self, sink: &mut WithSink<'_>) -> Option<usize> {

@@ -212,7 +212,10 @@ pub(crate) fn open(info: DeviceInfo, opts: &Resolved) -> Result<Arc<Shared>> {
         engine: Mutex::new(engine),
         hub: crate::soft::events::EventHub::new()?,
         gid_table: Mutex::new(gid_table),
-        tx: Mutex::new(Default::default()),
+        tx: Mutex::new(crate::carrier::TxQueue {
+            udp: crate::carrier::udp::Tx::for_this_netns(),
+            ..Default::default()
+        }),
         app_poll_at: AtomicU64::new(0),
         flush_pending: AtomicU64::new(0),
         peer_rcvbufs: Mutex::new(std::collections::HashMap::new()),

@@ -63,7 +63,7 @@ struct Rx {
 
 /// The send side's scratch, kept from call to call so a send allocates nothing.
 #[derive(Default)]
-struct Tx {
+pub(crate) struct Tx {
     /// Indices (into the queue) of one socket's datagrams.
     mine: Vec<usize>,
     /// Their order in the trains (an ACK may swap places with the request after it).
@@ -74,6 +74,17 @@ struct Tx {
     scratch: sys::SendScratch,
     /// The peers' connected sockets (`conn.rs`).
     conn: ConnTx,
+}
+
+impl Tx {
+    /// The scratch of a device opened on this thread: the connected sockets are made
+    /// in this thread's network namespace, as the device's own sockets are.
+    pub(crate) fn for_this_netns() -> Tx {
+        Tx {
+            conn: ConnTx::for_this_netns(),
+            ..Tx::default()
+        }
+    }
 }
 
 /// How a [`Udp`] carrier is set up.
@@ -120,7 +131,6 @@ pub(crate) struct Udp {
     /// contexts on the same kernel, set it as we do).
     swap_acks: bool,
     rx: Mutex<Rx>,
-    tx: Mutex<Tx>,
     /// Set when a sleep woke with no socket readable (a doorbell of another carrier):
     /// the next receive leaves the sockets alone.
     skip_once: AtomicBool,
@@ -193,12 +203,6 @@ impl Udp {
                 poll: Vec::new(),
                 socks: Arc::new(Vec::new()),
                 socks_gen: u64::MAX,
-            }),
-            // The connected sockets are made in the namespace of the thread that
-            // opens the device, as its own sockets are.
-            tx: Mutex::new(Tx {
-                conn: ConnTx::for_this_netns(),
-                ..Tx::default()
             }),
             skip_once: AtomicBool::new(false),
         };
@@ -583,7 +587,8 @@ impl Carrier for Udp {
 
     fn send(&self, q: &mut TxQueue, _now: Nanos) {
         // The last carrier: everything left leaves here (or is lost: no socket).
-        let mut tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
+        // (The send scratch rides in the queue, under the soft device's lock.)
+        let tx = &mut q.udp;
         let n = q.queue.len();
         let mut left = vec![None; if q.log { n } else { 0 }];
         if q.sealed {
@@ -594,7 +599,7 @@ impl Carrier for Udp {
                 }
             }
         } else {
-            self.send_all(&mut q.queue, &mut tx, q.log, &mut left);
+            self.send_all(&mut q.queue, tx, q.log, &mut left);
         }
         if q.log {
             q.left.extend(left);
