@@ -7,7 +7,7 @@ use std::io;
 use std::os::fd::AsRawFd;
 
 /// Takes one message from the socket's error queue (`MSG_ERRQUEUE`, non-blocking) into
-/// `buf`: with [`crate::udp::set_tx_loop`], a looped copy of a sent datagram. Returns its length
+/// `buf`: with `set_tx_loop` (the `udp` module), a looped copy of a sent datagram. Returns its length
 /// (cut to `buf`).
 pub fn recv_error_queue(fd: &impl AsRawFd, buf: &mut [u8]) -> io::Result<usize> {
     let mut ctl = [0u64; 32];

@@ -72,15 +72,6 @@ impl Faults {
         }
         Ok(f)
     }
-
-    /// The faults `RVERBS_FAULTS` asks for, if it is set and not empty. The error is
-    /// [`Faults::parse`]'s, which names the bad item (not the variable: callers add it,
-    /// as [`crate::OpenOptions::from_env`] does).
-    pub fn from_env() -> Result<Option<Faults>, String> {
-        crate::device::options::var("RVERBS_FAULTS")
-            .map(|spec| Faults::parse(&spec))
-            .transpose()
-    }
 }
 
 /// How many datagrams each fault touched.
