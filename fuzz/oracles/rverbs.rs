@@ -41,22 +41,22 @@ pub fn grh_ah(data: &[u8]) {
     };
     assert!(ctl & 1 != 0, "an AH without the GRH flag");
     let entry = table
-        .query_ex(1, ah.sgid_index.into(), 0)
+        .query_ex(1, ah.av.sgid_index.into(), 0)
         .expect("the AH's sgid_index names a valid entry");
     match version.expect("an AH from an area of unknown version") {
         4 => {
             let ip = &area[20..40];
             assert_eq!(entry.gid, Gid::from(Ipv4Addr::new(ip[16], ip[17], ip[18], ip[19])));
-            assert_eq!(ah.dgid, Gid::from(Ipv4Addr::new(ip[12], ip[13], ip[14], ip[15])));
-            assert_eq!((ah.hop_limit, ah.traffic_class), (ip[8], ip[1]));
+            assert_eq!(ah.av.dgid, Gid::from(Ipv4Addr::new(ip[12], ip[13], ip[14], ip[15])));
+            assert_eq!((ah.av.hop_limit, ah.av.traffic_class), (ip[8], ip[1]));
         }
         _ => {
             assert_eq!(&entry.gid.octets()[..], &area[24..40]);
-            assert_eq!(&ah.dgid.octets()[..], &area[8..24]);
-            assert_eq!(ah.hop_limit, area[7]);
+            assert_eq!(&ah.av.dgid.octets()[..], &area[8..24]);
+            assert_eq!(ah.av.hop_limit, area[7]);
             let word = u32::from_be_bytes([area[0], area[1], area[2], area[3]]);
-            assert_eq!(ah.traffic_class, (word >> 20) as u8);
-            assert!(!ah.dgid.is_multicast() || !entry.gid.is_multicast());
+            assert_eq!(ah.av.traffic_class, (word >> 20) as u8);
+            assert!(!ah.av.dgid.is_multicast() || !entry.gid.is_multicast());
         }
     }
 }

@@ -19,8 +19,8 @@
 //! IPv4 and IPv6.
 
 use rverbs::{
-    device, AccessFlags, AhAttrs, ConnectOpts, Gid, Mtu, PeerInfo, QpInitAttr, QpType, SendRequest,
-    Wc, WcStatus,
+    device, AccessFlags, AddressVector, AhAttr, ConnectOpts, Gid, Mtu, PeerInfo, QpInitAttr,
+    QpType, SendRequest, Wc, WcStatus,
 };
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
@@ -369,12 +369,15 @@ pub fn run<W: Write>(o: &Opts, out: &mut W) -> Result<(), String> {
     // received datagram instead.
     let mut ah = if ud && !from_wc {
         Some(
-            pd.create_ah(&AhAttrs {
-                dgid: rem.gid,
-                sgid_index: sgid,
-                hop_limit: o.hop_limit,
-                traffic_class: o.traffic_class,
-                flow_label: 0,
+            pd.create_ah(&AhAttr {
+                av: AddressVector {
+                    dgid: rem.gid,
+                    sgid_index: sgid,
+                    hop_limit: o.hop_limit,
+                    traffic_class: o.traffic_class,
+                    flow_label: 0,
+                },
+                port_num: 1,
             })
             .map_err(e)?,
         )
@@ -453,11 +456,11 @@ pub fn run<W: Write>(o: &Opts, out: &mut W) -> Result<(), String> {
                             w(writeln!(
                                 out,
                                 "  reply AH: sgid_index {}, dgid {}, hop_limit {}, traffic_class {}, flow_label 0x{:05x}, remote QPN 0x{:06x}",
-                                attr.sgid_index,
-                                attr.dgid,
-                                attr.hop_limit,
-                                attr.traffic_class,
-                                attr.flow_label,
+                                attr.av.sgid_index,
+                                attr.av.dgid,
+                                attr.av.hop_limit,
+                                attr.av.traffic_class,
+                                attr.av.flow_label,
                                 wc.src_qp
                             ))?;
                             shown = true;

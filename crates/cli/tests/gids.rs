@@ -10,6 +10,7 @@
 mod common;
 
 use common::*;
+use rverbs::AddressVector;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -220,15 +221,18 @@ fn live_child() {
     wait_for(&ctx, "after adding", |t| rows(t) == after_add);
     // An entry in use by an AH stays until the AH goes: its slot is not reused.
     let pd = ctx.alloc_pd().unwrap();
-    let attrs = rverbs::AhAttrs {
-        dgid: "::ffff:192.168.7.1"
-            .parse::<std::net::Ipv6Addr>()
-            .unwrap()
-            .into(),
-        sgid_index: 3,
-        hop_limit: 64,
-        traffic_class: 0,
-        flow_label: 0,
+    let attrs = rverbs::AhAttr {
+        av: AddressVector {
+            dgid: "::ffff:192.168.7.1"
+                .parse::<std::net::Ipv6Addr>()
+                .unwrap()
+                .into(),
+            sgid_index: 3,
+            hop_limit: 64,
+            traffic_class: 0,
+            flow_label: 0,
+        },
+        port_num: 1,
     };
     let ah = pd.create_ah(&attrs).unwrap();
     ip_here(&["addr", "del", "192.168.7.9/24", "dev", "eth0"]);

@@ -228,6 +228,23 @@ pub struct AhAttr {
     pub port_num: u8,
 }
 
+impl AhAttr {
+    /// Towards `dgid` from the source GID at `sgid_index` of port 1, with hop limit 64,
+    /// traffic class 0 and flow label 0.
+    pub fn to(dgid: rverbs_wire::grh::Gid, sgid_index: u8) -> AhAttr {
+        AhAttr {
+            av: AddressVector {
+                dgid,
+                sgid_index,
+                hop_limit: 64,
+                traffic_class: 0,
+                flow_label: 0,
+            },
+            port_num: 1,
+        }
+    }
+}
+
 /// The fields of `struct ibv_qp_attr` that a RoCE soft device uses. Only the fields named
 /// by the accompanying [`QpAttrMask`] are read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -11,7 +11,7 @@
 mod common;
 use common::*;
 use rverbs::{
-    AccessFlags, AhAttrs, ConnectOpts, PeerInfo, QpInitAttr, QpType, RemoteBuf, SendRequest,
+    AccessFlags, AhAttr, ConnectOpts, PeerInfo, QpInitAttr, QpType, RemoteBuf, SendRequest,
     WcOpcode,
 };
 use std::time::Duration;
@@ -61,7 +61,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         },
     };
     let (mut oob, theirs) = Oob::exchange(role, &mine)?;
-    let ah = pd.create_ah(&AhAttrs::to(theirs.peer.gid, opts.sgid_index))?;
+    let ah = pd.create_ah(&AhAttr::to(theirs.peer.gid, opts.sgid_index))?;
     oob.send("ready")?;
     oob.recv()?;
 

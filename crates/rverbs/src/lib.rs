@@ -125,9 +125,9 @@ pub use rverbs_raw::{RawStats, IBV_DEVICE_MANAGED_FLOW_STEERING, IBV_DEVICE_RAW_
 pub use rverbs_wire::grh::Gid;
 pub use tap::faults::{FaultStats, Faults};
 pub use verbs::{
-    ah_attrs_from_grh, eth_width_speed, grh_ip_version, AccessFlags, Ah, AhAttrs, AsyncEvent,
-    CompChannel, ConnectOpts, Context, Cq, DeviceAttr, Flow, LocalBuf, Mr, Pd, PeerInfo, PortAttr,
-    PortState, Qp, QpInitAttr, QpModify, RemoteBuf, RoceV1Stats, SendRequest, Srq, SrqInitAttr,
+    ah_attrs_from_grh, eth_width_speed, grh_ip_version, AccessFlags, Ah, AsyncEvent, CompChannel,
+    ConnectOpts, Context, Cq, DeviceAttr, Flow, LocalBuf, Mr, Pd, PeerInfo, PortAttr, PortState,
+    Qp, QpInitAttr, QpModify, RemoteBuf, RoceV1Stats, SendRequest, Srq, SrqInitAttr,
     DEVICE_BAD_PKEY_CNTR, DEVICE_BAD_QKEY_CNTR, DEVICE_CAP_NAMES, DEVICE_RC_RNR_NAK_GEN,
     DEVICE_SYS_IMAGE_GUID, MULTICAST_QPN,
 };

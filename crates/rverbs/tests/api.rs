@@ -203,7 +203,7 @@ fn typed_modify_connects_and_rejects_bad_transitions() {
         .unwrap();
         q.modify(
             &QpModify::to(QpState::Rtr)
-                .path(AhAttrs::to(peer.ctx.gid(1).unwrap(), 1))
+                .path(AhAttr::to(peer.ctx.gid(1).unwrap(), 1))
                 .path_mtu(Mtu::M1024)
                 .dest_qpn(peer.qp.qp_num())
                 .rq_psn(0x100)

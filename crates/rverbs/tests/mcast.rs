@@ -72,12 +72,15 @@ fn run(dev: DeviceInfo, group: Gid) {
         a.ctx.gid_index_for(true).unwrap()
     };
     let ah =
-        a.pd.create_ah(&AhAttrs {
-            dgid: group,
-            sgid_index: sgid,
-            hop_limit: 2,
-            traffic_class: 0,
-            flow_label: 0,
+        a.pd.create_ah(&AhAttr {
+            av: AddressVector {
+                dgid: group,
+                sgid_index: sgid,
+                hop_limit: 2,
+                traffic_class: 0,
+                flow_label: 0,
+            },
+            port_num: 1,
         })
         .unwrap();
     // The driver threads pick up the new group sockets on their next wake-up.
@@ -299,12 +302,15 @@ fn mcast_child() {
     } else {
         let a = ud(device(Some("rv_veth0")).unwrap().open().unwrap());
         let ah =
-            a.pd.create_ah(&AhAttrs {
-                dgid: group,
-                sgid_index: 1,
-                hop_limit: 3,
-                traffic_class: 0,
-                flow_label: 0,
+            a.pd.create_ah(&AhAttr {
+                av: AddressVector {
+                    dgid: group,
+                    sgid_index: 1,
+                    hop_limit: 3,
+                    traffic_class: 0,
+                    flow_label: 0,
+                },
+                port_num: 1,
             })
             .unwrap();
         // Send until the receiver (in the other namespace) has had time to join.

@@ -277,12 +277,15 @@ fn ud_ping_pong(ca: &Context, a: &UdEnd, aa: IpAddr, cb: &Context, b: &UdEnd, ab
     b.qp.post_recv(1, &[b.mr.all()]).unwrap();
     a.qp.post_recv(1, &[a.mr.all()]).unwrap();
     let ah =
-        a.pd.create_ah(&AhAttrs {
-            dgid: gid(ab),
-            sgid_index: v2_index(ca, aa),
-            hop_limit: 9,
-            traffic_class: 0x20,
-            flow_label: 0x1_2345,
+        a.pd.create_ah(&AhAttr {
+            av: AddressVector {
+                dgid: gid(ab),
+                sgid_index: v2_index(ca, aa),
+                hop_limit: 9,
+                traffic_class: 0x20,
+                flow_label: 0x1_2345,
+            },
+            port_num: 1,
         })
         .unwrap();
     a.mr.write(40, b"ping over raw RoCE v2");
@@ -299,10 +302,10 @@ fn ud_ping_pong(ca: &Context, a: &UdEnd, aa: IpAddr, cb: &Context, b: &UdEnd, ab
     assert_eq!(&b.mr.to_vec()[40..61], b"ping over raw RoCE v2");
     let grh = b.mr.with(|m| m[..40].to_vec());
     let attr = cb.init_ah_from_wc(1, &wc, &grh).unwrap();
-    assert_eq!(attr.sgid_index, v2_index(cb, ab));
-    assert_eq!(attr.dgid, gid(aa));
+    assert_eq!(attr.av.sgid_index, v2_index(cb, ab));
+    assert_eq!(attr.av.dgid, gid(aa));
     // The real IP header: TTL / hop limit and TOS / traffic class as sent.
-    assert_eq!((attr.hop_limit, attr.traffic_class), (9, 0x20));
+    assert_eq!((attr.av.hop_limit, attr.av.traffic_class), (9, 0x20));
     let reply = b.pd.create_ah_from_wc(1, &wc, &grh).unwrap();
     b.mr.write(40, b"pong");
     b.qp.post_send(&SendRequest::send(3, &[b.mr.slice(40..44)]).to(&reply, wc.src_qp, 0x1111_1111))
@@ -576,12 +579,15 @@ fn multicast_ud_over_raw() {
     b.qp.post_recv(1, &[b.mr.all()]).unwrap();
     a2.qp.post_recv(1, &[a2.mr.all()]).unwrap();
     let ah =
-        a.pd.create_ah(&AhAttrs {
-            dgid: group,
-            sgid_index: v2_index(&ca, n.addr[0]),
-            hop_limit: 1,
-            traffic_class: 0,
-            flow_label: 0,
+        a.pd.create_ah(&AhAttr {
+            av: AddressVector {
+                dgid: group,
+                sgid_index: v2_index(&ca, n.addr[0]),
+                hop_limit: 1,
+                traffic_class: 0,
+                flow_label: 0,
+            },
+            port_num: 1,
         })
         .unwrap();
     a.mr.write(40, b"to the group");
@@ -645,12 +651,15 @@ fn pcap_of_the_raw_path_is_real_ethernet() {
         let v1 = ca.find_gid_index(&gid(n.addr[0]), GidType::RoceV1).unwrap();
         let ah = ua
             .pd
-            .create_ah(&AhAttrs {
-                dgid: gid(n.addr[1]),
-                sgid_index: u8::try_from(v1).unwrap(),
-                hop_limit: 3,
-                traffic_class: 0,
-                flow_label: 0,
+            .create_ah(&AhAttr {
+                av: AddressVector {
+                    dgid: gid(n.addr[1]),
+                    sgid_index: u8::try_from(v1).unwrap(),
+                    hop_limit: 3,
+                    traffic_class: 0,
+                    flow_label: 0,
+                },
+                port_num: 1,
             })
             .unwrap();
         ub.qp.post_recv(7, &[ub.mr.all()]).unwrap();

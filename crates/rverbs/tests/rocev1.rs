@@ -231,12 +231,15 @@ fn ud_ping_pong_over_v1_with_init_ah_from_wc() {
     qpb.post_recv(1, &[mrb.all()]).unwrap();
     qpa.post_recv(1, &[mra.all()]).unwrap();
     let ah = pa
-        .create_ah(&AhAttrs {
-            dgid: Gid::from(n.addr[1]),
-            sgid_index: va,
-            hop_limit: 5,
-            traffic_class: 0x20,
-            flow_label: 0x1_2345,
+        .create_ah(&AhAttr {
+            av: AddressVector {
+                dgid: Gid::from(n.addr[1]),
+                sgid_index: va,
+                hop_limit: 5,
+                traffic_class: 0x20,
+                flow_label: 0x1_2345,
+            },
+            port_num: 1,
         })
         .unwrap();
     mra.write(40, b"ping over RoCE v1");
@@ -253,10 +256,10 @@ fn ud_ping_pong_over_v1_with_init_ah_from_wc() {
     assert_eq!(&grh[8..24], &Gid::from(n.addr[0]).octets());
     assert_eq!(&grh[24..40], &Gid::from(n.addr[1]).octets());
     let attr = b.init_ah_from_wc(1, &wc, &grh).unwrap();
-    assert_eq!(attr.sgid_index, vb, "the v1 entry of b's address");
-    assert_eq!(attr.dgid, Gid::from(n.addr[0]));
+    assert_eq!(attr.av.sgid_index, vb, "the v1 entry of b's address");
+    assert_eq!(attr.av.dgid, Gid::from(n.addr[0]));
     assert_eq!(
-        (attr.hop_limit, attr.traffic_class, attr.flow_label),
+        (attr.av.hop_limit, attr.av.traffic_class, attr.av.flow_label),
         (5, 0x20, 0x1_2345)
     );
     // b answers through an AH built from the completion: v1 again.
@@ -270,7 +273,10 @@ fn ud_ping_pong_over_v1_with_init_ah_from_wc() {
     assert_eq!(&mra.to_vec()[40..44], b"pong");
     let grh_a = mra.with(|m| m[..40].to_vec());
     assert_eq!(grh_a[6], 0x1b);
-    assert_eq!(a.init_ah_from_wc(1, &wc_a, &grh_a).unwrap().sgid_index, va);
+    assert_eq!(
+        a.init_ah_from_wc(1, &wc_a, &grh_a).unwrap().av.sgid_index,
+        va
+    );
     let (sa, sb) = (a.roce_v1_stats().unwrap(), b.roce_v1_stats().unwrap());
     assert_eq!((sa.tx_frames, sa.rx_frames), (1, 1), "{sa:?}");
     assert_eq!((sb.tx_frames, sb.rx_frames), (1, 1), "{sb:?}");
@@ -294,12 +300,15 @@ fn no_neighbour_is_counted_not_sent() {
     // 10.231.x.77 has no neighbour entry.
     let o = n.addr[1].octets();
     let ah = pd
-        .create_ah(&AhAttrs {
-            dgid: Gid::from(Ipv4Addr::new(o[0], o[1], o[2], 77)),
-            sgid_index: v1_index(&a, n.addr[0]),
-            hop_limit: 64,
-            traffic_class: 0,
-            flow_label: 0,
+        .create_ah(&AhAttr {
+            av: AddressVector {
+                dgid: Gid::from(Ipv4Addr::new(o[0], o[1], o[2], 77)),
+                sgid_index: v1_index(&a, n.addr[0]),
+                hop_limit: 64,
+                traffic_class: 0,
+                flow_label: 0,
+            },
+            port_num: 1,
         })
         .unwrap();
     qp.post_send(&SendRequest::send(1, &[mr.slice(0..4)]).to(&ah, 0x99, 0x1111_1111))

@@ -418,12 +418,15 @@ fn a_full_ring_drops_and_counts_without_blocking_the_sender() {
     let mr = pd.reg_mr(4000, AccessFlags::LOCAL_WRITE).unwrap();
     connect_nobody(&qp);
     let ah = pd
-        .create_ah(&AhAttrs {
-            dgid: Gid::from(ip4),
-            sgid_index: 1,
-            hop_limit: 64,
-            traffic_class: 0,
-            flow_label: 0,
+        .create_ah(&AhAttr {
+            av: AddressVector {
+                dgid: Gid::from(ip4),
+                sgid_index: 1,
+                hop_limit: 64,
+                traffic_class: 0,
+                flow_label: 0,
+            },
+            port_num: 1,
         })
         .unwrap();
     let start = Instant::now();

@@ -64,7 +64,7 @@ fn flows_on_ud_qps_steer_roce_datagrams_by_outer_headers() {
     let c = ud(&rx_ctx, &rx_pd);
     let tx_ip = tx_ctx.gid(1).unwrap().to_ipv4_mapped().unwrap();
     let ah = tx_pd
-        .create_ah(&AhAttrs::to(rx_ctx.gid(1).unwrap(), 1))
+        .create_ah(&AhAttr::to(rx_ctx.gid(1).unwrap(), 1))
         .unwrap();
     let mut n = 0u8;
     // Sends one datagram to A; returns its payload.
@@ -195,7 +195,7 @@ fn a_corrupted_datagram_is_one_icrc_error_before_steering() {
     let _flow = c.create_flow(&monitor).unwrap();
     let ah = tx
         .pd
-        .create_ah(&AhAttrs::to(rx.ctx.gid(1).unwrap(), 1))
+        .create_ah(&AhAttr::to(rx.ctx.gid(1).unwrap(), 1))
         .unwrap();
     let before = rx.ctx.counters().rx_icrc_errors;
     let qkey = ConnectOpts::default().qkey;

@@ -32,12 +32,15 @@ fn ttl_and_tos_travel_and_come_back_through_create_ah_from_wc() {
     a.qp.post_recv(1, &[a.mr.all()]).unwrap();
     // a → b with TTL 7 and TOS 0x48.
     let ah =
-        a.pd.create_ah(&AhAttrs {
-            dgid: gb,
-            sgid_index: 1,
-            hop_limit: 7,
-            traffic_class: 0x48,
-            flow_label: 0,
+        a.pd.create_ah(&AhAttr {
+            av: AddressVector {
+                dgid: gb,
+                sgid_index: 1,
+                hop_limit: 7,
+                traffic_class: 0x48,
+                flow_label: 0,
+            },
+            port_num: 1,
         })
         .unwrap();
     a.mr.write(40, b"ping");
@@ -56,9 +59,9 @@ fn ttl_and_tos_travel_and_come_back_through_create_ah_from_wc() {
     assert_eq!(&grh[..20], &[0u8; 20]);
     assert_eq!((grh[20 + 8], grh[20 + 1]), (7, 0x48));
     let attr = b.ctx.init_ah_from_wc(1, &wc, &grh).unwrap();
-    assert_eq!(attr.dgid, ga);
-    assert_eq!(b.ctx.gid(attr.sgid_index), Some(gb));
-    assert_eq!((attr.hop_limit, attr.traffic_class), (7, 0x48));
+    assert_eq!(attr.av.dgid, ga);
+    assert_eq!(b.ctx.gid(attr.av.sgid_index), Some(gb));
+    assert_eq!((attr.av.hop_limit, attr.av.traffic_class), (7, 0x48));
     assert_eq!(
         b.ctx.init_ah_from_wc(2, &wc, &grh).unwrap_err().errno(),
         22,
@@ -77,7 +80,7 @@ fn ttl_and_tos_travel_and_come_back_through_create_ah_from_wc() {
     let grh_a = a.mr.with(|m| m[..40].to_vec());
     let back = a.ctx.init_ah_from_wc(1, &wc_a, &grh_a).unwrap();
     assert_eq!(
-        (back.dgid, back.hop_limit, back.traffic_class),
+        (back.av.dgid, back.av.hop_limit, back.av.traffic_class),
         (gb, 7, 0x48)
     );
     drop(reply);
@@ -120,12 +123,15 @@ fn gid_queries_on_an_open_context() {
     assert_eq!(ctx.find_gid_index(&e.gid, GidType::RoceV1), None);
     // An AH or a QP path may not use an empty slot.
     let pd = ctx.alloc_pd().unwrap();
-    let bad = AhAttrs {
-        dgid: e.gid,
-        sgid_index: 200,
-        hop_limit: 64,
-        traffic_class: 0,
-        flow_label: 0,
+    let bad = AhAttr {
+        av: AddressVector {
+            dgid: e.gid,
+            sgid_index: 200,
+            hop_limit: 64,
+            traffic_class: 0,
+            flow_label: 0,
+        },
+        port_num: 1,
     };
     assert_eq!(pd.create_ah(&bad).err().map(|e| e.errno()), Some(22));
 }
@@ -141,12 +147,15 @@ fn ttl_and_tos_are_reported_again_after_the_last_ud_qp_is_recreated() {
     let gb = ctx_b.gid(1).unwrap();
     let send_to = |qpn: u32, tag: u64| {
         let ah =
-            a.pd.create_ah(&AhAttrs {
-                dgid: gb,
-                sgid_index: 1,
-                hop_limit: 9,
-                traffic_class: 0x20,
-                flow_label: 0,
+            a.pd.create_ah(&AhAttr {
+                av: AddressVector {
+                    dgid: gb,
+                    sgid_index: 1,
+                    hop_limit: 9,
+                    traffic_class: 0x20,
+                    flow_label: 0,
+                },
+                port_num: 1,
             })
             .unwrap();
         a.qp.post_send(&SendRequest::send(tag, &[a.mr.slice(40..44)]).to(&ah, qpn, 0x1111_1111))

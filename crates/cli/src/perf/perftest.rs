@@ -23,7 +23,7 @@
 
 use super::{Kind, Lat, Op, Opts, Report, Side, STALL};
 use rverbs::{
-    device, AccessFlags, Ah, AhAttrs, ConnectOpts, Context, Cq, Gid, Mr, Mtu, Pd, PeerInfo, Qp,
+    device, AccessFlags, Ah, AhAttr, ConnectOpts, Context, Cq, Gid, Mr, Mtu, Pd, PeerInfo, Qp,
     QpInitAttr, QpType, RemoteBuf, SendRequest, Wc, WcOpcode, WcStatus,
 };
 use std::io::{Read, Write};
@@ -626,7 +626,7 @@ fn setup(o: &Opts, tool: Tool, max_size: usize) -> Result<Conn, String> {
         // The first key exchange, one per QP.
         let rem = oob.hand_shake(&me)?;
         let ah = if ud {
-            Some(pd.create_ah(&AhAttrs::to(rem.gid, sgid)).map_err(e)?)
+            Some(pd.create_ah(&AhAttr::to(rem.gid, sgid)).map_err(e)?)
         } else {
             None
         };

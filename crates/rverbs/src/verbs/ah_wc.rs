@@ -27,8 +27,9 @@
 //! EINVAL (`sgid_index` is 8 bits; C would truncate it).
 
 use crate::gid::{GidTable, GidType};
-use crate::verbs::{Ah, AhAttrs, Pd};
+use crate::verbs::{Ah, AhAttr, Pd};
 use crate::{Context, Error, Result};
+use rverbs_engine::AddressVector;
 use rverbs_engine::{Errno, VerbError, Wc, WcFlags};
 use rverbs_wire::grh::{Gid, GRH_LEN, NEXT_HEADER_BTH};
 use rverbs_wire::ipv4::{Ipv4Packet, PROTO_UDP};
@@ -75,7 +76,7 @@ fn index_u8(i: u32) -> Result<u8> {
 
 /// The AH attributes that answer the sender of a UD receive (`ibv_init_ah_from_wc`
 /// on one port's table; see the module documentation for the rules and errors).
-pub fn ah_attrs_from_grh(table: &GidTable, wc: &Wc, grh: &[u8]) -> Result<AhAttrs> {
+pub fn ah_attrs_from_grh(table: &GidTable, wc: &Wc, grh: &[u8]) -> Result<AhAttr> {
     if !wc.wc_flags.contains(WcFlags::GRH) {
         return Err(fail(
             Errno::Inval,
@@ -95,12 +96,15 @@ pub fn ah_attrs_from_grh(table: &GidTable, wc: &Wc, grh: &[u8]) -> Result<AhAttr
         }
         let sgid = Gid::from(ip4.dst_addr());
         let idx = table.find(&sgid, GidType::RoceV2).ok_or_else(not_found)?;
-        return Ok(AhAttrs {
-            dgid: Gid::from(ip4.src_addr()),
-            sgid_index: index_u8(idx)?,
-            hop_limit: ip4.ttl(),
-            traffic_class: ip4.tos(),
-            flow_label,
+        return Ok(AhAttr {
+            av: AddressVector {
+                dgid: Gid::from(ip4.src_addr()),
+                sgid_index: index_u8(idx)?,
+                hop_limit: ip4.ttl(),
+                traffic_class: ip4.tos(),
+                flow_label,
+            },
+            port_num: 1,
         });
     }
     let mut dgid = [0u8; 16];
@@ -125,12 +129,15 @@ pub fn ah_attrs_from_grh(table: &GidTable, wc: &Wc, grh: &[u8]) -> Result<AhAttr
     let mut sgid = [0u8; 16];
     sgid.copy_from_slice(&grh[8..24]);
     let word = u32::from_be_bytes([grh[0], grh[1], grh[2], grh[3]]);
-    Ok(AhAttrs {
-        dgid: Gid(sgid),
-        sgid_index: index_u8(idx)?,
-        hop_limit: grh[7],
-        traffic_class: (word >> 20) as u8,
-        flow_label,
+    Ok(AhAttr {
+        av: AddressVector {
+            dgid: Gid(sgid),
+            sgid_index: index_u8(idx)?,
+            hop_limit: grh[7],
+            traffic_class: (word >> 20) as u8,
+            flow_label,
+        },
+        port_num: 1,
     })
 }
 
@@ -141,7 +148,7 @@ impl Context {
     /// EPROTONOSUPPORT for a header that is neither IPv4 nor IPv6 or an unknown next
     /// header, EINVAL for a multicast destination or when no local GID of the right type
     /// matches the destination.
-    pub fn init_ah_from_wc(&self, port_num: u8, wc: &Wc, grh: &[u8]) -> Result<AhAttrs> {
+    pub fn init_ah_from_wc(&self, port_num: u8, wc: &Wc, grh: &[u8]) -> Result<AhAttr> {
         if port_num != 1 {
             return Err(fail(Errno::Inval, "no such port"));
         }
@@ -217,7 +224,7 @@ mod tests {
         a
     }
 
-    fn errno(r: Result<AhAttrs>) -> i32 {
+    fn errno(r: Result<AhAttr>) -> i32 {
         r.unwrap_err().errno()
     }
 
@@ -225,16 +232,24 @@ mod tests {
     fn ipv4_area() {
         let a =
             ah_attrs_from_grh(&vm2(), &wc(), &v4_area("10.77.0.2", "10.77.0.3", 17, 0x2e)).unwrap();
-        assert_eq!(a.dgid, Gid::from(Ipv4Addr::new(10, 77, 0, 2)));
+        assert_eq!(a.av.dgid, Gid::from(Ipv4Addr::new(10, 77, 0, 2)));
         assert_eq!(
-            (a.sgid_index, a.hop_limit, a.traffic_class, a.flow_label),
+            (
+                a.av.sgid_index,
+                a.av.hop_limit,
+                a.av.traffic_class,
+                a.av.flow_label
+            ),
             (1, 17, 0x2e, 0)
         );
         // A version-6 nibble in front of a valid IPv4 header: still IPv4.
         let mut b = v4_area("10.77.0.2", "10.77.0.3", 1, 0);
         b[0] = 0x60;
         assert_eq!(grh_ip_version(&b).unwrap(), 4);
-        assert_eq!(ah_attrs_from_grh(&vm2(), &wc(), &b).unwrap().sgid_index, 1);
+        assert_eq!(
+            ah_attrs_from_grh(&vm2(), &wc(), &b).unwrap().av.sgid_index,
+            1
+        );
         // ... but with a broken checksum it is read as IPv6 (and finds nothing).
         b[30] ^= 0xff;
         assert_eq!(grh_ip_version(&b).unwrap(), 6);
@@ -245,9 +260,17 @@ mod tests {
         let area = v6_area("fd00:77::2", "fd00:77::3", 9, 0xb8, 0xabcde, 17);
         assert_eq!(grh_ip_version(&area).unwrap(), 6);
         let a = ah_attrs_from_grh(&vm2(), &wc(), &area).unwrap();
-        assert_eq!(a.dgid, Gid::from("fd00:77::2".parse::<Ipv6Addr>().unwrap()));
         assert_eq!(
-            (a.sgid_index, a.hop_limit, a.traffic_class, a.flow_label),
+            a.av.dgid,
+            Gid::from("fd00:77::2".parse::<Ipv6Addr>().unwrap())
+        );
+        assert_eq!(
+            (
+                a.av.sgid_index,
+                a.av.hop_limit,
+                a.av.traffic_class,
+                a.av.flow_label
+            ),
             (2, 9, 0xb8, 0xabcde)
         );
         // The default GID as destination.
@@ -257,7 +280,7 @@ mod tests {
             &v6_area("fe80::1", "fe80::5054:ff:fe77:3", 1, 0, 0, 17),
         )
         .unwrap();
-        assert_eq!(a.sgid_index, 0);
+        assert_eq!(a.av.sgid_index, 0);
     }
 
     #[test]
@@ -337,7 +360,7 @@ mod tests {
             &v6_area("::ffff:10.77.0.2", "::ffff:10.77.0.3", 1, 0, 0, 17),
         )
         .unwrap();
-        assert_eq!(a.sgid_index, 1);
+        assert_eq!(a.av.sgid_index, 1);
     }
 
     /// Classic pcap, Ethernet link type: the IP packets of every record.
@@ -390,8 +413,11 @@ mod tests {
                 vm1.clone()
             };
             let a = ah_attrs_from_grh(&table, &wc(), &area).unwrap();
-            assert_eq!(a.dgid, Gid::from(ip4.src_addr()));
-            assert_eq!((a.sgid_index, a.hop_limit, a.traffic_class), (1, 64, 0));
+            assert_eq!(a.av.dgid, Gid::from(ip4.src_addr()));
+            assert_eq!(
+                (a.av.sgid_index, a.av.hop_limit, a.av.traffic_class),
+                (1, 64, 0)
+            );
         }
     }
 
@@ -408,8 +434,11 @@ mod tests {
                 continue;
             }
             let a = ah_attrs_from_grh(&vm2(), &wc(), &area).unwrap();
-            assert_eq!(a.dgid, Gid::from("fd00:77::2".parse::<Ipv6Addr>().unwrap()));
-            assert_eq!((a.sgid_index, a.hop_limit), (2, 64));
+            assert_eq!(
+                a.av.dgid,
+                Gid::from("fd00:77::2".parse::<Ipv6Addr>().unwrap())
+            );
+            assert_eq!((a.av.sgid_index, a.av.hop_limit), (2, 64));
             seen += 1;
         }
         assert!(seen > 0);
@@ -433,9 +462,9 @@ mod tests {
             };
             let area = rverbs_engine::grh_area(&d, 32);
             let a = ah_attrs_from_grh(&vm2(), &wc(), &area).unwrap();
-            assert_eq!(a.dgid, rverbs_engine::net::ip_to_gid(ip(src)));
+            assert_eq!(a.av.dgid, rverbs_engine::net::ip_to_gid(ip(src)));
             assert_eq!(
-                (a.hop_limit, a.traffic_class, a.flow_label),
+                (a.av.hop_limit, a.av.traffic_class, a.av.flow_label),
                 (3, 0x10, d.flow_label)
             );
         }

@@ -21,7 +21,7 @@ mod qp_attr;
 mod srq;
 mod wr;
 
-pub use ah::{Ah, AhAttrs};
+pub use ah::Ah;
 pub use ah_wc::{ah_attrs_from_grh, grh_ip_version};
 pub use attrs::{
     eth_width_speed, DeviceAttr, PortAttr, PortState, DEVICE_BAD_PKEY_CNTR, DEVICE_BAD_QKEY_CNTR,
@@ -39,6 +39,7 @@ pub use pd::Pd;
 pub(crate) use pd::PdInner;
 pub use qp::{ConnectOpts, PeerInfo, Qp, QpInitAttr};
 pub use qp_attr::QpModify;
+pub use rverbs_engine::modify::AhAttr;
 pub(crate) use srq::SrqInner;
 pub use srq::{Srq, SrqInitAttr};
 pub use wr::SendRequest;

@@ -129,16 +129,25 @@ impl Pd {
         })
     }
 
-    /// `ibv_create_ah` towards `dgid` from the source GID at `sgid_index`.
-    pub fn create_ah(&self, attr: &AhAttrs) -> Result<Ah> {
+    /// `ibv_create_ah` towards `attr.av.dgid` from the source GID at
+    /// `attr.av.sgid_index` of port `attr.port_num` (1; another port is EINVAL).
+    pub fn create_ah(&self, attr: &AhAttr) -> Result<Ah> {
+        if attr.port_num != 1 {
+            return Err(rverbs_engine::VerbError::new(
+                "create_ah",
+                rverbs_engine::Errno::Inval,
+                "no such port",
+            )
+            .into());
+        }
         let shared = self.shared();
         let mut engine = shared.lock_verb("create_ah")?;
         // Checked under the engine lock, which the address re-scan holds while it
         // frees and reuses GID slots (context.rs `rescan`): checked before it, the
         // slot could be freed and given to a new address in between, and the AH would
         // silently send from that address. Lock order: engine, then the GID table.
-        self.inner.ctx.check_sgid(attr.sgid_index, "create_ah")?;
-        let id = engine.create_ah(self.inner.id, attr.av())?;
+        self.inner.ctx.check_sgid(attr.av.sgid_index, "create_ah")?;
+        let id = engine.create_ah(self.inner.id, attr.av)?;
         drop(engine);
         Ok(Ah {
             pd: self.inner.clone(),

@@ -1,7 +1,7 @@
 //! Typed `ibv_modify_qp` attributes: each setter stores one attribute and adds its bit
 //! to the mask, so safe code never writes a raw attribute mask.
 
-use crate::verbs::{AccessFlags, AhAttrs};
+use crate::verbs::AccessFlags;
 use rverbs_engine::modify::{AhAttr, QpAttr, QpAttrMask, QpCap};
 use rverbs_engine::{Mtu, QpState};
 
@@ -14,7 +14,7 @@ use rverbs_engine::{Mtu, QpState};
 ///
 /// ```no_run
 /// # fn main() -> rverbs::Result<()> {
-/// use rverbs::{AccessFlags, AhAttrs, Mtu, QpInitAttr, QpModify, QpState, QpType};
+/// use rverbs::{AccessFlags, AhAttr, Mtu, QpInitAttr, QpModify, QpState, QpType};
 /// let ctx = rverbs::device(None)?.open()?;
 /// let pd = ctx.alloc_pd()?;
 /// let cq = ctx.create_cq(16)?;
@@ -23,7 +23,7 @@ use rverbs_engine::{Mtu, QpState};
 /// qp.modify(&QpModify::to(QpState::Init).port(1).pkey_index(0).access(AccessFlags::ALL))?;
 /// qp.modify(
 ///     &QpModify::to(QpState::Rtr)
-///         .path(AhAttrs::to(peer_gid, 1))
+///         .path(AhAttr::to(peer_gid, 1))
 ///         .path_mtu(Mtu::M1024)
 ///         .dest_qpn(peer_qpn)
 ///         .rq_psn(peer_psn)
@@ -125,11 +125,8 @@ impl QpModify {
     }
 
     /// `ah_attr`: the primary path to the peer (RC/UC, towards RTR).
-    pub fn path(mut self, ah: AhAttrs) -> Self {
-        self.attr.ah_attr = Some(AhAttr {
-            av: ah.av(),
-            port_num: 1,
-        });
+    pub fn path(mut self, ah: AhAttr) -> Self {
+        self.attr.ah_attr = Some(ah);
         self.mask |= QpAttrMask::AV;
         self
     }
