@@ -60,6 +60,13 @@ fn unsignaled_tail_on(open: &dyn Fn() -> Context) -> (Counters, Counters) {
     (a.ctx.counters(), b.ctx.counters())
 }
 
+/// The ACK requests the policy made: every AckReq sent, less the tail-loss probes (a
+/// probe asks for an ACK too, when an answer is late on a loaded host; it is recovery,
+/// not the policy).
+fn asked(c: &rverbs::Counters) -> u64 {
+    c.tx_ack_requests - c.tail_loss_probes
+}
+
 #[test]
 fn coalesced_acks_complete_an_unsignaled_tail_with_a_nudge() {
     let (a, b) = unsignaled_tail(AckPolicy::Coalesce);
@@ -69,9 +76,9 @@ fn coalesced_acks_complete_an_unsignaled_tail_with_a_nudge() {
     // the SENDs, an AckReq on a later one), then the signaled SEND: far fewer
     // requests than messages.
     assert!(
-        a.tx_ack_requests >= 2 && a.tx_ack_requests <= 4,
+        asked(&a) >= 2 && asked(&a) <= 4,
         "{} ACK requests for {} messages: {a:?}",
-        a.tx_ack_requests,
+        asked(&a),
         N + 1
     );
     assert!(b.tx_acks <= a.tx_ack_requests + b.rx_duplicate_requests);
@@ -80,7 +87,7 @@ fn coalesced_acks_complete_an_unsignaled_tail_with_a_nudge() {
 #[test]
 fn every_message_policy_asks_on_every_message() {
     let (a, b) = unsignaled_tail(AckPolicy::EveryMessage);
-    assert_eq!(a.tx_ack_requests, N + 1, "{a:?}");
+    assert_eq!(asked(&a), N + 1, "{a:?}");
     assert_eq!(a.ack_nudges, 0);
     assert_eq!(a.retransmit_timeouts, 0);
     // ACKs for packets handled in one batch coalesce in the responder's queue.
@@ -105,9 +112,9 @@ fn rverbs_ack_policy_env_is_checked() {
             // And the policy it names is the one the contexts use.
             let (a, _) = unsignaled_tail_on(&|| Context::open(device(None).unwrap()).unwrap());
             if v == "every-message" {
-                assert_eq!(a.tx_ack_requests, N + 1, "{a:?}");
+                assert_eq!(asked(&a), N + 1, "{a:?}");
             } else {
-                assert!(a.tx_ack_requests <= 4, "{a:?}");
+                assert!(asked(&a) <= 4, "{a:?}");
             }
         }
         return;
