@@ -579,6 +579,32 @@ fn stale_connection_is_rejected_and_the_old_one_torn_down() {
 }
 
 #[test]
+fn a_rep_from_a_live_connections_qpn_is_rejected_stale() {
+    let mut sim = sim();
+    listen(&mut sim);
+    let (a, _) = establish(&mut sim, 7);
+    // A second connection whose passive side answers with the first one's QPN (1007).
+    let b = connect(&mut sim, 8);
+    sim.run_for(MS);
+    let (p2, _) = take_request(&mut sim).expect("connect request");
+    let now = sim.now();
+    sim.node(1)
+        .accept(now, p2, &accept_params(1007, b""))
+        .unwrap();
+    sim.run_for(MS);
+    // The active side rejects the REP as stale and tears the live connection down.
+    assert_eq!(sim.node(0).stats().stale, 1);
+    assert_eq!(sim.node(0).state(a), Some(State::DreqSent));
+    assert_ne!(sim.node(0).state(b), Some(State::Established));
+    let ev = sim.events(1);
+    assert!(
+        ev.iter()
+            .any(|e| matches!(e, Event::Rejected { id, reason: 10, .. } if *id == p2)),
+        "{ev:?}"
+    );
+}
+
+#[test]
 fn backlog_full_drops_connect_requests_until_they_are_read() {
     let mut sim = sim();
     let l = sim.node(1).create_id();

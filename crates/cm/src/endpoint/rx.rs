@@ -105,19 +105,8 @@ impl Cm {
         }
         // Stale connection: the QPN belongs to a live connection (cm_insert_remote_qpn).
         if let Some(&cur) = self.remote_qpns.get(&(m.local_qpn, guid)) {
-            self.stats.stale += 1;
-            self.issue_rej(
-                src,
-                tid,
-                m.local_comm_id,
-                0,
-                message_kind::REQ,
-                rej::STALE_CONN,
-            );
-            if self.conns.get(&cur).map(|c| c.state) == Some(State::Established) {
-                let _ = self.disconnect(now, CmId(cur), &[]);
-            }
-            return;
+            let stale = (m.local_comm_id, 0, message_kind::REQ);
+            return self.reject_stale(now, src, tid, stale, cur);
         }
         let Some(&listener) = self.listeners.get(&m.service_id) else {
             self.stats.no_listener += 1;
@@ -269,19 +258,8 @@ impl Cm {
             return;
         }
         if let Some(&cur) = self.remote_qpns.get(&(m.local_qpn, guid)) {
-            self.stats.stale += 1;
-            self.issue_rej(
-                src,
-                tid,
-                m.local_comm_id,
-                m.remote_comm_id,
-                message_kind::REP,
-                rej::STALE_CONN,
-            );
-            if self.conns.get(&cur).map(|c| c.state) == Some(State::Established) {
-                let _ = self.disconnect(now, CmId(cur), &[]);
-            }
-            return;
+            let stale = (m.local_comm_id, m.remote_comm_id, message_kind::REP);
+            return self.reject_stale(now, src, tid, stale, cur);
         }
         let Some(c) = self.conns.get_mut(&local) else {
             return;
@@ -577,5 +555,17 @@ impl Cm {
             info: m.additional_information[..n].to_vec(),
             private_data: m.private_data.to_vec(),
         });
+    }
+
+    /// A REQ or REP naming a QPN of a live connection (`cm_insert_remote_qpn`): REJ
+    /// "stale connection" to the sender (`(their comm ID, ours, message kind)`), and
+    /// the live connection `cur` is disconnected if established (IBTA 12.9.8.3.1).
+    fn reject_stale(&mut self, now: Nanos, src: Gid, tid: u64, stale: (u32, u32, u8), cur: u32) {
+        let (theirs, ours, kind) = stale;
+        self.stats.stale += 1;
+        self.issue_rej(src, tid, theirs, ours, kind, rej::STALE_CONN);
+        if self.conns.get(&cur).map(|c| c.state) == Some(State::Established) {
+            let _ = self.disconnect(now, CmId(cur), &[]);
+        }
     }
 }
