@@ -25,6 +25,7 @@ mod objects;
 mod qp;
 mod req;
 mod resp;
+pub mod rng;
 pub mod sim;
 mod slab;
 mod timers;

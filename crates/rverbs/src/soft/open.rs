@@ -261,6 +261,7 @@ fn set_identity(e: &mut rverbs_engine::Engine, info: &DeviceInfo) {
 /// of them changes about half of the output's bits (the high ones too, which
 /// [`first_qpn`] uses).
 fn seed() -> u64 {
+    use rverbs_engine::rng::mix64;
     static OPENED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let t = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -269,17 +270,8 @@ fn seed() -> u64 {
     let local = 0u8;
     let addr = &local as *const u8 as u64;
     let mut h = mix64(t ^ u64::from(std::process::id()).rotate_left(32));
-    h = mix64(h ^ n.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    h = mix64(h ^ n.wrapping_mul(rverbs_engine::rng::GOLDEN));
     mix64(h ^ addr)
-}
-
-/// splitmix64's finaliser (Steele, Lea, Flood: "Fast splittable pseudorandom number
-/// generators", 2014): a bijection on u64 with full avalanche.
-fn mix64(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
 }
 
 /// The first QPN a context hands out: from the seed's high bits, above the reserved
@@ -308,7 +300,10 @@ mod tests {
     fn the_mix_spreads_close_inputs_to_the_high_bits() {
         // Inputs one apart (as two opens in one instant were) differ in the QPN bits.
         for x in [0u64, 1, 0x1234_5678_9abc_def0, u64::MAX - 1] {
-            let (a, b) = (mix64(x), mix64(x + 1));
+            let (a, b) = (
+                rverbs_engine::rng::mix64(x),
+                rverbs_engine::rng::mix64(x + 1),
+            );
             assert_ne!(a >> 40, b >> 40, "{x:#x}");
             assert!((a ^ b).count_ones() > 16, "{x:#x}: {a:#x} {b:#x}");
         }

@@ -131,12 +131,10 @@ impl FaultState {
     }
 
     fn next(&mut self) -> u64 {
-        // splitmix64
-        self.rng = self.rng.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.rng;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+        let mut r = rverbs_engine::rng::SplitMix64(self.rng);
+        let v = r.next_u64();
+        self.rng = r.0;
+        v
     }
 
     fn chance(&mut self, p: f64) -> bool {
