@@ -1,7 +1,10 @@
 //! Soft devices: one per network interface with an address, like a host with rxe on
 //! every interface, plus explicit devices from `RVERBS_DEVICES`.
 
+pub(crate) mod attrs;
+pub(crate) mod ops;
 pub(crate) mod options;
+pub(crate) mod wr;
 
 pub use options::OpenOptions;
 
@@ -89,11 +92,6 @@ impl DeviceInfo {
     /// with RoCE v1 entries: `RVERBS_RAW_IF` is set and the process has CAP_NET_RAW.
     pub fn raw_mode_from_env() -> bool {
         std::env::var("RVERBS_RAW_IF").is_ok_and(|s| !s.is_empty()) && rverbs_raw::has_cap_net_raw()
-    }
-
-    /// Opens the device.
-    pub fn open(&self) -> Result<crate::Context> {
-        crate::Context::open(self.clone())
     }
 }
 

@@ -23,11 +23,16 @@
 //!                                   tap::Faulty ─ tap::Captured ─ carrier::Chain
 //! ```
 
+pub(crate) mod cq;
+pub(crate) mod device;
 pub(crate) mod driver;
 pub(crate) mod events;
+pub(crate) mod flow;
 pub(crate) mod guard;
 pub(crate) mod open;
 pub(crate) mod progress;
+pub(crate) mod qp;
+pub(crate) mod raw_qp;
 pub(crate) mod window;
 
 use crate::carrier::udp::Udp;
@@ -37,6 +42,7 @@ use crate::error::Result;
 use crate::gid::GidTable;
 use crate::sys;
 use crate::tap::faults::FaultState;
+pub(crate) use device::SoftDevice;
 use rverbs_engine::{Engine, Nanos};
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -233,6 +239,15 @@ impl Shared {
                 self.wake();
             }
         }
+    }
+
+    /// EINVAL unless `index` holds a valid GID entry (the caller holds the engine
+    /// lock, which the address re-scan takes before it reuses a slot).
+    pub(crate) fn check_sgid(&self, index: u8, verb: &'static str) -> Result<()> {
+        self.gid_table
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .check_sgid(index, verb)
     }
 
     /// Tells the driver thread to re-read the engine's deadline.
