@@ -27,6 +27,20 @@
 //! and same-host counts) are not in the interface: the public accessors reach them
 //! through [`Device::as_any`], and answer `None` on another device.
 //!
+//! **The next devices.** The `libibverbs.so.1` C library is a client of the public API
+//! (its `ibv_qp` wraps a [`crate::Qp`]), so it needs nothing here. A device of the
+//! system's libibverbs implements these traits over `struct ibv_context`: its
+//! `DeviceCq::poll` calls the provider's `poll_cq` directly (no engine lock, no
+//! progress on the caller's thread, no driver thread), its `DeviceChannel::fd` is the
+//! kernel's completion channel, [`Device::gid_table`] is built from sysfs
+//! (`crate::sysfs`), its handle numbers are minted with the engine handles'
+//! `from_raw` and mapped to its `ibv_pd` / `ibv_ah` / `ibv_srq`, and it has no carriers.
+//! What changes with it is memory: a NIC writes a registered region whenever a peer
+//! says so, without taking the region's lock, so the soft device's rule "the device
+//! waits for `Mr::with`" cannot hold there. Regions reach a device only as [`MrMem`]
+//! (through [`Device::reg_mr`] and the [`LocalBuf`]s of a request), never as a slice,
+//! so a region kind whose bytes are copied volatile-ly is a change of that one type.
+//!
 //! [`MrMem`]: super::wr::MrMem
 
 use super::attrs::{DeviceAttr, PortAttr};

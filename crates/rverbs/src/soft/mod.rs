@@ -1,5 +1,8 @@
 //! The soft device: the engine, the carriers that move its packets, and the threads
-//! that keep it going while the application is busy.
+//! that keep it going while the application is busy. It implements the device
+//! interface (`crate::device::ops`) in `device.rs` (the context-level verbs, channels,
+//! MADs), `cq.rs`, `qp.rs`, `raw_qp.rs` (RAW_PACKET QPs: a second `DeviceQp` over the
+//! raw device) and `flow.rs`; the verbs types see only those traits.
 //!
 //! **Progress model.** One driver thread per device (`driver.rs`) waits in `poll(2)`
 //! on the carriers' descriptors and an eventfd, with the engine's next deadline as
@@ -18,8 +21,9 @@
 //! come back through a [`Sink`] that feeds the engine.
 //!
 //! ```text
-//!  verbs (Context, Pd, Mr, Cq, Qp, ...) ──► Shared: engine + hub + carrier stack
-//!                                              │ flush / receive / wait
+//!  verbs ─► device::ops ─► SoftDevice, SoftCq, SoftQp, SoftRawQp
+//!                               │ Shared: engine + hub + carrier stack
+//!                               │ flush / receive / wait
 //!                                   tap::Faulty ─ tap::Captured ─ carrier::Chain
 //! ```
 

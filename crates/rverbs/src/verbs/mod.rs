@@ -1,6 +1,17 @@
 //! The verbs: the public handles (context, protection domains, memory regions,
 //! completion queues and channels, queue pairs, SRQs, address handles, flows) over a
-//! device (`crate::soft`). One file per object; this module gathers them.
+//! device, reached only through the device interface (`crate::device::ops`). One file
+//! per object; this module gathers them.
+//!
+//! A handle keeps what it uses alive (a QP its PD, CQs and SRQ; everything its
+//! context) and owns the device's object for it: a [`Cq`] or [`Qp`] holds the
+//! device's `DeviceCq` / `DeviceQp` (polling and posting are one call into it), the
+//! others a handle number the device gave, returned to the device when the handle
+//! drops. The checks here are those that need only the verb's arguments (ports,
+//! objects of another context or PD, flow attributes); everything that touches a
+//! device's state is the device's. Soft-only accessors ([`Context::same_host_stats`],
+//! [`Context::fault_stats`], the raw-mode counts) reach the soft device by downcast
+//! and report nothing on another device.
 //!
 //! See the crate documentation's *Memory safety* section for the rules these types
 //! enforce.

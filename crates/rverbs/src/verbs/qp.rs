@@ -346,7 +346,7 @@ impl Qp {
     /// MAC first, a VLAN tag the driver stripped put back, no FCS); the completion on
     /// the receive CQ gives `byte_len`, [`rverbs_engine::WcFlags::IP_CSUM_OK`] and, when a
     /// TAG rule steered it, [`rverbs_engine::WcFlags::WITH_FLOW_TAG`] with
-    /// [`Wc::flow_tag`]. A frame longer than the buffers completes with LOC_LEN_ERR; a
+    /// [`Wc::flow_tag`](crate::Wc::flow_tag). A frame longer than the buffers completes with LOC_LEN_ERR; a
     /// frame steered to the QP while no receive is posted is dropped (no RNR on raw
     /// QPs); a receive whose region was dropped before its frame came completes with
     /// LOC_PROT_ERR and writes nothing. Receives posted before RTR wait for it. EINVAL in RESET, ENOMEM beyond
