@@ -20,6 +20,7 @@
 //! ```
 
 pub(crate) mod attrs;
+pub(crate) mod guard;
 pub(crate) mod ops;
 pub(crate) mod options;
 pub(crate) mod wr;

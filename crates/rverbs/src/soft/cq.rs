@@ -1,8 +1,8 @@
 //! A completion queue of the soft device: polling that receives on the caller's
 //! thread when the CQ is empty (`progress.rs`), and the spin-then-sleep wait.
 
-use super::guard::check_not_in_with;
 use super::Shared;
+use crate::device::guard::check_not_in_with;
 use crate::device::ops::{DeviceChannel, DeviceCq};
 use crate::error::Result;
 use rverbs_engine::{CqId, Nanos, Wc};

@@ -57,14 +57,14 @@ impl Drop for SoftDevice {
     fn drop(&mut self) {
         // Deferred answers leave before the sockets close (not from inside
         // `Mr::with`, where the engine lock may not be taken).
-        if super::guard::check_not_in_with("close").is_ok() {
+        if crate::device::guard::check_not_in_with("close").is_ok() {
             self.shared.flush_deferred(&mut self.shared.lock());
         }
         self.shared.shutdown.store(true, Ordering::SeqCst);
         self.shared.wake();
         // Inside `Mr::with` the driver may be waiting for that region: let it finish
         // on its own (it holds the shared state) instead of waiting for it here.
-        if super::guard::check_not_in_with("close").is_err() {
+        if crate::device::guard::check_not_in_with("close").is_err() {
             return;
         }
         if let Some(t) = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take() {

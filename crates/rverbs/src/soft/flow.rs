@@ -1,8 +1,8 @@
 //! Flow rules of the soft device: the raw device's (RAW_PACKET QPs) and the UD
 //! steering table's (`crate::ud_steer`).
 
-use super::guard::check_not_in_with;
 use super::Shared;
+use crate::device::guard::check_not_in_with;
 use crate::device::ops::DeviceFlow;
 use crate::error::Result;
 use rverbs_flow::classify::FlowId;

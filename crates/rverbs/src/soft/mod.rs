@@ -32,7 +32,6 @@ pub(crate) mod device;
 pub(crate) mod driver;
 pub(crate) mod events;
 pub(crate) mod flow;
-pub(crate) mod guard;
 pub(crate) mod open;
 pub(crate) mod progress;
 pub(crate) mod qp;
@@ -165,7 +164,7 @@ impl Shared {
     /// On a thread inside [`crate::Mr::with`]: the driver may be waiting for that
     /// region's lock while holding the engine's, so waiting here would deadlock.
     pub(crate) fn lock(&self) -> MutexGuard<'_, Engine> {
-        if let Err(e) = guard::check_not_in_with("a verb") {
+        if let Err(e) = crate::device::guard::check_not_in_with("a verb") {
             panic!("{e}");
         }
         self.engine.lock().unwrap_or_else(|e| e.into_inner())
@@ -175,7 +174,7 @@ impl Shared {
     /// [`crate::Mr::with`], later on the driver thread — never a deadlock or a panic.
     /// Destructions keep their order either way.
     pub(crate) fn destroy(&self, f: impl FnOnce(&Shared, &mut Engine) + Send + 'static) {
-        if guard::check_not_in_with("destroy").is_err() {
+        if crate::device::guard::check_not_in_with("destroy").is_err() {
             self.deferred
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
@@ -198,7 +197,7 @@ impl Shared {
 
     /// The engine for `verb`; an error instead of a deadlock inside [`crate::Mr::with`].
     pub(crate) fn lock_verb(&self, verb: &'static str) -> Result<MutexGuard<'_, Engine>> {
-        guard::check_not_in_with(verb)?;
+        crate::device::guard::check_not_in_with(verb)?;
         Ok(self.engine.lock().unwrap_or_else(|e| e.into_inner()))
     }
 

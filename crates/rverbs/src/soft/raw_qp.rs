@@ -3,8 +3,8 @@
 //! engine's CQs by the driver thread or the next poll.
 
 use super::flow::SoftFlow;
-use super::guard::check_not_in_with;
 use super::Shared;
+use crate::device::guard::check_not_in_with;
 use crate::device::ops::{DeviceFlow, DeviceQp, QpCreate};
 use crate::device::wr::{LocalBuf, SendRequest};
 use crate::error::{Error, Result};

@@ -6,7 +6,7 @@ use crate::device::wr::MrMem;
 use std::ops::Range;
 use std::sync::Arc;
 
-use crate::soft::guard::WithGuard;
+use crate::device::guard::WithGuard;
 
 /// A registered memory region that owns its buffer (`struct ibv_mr`). The
 /// application reaches the bytes with [`Mr::read`], [`Mr::write`] and [`Mr::with`];

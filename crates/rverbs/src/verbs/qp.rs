@@ -10,7 +10,7 @@ use rverbs_engine::{AddressVector, Mtu, QpState, QpType};
 use rverbs_wire::grh::Gid;
 use std::sync::Arc;
 
-use crate::soft::guard::check_not_in_with;
+use crate::device::guard::check_not_in_with;
 
 /// What a new QP is made of (`struct ibv_qp_init_attr`): start from [`QpInitAttr::new`]
 /// and change what differs, with the builder methods or the fields.
