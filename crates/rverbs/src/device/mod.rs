@@ -14,7 +14,7 @@
 //! ```text
 //!  verbs/  Context Pd Mr Cq Qp Srq Ah CompChannel Flow MadAgent
 //!    │ device::ops: Device (alloc_pd, reg_mr, create_cq, create_qp, ...)
-//!    │              DeviceCq (poll, wait, req_notify)  DeviceQp (modify, post_send, post_recv, ...)
+//!    │   DeviceCq (poll, wait, req_notify), DeviceQp (modify, post_send, post_recv, ...)
 //!    ├──► soft::SoftDevice   the engine, the driver thread, the carriers
 //!    └──► (next: a libibverbs device; the C library sits above the verbs instead)
 //! ```

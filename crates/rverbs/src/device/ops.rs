@@ -14,12 +14,14 @@
 //! numbers (`Srq::handle`, async events), so a device needs the number-to-object map
 //! either way.
 //!
-//! **What the verbs keep.** Checks that need only the verbs' arguments (a buffer of
-//! 4 GiB, a READ's two lengths, a CQ of another context, the port number) and the
-//! object graph that keeps parents alive (a QP holds its PD and CQs). Everything that
-//! touches a device's state is behind these traits, so the soft device (`crate::soft`),
-//! a libibverbs device loaded at run time, and anything else implement the same calls
-//! and no verbs type branches on which one it has. A memory region's bytes are the
+//! **What the verbs keep.** Checks that need only the verbs' arguments (a CQ or
+//! channel of another context, an SRQ of another PD, the port number, flow attributes)
+//! and the object graph that keeps parents alive (a QP holds its PD and CQs). The
+//! checks of a request's buffers are the device's (the soft RoCE QP refuses a buffer
+//! of 4 GiB and a READ whose two lengths differ; its RAW_PACKET QP gathers a frame).
+//! Everything that touches a device's state is behind these traits, so the soft
+//! device (`crate::soft`), a libibverbs device loaded at run time, and anything else
+//! implement the same calls and no verbs type branches on which one it has. A memory region's bytes are the
 //! public [`crate::Mr`]'s ([`MrMem`]); a device registers them and reads them through
 //! the [`LocalBuf`]s of a request.
 //!
@@ -27,8 +29,8 @@
 //! and same-host counts) are not in the interface: the public accessors reach them
 //! through [`Device::as_any`], and answer `None` on another device.
 //!
-//! **The next devices.** The `libibverbs.so.1` C library is a client of the public API
-//! (its `ibv_qp` wraps a [`crate::Qp`]), so it needs nothing here. A device of the
+//! **The next devices.** The `libibverbs.so.1` C library is built over the public API,
+//! so it needs nothing here. A device of the
 //! system's libibverbs implements these traits over `struct ibv_context`: its
 //! `DeviceCq::poll` calls the provider's `poll_cq` directly (no engine lock, no
 //! progress on the caller's thread, no driver thread), its `DeviceChannel::fd` is the
@@ -37,9 +39,10 @@
 //! `from_raw` and mapped to its `ibv_pd` / `ibv_ah` / `ibv_srq`, and it has no carriers.
 //! What changes with it is memory: a NIC writes a registered region whenever a peer
 //! says so, without taking the region's lock, so the soft device's rule "the device
-//! waits for `Mr::with`" cannot hold there. Regions reach a device only as [`MrMem`]
-//! (through [`Device::reg_mr`] and the [`LocalBuf`]s of a request), never as a slice,
-//! so a region kind whose bytes are copied volatile-ly is a change of that one type.
+//! waits for `Mr::with`" cannot hold there. Regions reach a device only as their memory
+//! object ([`Device::reg_mr`], and [`MrMem`] in the [`LocalBuf`]s of a request), never
+//! as a slice, so a region whose bytes are copied volatile-ly changes that memory type
+//! (`MrMem::region`), not the shape of these traits.
 //!
 //! [`MrMem`]: super::wr::MrMem
 
