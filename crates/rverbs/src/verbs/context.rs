@@ -67,9 +67,15 @@ impl Context {
     /// takes them from the environment.
     pub fn open_with(info: DeviceInfo, opts: &OpenOptions) -> Result<Context> {
         let dev = SoftDevice::open(info, &opts.resolve()?)?;
-        Ok(Context {
-            inner: Arc::new(ContextInner { dev: Box::new(dev) }),
-        })
+        Ok(Context::with_device(Box::new(dev)))
+    }
+
+    /// A context over an opened device (the soft device, or another implementation of
+    /// the device interface).
+    pub(crate) fn with_device(dev: Box<dyn Device>) -> Context {
+        Context {
+            inner: Arc::new(ContextInner { dev }),
+        }
     }
 
     /// The device interface.

@@ -18,6 +18,8 @@
 
 mod ah;
 mod ah_wc;
+#[cfg(test)]
+mod boundary_tests;
 mod channel;
 mod context;
 mod cq;
