@@ -144,6 +144,13 @@ macro_rules! handle {
             pub const fn raw(self) -> u32 {
                 self.0
             }
+
+            /// The handle numbered `raw`, for a device other than the engine that hands
+            /// out its own numbers (rverbs' device interface). Given to an engine, a
+            /// number that names none of its live objects is EINVAL.
+            pub const fn from_raw(raw: u32) -> Self {
+                $name(raw)
+            }
         }
     };
 }
@@ -743,6 +750,19 @@ pub enum AsyncEvent {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A handle a device makes from its own number is that number; an engine given a
+    /// number that names none of its objects answers EINVAL.
+    #[test]
+    fn handles_from_raw_numbers() {
+        assert_eq!(CqId::from_raw(7).raw(), 7);
+        assert_eq!(PdId::from_raw(3), PdId(3));
+        let mut e = crate::Engine::new(crate::Config::default());
+        let err = e.poll_cq(CqId::from_raw(99), &mut []).unwrap_err();
+        assert_eq!(err.errno, Errno::Inval);
+        let pd = e.alloc_pd();
+        assert_eq!(PdId::from_raw(pd.raw()), pd);
+    }
 
     fn sge(i: u64) -> Sge {
         Sge {

@@ -64,12 +64,7 @@ impl Context {
     /// Registers a MAD agent for the requests `reg` names (`None`: only responses to
     /// its own requests). Fails with EINVAL when another agent has one of the methods.
     pub fn register_mad_agent(&self, reg: Option<Registration>) -> Result<MadAgent> {
-        let id = self
-            .shared()
-            .lock_verb("register_mad_agent")?
-            .gsi_register(reg)?;
-        // What it receives carries a GRH with the datagram's TTL / TOS.
-        self.shared().udp.recv_meta_user(true);
+        let id = self.dev().mad().register_agent(reg)?;
         Ok(MadAgent {
             ctx: self.clone(),
             id,
@@ -87,53 +82,41 @@ impl Context {
         in_grh: Option<&GrhArea>,
         in_mad: &Mad,
     ) -> (MadResult, Mad) {
-        let s = self.shared();
-        let now = s.now();
-        let mut e = s.lock();
-        let r = e.process_mad(now, mad_flags, port, in_wc, in_grh, in_mad);
-        s.flush(&mut e, now);
-        r
+        self.dev()
+            .mad()
+            .process_mad(mad_flags, port, in_wc, in_grh, in_mad)
     }
 
     /// Gives a locally built SMP to the port's SMA (no QP0 on RoCE): directed-route
     /// hop rules, the M_Key check, and the GetResp.
     pub fn local_smp(&self, smp: &Mad) -> Result<Mad> {
-        let s = self.shared();
-        let now = s.now();
-        let mut e = s.lock_verb("local_smp")?;
-        let r = e.local_smp(now, smp);
-        s.flush(&mut e, now);
-        Ok(r?)
+        self.dev().mad().local_smp(smp)
     }
 
     /// The next trap this port raised (Trap 256 for a bad M_Key, BM Trap 259 for a bad
     /// B_Key), oldest first: the local trap listener.
     pub fn poll_trap(&self) -> Option<Trap> {
-        self.shared().lock().poll_trap()
+        self.dev().mad().poll_trap()
     }
 
     /// MAD statistics (GSI drops, traps, key violations).
     pub fn mad_stats(&self) -> MadStats {
-        self.shared().lock().mad_port().stats.clone()
+        self.dev().mad().stats()
     }
 
     /// The PMA's counters (what PortCountersExtended reports, after resets).
     pub fn pma_counters(&self) -> PortTotals {
-        let e = self.shared().lock();
-        e.mad_port().pma_totals(e.counters())
+        self.dev().mad().pma_counters()
     }
 
     /// Sets the port's B_Key and protect bit (local administration).
     pub fn set_b_key(&self, key: u64, protect: bool) {
-        self.shared().lock().mad_port_mut().set_b_key(key, protect);
+        self.dev().mad().set_b_key(key, protect);
     }
 
     /// Sets the port's M_Key and protect bits (local administration).
     pub fn set_m_key(&self, key: u64, protect_bits: u8) {
-        self.shared()
-            .lock()
-            .mad_port_mut()
-            .set_m_key(key, protect_bits);
+        self.dev().mad().set_m_key(key, protect_bits);
     }
 }
 
@@ -149,19 +132,14 @@ impl MadAgent {
 
     /// Sends a MAD (`umad_send`).
     pub fn send(&self, dest: MadDest, mad: &Mad) -> Result<()> {
-        let s = self.ctx.shared();
-        let now = s.now();
-        let mut e = s.lock_verb("mad_send")?;
-        e.gsi_send(self.id, dest, mad)?;
-        s.flush(&mut e, now);
-        Ok(())
+        self.ctx.dev().mad().send(self.id, dest, mad)
     }
 
     /// The next MAD for this agent, waiting up to `timeout` (`umad_recv`).
     pub fn recv(&self, timeout: Duration) -> Option<MadRecv> {
         let deadline = Instant::now() + timeout;
         loop {
-            if let Some(r) = self.ctx.shared().lock().gsi_recv(self.id) {
+            if let Some(r) = self.ctx.dev().mad().try_recv(self.id) {
                 return Some(r);
             }
             if Instant::now() >= deadline {
@@ -213,12 +191,9 @@ impl MadAgent {
             Err(timed_out("waiting for a MAD response"))
         })();
         if !kept.is_empty() {
-            // Requests that arrived while waiting go back to the agent's queue.
-            // Pushed back to the front last-first, so they keep their arrival order.
-            let mut e = self.ctx.shared().lock();
-            for r in kept.into_iter().rev() {
-                e.gsi_requeue(self.id, r);
-            }
+            // Requests that arrived while waiting go back to the agent's queue, in
+            // their arrival order.
+            self.ctx.dev().mad().requeue(self.id, kept);
         }
         result
     }
@@ -226,10 +201,6 @@ impl MadAgent {
 
 impl Drop for MadAgent {
     fn drop(&mut self) {
-        let id = self.id;
-        self.ctx.shared().destroy(move |s, e| {
-            let _ = e.gsi_unregister(id);
-            s.udp.recv_meta_user(false);
-        });
+        self.ctx.dev().mad().unregister_agent(self.id);
     }
 }

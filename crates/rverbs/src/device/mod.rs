@@ -1,7 +1,29 @@
-//! Soft devices: one per network interface with an address, like a host with rxe on
-//! every interface, plus explicit devices from `RVERBS_DEVICES`.
+//! Devices: what the verbs run on, and how one is found and opened.
+//!
+//! - [`ops`]: the device interface, the one door between the public verbs types
+//!   (`crate::verbs`) and a device. The soft device (`crate::soft`) is its first
+//!   implementation; the next ones (the system's libibverbs devices loaded at run time)
+//!   implement the same traits, so no verbs type branches on the device it has.
+//! - `wr`, `attrs`: the verbs' own vocabulary that the interface speaks (work requests
+//!   and the buffers they name, device and port attributes), kept here, below the
+//!   handles, so a device depends on nothing above this module.
+//! - this file: the soft devices there are, one per network interface with an address
+//!   (like a host with rxe on every interface), or those `RVERBS_DEVICES` names;
+//!   `options`: how a context opens one.
+//!
+//! ```text
+//!  verbs/  Context Pd Mr Cq Qp Srq Ah CompChannel Flow MadAgent
+//!    │ device::ops: Device (alloc_pd, reg_mr, create_cq, create_qp, ...)
+//!    │   DeviceCq (poll, wait, req_notify), DeviceQp (modify, post_send, post_recv, ...)
+//!    ├──► soft::SoftDevice   the engine, the driver thread, the carriers
+//!    └──► (next: a libibverbs device; the C library sits above the verbs instead)
+//! ```
 
+pub(crate) mod attrs;
+pub(crate) mod guard;
+pub(crate) mod ops;
 pub(crate) mod options;
+pub(crate) mod wr;
 
 pub use options::OpenOptions;
 
@@ -89,11 +111,6 @@ impl DeviceInfo {
     /// with RoCE v1 entries: `RVERBS_RAW_IF` is set and the process has CAP_NET_RAW.
     pub fn raw_mode_from_env() -> bool {
         std::env::var("RVERBS_RAW_IF").is_ok_and(|s| !s.is_empty()) && rverbs_raw::has_cap_net_raw()
-    }
-
-    /// Opens the device.
-    pub fn open(&self) -> Result<crate::Context> {
-        crate::Context::open(self.clone())
     }
 }
 

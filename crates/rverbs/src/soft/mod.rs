@@ -1,5 +1,8 @@
 //! The soft device: the engine, the carriers that move its packets, and the threads
-//! that keep it going while the application is busy.
+//! that keep it going while the application is busy. It implements the device
+//! interface (`crate::device::ops`) in `device.rs` (the context-level verbs, channels,
+//! MADs), `cq.rs`, `qp.rs`, `raw_qp.rs` (RAW_PACKET QPs: a second `DeviceQp` over the
+//! raw device) and `flow.rs`; the verbs types see only those traits.
 //!
 //! **Progress model.** One driver thread per device (`driver.rs`) waits in `poll(2)`
 //! on the carriers' descriptors and an eventfd, with the engine's next deadline as
@@ -18,16 +21,21 @@
 //! come back through a [`Sink`] that feeds the engine.
 //!
 //! ```text
-//!  verbs (Context, Pd, Mr, Cq, Qp, ...) ──► Shared: engine + hub + carrier stack
-//!                                              │ flush / receive / wait
+//!  verbs ─► device::ops ─► SoftDevice, SoftCq, SoftQp, SoftRawQp
+//!                               │ Shared: engine + hub + carrier stack
+//!                               │ flush / receive / wait
 //!                                   tap::Faulty ─ tap::Captured ─ carrier::Chain
 //! ```
 
+pub(crate) mod cq;
+pub(crate) mod device;
 pub(crate) mod driver;
 pub(crate) mod events;
-pub(crate) mod guard;
+pub(crate) mod flow;
 pub(crate) mod open;
 pub(crate) mod progress;
+pub(crate) mod qp;
+pub(crate) mod raw_qp;
 pub(crate) mod window;
 
 use crate::carrier::udp::Udp;
@@ -37,6 +45,7 @@ use crate::error::Result;
 use crate::gid::GidTable;
 use crate::sys;
 use crate::tap::faults::FaultState;
+pub(crate) use device::SoftDevice;
 use rverbs_engine::{Engine, Nanos};
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -155,7 +164,7 @@ impl Shared {
     /// On a thread inside [`crate::Mr::with`]: the driver may be waiting for that
     /// region's lock while holding the engine's, so waiting here would deadlock.
     pub(crate) fn lock(&self) -> MutexGuard<'_, Engine> {
-        if let Err(e) = guard::check_not_in_with("a verb") {
+        if let Err(e) = crate::device::guard::check_not_in_with("a verb") {
             panic!("{e}");
         }
         self.engine.lock().unwrap_or_else(|e| e.into_inner())
@@ -165,7 +174,7 @@ impl Shared {
     /// [`crate::Mr::with`], later on the driver thread — never a deadlock or a panic.
     /// Destructions keep their order either way.
     pub(crate) fn destroy(&self, f: impl FnOnce(&Shared, &mut Engine) + Send + 'static) {
-        if guard::check_not_in_with("destroy").is_err() {
+        if crate::device::guard::check_not_in_with("destroy").is_err() {
             self.deferred
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
@@ -188,7 +197,7 @@ impl Shared {
 
     /// The engine for `verb`; an error instead of a deadlock inside [`crate::Mr::with`].
     pub(crate) fn lock_verb(&self, verb: &'static str) -> Result<MutexGuard<'_, Engine>> {
-        guard::check_not_in_with(verb)?;
+        crate::device::guard::check_not_in_with(verb)?;
         Ok(self.engine.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
@@ -233,6 +242,15 @@ impl Shared {
                 self.wake();
             }
         }
+    }
+
+    /// EINVAL unless `index` holds a valid GID entry (the caller holds the engine
+    /// lock, which the address re-scan takes before it reuses a slot).
+    pub(crate) fn check_sgid(&self, index: u8, verb: &'static str) -> Result<()> {
+        self.gid_table
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .check_sgid(index, verb)
     }
 
     /// Tells the driver thread to re-read the engine's deadline.

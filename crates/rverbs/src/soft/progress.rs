@@ -315,7 +315,7 @@ mod tests {
         assert!(a.ch.get_cq_event(Some(Duration::from_secs(5))).is_some());
         // The driver published 0 in the pass that delivered the event; the next
         // non-zero value is the plan it made after it.
-        let shared = a.ctx.shared();
+        let shared = a.ctx.soft().unwrap();
         let mut planned = 0;
         wait_for("the driver never planned its next look", || {
             planned = shared.driver_wake_at.load(Ordering::Acquire);
@@ -336,7 +336,7 @@ mod tests {
         let (a, b) = rc_pair();
         b.qp.post_recv(1, &[b.mr.slice(0..8)]).unwrap();
         b.cq.req_notify(false).unwrap();
-        let shared = b.ctx.shared();
+        let shared = b.ctx.soft().unwrap();
         std::thread::scope(|sc| {
             let waiter = sc.spawn(|| b.ch.get_cq_event(Some(Duration::from_secs(10))));
             // (Past the first looks after the context opened and the CQ was armed.)
@@ -364,7 +364,7 @@ mod tests {
     fn arming_a_cq_ends_the_drivers_standoff() {
         let ctx = crate::device(None).unwrap().open().unwrap();
         let (busy, armed) = (ctx.create_cq(4).unwrap(), ctx.create_cq(4).unwrap());
-        let shared = ctx.shared();
+        let shared = ctx.soft().unwrap();
         let stop = AtomicBool::new(false);
         std::thread::scope(|sc| {
             sc.spawn(|| {
@@ -445,7 +445,7 @@ mod tests {
     fn a_poisoned_engine_does_not_stop_wait_from_receiving() {
         let (a, b) = rc_pair();
         b.qp.post_recv(1, &[b.mr.slice(0..8)]).unwrap();
-        let shared = b.ctx.shared().clone();
+        let shared = b.ctx.soft().unwrap().clone();
         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let _held = shared.engine.lock().unwrap();
             panic!("a thread dies holding the engine");

@@ -12,9 +12,6 @@ pub struct Ah {
 
 impl Drop for Ah {
     fn drop(&mut self) {
-        let id = self.id;
-        self.pd.ctx.shared().destroy(move |_, e| {
-            let _ = e.destroy_ah(id);
-        });
+        self.pd.ctx.dev().destroy_ah(self.id);
     }
 }

@@ -152,11 +152,7 @@ impl Context {
         if port_num != 1 {
             return Err(fail(Errno::Inval, "no such port"));
         }
-        let table = self
-            .shared()
-            .gid_table
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let table = self.dev().gid_table();
         ah_attrs_from_grh(&table, wc, grh)
     }
 }

@@ -1,8 +1,8 @@
 //! Completion channels and asynchronous events ([`CompChannel`], [`AsyncEvent`]):
-//! the handles over the device's event queues (`soft::events`).
+//! the handles over the device's event queues (`crate::device::ops::DeviceChannel`).
 
+use crate::device::ops::DeviceChannel;
 use crate::error::Result;
-use crate::soft::events::{ChannelInner, EventHub};
 use crate::verbs::Context;
 use crate::verbs::{Cq, CqInner};
 use std::any::Any;
@@ -39,7 +39,7 @@ fn cq_of(h: Arc<dyn Any + Send + Sync>) -> Option<Cq> {
 /// ```
 #[derive(Clone)]
 pub struct CompChannel {
-    pub(crate) inner: Arc<ChannelInner>,
+    pub(crate) inner: Arc<dyn DeviceChannel>,
     ctx: Context,
 }
 
@@ -48,14 +48,12 @@ impl CompChannel {
     /// completion event and returns its CQ. The CQ is disarmed: call
     /// [`Cq::req_notify`] again for the next event, and [`Cq::ack_events`] for this one.
     pub fn get_cq_event(&self, timeout: Option<Duration>) -> Option<Cq> {
-        self.inner
-            .next_receiving(self.ctx.shared(), timeout)
-            .and_then(cq_of)
+        self.inner.get_cq_event(timeout).and_then(cq_of)
     }
 
     /// The next completion event if one is waiting (never blocks).
     pub fn try_get_cq_event(&self) -> Option<Cq> {
-        self.inner.try_next().and_then(cq_of)
+        self.inner.try_get_cq_event().and_then(cq_of)
     }
 
     /// The context the channel belongs to.
@@ -69,15 +67,15 @@ impl CompChannel {
     pub async fn get_cq_event_async(&self) -> std::io::Result<Cq> {
         // A duplicate of the eventfd per call: tokio registers each fd once, and
         // several tasks may wait on one channel.
-        let afd = crate::sys::async_fd(self.inner.events.fd.try_clone()?)?;
+        let afd = crate::sys::async_fd(self.inner.fd().try_clone_to_owned()?)?;
         loop {
-            if let Some(cq) = self.inner.try_next().and_then(cq_of) {
+            if let Some(cq) = self.inner.try_get_cq_event().and_then(cq_of) {
                 return Ok(cq);
             }
             let mut guard = afd.readable().await?;
             // Readable means "an event is queued": take it on the next turn; clear the
             // readiness only when the queue turns out empty.
-            if self.inner.events.is_empty() {
+            if self.inner.is_empty() {
                 guard.clear_ready();
             }
         }
@@ -87,14 +85,14 @@ impl CompChannel {
 impl AsFd for CompChannel {
     /// Readable while a completion event is waiting.
     fn as_fd(&self) -> BorrowedFd<'_> {
-        self.inner.events.fd()
+        self.inner.fd()
     }
 }
 
 impl std::fmt::Debug for CompChannel {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CompChannel")
-            .field("fd", &self.inner.events.fd.as_raw_fd())
+            .field("fd", &self.inner.fd().as_raw_fd())
             .finish()
     }
 }
@@ -153,14 +151,10 @@ impl AsyncEvent {
 }
 
 impl Context {
-    fn hub(&self) -> &EventHub {
-        &self.shared().hub
-    }
-
     /// `ibv_create_comp_channel`.
     pub fn create_comp_channel(&self) -> Result<CompChannel> {
         Ok(CompChannel {
-            inner: ChannelInner::new()?,
+            inner: self.dev().create_comp_channel()?,
             ctx: self.clone(),
         })
     }
@@ -170,41 +164,36 @@ impl Context {
     /// CQ armed with [`Cq::req_notify`] got a completion. Returns the CQ's handle
     /// number ([`Cq::handle`]), or `None` after `timeout`.
     pub fn get_cq_event(&self, timeout: Duration) -> Option<u32> {
-        let shared = self.shared();
-        shared
-            .hub
-            .default_channel
-            .next_receiving(shared, Some(timeout))
-            .and_then(cq_of)
-            .map(|cq| {
-                // This legacy form returns no handle to acknowledge with.
-                let _ = cq.ack_events(1);
-                cq.handle()
-            })
+        self.dev().get_cq_event(timeout).and_then(cq_of).map(|cq| {
+            // This legacy form returns no handle to acknowledge with.
+            let _ = cq.ack_events(1);
+            cq.handle()
+        })
     }
 
     /// `ibv_get_async_event`: waits up to `timeout` (forever with `None`) for the next
     /// asynchronous event of this context (no acknowledgement is needed: the event
     /// holds no object).
     pub fn get_async_event(&self, timeout: Option<Duration>) -> Option<AsyncEvent> {
-        self.hub()
-            .asyncs
-            .pop_wait(timeout)
+        self.dev()
+            .get_async_event(timeout)
             .map(AsyncEvent::from_engine)
     }
 
     /// The next asynchronous event if one is waiting (never blocks).
     pub fn try_get_async_event(&self) -> Option<AsyncEvent> {
-        self.hub().asyncs.try_pop().map(AsyncEvent::from_engine)
+        self.dev()
+            .try_get_async_event()
+            .map(AsyncEvent::from_engine)
     }
 
     /// The context's `async_fd`: readable while an asynchronous event is waiting.
     pub fn async_fd(&self) -> BorrowedFd<'_> {
-        self.hub().asyncs.fd()
+        self.dev().async_fd()
     }
 
     pub(crate) fn bind_cq(&self, cq: &Arc<CqInner>, channel: Option<&CompChannel>) {
         let weak: Weak<CqInner> = Arc::downgrade(cq);
-        self.hub().bind(cq.id(), weak, channel.map(|c| &c.inner))
+        cq.dev.bind(weak, channel.map(|c| &*c.inner))
     }
 }

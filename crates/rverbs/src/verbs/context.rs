@@ -1,13 +1,15 @@
-//! An open device ([`Context`]): the handle the verbs hang off, over the soft device
-//! (`crate::soft`).
+//! An open device ([`Context`]): the handle the verbs hang off, over a device
+//! (`crate::device::ops::Device`; today the soft device, `crate::soft`).
 
+use crate::device::attrs::{DeviceAttr, PortAttr};
+use crate::device::ops::Device;
 use crate::device::{DeviceInfo, OpenOptions};
-use crate::error::{Error, Result};
-use crate::soft::Shared;
+use crate::error::Result;
+use crate::soft::SoftDevice;
 use crate::tap::faults::FaultStats;
+use rverbs_engine::{Errno, VerbError};
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
+use std::sync::Arc;
 
 /// Counts of a raw-mode context's RoCE v1 path ([`Context::roce_v1_stats`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -26,30 +28,9 @@ pub struct RoceV1Stats {
     pub tx_no_neighbour: u64,
 }
 
-/// Owns the driver thread; the last handle to go stops it.
+/// The device behind a context; dropping it (with the last handle) closes the device.
 pub(crate) struct ContextInner {
-    pub(crate) shared: Arc<Shared>,
-    thread: Mutex<Option<JoinHandle<()>>>,
-}
-
-impl Drop for ContextInner {
-    fn drop(&mut self) {
-        // Deferred answers leave before the sockets close (not from inside
-        // `Mr::with`, where the engine lock may not be taken).
-        if crate::soft::guard::check_not_in_with("close").is_ok() {
-            self.shared.flush_deferred(&mut self.shared.lock());
-        }
-        self.shared.shutdown.store(true, Ordering::SeqCst);
-        self.shared.wake();
-        // Inside `Mr::with` the driver may be waiting for that region: let it finish
-        // on its own (it holds the shared state) instead of waiting for it here.
-        if crate::soft::guard::check_not_in_with("close").is_err() {
-            return;
-        }
-        if let Some(t) = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take() {
-            let _ = t.join();
-        }
-    }
+    pub(crate) dev: Box<dyn Device>,
 }
 
 /// An open soft RoCE v2 device (`struct ibv_context`). Cheap to clone; the device
@@ -85,39 +66,48 @@ impl Context {
     /// Opens a device with explicit options (see [`OpenOptions`]); [`Context::open`]
     /// takes them from the environment.
     pub fn open_with(info: DeviceInfo, opts: &OpenOptions) -> Result<Context> {
-        let shared = crate::soft::open::open(info, &opts.resolve()?)?;
-        let s2 = shared.clone();
-        let thread = std::thread::Builder::new()
-            .name(format!("rverbs-{}", shared.info.name))
-            .spawn(move || crate::soft::driver::driver(s2))
-            .map_err(|e| Error::io("starting the driver thread", e))?;
-        Ok(Context {
-            inner: Arc::new(ContextInner {
-                shared,
-                thread: Mutex::new(Some(thread)),
-            }),
-        })
+        let dev = SoftDevice::open(info, &opts.resolve()?)?;
+        Ok(Context::with_device(Box::new(dev)))
     }
 
-    pub(crate) fn shared(&self) -> &Arc<Shared> {
-        &self.inner.shared
+    /// A context over an opened device (the soft device, or another implementation of
+    /// the device interface).
+    pub(crate) fn with_device(dev: Box<dyn Device>) -> Context {
+        Context {
+            inner: Arc::new(ContextInner { dev }),
+        }
+    }
+
+    /// The device interface.
+    pub(crate) fn dev(&self) -> &dyn Device {
+        &*self.inner.dev
+    }
+
+    /// The soft device's own state (its carriers, faults, raw mode), for the accessors
+    /// of soft-only features: `None` on another device.
+    pub(crate) fn soft(&self) -> Option<&Arc<crate::soft::Shared>> {
+        self.inner
+            .dev
+            .as_any()
+            .downcast_ref::<SoftDevice>()
+            .map(SoftDevice::shared)
     }
 
     /// The device this context opened.
     pub fn device(&self) -> &DeviceInfo {
-        &self.inner.shared.info
+        self.dev().info()
     }
 
     /// The interface the context is bound to in raw mode
     /// ([`OpenOptions::raw_interface`]), if any.
     pub fn raw_interface(&self) -> Option<&str> {
-        self.shared().raw.as_ref().map(|r| r.ifname.as_str())
+        self.soft()?.raw.as_ref().map(|r| r.ifname.as_str())
     }
 
     /// Counts of the RoCE v1 path of a raw-mode context (`None` without raw mode or
     /// without CAP_NET_RAW, when the device has no RoCE v1 GID entries).
     pub fn roce_v1_stats(&self) -> Option<RoceV1Stats> {
-        let v1 = self.shared().net.as_ref()?.v1()?;
+        let v1 = self.soft()?.net.as_ref()?.v1()?;
         let l = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
         Some(RoceV1Stats {
             rx_frames: l(&v1.stats.rx_frames),
@@ -131,26 +121,25 @@ impl Context {
     /// Counts of the raw-mode RoCE v2 path and of neighbour resolution (`None` without
     /// raw mode on the device's own interface, or without CAP_NET_RAW).
     pub fn raw_net_stats(&self) -> Option<crate::carrier::raw::RawNetStats> {
-        self.shared().net.as_ref().map(|n| n.stats())
+        self.soft()?.net.as_ref().map(|n| n.stats())
     }
 
     /// The raw device's counts (frames received, delivered, dropped by a rule, not
     /// steered, lost for want of a posted receive, ...), in raw mode with CAP_NET_RAW.
     pub fn raw_stats(&self) -> Option<rverbs_raw::RawStats> {
-        self.shared().raw.as_ref()?.dev.as_ref().map(|d| d.stats())
+        self.soft()?.raw.as_ref()?.dev.as_ref().map(|d| d.stats())
     }
 
     /// Counts of the same-host carrier (`None` when it is off: `RVERBS_SAME_HOST=0`,
     /// [`OpenOptions::same_host`], raw mode).
     pub fn same_host_stats(&self) -> Option<crate::SameHostStats> {
-        self.shared().rings.as_ref().map(|r| r.same_host().stats())
+        self.soft()?.rings.as_ref().map(|r| r.same_host().stats())
     }
 
     /// What the fault injector did so far (all zero without `RVERBS_FAULTS`).
     pub fn fault_stats(&self) -> FaultStats {
-        self.shared()
-            .faults
-            .as_ref()
+        self.soft()
+            .and_then(|s| s.faults.as_ref())
             .map_or_else(FaultStats::default, |f| {
                 f.lock().unwrap_or_else(|e| e.into_inner()).stats
             })
@@ -160,8 +149,26 @@ impl Context {
     /// Deferred acknowledgements (`progress.rs`) are sent first, so the counters say
     /// what a device that answers at once would have sent.
     pub fn counters(&self) -> rverbs_engine::Counters {
-        let mut e = self.shared().lock();
-        self.shared().flush_deferred(&mut e);
-        e.counters().clone()
+        self.dev().counters()
+    }
+
+    /// `ibv_query_device`.
+    pub fn query_device(&self) -> Result<DeviceAttr> {
+        self.dev().query_device()
+    }
+
+    /// `ibv_query_port` of port `port` (this device has port 1 only; others are EINVAL).
+    pub fn query_port(&self, port: u8) -> Result<PortAttr> {
+        if port != 1 {
+            return Err(VerbError::new("query_port", Errno::Inval, "no such port").into());
+        }
+        self.dev().query_port(port)
+    }
+}
+
+impl DeviceInfo {
+    /// Opens the device.
+    pub fn open(&self) -> Result<Context> {
+        Context::open(self.clone())
     }
 }

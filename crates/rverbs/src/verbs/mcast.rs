@@ -12,8 +12,7 @@
 //! its last QP detaches (at once) or is destroyed (at the next address re-scan, about a
 //! second later).
 
-use crate::{Error, Qp, Result};
-use rverbs_engine::net::gid_to_ip;
+use crate::{Qp, Result};
 use rverbs_wire::grh::Gid;
 
 /// The multicast QPN: UD sends to a group go to this QPN (IBTA 10.5.2.4).
@@ -26,22 +25,11 @@ impl Qp {
     /// group the QP is in succeeds and changes nothing (uverbs, rxe); joining the IP
     /// group may fail with the socket's errno.
     pub fn attach_mcast(&self, gid: &Gid, _lid: u16) -> Result<()> {
-        let shared = self.context().shared().clone();
-        shared.lock().attach_mcast(self.qp_num(), *gid)?;
-        if let Err(e) = shared.udp.join_group(gid_to_ip(*gid)) {
-            let _ = shared.lock().detach_mcast(self.qp_num(), gid);
-            return Err(Error::io("joining the IP multicast group", e));
-        }
-        shared.wake();
-        Ok(())
+        self.dev.attach_mcast(gid)
     }
 
     /// `ibv_detach_mcast`; EINVAL when the QP is not attached to the group.
     pub fn detach_mcast(&self, gid: &Gid, _lid: u16) -> Result<()> {
-        let shared = self.context().shared().clone();
-        shared.lock().detach_mcast(self.qp_num(), gid)?;
-        shared.prune_groups();
-        shared.wake();
-        Ok(())
+        self.dev.detach_mcast(gid)
     }
 }

@@ -1,18 +1,31 @@
 //! The verbs: the public handles (context, protection domains, memory regions,
 //! completion queues and channels, queue pairs, SRQs, address handles, flows) over a
-//! device (`crate::soft`). One file per object; this module gathers them.
+//! device, reached only through the device interface (`crate::device::ops`). One file
+//! per object; this module gathers them.
+//!
+//! A handle keeps what it uses alive (a QP its PD, CQs and SRQ; everything its
+//! context) and owns the device's object for it: a [`Cq`] or [`Qp`] holds the
+//! device's `DeviceCq` / `DeviceQp` (polling and posting are one call into it), the
+//! others a handle number the device gave, returned to the device when the handle
+//! drops. The checks here are those that need only the verb's arguments (ports,
+//! objects of another context or PD, flow attributes); everything that touches a
+//! device's state is the device's. Soft-only accessors ([`Context::same_host_stats`],
+//! [`Context::fault_stats`], the raw-mode counts) reach the soft device by downcast
+//! and report nothing on another device.
 //!
 //! See the crate documentation's *Memory safety* section for the rules these types
 //! enforce.
 
 mod ah;
 mod ah_wc;
-mod attrs;
+#[cfg(test)]
+mod boundary_tests;
 mod channel;
 mod context;
 mod cq;
 mod exchange;
 mod flow;
+mod gids;
 mod mcast;
 mod mr;
 mod pd;
@@ -21,20 +34,20 @@ mod qp_attr;
 mod srq;
 mod wr;
 
-pub use ah::Ah;
-pub use ah_wc::{ah_attrs_from_grh, grh_ip_version};
-pub use attrs::{
+pub use crate::device::attrs::{
     eth_width_speed, DeviceAttr, PortAttr, PortState, DEVICE_BAD_PKEY_CNTR, DEVICE_BAD_QKEY_CNTR,
     DEVICE_CAP_NAMES, DEVICE_RC_RNR_NAK_GEN, DEVICE_SYS_IMAGE_GUID,
 };
+pub use crate::device::wr::{LocalBuf, RemoteBuf, SendRequest};
+pub use ah::Ah;
+pub use ah_wc::{ah_attrs_from_grh, grh_ip_version};
 pub use channel::{AsyncEvent, CompChannel};
 pub use context::{Context, RoceV1Stats};
 pub use cq::Cq;
 pub(crate) use cq::CqInner;
 pub use flow::Flow;
-pub(crate) use flow::FlowInner;
 pub use mcast::MULTICAST_QPN;
-pub use mr::{AccessFlags, LocalBuf, Mr, RemoteBuf};
+pub use mr::{AccessFlags, Mr};
 pub use pd::Pd;
 pub(crate) use pd::PdInner;
 pub use qp::{ConnectOpts, PeerInfo, Qp, QpInitAttr};
@@ -42,23 +55,6 @@ pub use qp_attr::QpModify;
 pub use rverbs_engine::modify::AhAttr;
 pub(crate) use srq::SrqInner;
 pub use srq::{Srq, SrqInitAttr};
-pub use wr::SendRequest;
-
-use crate::error::Result;
-pub(crate) use crate::soft::guard::check_not_in_with;
-
-/// EINVAL when a buffer is 4 GiB or longer: `ibv_sge.length` (and the engine's) is 32
-/// bits, and such a buffer was cut short to its length modulo 2^32.
-pub(crate) fn sge_lens_fit(
-    verb: &'static str,
-    lens: impl IntoIterator<Item = usize>,
-) -> Result<()> {
-    if lens.into_iter().any(|n| u32::try_from(n).is_err()) {
-        let why = "a buffer of 4 GiB or more (an SGE's length is 32 bits)";
-        return Err(rverbs_engine::VerbError::new(verb, rverbs_engine::Errno::Inval, why).into());
-    }
-    Ok(())
-}
 
 #[cfg(test)]
 mod tests {
@@ -87,7 +83,7 @@ mod tests {
         let qp = |_: ()| pd.create_qp(&QpInitAttr::new(QpType::Rc, &cq)).unwrap();
         let (first, second) = (qp(()), qp(()));
         let window = |q: &crate::Qp| {
-            let e = ctx.shared().lock();
+            let e = ctx.soft().unwrap().lock();
             (
                 e.qp_window(q.qp_num()).unwrap().0,
                 e.config().max_unacked_psns,
@@ -121,17 +117,5 @@ mod tests {
         );
         drop(second);
         assert_eq!(window(&first).0, 24, "alone again");
-    }
-}
-
-#[cfg(test)]
-mod sge_tests {
-    /// A buffer of 4 GiB or more is EINVAL (its SGE length would be cut to 32 bits).
-    #[test]
-    fn buffers_of_4_gib_or_more_are_refused() {
-        assert!(super::sge_lens_fit("post_send", [0, 8, u32::MAX as usize]).is_ok());
-        let e = super::sge_lens_fit("post_send", [8, 1 << 32]).unwrap_err();
-        assert_eq!(e.errno(), libc::EINVAL);
-        assert!(super::sge_lens_fit("post_recv", [(1 << 32) + 16]).is_err());
     }
 }

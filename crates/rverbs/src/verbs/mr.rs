@@ -2,11 +2,11 @@
 //! [`RemoteBuf`], [`AccessFlags`]).
 
 use super::*;
-use rverbs_engine::{Sge, VecMemory};
+use crate::device::wr::MrMem;
 use std::ops::Range;
 use std::sync::Arc;
 
-use crate::soft::guard::WithGuard;
+use crate::device::guard::WithGuard;
 
 /// A registered memory region that owns its buffer (`struct ibv_mr`). The
 /// application reaches the bytes with [`Mr::read`], [`Mr::write`] and [`Mr::with`];
@@ -33,49 +33,43 @@ use crate::soft::guard::WithGuard;
 /// ```
 pub struct Mr {
     pub(crate) pd: Arc<PdInner>,
-    pub(crate) region: Arc<VecMemory>,
-    pub(crate) lkey: u32,
-    pub(crate) rkey: u32,
-    pub(crate) addr: u64,
-    pub(crate) len: usize,
+    pub(crate) mem: MrMem,
 }
 
 impl Drop for Mr {
     fn drop(&mut self) {
-        let lkey = self.lkey;
-        self.pd.ctx.shared().destroy(move |_, e| {
-            let _ = e.dereg_mr(lkey);
-        });
+        self.pd.ctx.dev().dereg_mr(self.mem.lkey);
     }
 }
 
 impl Mr {
     /// The local key.
     pub fn lkey(&self) -> u32 {
-        self.lkey
+        self.mem.lkey
     }
     /// The remote key.
     pub fn rkey(&self) -> u32 {
-        self.rkey
+        self.mem.rkey
     }
     /// The region's virtual address (what a peer puts in `remote_addr`).
     pub fn addr(&self) -> u64 {
-        self.addr
+        self.mem.addr
     }
     /// Length in bytes.
     pub fn len(&self) -> usize {
-        self.len
+        self.mem.len
     }
     /// True for an empty region.
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.mem.len == 0
     }
     /// Copies bytes out of the region, starting at `offset`.
     ///
     /// # Panics
     /// If `offset + dst.len()` is beyond the region (like slicing out of bounds).
     pub fn read(&self, offset: usize, dst: &mut [u8]) {
-        self.region
+        self.mem
+            .region
             .with(|b| dst.copy_from_slice(&b[offset..offset + dst.len()]));
     }
     /// Copies bytes into the region at `offset`.
@@ -83,7 +77,8 @@ impl Mr {
     /// # Panics
     /// If `offset + src.len()` is beyond the region (like slicing out of bounds).
     pub fn write(&self, offset: usize, src: &[u8]) {
-        self.region
+        self.mem
+            .region
             .with(|b| b[offset..offset + src.len()].copy_from_slice(src));
     }
     /// Runs `f` with the region's bytes; the device waits meanwhile (it cannot read or
@@ -101,11 +96,11 @@ impl Mr {
     /// [`Context::counters`]) panic when called inside `f`, rather than deadlock.
     pub fn with<R>(&self, f: impl FnOnce(&mut [u8]) -> R) -> R {
         let _g = WithGuard::enter();
-        self.region.with(f)
+        self.mem.region.with(f)
     }
     /// A copy of the whole region.
     pub fn to_vec(&self) -> Vec<u8> {
-        self.region.snapshot()
+        self.mem.region.snapshot()
     }
     /// The bytes `range` of this region, for a work request.
     ///
@@ -113,18 +108,18 @@ impl Mr {
     /// If `range` is not inside the region (a caller bug, like slicing out of bounds).
     pub fn slice(&self, range: Range<usize>) -> LocalBuf<'_> {
         assert!(
-            range.start <= range.end && range.end <= self.len,
+            range.start <= range.end && range.end <= self.mem.len,
             "LocalBuf range outside the MR"
         );
         LocalBuf {
-            mr: self,
+            mr: &self.mem,
             offset: range.start,
             len: range.end - range.start,
         }
     }
     /// The whole region, for a work request.
     pub fn all(&self) -> LocalBuf<'_> {
-        self.slice(0..self.len)
+        self.slice(0..self.mem.len)
     }
     /// What a peer needs to read, write or use atomics on `range` of this region.
     ///
@@ -133,7 +128,7 @@ impl Mr {
     /// length is 32 bits).
     pub fn remote(&self, range: Range<usize>) -> RemoteBuf {
         assert!(
-            range.start <= range.end && range.end <= self.len,
+            range.start <= range.end && range.end <= self.mem.len,
             "RemoteBuf range outside the MR"
         );
         assert!(
@@ -141,8 +136,8 @@ impl Mr {
             "RemoteBuf of 4 GiB or more"
         );
         RemoteBuf {
-            addr: self.addr + range.start as u64,
-            rkey: self.rkey,
+            addr: self.mem.addr + range.start as u64,
+            rkey: self.mem.rkey,
             len: (range.end - range.start) as u32,
         }
     }
@@ -152,45 +147,3 @@ impl Mr {
 /// type, one name in the whole API (`AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ`,
 /// `AccessFlags::ALL`; `QpAttr::qp_access_flags` is the same type).
 pub use rverbs_engine::Access as AccessFlags;
-
-/// Bytes of a local memory region named in a work request.
-#[derive(Clone, Copy)]
-pub struct LocalBuf<'a> {
-    pub(crate) mr: &'a Mr,
-    pub(crate) offset: usize,
-    pub(crate) len: usize,
-}
-
-impl LocalBuf<'_> {
-    /// The buffer's length in bytes.
-    pub(crate) fn byte_len(&self) -> usize {
-        self.len
-    }
-
-    /// (Callers check [`sge_lens_fit`] first: `length` is 32 bits.)
-    pub(crate) fn sge(&self) -> Sge {
-        Sge {
-            addr: self.mr.addr + self.offset as u64,
-            length: self.len as u32,
-            lkey: self.mr.lkey,
-        }
-    }
-
-    /// A copy of the bytes.
-    pub(crate) fn bytes(&self) -> Vec<u8> {
-        let mut v = vec![0; self.len];
-        self.mr.read(self.offset, &mut v);
-        v
-    }
-}
-
-/// A peer's memory: address, key and length, as exchanged out of band.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RemoteBuf {
-    /// Virtual address.
-    pub addr: u64,
-    /// Remote key.
-    pub rkey: u32,
-    /// Length.
-    pub len: u32,
-}

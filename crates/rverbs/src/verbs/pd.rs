@@ -1,12 +1,13 @@
 //! Protection domains ([`Pd`]) and what is made in one: memory regions, QPs, AHs.
 
 use super::*;
+use crate::device::ops::QpCreate;
+use crate::device::wr::MrMem;
 use crate::error::Error;
 use crate::error::Result;
-use crate::soft::Shared;
-use rverbs_engine::{PdId, QpInit, QpState, QpType, VecMemory};
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use rverbs_engine::{PdId, VecMemory};
+use std::sync::atomic::AtomicU32;
+use std::sync::Arc;
 
 pub(crate) struct PdInner {
     pub(crate) ctx: Context,
@@ -15,10 +16,7 @@ pub(crate) struct PdInner {
 
 impl Drop for PdInner {
     fn drop(&mut self) {
-        let id = self.id;
-        self.ctx.shared().destroy(move |_, e| {
-            let _ = e.dealloc_pd(id);
-        });
+        self.ctx.dev().dealloc_pd(self.id);
     }
 }
 
@@ -43,7 +41,7 @@ pub struct Pd {
 impl Context {
     /// `ibv_alloc_pd`.
     pub fn alloc_pd(&self) -> Result<Pd> {
-        let id = self.shared().lock_verb("alloc_pd")?.alloc_pd();
+        let id = self.dev().alloc_pd()?;
         Ok(Pd {
             inner: Arc::new(PdInner {
                 ctx: self.clone(),
@@ -76,14 +74,12 @@ impl Context {
                 .into());
             }
         }
-        let id = self.shared().lock_verb("create_cq")?.create_cq(cqe)?;
+        let dev = self.dev().create_cq(cqe)?;
         let inner = Arc::new(CqInner {
+            dev,
             ctx: self.clone(),
-            id,
-            empty_at: AtomicU64::new(0),
             events: AtomicU32::new(0),
             acked: AtomicU32::new(0),
-            roce: std::sync::atomic::AtomicBool::new(false),
         });
         self.bind_cq(&inner, channel);
         Ok(Cq { inner })
@@ -91,10 +87,6 @@ impl Context {
 }
 
 impl Pd {
-    pub(crate) fn shared(&self) -> &Arc<Shared> {
-        self.inner.ctx.shared()
-    }
-
     /// The context the PD was allocated on.
     pub fn context(&self) -> &Context {
         &self.inner.ctx
@@ -113,19 +105,21 @@ impl Pd {
         // buffer, so the address stays the buffer's.)
         let addr = buf.as_ptr() as u64;
         let region = Arc::new(VecMemory::from_vec(buf));
-        let keys = self.shared().lock_verb("reg_mr")?.reg_mr(
-            self.inner.id,
-            region.clone(),
-            addr,
-            access,
-        )?;
+        let keys = self
+            .inner
+            .ctx
+            .dev()
+            .reg_mr(self.inner.id, region.clone(), addr, access)?;
         Ok(Mr {
             pd: self.inner.clone(),
-            region,
-            lkey: keys.lkey,
-            rkey: keys.rkey,
-            addr,
-            len,
+            mem: MrMem {
+                region,
+                lkey: keys.lkey,
+                rkey: keys.rkey,
+                addr,
+                len,
+                pd: self.inner.id,
+            },
         })
     }
 
@@ -140,15 +134,7 @@ impl Pd {
             )
             .into());
         }
-        let shared = self.shared();
-        let mut engine = shared.lock_verb("create_ah")?;
-        // Checked under the engine lock, which the address re-scan holds while it
-        // frees and reuses GID slots (context.rs `rescan`): checked before it, the
-        // slot could be freed and given to a new address in between, and the AH would
-        // silently send from that address. Lock order: engine, then the GID table.
-        self.inner.ctx.check_sgid(attr.av.sgid_index, "create_ah")?;
-        let id = engine.create_ah(self.inner.id, attr.av)?;
-        drop(engine);
+        let id = self.inner.ctx.dev().create_ah(self.inner.id, attr)?;
         Ok(Ah {
             pd: self.inner.clone(),
             id,
@@ -172,123 +158,22 @@ impl Pd {
                 return Err(inval("the SRQ belongs to another protection domain"));
             }
         }
-        if attr.qp_type == QpType::RawPacket {
-            return self.create_raw_qp(attr);
-        }
-        let init = QpInit {
-            pd: self.inner.id,
+        let init = QpCreate {
             qp_type: attr.qp_type,
-            send_cq: attr.send_cq.inner.id,
-            recv_cq: attr.recv_cq.inner.id,
+            send_cq: &*attr.send_cq.inner.dev,
+            recv_cq: &*attr.recv_cq.inner.dev,
             srq: attr.srq.map(|s| s.inner.id),
             cap: attr.cap,
             sq_sig_all: attr.sq_sig_all,
         };
-        let qpn = self.shared().lock_verb("create_qp")?.create_qp(init)?;
-        for cq in [attr.send_cq, attr.recv_cq] {
-            cq.inner.roce.store(true, Ordering::Relaxed);
-        }
-        if attr.qp_type == QpType::Ud {
-            // Its receives carry a GRH with the datagram's TTL / TOS.
-            self.shared().udp.recv_meta_user(true);
-        }
+        let dev = self.inner.ctx.dev().create_qp(self.inner.id, &init)?;
         Ok(Qp {
+            qpn: dev.qp_num(),
+            dev,
             pd: self.inner.clone(),
             _cqs: [attr.send_cq.inner.clone(), attr.recv_cq.inner.clone()],
             _srq: attr.srq.map(|s| s.inner.clone()),
-            qpn,
             qp_type: attr.qp_type,
-            raw: None,
-        })
-    }
-
-    /// A RAW_PACKET QP: EPERM without CAP_NET_RAW (uverbs checks it before the
-    /// driver: `rdma_dev_has_raw_cap` in `create_qp`), EOPNOTSUPP on a context not in
-    /// raw mode, EINVAL with an SRQ (raw QPs here have their own receive queue).
-    pub(crate) fn create_raw_qp(&self, attr: &QpInitAttr) -> Result<Qp> {
-        let verr =
-            |errno, why| -> Error { rverbs_engine::VerbError::new("create_qp", errno, why).into() };
-        let shared = self.shared();
-        if !rverbs_raw::has_cap_net_raw() {
-            return Err(verr(
-                rverbs_engine::Errno::Perm,
-                "RAW_PACKET QPs need CAP_NET_RAW",
-            ));
-        }
-        let Some(mode) = &shared.raw else {
-            return Err(verr(
-                rverbs_engine::Errno::NotSupported,
-                "the context is not in raw mode (OpenOptions::raw_interface)",
-            ));
-        };
-        let Some(dev) = &mode.dev else {
-            return Err(verr(
-                rverbs_engine::Errno::Perm,
-                "the context was opened without CAP_NET_RAW",
-            ));
-        };
-        if attr.srq.is_some() {
-            return Err(verr(
-                rverbs_engine::Errno::Inval,
-                "RAW_PACKET QPs take no SRQ here",
-            ));
-        }
-        let qpn = {
-            let mut e = shared.lock_verb("create_qp")?;
-            let limits = e.config().limits;
-            rverbs_engine::modify::check_cap(&attr.cap, false, &limits).map_err(|e| {
-                rverbs_engine::VerbError {
-                    verb: "create_qp",
-                    ..e
-                }
-            })?;
-            // From the engine's number space: QP numbers stay unique on the context.
-            e.reserve_qpn()?
-        };
-        let max_recv_wr = (attr.cap.max_recv_wr as usize).max(1);
-        let raw = match dev.create_qp_with_rq_numbered(max_recv_wr, qpn) {
-            Ok(r) => r,
-            Err(err) => {
-                shared.lock().release_qpn(qpn);
-                return Err(Error::io("creating the raw queue", err));
-            }
-        };
-        let inner = Arc::new(crate::raw::RawQpInner {
-            raw,
-            pd: self.inner.id,
-            send_cq: attr.send_cq.inner.id,
-            recv_cq: attr.recv_cq.inner.id,
-            sq_sig_all: attr.sq_sig_all,
-            max_recv_wr,
-            cap: attr.cap,
-            st: Mutex::new(crate::raw::RawQpState {
-                state: QpState::Reset,
-                held: Default::default(),
-                posted: Default::default(),
-                local: Default::default(),
-            }),
-            state_now: Default::default(),
-        });
-        // The device's receive thread wakes the driver, which moves completions into
-        // the CQs (and so fires armed CQs' events).
-        let weak = Arc::downgrade(shared);
-        inner.raw.set_notify(Some(Arc::new(move || {
-            if let Some(s) = weak.upgrade() {
-                s.activity.fetch_add(1, Ordering::Release);
-                s.wake();
-            }
-        })));
-        mode.qps
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(Arc::downgrade(&inner));
-        Ok(Qp {
-            pd: self.inner.clone(),
-            _cqs: [attr.send_cq.inner.clone(), attr.recv_cq.inner.clone()],
-            _srq: None,
-            qpn: inner.raw.qp_num(),
-            qp_type: QpType::RawPacket,
-            raw: Some(inner),
         })
     }
 

@@ -2,7 +2,7 @@
 
 use crate::error::Result;
 use crate::verbs::{LocalBuf, Pd, PdInner};
-use rverbs_engine::{RecvWr, SrqId};
+use rverbs_engine::SrqId;
 use std::sync::Arc;
 
 pub(crate) struct SrqInner {
@@ -13,10 +13,7 @@ pub(crate) struct SrqInner {
 impl Drop for SrqInner {
     fn drop(&mut self) {
         // QPs attached to the SRQ hold it, so none is left when this runs.
-        let id = self.id;
-        self.pd.ctx.shared().destroy(move |_, e| {
-            let _ = e.destroy_srq(id);
-        });
+        self.pd.ctx.dev().destroy_srq(self.id);
     }
 }
 
@@ -62,12 +59,7 @@ impl Pd {
     /// limits ([`crate::DeviceAttr::max_srq_wr`], [`crate::DeviceAttr::max_srq_sge`]).
     pub fn create_srq(&self, attr: &SrqInitAttr) -> Result<Srq> {
         let pd = self.inner().clone();
-        let id = pd.ctx.shared().lock_verb("create_srq")?.create_srq(
-            pd.id,
-            attr.max_wr,
-            attr.max_sge,
-            0,
-        )?;
+        let id = pd.ctx.dev().create_srq(pd.id, attr.max_wr, attr.max_sge)?;
         Ok(Srq {
             inner: Arc::new(SrqInner { pd, id }),
         })
@@ -78,18 +70,11 @@ impl Srq {
     /// `ibv_post_srq_recv` of one receive. ENOMEM when the SRQ is full, EINVAL with
     /// more SGEs than `max_sge`.
     pub fn post_recv(&self, wr_id: u64, bufs: &[LocalBuf<'_>]) -> Result<()> {
-        crate::verbs::sge_lens_fit("post_srq_recv", bufs.iter().map(LocalBuf::byte_len))?;
-        let wr = RecvWr {
-            wr_id,
-            sg_list: bufs.iter().map(LocalBuf::sge).collect(),
-        };
-        Ok(self
-            .inner
+        self.inner
             .pd
             .ctx
-            .shared()
-            .lock_verb("post_srq_recv")?
-            .post_srq_recv(self.inner.id, wr)?)
+            .dev()
+            .post_srq_recv(self.inner.id, wr_id, bufs)
     }
 
     /// `ibv_modify_srq` with `IBV_SRQ_LIMIT`: arms the limit event — when a receive is
@@ -97,13 +82,7 @@ impl Srq {
     /// reported once ([`crate::Context::get_async_event`]) and the limit disarms. 0
     /// disarms; above `max_wr` is EINVAL.
     pub fn arm_limit(&self, limit: u32) -> Result<()> {
-        Ok(self
-            .inner
-            .pd
-            .ctx
-            .shared()
-            .lock_verb("modify_srq")?
-            .arm_srq(self.inner.id, limit)?)
+        self.inner.pd.ctx.dev().modify_srq(self.inner.id, limit)
     }
 
     /// The SRQ's handle number (what [`crate::AsyncEvent::SrqLimitReached`] reports).

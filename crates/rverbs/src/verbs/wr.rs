@@ -1,73 +1,9 @@
 //! Work requests ([`SendRequest`]).
 
 use super::*;
-use rverbs_engine::{SendFlags, SendWr, UdDest, WrOpcode};
-
-/// A send work request, built from safe parts: an operation, the local buffers it
-/// reads (or, for READ and atomics, writes) and, for one-sided operations, the peer's
-/// [`RemoteBuf`]. It borrows the regions it names until it is posted.
-///
-/// A READ or WRITE moves exactly the peer's [`RemoteBuf`]: its length must be the
-/// local buffers' total, else `post_send` fails with EINVAL naming both lengths.
-///
-/// ```no_run
-/// # fn demo(qp: &rverbs::Qp, mr: &rverbs::Mr, peer: rverbs::RemoteBuf) -> rverbs::Result<()> {
-/// use rverbs::{RemoteBuf, SendRequest};
-/// // `peer`: 4096 bytes of the other side's memory.
-/// qp.post_send(&SendRequest::write(1, &[mr.slice(0..4096)], peer).signaled(false))?;
-/// qp.post_send(&SendRequest::read(2, &[mr.slice(4096..8192)], peer).fence())?;
-/// let counter = RemoteBuf { len: 8, ..peer };
-/// qp.post_send(&SendRequest::fetch_add(3, mr.slice(8192..8200), counter, 1))?;
-/// # Ok(()) }
-/// ```
-#[derive(Clone)]
-pub struct SendRequest<'a> {
-    pub(crate) wr_id: u64,
-    pub(crate) opcode: WrOpcode,
-    pub(crate) bufs: Bufs<'a>,
-    pub(crate) flags: SendFlags,
-    pub(crate) imm: u32,
-    pub(crate) remote: Option<RemoteBuf>,
-    pub(crate) compare_add: u64,
-    pub(crate) swap: u64,
-    pub(crate) ud: Option<UdDest>,
-}
-
-/// A request's local buffers: the usual single one in place (no allocation per
-/// request), others on the heap.
-#[derive(Clone)]
-pub(crate) enum Bufs<'a> {
-    One(LocalBuf<'a>),
-    Many(Vec<LocalBuf<'a>>),
-}
-
-impl<'a> Bufs<'a> {
-    pub(crate) fn as_slice(&self) -> &[LocalBuf<'a>] {
-        match self {
-            Bufs::One(b) => std::slice::from_ref(b),
-            Bufs::Many(v) => v,
-        }
-    }
-}
+use rverbs_engine::{SendFlags, UdDest, WrOpcode};
 
 impl<'a> SendRequest<'a> {
-    pub(crate) fn new(wr_id: u64, opcode: WrOpcode, bufs: &[LocalBuf<'a>]) -> Self {
-        SendRequest {
-            wr_id,
-            opcode,
-            bufs: match bufs {
-                [one] => Bufs::One(*one),
-                _ => Bufs::Many(bufs.to_vec()),
-            },
-            flags: SendFlags::SIGNALED,
-            imm: 0,
-            remote: None,
-            compare_add: 0,
-            swap: 0,
-            ud: None,
-        }
-    }
-
     /// SEND of `bufs`.
     pub fn send(wr_id: u64, bufs: &[LocalBuf<'a>]) -> Self {
         Self::new(wr_id, WrOpcode::Send, bufs)
@@ -178,60 +114,5 @@ impl<'a> SendRequest<'a> {
             remote_qkey,
         });
         self
-    }
-
-    /// EINVAL when a READ or WRITE names a [`RemoteBuf`] whose length differs from the
-    /// local buffers' total: the transfer would run past what the peer offered, or
-    /// move only part of it without saying so. rdma-core leaves such a request to the
-    /// device (the responder answers a remote access error when it overruns the
-    /// region, and a shorter transfer just succeeds); here both lengths are known at
-    /// post time, so the request is refused before anything is sent. To move part of
-    /// a peer's buffer, name that part: `RemoteBuf { addr, len, ..peer }`. Atomics
-    /// (8 bytes at `remote.addr`) and requests without a `RemoteBuf` are not checked.
-    pub(crate) fn check_remote_len(&self) -> crate::Result<()> {
-        let Some(r) = self.remote else {
-            return Ok(());
-        };
-        if !matches!(
-            self.opcode,
-            WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm | WrOpcode::RdmaRead
-        ) {
-            return Ok(());
-        }
-        let local: u64 = self.bufs.as_slice().iter().map(|b| b.len as u64).sum();
-        if local == u64::from(r.len) {
-            return Ok(());
-        }
-        let why = "the RemoteBuf's length is not the local buffers' total";
-        Err(
-            rverbs_engine::VerbError::new("post_send", rverbs_engine::Errno::Inval, why)
-                .with_limit(
-                    local,
-                    r.len.into(),
-                    "bytes in the local buffers",
-                    "the RemoteBuf has",
-                )
-                .into(),
-        )
-    }
-
-    pub(crate) fn to_engine(&self) -> SendWr {
-        let r = self.remote.unwrap_or(RemoteBuf {
-            addr: 0,
-            rkey: 0,
-            len: 0,
-        });
-        SendWr {
-            wr_id: self.wr_id,
-            opcode: self.opcode,
-            sg_list: self.bufs.as_slice().iter().map(LocalBuf::sge).collect(),
-            flags: self.flags,
-            imm_data: self.imm,
-            remote_addr: r.addr,
-            rkey: r.rkey,
-            compare_add: self.compare_add,
-            swap: self.swap,
-            ud: self.ud,
-        }
     }
 }

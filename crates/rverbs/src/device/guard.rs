@@ -1,6 +1,8 @@
-//! The one lock-order rule of the soft device that the verbs must check: a thread
-//! inside [`crate::Mr::with`] holds a region's lock, and the device takes its engine
-//! lock before a region's, so such a thread must not wait for the engine.
+//! The one lock-order rule between the verbs and a device: a thread inside
+//! [`crate::Mr::with`] holds a region's lock, and a device that reaches regions through
+//! their locks (the soft device takes its engine lock, then a region's) must not make
+//! such a thread wait for it. `Mr::with` marks the thread; the device's verbs check the
+//! mark and fail with EDEADLK instead.
 
 use crate::error::{Error, Result};
 use std::cell::Cell;

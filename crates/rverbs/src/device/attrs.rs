@@ -1,9 +1,7 @@
 //! `ibv_query_device` / `ibv_query_port`: the soft device's attributes and limits.
 
 use crate::device::DeviceInfo;
-use crate::error::Result;
-use crate::verbs::Context;
-use rverbs_engine::{Config, Counters, Errno, Mtu, VerbError};
+use rverbs_engine::{Config, Counters, Mtu};
 
 /// `IBV_DEVICE_BAD_PKEY_CNTR`: the port counts packets dropped for a bad P_Key.
 pub const DEVICE_BAD_PKEY_CNTR: u32 = 1 << 1;
@@ -187,27 +185,6 @@ pub struct PortAttr {
     pub phys_state: u8,
 }
 
-impl Context {
-    /// `ibv_query_device`.
-    pub fn query_device(&self) -> Result<DeviceAttr> {
-        let e = self.shared().lock_verb("query_device")?;
-        let mut d = device_attr(e.config());
-        if self.shared().raw.is_some() {
-            d.device_cap_flags |= rverbs_raw::IBV_DEVICE_RAW_IP_CSUM;
-        }
-        Ok(d)
-    }
-
-    /// `ibv_query_port` of port `port` (this device has port 1 only; others are EINVAL).
-    pub fn query_port(&self, port: u8) -> Result<PortAttr> {
-        if port != 1 {
-            return Err(VerbError::new("query_port", Errno::Inval, "no such port").into());
-        }
-        let e = self.shared().lock_verb("query_port")?;
-        Ok(port_attr(self.device(), e.config(), e.counters()))
-    }
-}
-
 impl DeviceInfo {
     /// The device's attributes, port 1 and GID table as an opened context would report
     /// them, without opening it (no socket is bound, so this works while another
@@ -230,7 +207,7 @@ impl DeviceInfo {
     }
 }
 
-fn device_attr(cfg: &Config) -> DeviceAttr {
+pub(crate) fn device_attr(cfg: &Config) -> DeviceAttr {
     let l = &cfg.limits;
     let guid = cfg.gids.first().map_or(0, |g| g.interface_id());
     DeviceAttr {
@@ -278,7 +255,7 @@ fn device_attr(cfg: &Config) -> DeviceAttr {
     }
 }
 
-fn port_attr(info: &DeviceInfo, cfg: &Config, c: &Counters) -> PortAttr {
+pub(crate) fn port_attr(info: &DeviceInfo, cfg: &Config, c: &Counters) -> PortAttr {
     let read = |f: &str| {
         std::fs::read_to_string(format!("/sys/class/net/{}/{f}", info.ifname))
             .ok()
