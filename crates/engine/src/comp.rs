@@ -26,6 +26,9 @@ pub const MAX_READ_AHEAD_PSNS: u32 = 4096;
 impl Qp {
     /// Handles an RC response (ACK, NAK, READ response, ATOMIC ACK): rxe `rxe_comp.c`.
     pub(crate) fn on_response(&mut self, pkt: &Packet<&[u8]>, ctx: &mut Ctx<'_>) -> Wake {
+        if let Some(wake) = self.sr_on_report(pkt, ctx) {
+            return wake;
+        }
         let bth = pkt.bth();
         let psn = bth.psn();
         let op = bth.opcode();
@@ -277,6 +280,7 @@ impl Qp {
                     self.rtt_sample = None;
                 }
             }
+            self.sr_progress();
             self.after_probe(ctx);
             self.unacked_since = (self.sent_psn_end != self.comp_psn).then_some(ctx.now);
             if !self.needs_nudge() {
@@ -367,6 +371,7 @@ impl Qp {
     /// Rewinds the requester to resend from `psn` (go-back-N).
     pub(crate) fn go_back(&mut self, psn: Psn) {
         self.noack_pkts = 0;
+        self.sr.clear_queue();
         // Karn: what is sent again gives no RTT sample.
         self.rtt_sample = None;
         for (i, w) in self.sq.iter_mut().enumerate() {
@@ -430,6 +435,11 @@ impl Qp {
             return;
         }
         self.probe = None;
+        if self.sr.reports_seen {
+            // Selective repeat: the responder holds what arrived past a gap and
+            // reports it; its reports, not a go-back, recover the rest.
+            return;
+        }
         let lost = self.comp_psn.is_before(sent_end)
             && self
                 .sq

@@ -1,0 +1,349 @@
+//! Selective repeat between two rverbs engines ([`crate::Config::selective_repeat`]).
+//!
+//! IBTA RC is go-back-N (9.7.5.1.2): a responder drops every request behind a gap
+//! and NAKs the gap once, and the requester resends everything from it. On a lossy
+//! path a loss then costs a window of packets. With selective repeat (after IRN,
+//! Mittal et al., SIGCOMM 2018, and the selective-repeat modes of recent RoCE NICs)
+//! the responder keeps what arrives past a gap and reports it, and the requester
+//! resends only the missing packets.
+//!
+//! **What the responder does with a packet past a gap.** It holds the packet (its
+//! bytes, at most [`SR_MAX_HELD_PSNS`] PSNs past the gap and [`SR_MAX_HELD_BYTES`] per
+//! QP; past that it is dropped and counted, and sent again later) and carries it out
+//! when the gap before it fills, in PSN order, through the same steps as an in-order
+//! packet. Everything a peer or the application can see therefore happens in PSN
+//! order, as IBTA requires: receive WQEs are consumed in message order (a SEND's
+//! WQE is only known once every message before it has started, and a lost packet
+//! may hold the end of one message and the start of the next), completions, the
+//! MSN and every ACK are cumulative and in order, READ responses and ATOMIC ACKs
+//! leave in request order, and an atomic executes once, in order, after the
+//! requests before it. WRITE payloads are written at their address when the packet
+//! is carried out, not on arrival: only a FIRST or ONLY carries the address and the
+//! R_Key that the access check needs, and an early write would have to be undone
+//! when the message fails that check; holding costs memory, not round trips, which
+//! is what selective repeat saves.
+//!
+//! **What it reports.** For every packet it holds (or receives again while holding
+//! it) it sends a *report*: an RC ACKNOWLEDGE whose AETH says NAK PSN sequence error,
+//! whose BTH PSN is the packet received and whose AETH MSN field carries the
+//! expected PSN (the first missing one), with the marker below set. The requester
+//! resends each PSN between the expected one and the one received that no report
+//! has shown received, once per round trip ([`Qp::sr_resend_gap`]), with AckReq;
+//! cumulative ACKs (one after every run of held packets carried out) complete the
+//! work requests as before. A gap that holds a READ request is the implied NAK's:
+//! a reordering window, then go-back-N from the gap (a READ request spans its
+//! responses' PSNs, and one sent again is answered with its whole piece again, so
+//! it is not resent on a report that may only show reordering).
+//!
+//! **How the two sides learn that both speak it.** In-band, from a marker: bit 6 of
+//! BTH byte 8, one of the seven reserved bits after AckReq ([`SR_MARK`]). A
+//! requester with selective repeat on sets it on every RC request; a responder with
+//! it on that receives a marked request holds and reports from then on (until the
+//! QP is reset); the reports, and only they, carry the marker back. Nothing else
+//! changes on the wire, and nothing is exchanged out of band, so unmodified
+//! programs need nothing extra.
+//!
+//! **Why a peer that does not speak it is not confused.** IBTA 9.2 says reserved
+//! BTH fields are sent as 0 and ignored by the receiver. Kernel rxe never looks at
+//! them: `rxe_recv.c` `hdr_check` checks TVer, the QPN, the QP's type and state, the
+//! addresses and the P_Key/Q_Key; the PSN and AckReq are read through masks
+//! (`BTH_PSN_MASK`, `BTH_ACK_MASK` in `rxe_hdr.h`) that leave the reserved bits out;
+//! and byte 8 is inside the ICRC, which both sides compute over the bits as sent.
+//! So a standard responder executes marked requests exactly as unmarked ones and
+//! never marks anything itself: the rverbs requester then never sees a report and
+//! stays go-back-N. A standard requester never marks, so an rverbs responder never
+//! holds or reports for it: it sees go-back-N and standard NAKs only.
+//!
+//! **Why it is still an opt-in.** What rxe does is shown above; what every NIC does
+//! cannot be: a NIC's firmware might use a reserved bit for an extension of its own
+//! (the bits of BTH byte 4 are already outside the ICRC for that kind of reason), and
+//! a NIC *responder* that set this bit on its NAKs would be taken for a selective
+//! one. So each side turns it on ([`crate::Config::selective_repeat`]; the soft
+//! device reads `RVERBS_SELECTIVE_REPEAT=1`), and the marker then only confirms that
+//! the peer did too: one side on and the other off is plain go-back-N.
+
+use crate::qp::{Ctx, Qp, Wake};
+use crate::timers::reorder_window_ns;
+use crate::types::*;
+use rverbs_wire::ext::{NakCode, Syndrome};
+use rverbs_wire::opcode::Opcode;
+use rverbs_wire::packet::Packet;
+use rverbs_wire::psn::Psn;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+/// The marker: bit 6 of BTH byte 8 (the reserved bits after AckReq, IBTA 9.2).
+pub const SR_MARK: u8 = 0x40;
+
+/// A responder holds requests at most this many PSNs past the expected one.
+pub const SR_MAX_HELD_PSNS: u32 = 1024;
+
+/// A responder holds at most this many bytes of requests per QP.
+pub const SR_MAX_HELD_BYTES: usize = 4 << 20;
+
+/// Selective-repeat state of one QP.
+#[derive(Default)]
+pub(crate) struct SrState {
+    // responder
+    /// A marked request arrived: the requester speaks selective repeat.
+    pub(crate) peer: bool,
+    /// Requests past the gap, `held[i]` at PSN `epsn + i` (`held[0]`, the expected
+    /// PSN, is always empty).
+    held: VecDeque<Option<Vec<u8>>>,
+    held_bytes: usize,
+    // requester
+    /// A report arrived: the responder speaks selective repeat.
+    pub(crate) reports_seen: bool,
+    /// PSNs the responder reported received past a gap.
+    sacked: BTreeSet<u32>,
+    /// PSNs resent selectively, and when.
+    resent: BTreeMap<u32, Nanos>,
+    /// PSNs to resend.
+    queue: VecDeque<Psn>,
+}
+
+impl SrState {
+    /// Forgets everything (the QP is reset or flushed).
+    pub(crate) fn clear(&mut self) {
+        *self = SrState::default();
+    }
+
+    /// Drops the held requests.
+    pub(crate) fn clear_held(&mut self) {
+        self.held.clear();
+        self.held_bytes = 0;
+    }
+
+    /// The requester goes back N: its queue of selective resends is moot.
+    pub(crate) fn clear_queue(&mut self) {
+        self.queue.clear();
+    }
+
+    /// Requests are held past a gap.
+    pub(crate) fn holding(&self) -> bool {
+        self.held_bytes > 0
+    }
+}
+
+impl Qp {
+    /// Whether the packet about to leave carries [`SR_MARK`]: every RC request when
+    /// selective repeat is on, and the responder's reports.
+    pub(crate) fn sr_marks(&self, payload: &[u8]) -> bool {
+        if !self.selective || self.qp_type != QpType::Rc || payload.len() < 13 {
+            return false;
+        }
+        let op = Opcode(payload[0]);
+        match op.info() {
+            Some(i) if i.is_request => true,
+            _ => {
+                op == Opcode::RC_ACKNOWLEDGE
+                    && self.sr.peer
+                    && Syndrome::from_byte(payload[12]) == Syndrome::Nak(NakCode::PsnSequenceError)
+            }
+        }
+    }
+
+    /// Responder: a request arrived; a marked one shows the requester speaks
+    /// selective repeat.
+    pub(crate) fn sr_note_request(&mut self, pkt: &Packet<&[u8]>) {
+        if self.selective && self.qp_type == QpType::Rc && pkt.bth().resv7() & SR_MARK != 0 {
+            self.sr.peer = true;
+        }
+    }
+
+    /// Responder: whether a request past the expected PSN is held (rather than
+    /// dropped behind a NAK, go-back-N).
+    pub(crate) fn sr_holds(&self) -> bool {
+        self.selective && self.sr.peer && self.qp_type == QpType::Rc
+    }
+
+    /// Responder: holds the request `pkt` (`bytes`, the datagram's payload), `ahead`
+    /// PSNs past the expected one, and reports it.
+    pub(crate) fn sr_hold(
+        &mut self,
+        pkt: &Packet<&[u8]>,
+        bytes: &[u8],
+        ahead: u32,
+        ctx: &mut Ctx<'_>,
+    ) -> Wake {
+        let k = ahead as usize;
+        let have = self.sr.held.get(k).is_some_and(Option::is_some);
+        if !have {
+            if ahead >= SR_MAX_HELD_PSNS || self.sr.held_bytes + bytes.len() > SR_MAX_HELD_BYTES {
+                // Sent again later: once the gap fills, its own report asks for it.
+                ctx.counters.rx_selective_overflow += 1;
+                return Wake::default();
+            }
+            if self.sr.held.len() <= k {
+                self.sr.held.resize_with(k + 1, || None);
+            }
+            self.sr.held[k] = Some(bytes.to_vec());
+            self.sr.held_bytes += bytes.len();
+            ctx.counters.rx_selective_held += 1;
+        }
+        ctx.counters.tx_selective_reports += 1;
+        let expected = self.epsn;
+        self.out.push_back(crate::qp::RespOut::Ack {
+            psn: pkt.bth().psn(),
+            syndrome: Syndrome::Nak(NakCode::PsnSequenceError).to_byte(),
+            msn: expected.value(),
+        });
+        Wake {
+            transmit: true,
+            timers: false,
+        }
+    }
+
+    /// Responder: the expected PSN moved on from `from` (a request was carried
+    /// out); the held requests move with it. Returns the next held request if it is
+    /// now the expected one.
+    pub(crate) fn sr_advance(&mut self, from: Psn, ctx: &mut Ctx<'_>) -> Option<Vec<u8>> {
+        let n = self.epsn.forward_from(from) as usize;
+        for _ in 0..n.min(self.sr.held.len()) {
+            if let Some(b) = self.sr.held.pop_front().flatten() {
+                // Inside a READ's response PSNs: no request of the peer's can be there.
+                self.sr.held_bytes -= b.len();
+                ctx.counters.rx_ghost_responses += 1;
+            }
+        }
+        let b = self.sr.held.front_mut()?.take()?;
+        self.sr.held_bytes -= b.len();
+        ctx.counters.rx_selective_placed += 1;
+        Some(b)
+    }
+
+    /// Requester: handles `pkt` if it is a report ([`crate::selective`]); `None` when it
+    /// is not one (an ordinary response).
+    pub(crate) fn sr_on_report(&mut self, pkt: &Packet<&[u8]>, ctx: &mut Ctx<'_>) -> Option<Wake> {
+        let bth = pkt.bth();
+        if !self.selective || bth.opcode() != Opcode::RC_ACKNOWLEDGE || bth.resv7() & SR_MARK == 0 {
+            return None;
+        }
+        let aeth = pkt.aeth()?;
+        if Syndrome::from_byte(aeth.syndrome()) != Syndrome::Nak(NakCode::PsnSequenceError) {
+            return None;
+        }
+        let got = bth.psn();
+        let expected = Psn::new(aeth.msn());
+        let out = self.sent_psn_end.forward_from(self.comp_psn);
+        // The PSN received must be one we sent and have not had acknowledged; the
+        // expected one at or before it (older reports name an older gap).
+        let from = if expected.is_before(self.comp_psn) {
+            self.comp_psn
+        } else {
+            expected
+        };
+        if out == 0 || !got.in_window(self.comp_psn, out) || got.is_before(from) {
+            ctx.counters.rx_ghost_responses += 1;
+            return Some(Wake::default());
+        }
+        ctx.counters.rx_selective_reports += 1;
+        self.sr.reports_seen = true;
+        self.sr.sacked.insert(got.value());
+        let wake = self.sr_resend_gap(from, got, ctx);
+        Some(wake)
+    }
+
+    /// Requester: queues the PSNs from `from` up to `got` (exclusive) that no report
+    /// has shown received and that were not resent within the last round trip.
+    /// A READ request in the gap: go-back-N from the gap instead.
+    fn sr_resend_gap(&mut self, from: Psn, got: Psn, ctx: &mut Ctx<'_>) -> Wake {
+        let again_after = self
+            .rtt
+            .srtt()
+            .map_or(reorder_window_ns(self.attr.timeout), |s| s + s / 4);
+        let n = got.forward_from(from);
+        let mut queued = false;
+        for i in 0..n {
+            let p = from.add(i);
+            if self.sr.sacked.contains(&p.value()) {
+                continue;
+            }
+            if self
+                .sr
+                .resent
+                .get(&p.value())
+                .is_some_and(|&t| ctx.now < t.saturating_add(again_after))
+            {
+                continue;
+            }
+            let Some(w) = self
+                .sq
+                .iter()
+                .take_while(|w| w.started)
+                .find(|w| p.in_window(w.first_psn, w.npkts))
+            else {
+                break;
+            };
+            if w.wr.opcode == WrOpcode::RdmaRead {
+                // A READ request in the gap, or its responses' PSNs: lost, or late
+                // (a request sent again is answered with the whole piece again).
+                // The implied NAK's reordering window, then go-back-N from the gap
+                // (IBTA 9.7.5.1.3), as for a gap in READ responses.
+                self.implied_nak(ctx);
+                return Wake {
+                    transmit: queued,
+                    timers: true,
+                };
+            }
+            if w.is_rd_atomic() && p != w.first_psn {
+                continue;
+            }
+            self.sr.resent.insert(p.value(), ctx.now);
+            self.sr.queue.push_back(p);
+            queued = true;
+        }
+        Wake {
+            transmit: queued,
+            timers: false,
+        }
+    }
+
+    /// Requester: the next selective resend, if one is queued: the packet at its PSN,
+    /// with AckReq.
+    pub(crate) fn sr_next_resend(&mut self, ctx: &mut Ctx<'_>) -> Option<crate::net::Transmit> {
+        while let Some(p) = self.sr.queue.pop_front() {
+            if p.is_before(self.comp_psn) || !p.is_before(self.sent_psn_end) {
+                continue;
+            }
+            let Some(idx) = self
+                .sq
+                .iter()
+                .take_while(|w| w.started)
+                .position(|w| p.in_window(w.first_psn, w.npkts))
+            else {
+                continue;
+            };
+            let w = &self.sq[idx];
+            let k = p.forward_from(w.first_psn);
+            let sent = if w.is_rd_atomic() {
+                w.wr.opcode != WrOpcode::RdmaRead && k == 0 && w.fully_sent()
+            } else {
+                k < w.next_pkt
+            };
+            if !sent {
+                // Not sent (yet, or again after a go-back): it leaves in turn.
+                continue;
+            }
+            let t = self.build_request(idx, k, p, true, ctx);
+            // Karn: no RTT sample from what is sent again.
+            self.rtt_sample = None;
+            ctx.counters.selective_retransmits += 1;
+            ctx.counters.retransmitted_packets += 1;
+            ctx.counters.tx_packets += 1;
+            ctx.counters.tx_bytes += t.len() as u64;
+            ctx.counters.tx_payloads_in_place += u64::from(t.body.is_some());
+            return Some(t);
+        }
+        None
+    }
+
+    /// Requester: progress to `comp_psn`; what lies before it is forgotten.
+    pub(crate) fn sr_progress(&mut self) {
+        if self.sr.sacked.is_empty() && self.sr.resent.is_empty() {
+            return;
+        }
+        let c = self.comp_psn;
+        self.sr.sacked.retain(|&p| !Psn::new(p).is_before(c));
+        self.sr.resent.retain(|&p, _| !Psn::new(p).is_before(c));
+    }
+}

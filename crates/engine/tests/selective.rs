@@ -1,0 +1,146 @@
+//! Selective repeat (`rverbs_engine::selective`), packet by packet: the marker on
+//! requests, the responder's hold and reports past a gap, the requester's resend of
+//! only the missing packet, and the in-order delivery once the gap fills.
+
+mod common;
+mod driver;
+use common::*;
+use driver::*;
+use rverbs_engine::selective::SR_MARK;
+use rverbs_engine::sim::{LinkConfig, Sim};
+use rverbs_engine::*;
+
+fn marked(p: &Pkt) -> bool {
+    p.packet().bth().resv7() & SR_MARK != 0
+}
+
+/// A connected pair with selective repeat on `sr` (requester, responder), and a
+/// six-packet SEND (PSNs 101..=106) with its receive posted, sent but not delivered.
+fn six_packet_send(sr: [bool; 2]) -> (Sim, End, End, Vec<Pkt>) {
+    let mut sim = Sim::new(2, false, LinkConfig::default(), 9);
+    for (e, on) in sim.engines.iter_mut().zip(sr) {
+        e.set_selective_repeat(on);
+    }
+    let o = PairOpts {
+        psn: [101, 900],
+        ..Default::default()
+    };
+    let (a, b) = pair(&mut sim, &o);
+    let now = sim.now;
+    post_recv1(&mut sim, &b, 7, 0, 8192, now);
+    fill(&a, 0, &pattern(6000, 5));
+    let mut w = wr(1, WrOpcode::Send, vec![sge(&a, 0, 6000)]);
+    w.flags = SendFlags::SIGNALED;
+    sim.engines[0].post_send(a.qpn, w, now).unwrap();
+    let p = tx(&mut sim, 0);
+    assert_eq!(p.len(), 6);
+    (sim, a, b, p)
+}
+
+/// Packet 102 is lost. The responder holds 103..=106 and reports each (a marked NAK
+/// sequence error: BTH PSN the packet received, MSN field the expected PSN); the
+/// requester resends 102 alone, once; the responder then carries out 102..=106 in
+/// order and ACKs 106; the SEND completes once on each side with the right bytes.
+#[test]
+fn a_lost_packet_is_resent_alone_and_the_held_ones_are_carried_out() {
+    let (mut sim, a, b, p) = six_packet_send([true, true]);
+    assert!(p.iter().all(marked), "every request carries the marker");
+    rx(&mut sim, &p[0]);
+    rx_all(&mut sim, &p[2..]);
+    let reports = tx(&mut sim, 1);
+    assert_eq!(
+        lines(&reports),
+        (103..=106)
+            .map(|psn| format!("RC_ACKNOWLEDGE {psn} NAK-SEQ msn=102"))
+            .collect::<Vec<_>>()
+    );
+    assert!(reports.iter().all(marked), "reports carry the marker");
+    assert!(
+        drain(&mut sim, &b).is_empty(),
+        "nothing completes past the gap"
+    );
+    rx_all(&mut sim, &reports);
+    let resend = tx(&mut sim, 0);
+    assert_eq!(
+        lines(&resend),
+        ["RC_SEND_MIDDLE 102"],
+        "only the missing packet"
+    );
+    assert!(resend[0].repr().bth.ack_req);
+    assert_eq!(resend[0].payload(), p[1].payload());
+    rx_all(&mut sim, &resend);
+    let ack = tx(&mut sim, 1);
+    assert_eq!(lines(&ack), ["RC_ACKNOWLEDGE 106 ACK msn=1"]);
+    assert!(!marked(&ack[0]), "an ordinary ACK is not marked");
+    rx_all(&mut sim, &ack);
+    let sw = drain(&mut sim, &a);
+    assert_eq!((sw.len(), sw[0].status), (1, WcStatus::Success));
+    let rw = drain(&mut sim, &b);
+    assert_eq!((rw.len(), rw[0].wr_id, rw[0].byte_len), (1, 7, 6000));
+    assert_eq!(b.mem.snapshot()[..6000], pattern(6000, 5)[..]);
+    let (ca, cb) = (sim.engines[0].counters(), sim.engines[1].counters());
+    assert_eq!((ca.rx_selective_reports, ca.selective_retransmits), (4, 1));
+    assert_eq!(ca.retransmitted_packets, 1);
+    assert_eq!(
+        (
+            cb.rx_selective_held,
+            cb.rx_selective_placed,
+            cb.tx_selective_reports
+        ),
+        (4, 4, 4)
+    );
+    assert_eq!((cb.tx_nak_seq, ca.rx_nak_seq), (0, 0));
+    assert_eq!(sim.engines[0].poll_timeout(), None, "nothing outstanding");
+}
+
+/// The responder without selective repeat (as kernel rxe): the marked requests are
+/// executed as any others, the gap draws one plain NAK and the requester goes back N.
+#[test]
+fn a_responder_without_it_answers_go_back_n() {
+    let (mut sim, a, b, p) = six_packet_send([true, false]);
+    rx(&mut sim, &p[0]);
+    rx_all(&mut sim, &p[2..]);
+    let nak = tx(&mut sim, 1);
+    assert_eq!(lines(&nak), ["RC_ACKNOWLEDGE 102 NAK-SEQ msn=0"]);
+    assert!(!marked(&nak[0]));
+    rx_all(&mut sim, &nak);
+    let again = tx(&mut sim, 0);
+    assert_eq!(
+        lines(&again),
+        (102..=106)
+            .enumerate()
+            .map(|(i, psn)| format!("RC_SEND_{} {psn}", if i == 4 { "LAST" } else { "MIDDLE" }))
+            .collect::<Vec<_>>(),
+        "go-back-N"
+    );
+    rx_all(&mut sim, &again);
+    let ack = tx(&mut sim, 1);
+    rx_all(&mut sim, &ack);
+    assert_eq!(drain(&mut sim, &a).len(), 1);
+    assert_eq!(drain(&mut sim, &b).len(), 1);
+    assert_eq!(sim.engines[0].counters().rx_selective_reports, 0);
+}
+
+/// The requester without it (as kernel rxe or a NIC): its requests carry no marker,
+/// so the responder with selective repeat on answers with a plain NAK and nothing it
+/// sends is marked.
+#[test]
+fn a_requester_without_it_gets_no_marker() {
+    let (mut sim, a, b, p) = six_packet_send([false, true]);
+    assert!(!p.iter().any(marked));
+    rx(&mut sim, &p[0]);
+    rx_all(&mut sim, &p[2..]);
+    let nak = tx(&mut sim, 1);
+    assert_eq!(lines(&nak), ["RC_ACKNOWLEDGE 102 NAK-SEQ msn=0"]);
+    assert!(!marked(&nak[0]));
+    rx_all(&mut sim, &nak);
+    let again = tx(&mut sim, 0);
+    assert_eq!(again.len(), 5, "go-back-N");
+    rx_all(&mut sim, &again);
+    let ack = tx(&mut sim, 1);
+    assert!(!ack.iter().any(marked));
+    rx_all(&mut sim, &ack);
+    assert_eq!(drain(&mut sim, &a).len(), 1);
+    assert_eq!(drain(&mut sim, &b).len(), 1);
+    assert_eq!(sim.engines[1].counters().rx_selective_held, 0);
+}
