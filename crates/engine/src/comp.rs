@@ -325,7 +325,23 @@ impl Qp {
             .iter()
             .take_while(|w| w.started)
             .position(|w| psn.in_window(w.first_psn, w.npkts))?;
-        (!self.sq[idx].is_rd_atomic()).then_some((idx, psn))
+        if !self.sq[idx].is_rd_atomic() {
+            return Some((idx, psn));
+        }
+        if !self.sr.reports_seen {
+            return None;
+        }
+        // Selective repeat: a SEND/WRITE packet the responder holds draws a report
+        // of the first gap ([`crate::selective`]), and one it lacks fills a gap: the
+        // last SEND/WRITE packet sent, when the one above is a READ or atomic.
+        self.sq
+            .iter()
+            .enumerate()
+            .take_while(|(_, w)| w.started)
+            .filter(|(_, w)| !w.is_rd_atomic() && w.next_pkt > 0)
+            .map(|(i, w)| (i, w.first_psn.add(w.next_pkt.min(w.npkts) - 1)))
+            .filter(|(_, p)| !p.is_before(self.comp_psn))
+            .last()
     }
 
     /// (Re)starts the tail-loss probe timer ([`crate::timers::Rtt::probe_ns`], doubled
@@ -334,9 +350,17 @@ impl Qp {
     pub(crate) fn arm_probe(&mut self, now: Nanos) {
         // Each probe of a stall waits twice as long as the one before; none is due at
         // or after the retransmit timer.
+        // Selective repeat probes before the first RTT sample too (from a quarter of
+        // the ACK timeout): gaps are recovered by reports, which a probe draws, and
+        // the resends they start leave no sample (Karn).
+        let sr = self.sr.reports_seen;
         let at = self
             .probe_wanted()
-            .then(|| self.rtt.probe_ns(self.attr.timeout))
+            .then(|| {
+                self.rtt
+                    .probe_ns(self.attr.timeout)
+                    .or_else(|| sr.then(|| crate::timers::reorder_window_ns(self.attr.timeout)))
+            })
             .flatten()
             .map(|d| now.saturating_add(d << self.probes_sent.min(16)))
             .filter(|&at| {

@@ -150,6 +150,8 @@ impl Qp {
         if let Some(psn) = last {
             self.queue_ack(psn, Syndrome::ACK);
         }
+        // Carried out up to another gap: reported again, in case its report was lost.
+        self.sr_report_first_gap(ctx);
         wake
     }
 

@@ -16,19 +16,28 @@
 //! WQE is only known once every message before it has started, and a lost packet
 //! may hold the end of one message and the start of the next), completions, the
 //! MSN and every ACK are cumulative and in order, READ responses and ATOMIC ACKs
-//! leave in request order, and an atomic executes once, in order, after the
-//! requests before it. WRITE payloads are written at their address when the packet
-//! is carried out, not on arrival: only a FIRST or ONLY carries the address and the
-//! R_Key that the access check needs, and an early write would have to be undone
-//! when the message fails that check; holding costs memory, not round trips, which
-//! is what selective repeat saves.
+//! leave in request order, an atomic executes once, in order, after the requests
+//! before it, and an RNR or error NAK stops at the request that caused it (what is
+//! held behind it is dropped: the requester sends it again after the NAK). WRITE
+//! payloads are written at their address when the packet is carried out, not on
+//! arrival: only a FIRST or ONLY carries the address and the R_Key, so a MIDDLE or
+//! LAST behind a lost FIRST has nowhere to go yet; one whose FIRST has arrived could
+//! go straight to its offset (mlx5's out-of-order placement does), which would save
+//! a copy and the hold's memory but no round trip, and round trips are what
+//! selective repeat saves. One path for every opcode keeps the order rules above in
+//! one place (`Qp::execute`).
 //!
-//! **What it reports.** For every packet it holds (or receives again while holding
-//! it) it sends a *report*: an RC ACKNOWLEDGE whose AETH says NAK PSN sequence error,
-//! whose BTH PSN is the packet received and whose AETH MSN field carries the
-//! expected PSN (the first missing one), with the marker below set. The requester
-//! resends each PSN between the expected one and the one received that no report
-//! has shown received, once per round trip ([`Qp::sr_resend_gap`]), with AckReq;
+//! **What it reports.** A *report* is an RC ACKNOWLEDGE whose AETH says NAK PSN
+//! sequence error, with the marker below set, whose BTH PSN is a packet held and
+//! whose AETH MSN field carries the first PSN of the gap just before it: the gap is
+//! the PSNs from the one to the other. The responder reports a gap when a packet
+//! arrives right after it (its PSN before is missing), so once per gap rather than
+//! once per packet, which at a few hundred packets in flight would flood the
+//! reverse path; and it reports the first gap again when a packet it holds arrives
+//! again (a tail-loss probe, or a resend that crossed a report: the report was
+//! lost, or the resend was) and when held packets were carried out up to another
+//! gap. The requester resends each PSN of the gap that no report has shown
+//! received, at most once per round trip ([`Qp::sr_resend_gap`]), with AckReq;
 //! cumulative ACKs (one after every run of held packets carried out) complete the
 //! work requests as before. A gap that holds a READ request is the implied NAK's:
 //! a reordering window, then go-back-N from the gap (a READ request spans its
@@ -157,7 +166,8 @@ impl Qp {
     }
 
     /// Responder: holds the request `pkt` (`bytes`, the datagram's payload), `ahead`
-    /// PSNs past the expected one, and reports it.
+    /// PSNs past the expected one, and reports the gap before it if it ends one, or
+    /// the first gap if it was held already.
     pub(crate) fn sr_hold(
         &mut self,
         pkt: &Packet<&[u8]>,
@@ -167,25 +177,50 @@ impl Qp {
     ) -> Wake {
         let k = ahead as usize;
         let have = self.sr.held.get(k).is_some_and(Option::is_some);
-        if !have {
-            if ahead >= SR_MAX_HELD_PSNS || self.sr.held_bytes + bytes.len() > SR_MAX_HELD_BYTES {
-                // Sent again later: once the gap fills, its own report asks for it.
-                ctx.counters.rx_selective_overflow += 1;
-                return Wake::default();
-            }
-            if self.sr.held.len() <= k {
-                self.sr.held.resize_with(k + 1, || None);
-            }
-            self.sr.held[k] = Some(bytes.to_vec());
-            self.sr.held_bytes += bytes.len();
-            ctx.counters.rx_selective_held += 1;
+        if have {
+            return self.sr_report_first_gap(ctx);
         }
+        if ahead >= SR_MAX_HELD_PSNS || self.sr.held_bytes + bytes.len() > SR_MAX_HELD_BYTES {
+            // Sent again later: once the gap before it is filled, the report of the
+            // next gap asks for it.
+            ctx.counters.rx_selective_overflow += 1;
+            return Wake::default();
+        }
+        if self.sr.held.len() <= k {
+            self.sr.held.resize_with(k + 1, || None);
+        }
+        self.sr.held[k] = Some(bytes.to_vec());
+        self.sr.held_bytes += bytes.len();
+        ctx.counters.rx_selective_held += 1;
+        if self.sr.held[k - 1].is_some() {
+            // Right behind a packet held: no new gap.
+            return Wake::default();
+        }
+        // (`held[0]` is the expected PSN, always missing: a gap starts there at the
+        // latest.)
+        let start = (0..k)
+            .rev()
+            .find(|&i| self.sr.held[i].is_some())
+            .map_or(0, |i| i + 1);
+        self.sr_report(self.epsn.add(start as u32), pkt.bth().psn(), ctx)
+    }
+
+    /// Responder: reports the first gap (from the expected PSN to the first packet
+    /// held), if packets are held.
+    pub(crate) fn sr_report_first_gap(&mut self, ctx: &mut Ctx<'_>) -> Wake {
+        match self.sr.held.iter().position(Option::is_some) {
+            Some(k) => self.sr_report(self.epsn, self.epsn.add(k as u32), ctx),
+            None => Wake::default(),
+        }
+    }
+
+    /// Responder: queues a report of the gap from `start` up to `held` (exclusive).
+    fn sr_report(&mut self, start: Psn, held: Psn, ctx: &mut Ctx<'_>) -> Wake {
         ctx.counters.tx_selective_reports += 1;
-        let expected = self.epsn;
         self.out.push_back(crate::qp::RespOut::Ack {
-            psn: pkt.bth().psn(),
+            psn: held,
             syndrome: Syndrome::Nak(NakCode::PsnSequenceError).to_byte(),
-            msn: expected.value(),
+            msn: start.value(),
         });
         Wake {
             transmit: true,
@@ -223,14 +258,14 @@ impl Qp {
             return None;
         }
         let got = bth.psn();
-        let expected = Psn::new(aeth.msn());
+        let start = Psn::new(aeth.msn());
         let out = self.sent_psn_end.forward_from(self.comp_psn);
-        // The PSN received must be one we sent and have not had acknowledged; the
-        // expected one at or before it (older reports name an older gap).
-        let from = if expected.is_before(self.comp_psn) {
+        // The PSN held must be one we sent and have not had acknowledged; the gap
+        // starts at or before it (and may have been acknowledged in part since).
+        let from = if start.is_before(self.comp_psn) {
             self.comp_psn
         } else {
-            expected
+            start
         };
         if out == 0 || !got.in_window(self.comp_psn, out) || got.is_before(from) {
             ctx.counters.rx_ghost_responses += 1;
