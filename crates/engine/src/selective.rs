@@ -288,8 +288,20 @@ impl Qp {
             .map_or(reorder_window_ns(self.attr.timeout), |s| s + s / 4);
         let n = got.forward_from(from);
         let mut queued = false;
+        // The WQEs hold consecutive PSNs: one walk along them for the whole gap.
+        let mut idx = 0;
         for i in 0..n {
             let p = from.add(i);
+            while self
+                .sq
+                .get(idx)
+                .is_some_and(|w| w.started && !p.in_window(w.first_psn, w.npkts))
+            {
+                idx += 1;
+            }
+            let Some(w) = self.sq.get(idx).filter(|w| w.started) else {
+                break;
+            };
             if self.sr.sacked.contains(&p.value()) {
                 continue;
             }
@@ -301,14 +313,6 @@ impl Qp {
             {
                 continue;
             }
-            let Some(w) = self
-                .sq
-                .iter()
-                .take_while(|w| w.started)
-                .find(|w| p.in_window(w.first_psn, w.npkts))
-            else {
-                break;
-            };
             if w.wr.opcode == WrOpcode::RdmaRead {
                 // A READ request in the gap, or its responses' PSNs: lost, or late
                 // (a request sent again is answered with the whole piece again).
