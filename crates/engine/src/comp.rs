@@ -515,7 +515,9 @@ impl Qp {
     /// once per round trip of data (RFC 6582: a loss among the packets outstanding
     /// at the last shrink is the same episode; a timeout always shrinks).
     fn shrink_window(&mut self, timeout: bool) {
-        if !self.loss_window_on {
+        // With selective repeat a loss costs the lost packets only, not a window:
+        // the loss window, which bounds what go-back-N resends, has nothing to bound.
+        if !self.loss_window_on || self.sr.reports_seen {
             return;
         }
         if let Some(rp) = self.recovery_point {

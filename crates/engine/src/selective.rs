@@ -272,7 +272,13 @@ impl Qp {
             return Some(Wake::default());
         }
         ctx.counters.rx_selective_reports += 1;
-        self.sr.reports_seen = true;
+        if !self.sr.reports_seen {
+            self.sr.reports_seen = true;
+            // A loss window from a loss before the first report (`Qp::loss_window`)
+            // bounds go-back-N's resends; selective repeat resends no more than it lost.
+            self.loss_window = None;
+            self.recovery_point = None;
+        }
         self.sr.sacked.insert(got.value());
         let wake = self.sr_resend_gap(from, got, ctx);
         Some(wake)

@@ -203,3 +203,55 @@ fn two_gaps_and_a_lost_report() {
     let c = sim.engines[0].counters();
     assert_eq!((c.selective_retransmits, c.retransmit_timeouts), (2, 0));
 }
+
+/// With the loss window on (`Config::loss_window`, as the soft device has it), a gap
+/// reported selectively costs its packet only: the window stays whole, and the
+/// requester goes on to fill it once the gap is acknowledged.
+#[test]
+fn a_selective_loss_keeps_the_window() {
+    let cfg = Config {
+        loss_window: true,
+        selective_repeat: true,
+        ..Config::default()
+    };
+    let mut sim = Sim::with_config(2, false, LinkConfig::default(), 5, cfg);
+    let o = PairOpts {
+        psn: [100, 900],
+        mem_len: 1 << 20,
+        ..Default::default()
+    };
+    let (a, b) = pair(&mut sim, &o);
+    let data = pattern(200 * 1024, 7);
+    fill(&a, 0, &data);
+    let mut w = wr(1, WrOpcode::RdmaWrite, vec![sge(&a, 0, 200 * 1024)]);
+    w.remote_addr = b.base;
+    w.rkey = b.keys.rkey;
+    w.flags = SendFlags::SIGNALED;
+    let now = sim.now;
+    sim.engines[0].post_send(a.qpn, w, now).unwrap();
+    let p = tx(&mut sim, 0);
+    assert_eq!(p.len(), 128, "the whole window");
+    rx_all(&mut sim, &p[..10]);
+    rx_all(&mut sim, &p[11..]);
+    let back = tx(&mut sim, 1);
+    assert!(back
+        .iter()
+        .any(|r| r.line() == "RC_ACKNOWLEDGE 111 NAK-SEQ msn=110"));
+    rx_all(&mut sim, &back);
+    let resend = tx(&mut sim, 0);
+    assert_eq!(lines(&resend), ["RC_RDMA_WRITE_MIDDLE 110"]);
+    rx_all(&mut sim, &resend);
+    let ack = tx(&mut sim, 1);
+    rx_all(&mut sim, &ack);
+    // Everything up to 227 acknowledged: the next 72 packets (the rest of the
+    // WRITE) go at once, as the whole window allows.
+    let next = tx(&mut sim, 0);
+    assert_eq!(next.len(), 72);
+    rx_all(&mut sim, &next);
+    let ack = tx(&mut sim, 1);
+    rx_all(&mut sim, &ack);
+    assert_eq!(drain(&mut sim, &a).len(), 1);
+    assert_eq!(&b.mem.snapshot()[..200 * 1024], &data[..]);
+    let c = sim.engines[0].counters();
+    assert_eq!((c.selective_retransmits, c.retransmitted_packets), (1, 1));
+}
