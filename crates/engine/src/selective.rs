@@ -37,12 +37,19 @@
 //! again (a tail-loss probe, or a resend that crossed a report: the report was
 //! lost, or the resend was) and when held packets were carried out up to another
 //! gap. The requester resends each PSN of the gap that no report has shown
-//! received, at most once per round trip ([`Qp::sr_resend_gap`]), with AckReq;
+//! received, at most once per round trip (`Qp::sr_resend_gap`), with AckReq;
 //! cumulative ACKs (one after every run of held packets carried out) complete the
 //! work requests as before. A gap that holds a READ request is the implied NAK's:
 //! a reordering window, then go-back-N from the gap (a READ request spans its
 //! responses' PSNs, and one sent again is answered with its whole piece again, so
 //! it is not resent on a report that may only show reordering).
+//!
+//! Once a requester has had a report, its recovery is the reports': no loss window
+//! (it bounds what go-back-N resends; [`crate::Config::loss_window`]), no go-back
+//! after a tail-loss probe's answer, and probes that target a SEND/WRITE packet
+//! even past a READ or atomic (one the responder holds draws a report of the first
+//! gap) and start before the first RTT sample. The local ACK timeout keeps its IBTA
+//! meaning and, with NAKs, the implied NAK and RNR, recovers by going back N.
 //!
 //! **How the two sides learn that both speak it.** In-band, from a marker: bit 6 of
 //! BTH byte 8, one of the seven reserved bits after AckReq ([`SR_MARK`]). A
