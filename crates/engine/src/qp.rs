@@ -407,10 +407,20 @@ impl Qp {
     }
 
     /// The window new packets are sent within: [`Qp::win`], or the loss window when
-    /// smaller. (A READ piece's room is checked against [`Qp::win`]: a piece larger
+    /// smaller; while a gap the responder reported selectively is being filled, up to
+    /// twice that ([`crate::selective`]: what arrives past the gap is held, not in
+    /// the peer's receive buffer, so the stream need not stop for the gap's round
+    /// trip). (A READ piece's room is checked against [`Qp::win`]: a piece larger
     /// than the loss window would never fit.)
     pub(crate) fn send_win(&self, ctx: &Ctx<'_>) -> u32 {
-        self.win(ctx).min(self.loss_window.unwrap_or(u32::MAX))
+        let w = self.win(ctx).min(self.loss_window.unwrap_or(u32::MAX));
+        if self.sr.filling_gap() {
+            w.saturating_mul(2)
+                .min(crate::selective::SR_MAX_HELD_PSNS)
+                .max(w)
+        } else {
+            w
+        }
     }
 
     /// The window whose quarter and eighth pace a stream's ACK requests

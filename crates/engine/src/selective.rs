@@ -37,7 +37,11 @@
 //! again (a tail-loss probe, or a resend that crossed a report: the report was
 //! lost, or the resend was) and when held packets were carried out up to another
 //! gap. The requester resends each PSN of the gap that no report has shown
-//! received, at most once per round trip (`Qp::sr_resend_gap`), with AckReq;
+//! received, at most once per round trip (`Qp::sr_resend_gap`), with AckReq, and
+//! again when a report shows a packet sent after that resend arrived while the
+//! resend's PSN, in the first gap, is still unacknowledged (RFC 8985 6.1); while it
+//! fills a gap it may send up to twice its window (`Qp::send_win`: what arrives
+//! past the gap is held, up to [`SR_MAX_HELD_PSNS`]);
 //! cumulative ACKs (one after every run of held packets carried out) complete the
 //! work requests as before. A gap that holds a READ request is the implied NAK's:
 //! a reordering window, then go-back-N from the gap (a READ request spans its
@@ -93,8 +97,9 @@ pub const SR_MARK: u8 = 0x40;
 /// A responder holds requests at most this many PSNs past the expected one.
 pub const SR_MAX_HELD_PSNS: u32 = 1024;
 
-/// A responder holds at most this many bytes of requests per QP.
-pub const SR_MAX_HELD_BYTES: usize = 4 << 20;
+/// A responder holds at most this many bytes of requests per QP: as many 4 KiB
+/// packets as [`SR_MAX_HELD_PSNS`], with their headers.
+pub const SR_MAX_HELD_BYTES: usize = SR_MAX_HELD_PSNS as usize * (4096 + 64);
 
 /// Selective-repeat state of one QP.
 #[derive(Default)]
@@ -111,8 +116,9 @@ pub(crate) struct SrState {
     pub(crate) reports_seen: bool,
     /// PSNs the responder reported received past a gap.
     sacked: BTreeSet<u32>,
-    /// PSNs resent selectively, and when.
-    resent: BTreeMap<u32, Nanos>,
+    /// PSNs resent selectively: when, and `sent_psn_end` then (a packet at or past
+    /// it was sent after the resend).
+    resent: BTreeMap<u32, (Nanos, Psn)>,
     /// PSNs to resend.
     queue: VecDeque<Psn>,
 }
@@ -137,6 +143,12 @@ impl SrState {
     /// Requests are held past a gap.
     pub(crate) fn holding(&self) -> bool {
         self.held_bytes > 0
+    }
+
+    /// Requester: a gap reported selectively was resent and is not yet acknowledged
+    /// ([`Qp::send_win`]).
+    pub(crate) fn filling_gap(&self) -> bool {
+        !self.resent.is_empty()
     }
 }
 
@@ -287,13 +299,45 @@ impl Qp {
             self.recovery_point = None;
         }
         self.sr.sacked.insert(got.value());
-        let wake = self.sr_resend_gap(from, got, ctx);
+        let mut wake = self.sr_resend_gap(from, got, ctx);
+        // The first gap's resends that went out before `got` did, still
+        // unacknowledged: lost too (RFC 8985 6.1: a packet is lost once one sent
+        // after it is delivered). (Only before the first PSN reported held: a resend
+        // behind that may be held itself, behind an earlier gap.)
+        let c = self.comp_psn;
+        let first_held = self
+            .sr
+            .sacked
+            .iter()
+            .map(|&p| Psn::new(p).forward_from(c))
+            .min()
+            .unwrap_or(u32::MAX);
+        let again: Vec<Psn> = self
+            .sr
+            .resent
+            .iter()
+            .map(|(&p, &(_, end))| (Psn::new(p), end))
+            .filter(|&(p, end)| {
+                p.forward_from(c) < first_held && p.is_before(from) && !got.is_before(end)
+            })
+            .map(|(p, _)| p)
+            .collect();
+        for p in again {
+            if !self.sr.queue.contains(&p) {
+                self.sr
+                    .resent
+                    .insert(p.value(), (ctx.now, self.sent_psn_end));
+                self.sr.queue.push_back(p);
+                wake.transmit = true;
+            }
+        }
         Some(wake)
     }
 
     /// Requester: queues the PSNs from `from` up to `got` (exclusive) that no report
-    /// has shown received and that were not resent within the last round trip.
-    /// A READ request in the gap: go-back-N from the gap instead.
+    /// has shown received and that were not resent within the last round trip (or
+    /// were, before `got` was sent). A READ request in the gap: the implied NAK's
+    /// reordering window, then go-back-N from the gap.
     fn sr_resend_gap(&mut self, from: Psn, got: Psn, ctx: &mut Ctx<'_>) -> Wake {
         let again_after = self
             .rtt
@@ -318,12 +362,9 @@ impl Qp {
             if self.sr.sacked.contains(&p.value()) {
                 continue;
             }
-            if self
-                .sr
-                .resent
-                .get(&p.value())
-                .is_some_and(|&t| ctx.now < t.saturating_add(again_after))
-            {
+            if self.sr.resent.get(&p.value()).is_some_and(|&(t, end)| {
+                ctx.now < t.saturating_add(again_after) && got.is_before(end)
+            }) {
                 continue;
             }
             if w.wr.opcode == WrOpcode::RdmaRead {
@@ -340,8 +381,12 @@ impl Qp {
             if w.is_rd_atomic() && p != w.first_psn {
                 continue;
             }
-            self.sr.resent.insert(p.value(), ctx.now);
-            self.sr.queue.push_back(p);
+            self.sr
+                .resent
+                .insert(p.value(), (ctx.now, self.sent_psn_end));
+            if !self.sr.queue.contains(&p) {
+                self.sr.queue.push_back(p);
+            }
             queued = true;
         }
         Wake {
