@@ -89,11 +89,7 @@ impl OpenOptions {
             raw_interface: var("RVERBS_RAW_IF"),
             ack_policy: ack_policy(var("RVERBS_ACK_POLICY").as_deref())?,
             write_pieces: write_pieces(var("RVERBS_WRITE_PIECES").as_deref())?,
-            selective_repeat: switch(
-                "RVERBS_SELECTIVE_REPEAT",
-                var("RVERBS_SELECTIVE_REPEAT").as_deref(),
-            )?
-            .unwrap_or(false),
+            selective_repeat: selective_repeat(var("RVERBS_SELECTIVE_REPEAT").as_deref())?,
             same_host: None,
             udp_trains: None,
             loopback_ipv6_localhost: None,
@@ -199,6 +195,11 @@ fn write_pieces(v: Option<&str>) -> Result<Option<bool>> {
     switch("RVERBS_WRITE_PIECES", v)
 }
 
+/// `RVERBS_SELECTIVE_REPEAT`: `1` offers selective repeat; `0` or unset, not.
+fn selective_repeat(v: Option<&str>) -> Result<bool> {
+    Ok(switch("RVERBS_SELECTIVE_REPEAT", v)?.unwrap_or(false))
+}
+
 /// `RVERBS_PCAP` for the n-th context a process opens: the path itself for the first,
 /// then `name.2.pcap`, `name.3.pcap`, ... so contexts never share a file.
 fn pcap_path(v: Option<String>) -> Option<std::path::PathBuf> {
@@ -263,6 +264,14 @@ mod tests {
             AckPolicy::EveryMessage
         );
         config_err(ack_policy(Some("always")), "RVERBS_ACK_POLICY");
+    }
+
+    #[test]
+    fn rverbs_selective_repeat() {
+        assert!(!selective_repeat(None).unwrap());
+        assert!(selective_repeat(Some("1")).unwrap());
+        assert!(!selective_repeat(Some("0")).unwrap());
+        config_err(selective_repeat(Some("on")), "RVERBS_SELECTIVE_REPEAT");
     }
 
     #[test]
