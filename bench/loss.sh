@@ -10,7 +10,9 @@
 #   cargo build --release -p rverbs-cli && bench/loss.sh
 #
 # Environment: RVERBS (binary), DUR (seconds per bandwidth run, default 2), ITERS
-# (pingpong iterations, default 300), PORT (default 18700).
+# (pingpong iterations, default 300), PORT (default 18700). Both processes inherit the
+# rest: RVERBS_SELECTIVE_REPEAT=1 measures selective repeat between the two (the
+# header line says which).
 set -euo pipefail
 BIN=${RVERBS:-target/release/rverbs}
 DUR=${DUR:-2}
@@ -38,7 +40,7 @@ pair() {
 wbw() { pair "$1" "$2" "$3" perf write bw -s 65536 -D "$DUR" --json | sed -n 's/.*"gbps":\([-0-9.e+]*\).*/\1/p' | tail -n 1; }
 ppt() { pair "$1" "$2" "$3" pingpong rc -c -s 100000 -n "$ITERS" | sed -n 's/.* = \([0-9.]*\) usec\/iter.*/\1/p' | tail -n 1; }
 
-echo "# RC goodput under loss (RVERBS_FAULTS on both sides), $(nproc) CPUs, -D $DUR, $ITERS pingpong iterations, $(date -u +%FT%TZ)"
+echo "# RC goodput under loss (RVERBS_FAULTS on both sides), $(nproc) CPUs, -D $DUR, $ITERS pingpong iterations, selective repeat ${RVERBS_SELECTIVE_REPEAT:-0}, $(date -u +%FT%TZ)"
 printf "%-10s %-14s %12s %8s %14s %8s\n" carrier faults "write Gb/s" ratio "pingpong us/it" ratio
 port=$PORT
 for sh in 0 1; do

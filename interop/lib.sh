@@ -27,6 +27,9 @@ rv_cmd() {
   [ -n "${RAW_IF:-}" ] && envs+=("RVERBS_RAW_IF=$RAW_IF")
   # WRITE_PIECES=1: multi-packet RC WRITEs as WRITE ONLY pieces, as over loopback.
   [ -n "${WRITE_PIECES:-}" ] && envs+=("RVERBS_WRITE_PIECES=$WRITE_PIECES")
+  # SELECTIVE=1: rverbs offers selective repeat (its requests carry the marker, which
+  # rxe must ignore; rxe never reports, so recovery stays go-back-N).
+  [ -n "${SELECTIVE:-}" ] && envs+=("RVERBS_SELECTIVE_REPEAT=$SELECTIVE")
   [ -n "${IOP_PCAP:-}" ] && [ -n "${case_name:-}" ] && envs+=("RVERBS_PCAP=$IOP_PCAP/$case_name.pcap")
   # RV_ARGS: extra rverbs options of a suite (e.g. --ack-timeout).
   timeout "$t" "$peer/hostns.sh" env "${envs[@]}" "$bin" "$@" ${RV_ARGS:-} >"$log" 2>&1

@@ -26,6 +26,9 @@ pub const MAX_READ_AHEAD_PSNS: u32 = 4096;
 impl Qp {
     /// Handles an RC response (ACK, NAK, READ response, ATOMIC ACK): rxe `rxe_comp.c`.
     pub(crate) fn on_response(&mut self, pkt: &Packet<&[u8]>, ctx: &mut Ctx<'_>) -> Wake {
+        if let Some(wake) = self.sr_on_report(pkt, ctx) {
+            return wake;
+        }
         let bth = pkt.bth();
         let psn = bth.psn();
         let op = bth.opcode();
@@ -277,6 +280,7 @@ impl Qp {
                     self.rtt_sample = None;
                 }
             }
+            self.sr_progress();
             self.after_probe(ctx);
             self.unacked_since = (self.sent_psn_end != self.comp_psn).then_some(ctx.now);
             if !self.needs_nudge() {
@@ -321,7 +325,23 @@ impl Qp {
             .iter()
             .take_while(|w| w.started)
             .position(|w| psn.in_window(w.first_psn, w.npkts))?;
-        (!self.sq[idx].is_rd_atomic()).then_some((idx, psn))
+        if !self.sq[idx].is_rd_atomic() {
+            return Some((idx, psn));
+        }
+        if !self.sr.reports_seen {
+            return None;
+        }
+        // Selective repeat: a SEND/WRITE packet the responder holds draws a report
+        // of the first gap ([`crate::selective`]), and one it lacks fills a gap: the
+        // last SEND/WRITE packet sent, when the one above is a READ or atomic.
+        self.sq
+            .iter()
+            .enumerate()
+            .take_while(|(_, w)| w.started)
+            .filter(|(_, w)| !w.is_rd_atomic() && w.next_pkt > 0)
+            .map(|(i, w)| (i, w.first_psn.add(w.next_pkt.min(w.npkts) - 1)))
+            .filter(|(_, p)| !p.is_before(self.comp_psn))
+            .last()
     }
 
     /// (Re)starts the tail-loss probe timer ([`crate::timers::Rtt::probe_ns`], doubled
@@ -330,9 +350,17 @@ impl Qp {
     pub(crate) fn arm_probe(&mut self, now: Nanos) {
         // Each probe of a stall waits twice as long as the one before; none is due at
         // or after the retransmit timer.
+        // Selective repeat probes before the first RTT sample too (from a quarter of
+        // the ACK timeout): gaps are recovered by reports, which a probe draws, and
+        // the resends they start leave no sample (Karn).
+        let sr = self.sr.reports_seen;
         let at = self
             .probe_wanted()
-            .then(|| self.rtt.probe_ns(self.attr.timeout))
+            .then(|| {
+                self.rtt
+                    .probe_ns(self.attr.timeout)
+                    .or_else(|| sr.then(|| crate::timers::reorder_window_ns(self.attr.timeout)))
+            })
             .flatten()
             .map(|d| now.saturating_add(d << self.probes_sent.min(16)))
             .filter(|&at| {
@@ -367,6 +395,7 @@ impl Qp {
     /// Rewinds the requester to resend from `psn` (go-back-N).
     pub(crate) fn go_back(&mut self, psn: Psn) {
         self.noack_pkts = 0;
+        self.sr.clear_queue();
         // Karn: what is sent again gives no RTT sample.
         self.rtt_sample = None;
         for (i, w) in self.sq.iter_mut().enumerate() {
@@ -430,6 +459,11 @@ impl Qp {
             return;
         }
         self.probe = None;
+        if self.sr.reports_seen {
+            // Selective repeat: the responder holds what arrived past a gap and
+            // reports it; its reports, not a go-back, recover the rest.
+            return;
+        }
         let lost = self.comp_psn.is_before(sent_end)
             && self
                 .sq
@@ -481,7 +515,9 @@ impl Qp {
     /// once per round trip of data (RFC 6582: a loss among the packets outstanding
     /// at the last shrink is the same episode; a timeout always shrinks).
     fn shrink_window(&mut self, timeout: bool) {
-        if !self.loss_window_on {
+        // With selective repeat a loss costs the lost packets only, not a window:
+        // the loss window, which bounds what go-back-N resends, has nothing to bound.
+        if !self.loss_window_on || self.sr.reports_seen {
             return;
         }
         if let Some(rp) = self.recovery_point {

@@ -101,6 +101,13 @@ pub struct Config {
     /// go-back-N responder answers with NAKs, shrinks it as a loss would. The soft
     /// device turns it on.
     pub loss_window: bool,
+    /// RC QPs offer selective repeat ([`crate::selective`]): requests carry a marker
+    /// in a reserved BTH bit; a responder that has it on and sees the marker holds
+    /// requests that arrive past a gap and reports each to the requester, which
+    /// resends only what is missing. A peer without it (kernel rxe, a NIC, an rverbs
+    /// engine with it off) never sends a report, so both sides stay go-back-N.
+    /// Default: false (an opt-in both sides must make; the module says why).
+    pub selective_repeat: bool,
 }
 
 /// The shortest payload a packet leaves in registered memory ([`Config::lend_payloads`]):
@@ -158,6 +165,7 @@ impl Default for Config {
             write_pieces: false,
             loss_recovery: true,
             loss_window: false,
+            selective_repeat: false,
             ack_policy: AckPolicy::default(),
         }
     }

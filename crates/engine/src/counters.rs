@@ -101,6 +101,23 @@ counters! {
     /// because nothing that would ask for an ACK followed it (`AckPolicy::Coalesce`).
     /// Not counted as retries or in `retransmitted_packets`.
     ack_nudges,
+    /// Selective repeat ([`crate::selective`]), responder: requests held past a gap
+    /// (each once), to be carried out when the gap fills.
+    rx_selective_held,
+    /// Selective repeat, responder: held requests carried out once the gap before
+    /// them filled.
+    rx_selective_placed,
+    /// Selective repeat, responder: requests past a gap dropped because the QP's
+    /// hold was full (sent again later).
+    rx_selective_overflow,
+    /// Selective repeat, responder: reports sent (one per request held or received
+    /// again while held).
+    tx_selective_reports,
+    /// Selective repeat, requester: reports received.
+    rx_selective_reports,
+    /// Selective repeat, requester: packets resent because a report showed them
+    /// missing (also in `retransmitted_packets`).
+    selective_retransmits,
     /// Packets whose payload the driver was to send straight from registered memory
     /// (`Config::lend_payloads`, `Transmit::body`) instead of a copy in the datagram.
     tx_payloads_in_place,
@@ -115,6 +132,6 @@ mod tests {
             ..Default::default()
         };
         assert!(c.iter().any(|(n, v)| n == "rx_icrc_errors" && v == 3));
-        assert_eq!(c.iter().count(), 36);
+        assert_eq!(c.iter().count(), 42);
     }
 }

@@ -191,6 +191,12 @@ impl Engine {
         self.cfg.ack_policy = policy;
     }
 
+    /// Turns selective repeat ([`Config::selective_repeat`]) on or off for the QPs
+    /// created from now on.
+    pub fn set_selective_repeat(&mut self, on: bool) {
+        self.cfg.selective_repeat = on;
+    }
+
     /// Replaces which GID entries are RoCE v1 ([`Config::gid_roce_v1`]).
     pub fn set_gid_roce_v1(&mut self, roce_v1: Vec<bool>) {
         self.cfg.gid_roce_v1 = roce_v1;
@@ -255,6 +261,7 @@ impl Engine {
         let mut qp = Qp::new(qpn, &init);
         qp.loss_recovery = self.cfg.loss_recovery;
         qp.loss_window_on = self.cfg.loss_window;
+        qp.selective = self.cfg.selective_repeat;
         if init.qp_type == QpType::Ud {
             // UD has no path: datagrams are limited by the port's active MTU.
             qp.attr.path_mtu = self.cfg.limits.active_mtu;

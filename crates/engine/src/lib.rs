@@ -26,6 +26,7 @@ mod qp;
 mod req;
 mod resp;
 pub mod rng;
+pub mod selective;
 pub mod sim;
 mod slab;
 mod timers;

@@ -353,6 +353,10 @@ pub(crate) struct Qp {
     pub(crate) loss_recovery: bool,
     /// The loss window is on ([`crate::Config::loss_window`]).
     pub(crate) loss_window_on: bool,
+    /// Selective repeat is on ([`crate::Config::selective_repeat`]).
+    pub(crate) selective: bool,
+    /// Selective repeat, both halves ([`crate::selective`]).
+    pub(crate) sr: crate::selective::SrState,
     /// Tail-loss probes sent since the last progress ([`MAX_PROBES_PER_STALL`]).
     pub(crate) probes_sent: u8,
     /// Send a tail-loss probe at the next chance (`req::build_probe`).
@@ -403,10 +407,20 @@ impl Qp {
     }
 
     /// The window new packets are sent within: [`Qp::win`], or the loss window when
-    /// smaller. (A READ piece's room is checked against [`Qp::win`]: a piece larger
+    /// smaller; while a gap the responder reported selectively is being filled, up to
+    /// twice that ([`crate::selective`]: what arrives past the gap is held, not in
+    /// the peer's receive buffer, so the stream need not stop for the gap's round
+    /// trip). (A READ piece's room is checked against [`Qp::win`]: a piece larger
     /// than the loss window would never fit.)
     pub(crate) fn send_win(&self, ctx: &Ctx<'_>) -> u32 {
-        self.win(ctx).min(self.loss_window.unwrap_or(u32::MAX))
+        let w = self.win(ctx).min(self.loss_window.unwrap_or(u32::MAX));
+        if self.sr.filling_gap() {
+            w.saturating_mul(2)
+                .min(crate::selective::SR_MAX_HELD_PSNS)
+                .max(w)
+        } else {
+            w
+        }
     }
 
     /// The window whose quarter and eighth pace a stream's ACK requests
@@ -463,6 +477,8 @@ impl Qp {
             recovery_point: None,
             loss_recovery: true,
             loss_window_on: false,
+            selective: false,
+            sr: Default::default(),
             probes_sent: 0,
             probe_due: false,
             probe: None,
@@ -527,6 +543,8 @@ impl Qp {
         if m(QpAttrMask::RQ_PSN) {
             a.rq_psn = attr.rq_psn;
             self.epsn = Psn::new(attr.rq_psn);
+            // (Held requests are aligned with the expected PSN.)
+            self.sr.clear_held();
         }
         if m(QpAttrMask::SQ_PSN) {
             a.sq_psn = attr.sq_psn;
@@ -601,7 +619,9 @@ impl Qp {
         // What the engine's timer set holds is not the QP's to forget: `engine::rearm`
         // removes it after this modify (the fresh QP has no deadline).
         let (timer_at, probes, window) = (self.timer_at, self.loss_recovery, self.loss_window_on);
+        let selective = self.selective;
         *self = Qp::new(self.qpn, &init);
+        self.selective = selective;
         self.timer_at = timer_at;
         self.loss_recovery = probes;
         self.loss_window_on = window;
@@ -646,6 +666,7 @@ impl Qp {
         self.probe_due = false;
         self.probe = None;
         self.read_ahead.clear();
+        self.sr.clear();
         self.rd_outstanding = 0;
         self.unacked_since = None;
         self.nudge_due = false;

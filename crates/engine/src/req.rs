@@ -144,6 +144,9 @@ impl Qp {
             return None;
         }
         self.timers.stop(QpTimer::RnrWait);
+        if let Some(t) = self.sr_next_resend(ctx) {
+            return Some(t);
+        }
         loop {
             let idx = self.sq_next;
             let mtu = self.mtu();

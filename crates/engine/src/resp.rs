@@ -74,14 +74,21 @@ impl Qp {
                 }
                 self.epsn = psn;
             }
-        } else if diff < 0 {
-            ctx.counters.rx_duplicate_requests += 1;
-            self.duplicate(pkt, ctx);
-            return wake;
-        } else if diff > 0 {
-            ctx.counters.rx_out_of_sequence += 1;
-            return self.fail_request(Fail::OutOfSequence, psn, ctx);
+        } else {
+            self.sr_note_request(pkt);
+            if diff < 0 {
+                ctx.counters.rx_duplicate_requests += 1;
+                self.duplicate(pkt, ctx);
+                return wake;
+            } else if diff > 0 {
+                ctx.counters.rx_out_of_sequence += 1;
+                if self.sr_holds() {
+                    return self.sr_hold(pkt, d.payload, diff as u32, ctx);
+                }
+                return self.fail_request(Fail::OutOfSequence, psn, ctx);
+            }
         }
+        let from = self.epsn;
         match self.execute(pkt, ctx) {
             Ok(()) => {
                 if self.qp_type == QpType::Rc {
@@ -89,10 +96,63 @@ impl Qp {
                 }
                 ctx.counters.rx_packets += 1;
                 ctx.counters.rx_bytes += d.payload.len() as u64;
+                if self.sr.holding() {
+                    return self.carry_out_held(from, ctx);
+                }
                 wake
             }
-            Err(f) => self.fail_request(f, psn, ctx),
+            Err(f) => {
+                // The requester goes back to this PSN: what is held behind it comes
+                // again.
+                self.sr.clear_held();
+                self.fail_request(f, psn, ctx)
+            }
         }
+    }
+
+    /// Selective repeat ([`crate::selective`]): the gap before held requests has
+    /// filled (the expected PSN moved on from `from`); the requests held behind it
+    /// are carried out in PSN order, as if they had just arrived, until the next gap.
+    /// One ACK follows for the last of them (when a SEND/WRITE; READ responses and
+    /// ATOMIC ACKs acknowledge by themselves), so the requester completes what the
+    /// reports told it had arrived.
+    fn carry_out_held(&mut self, mut from: Psn, ctx: &mut Ctx<'_>) -> Wake {
+        let wake = Wake {
+            transmit: true,
+            timers: false,
+        };
+        let mut last = None;
+        while let Some(bytes) = self.sr_advance(from, ctx) {
+            let Ok(pkt) = Packet::new_checked(&bytes[..]) else {
+                // (Checked when it arrived.)
+                self.sr.clear_held();
+                break;
+            };
+            let psn = pkt.bth().psn();
+            from = self.epsn;
+            match self.execute(&pkt, ctx) {
+                Ok(()) => {
+                    ctx.counters.rx_packets += 1;
+                    ctx.counters.rx_bytes += bytes.len() as u64;
+                    last = pkt
+                        .info()
+                        .filter(|i| matches!(i.kind, OpKind::Send | OpKind::RdmaWrite))
+                        .map(|_| psn);
+                }
+                Err(f) => {
+                    // An RNR or error NAK: the requester goes back to it, and sends
+                    // everything after it again.
+                    self.sr.clear_held();
+                    return self.fail_request(f, psn, ctx);
+                }
+            }
+        }
+        if let Some(psn) = last {
+            self.queue_ack(psn, Syndrome::ACK);
+        }
+        // Carried out up to another gap: reported again, in case its report was lost.
+        self.sr_report_first_gap(ctx);
+        wake
     }
 
     fn fail_request(&mut self, f: Fail, psn: Psn, ctx: &mut Ctx<'_>) -> Wake {

@@ -100,6 +100,9 @@ pub struct Sim {
     pub hide_ipv4_id: bool,
     /// Network statistics.
     pub stats: NetStats,
+    /// Datagrams each engine sent with the selective-repeat marker
+    /// ([`crate::selective::SR_MARK`]) set, by engine index.
+    pub marked: Vec<u64>,
     /// The engines leave RoCE v2 ICRCs (and lent payloads) to the driver, played
     /// by [`Sim::send`].
     fills_icrc: bool,
@@ -151,6 +154,7 @@ impl Sim {
             link,
             hide_ipv4_id: false,
             stats: NetStats::default(),
+            marked: vec![0; n],
             rng: seed ^ 0x9e37_79b9_7f4a_7c15,
             seq: 0,
             wire: BinaryHeap::new(),
@@ -184,6 +188,9 @@ impl Sim {
 
     fn send(&mut self, from: usize, mut t: Transmit) {
         self.stats.sent += 1;
+        if t.payload.len() > 8 && t.payload[8] & crate::selective::SR_MARK != 0 {
+            self.marked[from] += 1;
+        }
         if self.fills_icrc && !t.roce_v1 {
             // What the device's driver does when it sends (`rverbs` context.rs,
             // `send_all`): the body comes out of its region now, and the ICRC covers

@@ -85,6 +85,10 @@ impl Qp {
             Bth::new_unchecked(&mut payload[..rverbs_wire::bth::BTH_LEN]).set_pad(pad as u8);
         }
         payload[hdr + inline..].fill(0);
+        if self.sr_marks(&payload) {
+            Bth::new_unchecked(&mut payload[..rverbs_wire::bth::BTH_LEN])
+                .set_resv7(crate::selective::SR_MARK);
+        }
         let body = lend.map(|(mem, offset)| net::Body::new(mem.clone(), offset, len, hdr));
         self.addressed(payload, body, roce_v1, av, ctx)
     }
@@ -155,6 +159,9 @@ impl Qp {
         payload.resize(BTH_LEN + AETH_LEN + rverbs_wire::icrc::ICRC_LEN, 0);
         bth.emit(&mut Bth::new_unchecked(&mut payload[..BTH_LEN]));
         aeth.emit(&mut payload[BTH_LEN..BTH_LEN + AETH_LEN]);
+        if self.sr_marks(&payload) {
+            Bth::new_unchecked(&mut payload[..BTH_LEN]).set_resv7(crate::selective::SR_MARK);
+        }
         self.addressed(payload, None, Self::roce_v1(&av, ctx), &av, ctx)
     }
 }

@@ -103,6 +103,12 @@ struct Row {
     /// RC: payload bytes of the workload per virtual µs (MB/s); `None` for UC and UD,
     /// whose losses are not recovered.
     goodput: Option<f64>,
+    /// Selective repeat: reports sent by the responder, packets the requester resent
+    /// selectively.
+    sr_reports: u64,
+    sr_resent: u64,
+    /// Datagrams each engine sent with the selective-repeat marker.
+    marked: [u64; 2],
 }
 
 fn row(sim: &Sim, finished_at: Nanos) -> Row {
@@ -118,6 +124,9 @@ fn row(sim: &Sim, finished_at: Nanos) -> Row {
         dups: sum(|c| c.rx_duplicate_requests),
         time_us: finished_at / 1000,
         goodput: None,
+        sr_reports: sum(|c| c.tx_selective_reports),
+        sr_resent: sum(|c| c.selective_retransmits),
+        marked: [sim.marked[0], sim.marked[1]],
     }
 }
 
@@ -226,6 +235,9 @@ struct RcParams {
     first_burst: Option<u64>,
     /// When the requester asks for ACKs.
     ack_policy: AckPolicy,
+    /// Selective repeat on the requester's and the responder's engine
+    /// (`Config::selective_repeat`).
+    selective: [bool; 2],
 }
 
 /// The message sizes every RC/UC cell covers.
@@ -295,8 +307,9 @@ fn run_rc(link: LinkConfig, seed: u64, ipv6: bool, p: &RcParams) -> Result<Row, 
     }
     let mem_len = a_bump.take(0).max(b_bump.take(0)) + GUARD;
     let mut sim = Sim::new(2, ipv6, link, seed);
-    for e in &mut sim.engines {
+    for (e, &sr) in sim.engines.iter_mut().zip(&p.selective) {
         e.set_ack_policy(p.ack_policy);
+        e.set_selective_repeat(sr);
     }
     let o = PairOpts {
         mem_len,
@@ -861,6 +874,7 @@ fn rc_cell(seed: u64, si: usize, l: &LinkConfig) -> RcParams {
         unsignaled_pct: 25,
         first_burst: None,
         ack_policy: AckPolicy::default(),
+        selective: [false; 2],
     }
 }
 
@@ -887,10 +901,27 @@ fn render(out: &mut String, qp: &str, (loss, dup, reorder, seed, ipv6): CellKey,
     );
 }
 
+/// A row of the selective-repeat matrix: the same columns, then the reports and the
+/// selective resends.
+fn render_sr(out: &mut String, key: CellKey, r: &Row) {
+    render(out, "RC", key, r);
+    out.pop();
+    let _ = writeln!(out, " | {:>6} {:>6}", r.sr_reports, r.sr_resent);
+}
+
 /// The matrix with the default ACK policy (coalesced AckReq, ACK nudges).
 #[test]
 fn loss_matrix() {
-    matrix(AckPolicy::Coalesce, "loss_matrix.txt");
+    matrix(AckPolicy::Coalesce, "loss_matrix.txt", false);
+}
+
+/// The RC cells of the matrix with selective repeat on both sides
+/// (`Config::selective_repeat`, `rverbs_engine::selective`): every message still
+/// exactly once and in order, and the goodput column against `loss_matrix.txt`'s RC
+/// rows shows what it saves.
+#[test]
+fn loss_matrix_selective() {
+    matrix(AckPolicy::Coalesce, "loss_matrix_selective.txt", true);
 }
 
 /// The matrix with rxe's AckReq on every message (`AckPolicy::EveryMessage`): the
@@ -899,10 +930,14 @@ fn loss_matrix() {
 /// changed the rows with reordering.
 #[test]
 fn loss_matrix_every_message() {
-    matrix(AckPolicy::EveryMessage, "loss_matrix_every_message.txt");
+    matrix(
+        AckPolicy::EveryMessage,
+        "loss_matrix_every_message.txt",
+        false,
+    );
 }
 
-fn matrix(policy: AckPolicy, snapshot: &str) {
+fn matrix(policy: AckPolicy, snapshot: &str, selective: bool) {
     let mut table = String::from(
         "# Loss matrix snapshot (tests/loss_matrix.rs). Regenerate: UPDATE_SNAPSHOTS=1 cargo test -p rverbs-engine --test loss_matrix\n\
          # sent/dlvd/lost: datagrams on the simulated wire (dlvd counts duplicates twice)\n\
@@ -912,6 +947,12 @@ fn matrix(policy: AckPolicy, snapshot: &str) {
          #  loss  dup  ord seed ip   |   sent   dlvd  lost |   retx  tmo nakT nakR  dups |   time_us |     MB/s\n",
     );
     let _ = writeln!(table, "# RC requester ACK policy: {policy:?}");
+    if selective {
+        let _ = writeln!(
+            table,
+            "# RC only, selective repeat on both sides; then: reports sent, packets resent selectively"
+        );
+    }
     let mut cells = Vec::new();
     for &loss in &LOSS {
         for &dup in &DUP {
@@ -938,9 +979,13 @@ fn matrix(policy: AckPolicy, snapshot: &str) {
                             let l = link(loss, dup, reorder);
                             let p = RcParams {
                                 ack_policy: policy,
+                                selective: [selective; 2],
                                 ..rc_cell(cs, si, &l)
                             };
                             let rc = run_rc(l, cs, ipv6, &p);
+                            if selective {
+                                return (i, vec![("SR", rc)]);
+                            }
                             (
                                 i,
                                 vec![
@@ -965,6 +1010,7 @@ fn matrix(policy: AckPolicy, snapshot: &str) {
     for (&(loss, dup, reorder, _, seed, ipv6, _), runs) in cells.iter().zip(results) {
         for (qp, r) in runs {
             match r {
+                Ok(r) if qp == "SR" => render_sr(&mut table, (loss, dup, reorder, seed, ipv6), &r),
                 Ok(r) => render(&mut table, qp, (loss, dup, reorder, seed, ipv6), &r),
                 Err(e) => failures.push(format!(
                     "{qp} loss {loss} dup {dup} reorder {reorder} seed {seed}: {e}"
@@ -1007,6 +1053,7 @@ fn rc_params(ops: Vec<(Kind, usize)>) -> RcParams {
         unsignaled_pct: 0,
         first_burst: None,
         ack_policy: AckPolicy::default(),
+        selective: [false; 2],
     }
 }
 
@@ -1133,4 +1180,77 @@ fn unreachable_peer_defined_error() {
     assert_eq!(sim.engines[0].qp_state(a.qpn), Some(QpState::Err));
     assert_eq!(sim.engines[0].counters().retransmit_timeouts, 3);
     assert!(b.mem.snapshot().iter().all(|&x| x == 0));
+}
+
+/// Selective repeat against go-back-N on the same workload (bulk WRITEs, a SEND) and
+/// link (1 % and 5 % loss, a link of 1 ns per byte, where every packet resent costs
+/// wire time), in virtual time: with both sides speaking it the workload finishes
+/// sooner, with fewer packets resent, and the reports are what recovered it.
+#[test]
+fn selective_repeat_beats_go_back_n() {
+    let mut ops: Vec<_> = (0..24).map(|_| (Kind::Write, 64 << 10)).collect();
+    ops.push((Kind::Send, 100));
+    for loss in [0.01, 0.05] {
+        let l = LinkConfig {
+            ns_per_byte: 1,
+            ..link(loss, 0.0, 0.0)
+        };
+        let (mut gbn, mut sr) = ((0, 0), (0, 0));
+        for seed in 1..=3u64 {
+            let p = rc_params(ops.clone());
+            let g = run_rc(l, 8200 + seed, false, &p).unwrap();
+            let s = run_rc(
+                l,
+                8200 + seed,
+                false,
+                &RcParams {
+                    selective: [true; 2],
+                    ..p
+                },
+            )
+            .unwrap();
+            assert_eq!((g.sr_reports, g.marked), (0, [0, 0]), "go-back-N run");
+            assert!(
+                s.sr_reports > 0 && s.sr_resent > 0,
+                "loss {loss} seed {seed}"
+            );
+            gbn = (gbn.0 + g.time_us, gbn.1 + g.retx_pkts);
+            sr = (sr.0 + s.time_us, sr.1 + s.retx_pkts);
+        }
+        assert!(
+            sr.0 < gbn.0 && sr.1 < gbn.1,
+            "loss {loss}: selective {sr:?} (µs, packets resent), go-back-N {gbn:?}"
+        );
+    }
+}
+
+/// One side with selective repeat on, the other off (as a kernel rxe or NIC peer
+/// is): go-back-N on the wire, every message exactly once and in order. A responder
+/// without it never marks anything, so an rverbs requester never leaves go-back-N;
+/// a requester without it never marks its requests, so an rverbs responder with it
+/// sends it no marker at all.
+#[test]
+fn selective_repeat_one_side_is_go_back_n() {
+    for (seed, selective) in [
+        (1u64, [true, false]),
+        (2, [false, true]),
+        (3, [true, false]),
+        (4, [false, true]),
+    ] {
+        let p = RcParams {
+            selective,
+            ..rc_cell(seed, seed as usize % 3, &lossy())
+        };
+        let r = run_rc(lossy(), 8300 + seed, seed % 2 == 0, &p)
+            .unwrap_or_else(|e| panic!("{selective:?}: {e}"));
+        // The responder (engine 1) never marks; the requester marks only its own
+        // requests when it has selective repeat on.
+        assert_eq!(r.marked[1], 0, "{selective:?}");
+        assert_eq!(r.marked[0] > 0, selective[0], "{selective:?}");
+        assert_eq!((r.sr_reports, r.sr_resent), (0, 0), "{selective:?}");
+        assert!(
+            r.nak_seq_tx > 0 && r.nak_seq_rx > 0,
+            "{selective:?}: go-back-N NAKs"
+        );
+    }
 }

@@ -126,6 +126,13 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Bth<T> {
         self.buffer.as_mut()[8] = u8::from(v) << 7;
     }
 
+    /// Sets the seven reserved bits after A, keeping A (IBTA 9.2: sent as 0 by a
+    /// standard sender; see the engine's `selective` module for the one use).
+    pub fn set_resv7(&mut self, v: u8) {
+        let b = &mut self.buffer.as_mut()[8];
+        *b = (*b & 0x80) | (v & 0x7f);
+    }
+
     /// Sets PSN.
     pub fn set_psn(&mut self, v: Psn) {
         set_u24(self.buffer.as_mut(), 9, v.value());
@@ -220,6 +227,21 @@ mod tests {
             .unwrap()
             .emit(&mut Bth::new_unchecked(&mut out[..]));
         assert_eq!(out, GOLDEN);
+    }
+
+    /// Reserved bits after A: set without touching A or the PSN, ignored by parse.
+    #[test]
+    fn resv7_set_and_ignored() {
+        let mut b = GOLDEN;
+        Bth::new_unchecked(&mut b[..]).set_resv7(0x40);
+        let v = Bth::new_checked(&b[..]).unwrap();
+        assert_eq!((v.resv7(), v.ack_req(), v.psn()), (0x40, true, Psn::ZERO));
+        assert_eq!(
+            BthRepr::parse(&v),
+            BthRepr::parse(&Bth::new_checked(&GOLDEN[..]).unwrap())
+        );
+        Bth::new_unchecked(&mut b[..]).set_resv7(0);
+        assert_eq!(b, GOLDEN);
     }
 
     #[test]

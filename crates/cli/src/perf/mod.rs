@@ -190,6 +190,9 @@ pub struct Recovery {
     pub probe_resend: u64,
     /// Local ACK timeouts (`retransmit_timeouts`).
     pub timeout: u64,
+    /// Packets resent selectively, on a selective-repeat peer's report
+    /// (`selective_retransmits`; `RVERBS_SELECTIVE_REPEAT=1` on both sides).
+    pub selective: u64,
 }
 
 impl Recovery {
@@ -200,6 +203,7 @@ impl Recovery {
             probe: c.tail_loss_probes,
             probe_resend: c.probe_retries,
             timeout: c.retransmit_timeouts,
+            selective: c.selective_retransmits,
         }
     }
 
@@ -210,6 +214,7 @@ impl Recovery {
             probe: self.probe.saturating_sub(before.probe),
             probe_resend: self.probe_resend.saturating_sub(before.probe_resend),
             timeout: self.timeout.saturating_sub(before.timeout),
+            selective: self.selective.saturating_sub(before.selective),
         }
     }
 
@@ -220,6 +225,7 @@ impl Recovery {
             probe: self.probe + o.probe,
             probe_resend: self.probe_resend + o.probe_resend,
             timeout: self.timeout + o.timeout,
+            selective: self.selective + o.selective,
         }
     }
 
@@ -232,8 +238,8 @@ impl std::fmt::Display for Recovery {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "nak={} reorder={} probe={} probe_resend={} timeout={}",
-            self.nak, self.reorder, self.probe, self.probe_resend, self.timeout
+            "nak={} reorder={} probe={} probe_resend={} timeout={} selective={}",
+            self.nak, self.reorder, self.probe, self.probe_resend, self.timeout, self.selective
         )
     }
 }
@@ -272,6 +278,7 @@ impl Side {
             .with("rec_probe", self.recovery.probe)
             .with("rec_probe_resend", self.recovery.probe_resend)
             .with("rec_timeout", self.recovery.timeout)
+            .with("rec_selective", self.recovery.selective)
     }
 
     fn from_msg(m: &Msg) -> Result<Side, String> {
@@ -289,6 +296,7 @@ impl Side {
                 probe: m.u64("rec_probe").unwrap_or(0),
                 probe_resend: m.u64("rec_probe_resend").unwrap_or(0),
                 timeout: m.u64("rec_timeout").unwrap_or(0),
+                selective: m.u64("rec_selective").unwrap_or(0),
             },
         })
     }
@@ -438,7 +446,8 @@ impl Report {
                     .with("reorder", self.recovery.reorder)
                     .with("probe", self.recovery.probe)
                     .with("probe_resend", self.recovery.probe_resend)
-                    .with("timeout", self.recovery.timeout),
+                    .with("timeout", self.recovery.timeout)
+                    .with("selective", self.recovery.selective),
             );
         if let Some(l) = &self.lat {
             j = j.with(

@@ -16,6 +16,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 /// | `raw_interface` | `RVERBS_RAW_IF` |
 /// | `ack_policy` | `RVERBS_ACK_POLICY` (`coalesce` / `every-message`) |
 /// | `write_pieces` | `RVERBS_WRITE_PIECES` (`1` / `0`) |
+/// | `selective_repeat` | `RVERBS_SELECTIVE_REPEAT` (`1` / `0`) |
 /// | `same_host` | `RVERBS_SAME_HOST` (`1` / `0`; read even by `open_with` while `None`) |
 /// | `udp_trains` | `RVERBS_NO_GSO` (set to anything but `0`: off; read even by `open_with` while `None`) |
 /// | `loopback_ipv6_localhost` | `RVERBS_LOOPBACK_IPV6` (`1`: bind `::1`, `0`: not; read even by `open_with` while `None`) |
@@ -47,6 +48,11 @@ pub struct OpenOptions {
     /// default: the device decides (on for the loopback device when it sends
     /// `UDP_SEGMENT` trains, off elsewhere); `Some` forces it.
     pub write_pieces: Option<bool>,
+    /// Whether the context's RC QPs offer selective repeat to their peers
+    /// (`rverbs_engine::Config::selective_repeat`): used only between two rverbs
+    /// contexts that both turn it on; a peer without it (kernel rxe, a NIC) sees
+    /// go-back-N. Default: off.
+    pub selective_repeat: bool,
     /// Whether datagrams to other rverbs contexts of this host (and network
     /// namespace) travel through shared memory instead of the kernel's UDP path
     /// ([`crate::Context::same_host_stats`]). `None`, the default:
@@ -67,6 +73,7 @@ pub(crate) struct Resolved {
     pub(crate) raw_interface: Option<String>,
     pub(crate) ack_policy: AckPolicy,
     pub(crate) write_pieces: Option<bool>,
+    pub(crate) selective_repeat: bool,
     pub(crate) same_host: bool,
     pub(crate) udp_trains: bool,
     pub(crate) loopback_ipv6_localhost: bool,
@@ -82,6 +89,7 @@ impl OpenOptions {
             raw_interface: var("RVERBS_RAW_IF"),
             ack_policy: ack_policy(var("RVERBS_ACK_POLICY").as_deref())?,
             write_pieces: write_pieces(var("RVERBS_WRITE_PIECES").as_deref())?,
+            selective_repeat: selective_repeat(var("RVERBS_SELECTIVE_REPEAT").as_deref())?,
             same_host: None,
             udp_trains: None,
             loopback_ipv6_localhost: None,
@@ -95,6 +103,7 @@ impl OpenOptions {
             raw_interface: self.raw_interface.clone(),
             ack_policy: self.ack_policy,
             write_pieces: self.write_pieces,
+            selective_repeat: self.selective_repeat,
             same_host: match self.same_host {
                 Some(on) => on,
                 None => same_host(var("RVERBS_SAME_HOST").as_deref())?,
@@ -186,6 +195,11 @@ fn write_pieces(v: Option<&str>) -> Result<Option<bool>> {
     switch("RVERBS_WRITE_PIECES", v)
 }
 
+/// `RVERBS_SELECTIVE_REPEAT`: `1` offers selective repeat; `0` or unset, not.
+fn selective_repeat(v: Option<&str>) -> Result<bool> {
+    Ok(switch("RVERBS_SELECTIVE_REPEAT", v)?.unwrap_or(false))
+}
+
 /// `RVERBS_PCAP` for the n-th context a process opens: the path itself for the first,
 /// then `name.2.pcap`, `name.3.pcap`, ... so contexts never share a file.
 fn pcap_path(v: Option<String>) -> Option<std::path::PathBuf> {
@@ -250,6 +264,14 @@ mod tests {
             AckPolicy::EveryMessage
         );
         config_err(ack_policy(Some("always")), "RVERBS_ACK_POLICY");
+    }
+
+    #[test]
+    fn rverbs_selective_repeat() {
+        assert!(!selective_repeat(None).unwrap());
+        assert!(selective_repeat(Some("1")).unwrap());
+        assert!(!selective_repeat(Some("0")).unwrap());
+        config_err(selective_repeat(Some("on")), "RVERBS_SELECTIVE_REPEAT");
     }
 
     #[test]

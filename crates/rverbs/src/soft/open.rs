@@ -128,6 +128,7 @@ pub(crate) fn open(info: DeviceInfo, opts: &Resolved) -> Result<Arc<Shared>> {
         // Go-back-N after a loss resends within half what was outstanding (the
         // engine's `Config::loss_window`): host paths are bandwidth-bound.
         loss_window: true,
+        selective_repeat: opts.selective_repeat,
         ack_policy: opts.ack_policy,
         ..Config::default()
     };
