@@ -1,0 +1,102 @@
+//! Hooks for the C library (`crates/libibverbs`, feature `ffi`): a C caller names its
+//! memory by address and key, not by a borrowed [`Mr`](crate::Mr), so the library
+//! registers regions over its own [`Memory`] and posts the engine's work requests
+//! directly. Not a stable API; the Rust API is the rest of the crate.
+
+use crate::error::{Error, Result};
+use crate::verbs::{Ah, Pd, PdInner, Qp, Srq};
+use rverbs_engine::{Access, AhId, Memory, RecvWr, SendWr};
+use std::sync::Arc;
+
+/// A region registered over caller-provided memory; deregistered when dropped.
+pub struct ForeignMr {
+    pd: Arc<PdInner>,
+    lkey: u32,
+    rkey: u32,
+}
+
+impl ForeignMr {
+    /// The local key.
+    pub fn lkey(&self) -> u32 {
+        self.lkey
+    }
+    /// The remote key.
+    pub fn rkey(&self) -> u32 {
+        self.rkey
+    }
+}
+
+impl Drop for ForeignMr {
+    fn drop(&mut self) {
+        let lkey = self.lkey;
+        self.pd.ctx.shared().destroy(move |_, e| {
+            let _ = e.dereg_mr(lkey);
+        });
+    }
+}
+
+/// `ibv_reg_mr_iova2`: `mem` at virtual address `iova` in `pd`.
+pub fn reg_mr(pd: &Pd, mem: Arc<dyn Memory>, iova: u64, access: Access) -> Result<ForeignMr> {
+    let keys = pd
+        .inner
+        .ctx
+        .shared()
+        .lock_verb("reg_mr")?
+        .reg_mr(pd.inner.id, mem, iova, access)?;
+    Ok(ForeignMr {
+        pd: pd.inner.clone(),
+        lkey: keys.lkey,
+        rkey: keys.rkey,
+    })
+}
+
+/// `ibv_post_send` of a chain: the device is entered once. On a refused request, its
+/// index and the error (the requests before it were posted).
+pub fn post_send(
+    qp: &Qp,
+    wrs: impl IntoIterator<Item = Result<SendWr>>,
+) -> std::result::Result<(), (usize, Error)> {
+    let s = qp.shared();
+    let mut e = s.lock_verb("post_send").map_err(|e| (0, e))?;
+    let now = s.now();
+    let mut failed = None;
+    for (i, wr) in wrs.into_iter().enumerate() {
+        if let Err(err) = wr.and_then(|wr| Ok(e.post_send(qp.qp_num(), wr, now)?)) {
+            failed = Some((i, err));
+            break;
+        }
+    }
+    s.flush(&mut e, now);
+    s.wake_if_needed(&e);
+    failed.map_or(Ok(()), Err)
+}
+
+/// `ibv_post_recv` of one request.
+pub fn post_recv(qp: &Qp, wr: RecvWr) -> Result<()> {
+    let s = qp.shared();
+    let mut e = s.lock_verb("post_recv")?;
+    // As `Qp::post_recv`: the deferred time stands for the clock while answers wait.
+    let now = match s.flush_pending.load(std::sync::atomic::Ordering::Relaxed) {
+        0 => s.now(),
+        at => at,
+    };
+    e.post_recv(qp.qp_num(), wr, now)?;
+    s.settle(&mut e, now);
+    Ok(())
+}
+
+/// `ibv_post_srq_recv` of one request.
+pub fn post_srq_recv(srq: &Srq, wr: RecvWr) -> Result<()> {
+    Ok(srq
+        .inner
+        .pd
+        .ctx
+        .shared()
+        .lock_verb("post_srq_recv")?
+        .post_srq_recv(srq.inner.id, wr)?)
+}
+
+/// The engine's handle of an address handle (a UD send's destination).
+pub fn ah_id(ah: &Ah) -> AhId {
+    ah.id
+}
