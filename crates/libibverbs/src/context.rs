@@ -106,13 +106,6 @@ export!(ibv_close_device, "IBVERBS_1.1");
 
 // ---- asynchronous events -----------------------------------------------------------
 
-/// True when the caller made `fd` non-blocking (then a verb that would wait is EAGAIN).
-pub(crate) fn nonblocking(fd: c_int) -> bool {
-    // SAFETY: F_GETFL on any fd is harmless (an invalid one returns -1).
-    let fl = unsafe { libc::fcntl(fd, libc::F_GETFL) };
-    fl >= 0 && fl & libc::O_NONBLOCK != 0
-}
-
 unsafe extern "C" fn ibv_get_async_event(
     context: *mut ibv_context,
     event: *mut ibv_async_event,
@@ -120,15 +113,11 @@ unsafe extern "C" fn ibv_get_async_event(
     ret_neg(|| {
         // SAFETY: the caller's context and event buffer.
         let (ctx, ev) = unsafe { (Ctx::from_c(context)?, out(event)?) };
-        let nb = nonblocking(ctx.vctx.context.async_fd);
+        // Always waits, as ibv_get_cq_event (the eventfd is non-blocking for the
+        // device's own use).
         loop {
-            let e = if nb {
-                ctx.rs.try_get_async_event().ok_or(libc::EAGAIN)?
-            } else {
-                match ctx.rs.get_async_event(None) {
-                    Some(e) => e,
-                    None => continue,
-                }
+            let Some(e) = ctx.rs.get_async_event(None) else {
+                continue;
             };
             let find = |m: &Mutex<HashMap<u32, usize>>, k: u32| {
                 m.lock().unwrap_or_else(|e| e.into_inner()).get(&k).copied()

@@ -3,8 +3,9 @@
 //! A completion channel's `fd` is the rverbs channel's eventfd: readable exactly while
 //! an event waits, so a program may `poll(2)` it before `ibv_get_cq_event`. Events are
 //! counted per CQ (`comp_events_completed` on `ibv_ack_cq_events`), as libibverbs does.
+//! `ibv_get_cq_event` always waits for an event (see there).
 
-use crate::context::{nonblocking, Ctx};
+use crate::context::Ctx;
 use crate::*;
 use rverbs_ibverbs::types::*;
 use std::collections::VecDeque;
@@ -288,15 +289,12 @@ unsafe extern "C" fn ibv_get_cq_event(
             unsafe { (arg(channel as *const ChanObj)?, out(cq)?, out(cq_context)?) };
         // SAFETY: the channel's context is alive while it is.
         let ctx = unsafe { Ctx::from_c(ch.c.context) }?;
-        let nb = nonblocking(ch.c.fd);
+        // Always waits: the channel's eventfd is non-blocking for the device's own
+        // use, so a caller's O_NONBLOCK cannot be told apart (poll the fd first to
+        // avoid waiting, as programs do).
         loop {
-            let got = if nb {
-                ch.rs.try_get_cq_event().ok_or(libc::EAGAIN)?
-            } else {
-                match ch.rs.get_cq_event(None) {
-                    Some(c) => c,
-                    None => continue,
-                }
+            let Some(got) = ch.rs.get_cq_event(None) else {
+                continue;
             };
             let found = ctx
                 .cqs
