@@ -31,8 +31,10 @@ pub mod memory;
 mod context;
 mod cq;
 mod device;
+mod kern;
 mod misc;
 mod pd;
+mod provider;
 mod qp;
 mod qp_ex;
 
