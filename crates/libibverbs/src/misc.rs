@@ -121,12 +121,12 @@ const RATES: &[(c_int, c_int, c_int)] = &[
 unsafe extern "C" fn ibv_rate_to_mult(rate: c_int) -> c_int {
     RATES.iter().find(|r| r.0 == rate).map_or(-1, |r| r.1)
 }
-export!(ibv_rate_to_mult, "IBVERBS_1.1");
+export!(ibv_rate_to_mult, "IBVERBS_1.0");
 
 unsafe extern "C" fn mult_to_ibv_rate(mult: c_int) -> c_int {
     RATES.iter().find(|r| r.1 == mult).map_or(0, |r| r.0)
 }
-export!(mult_to_ibv_rate, "IBVERBS_1.1");
+export!(mult_to_ibv_rate, "IBVERBS_1.0");
 
 unsafe extern "C" fn ibv_rate_to_mbps(rate: c_int) -> c_int {
     RATES.iter().find(|r| r.0 == rate).map_or(-1, |r| r.2)
