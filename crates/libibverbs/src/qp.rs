@@ -361,7 +361,7 @@ unsafe fn sges(
     num_sge: c_int,
     verb: &'static str,
 ) -> Result<SgList, Error> {
-    if num_sge < 0 || num_sge > MAX_SGE {
+    if !(0..=MAX_SGE).contains(&num_sge) {
         return Err(verr(verb, Errno::Inval, "num_sge out of range"));
     }
     if num_sge == 0 {

@@ -661,7 +661,8 @@ fn random_attributes_and_requests_from_c_never_panic() {
                 let mut wr: ibv_send_wr = zeroed();
                 wr.wr_id = r.next();
                 wr.sg_list = sges.as_mut_ptr();
-                wr.num_sge = r.pick(&[0, 1, 2, 8, -1, 1 << 20]).min(8).max(-1);
+                // (1 << 20 is over the library's SGE limit: refused before the list is read.)
+                wr.num_sge = r.pick(&[0, 1, 2, 8, -1, 1 << 20]);
                 wr.opcode = r.pick(&[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 200]);
                 // INLINE reads the SGEs' bytes: only in-buffer ranges with it.
                 wr.send_flags = (r.next() as u32) & 0x37;
