@@ -26,6 +26,10 @@ pub(crate) struct Ctx {
     pub cqs: Mutex<HashMap<u32, usize>>,
     pub qps: Mutex<HashMap<u32, usize>>,
     pub srqs: Mutex<HashMap<u32, usize>>,
+    /// PDs, CQs and channels still open, and whether `ibv_close_device` was called:
+    /// the context is freed when both say so (an object destroyed after the close
+    /// still finds its context).
+    pub life: Mutex<(usize, bool)>,
 }
 
 impl Ctx {
@@ -42,6 +46,29 @@ impl Ctx {
 
     pub(crate) fn c(&self) -> *mut ibv_context {
         &self.vctx.context as *const ibv_context as *mut ibv_context
+    }
+
+    /// One more object (PD, CQ, channel) of this context.
+    pub(crate) fn hold(&self) {
+        self.life.lock().unwrap_or_else(|e| e.into_inner()).0 += 1;
+    }
+
+    /// One object fewer; frees the context if it was closed and this was the last.
+    ///
+    /// # Safety
+    /// `ctx` is a live context of this library; the caller's object was counted by
+    /// [`Ctx::hold`] and no longer uses the context after this call.
+    pub(crate) unsafe fn release(ctx: &Ctx) {
+        let free = {
+            let mut l = ctx.life.lock().unwrap_or_else(|e| e.into_inner());
+            l.0 = l.0.saturating_sub(1);
+            l.0 == 0 && l.1
+        };
+        if free {
+            // SAFETY: made by Box::into_raw in ibv_open_device; closed, and this was
+            // its last object.
+            drop(unsafe { Box::from_raw(ctx as *const Ctx as *mut Ctx) });
+        }
     }
 }
 
@@ -81,6 +108,7 @@ unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_contex
             cqs: Mutex::default(),
             qps: Mutex::default(),
             srqs: Mutex::default(),
+            life: Mutex::new((0, false)),
         });
         let p = Box::into_raw(b);
         // SAFETY: `p` is the live box just made.
@@ -95,10 +123,17 @@ unsafe extern "C" fn ibv_close_device(context: *mut ibv_context) -> c_int {
     ret_neg(|| {
         // SAFETY: the caller's context.
         let ctx = unsafe { Ctx::from_c(context) }?;
-        let p = ctx as *const Ctx as *mut Ctx;
-        // SAFETY: made by Box::into_raw in ibv_open_device; the caller gives it up.
-        // (Objects still open keep the device alive through their rverbs handles.)
-        drop(unsafe { Box::from_raw(p) });
+        let free = {
+            let mut l = ctx.life.lock().unwrap_or_else(|e| e.into_inner());
+            l.1 = true;
+            l.0 == 0
+        };
+        if free {
+            // SAFETY: made by Box::into_raw in ibv_open_device; the caller gives it up
+            // and no object of it is left. (With objects left, the last one's destroy
+            // frees it: `Ctx::release`.)
+            drop(unsafe { Box::from_raw(ctx as *const Ctx as *mut Ctx) });
+        }
         Ok(0)
     })
 }

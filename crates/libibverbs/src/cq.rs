@@ -26,6 +26,7 @@ unsafe extern "C" fn ibv_create_comp_channel(context: *mut ibv_context) -> *mut 
         // SAFETY: the caller's context.
         let ctx = unsafe { Ctx::from_c(context) }?;
         let rs = ctx.rs.create_comp_channel().map_err(|e| errno_of(&e))?;
+        ctx.hold();
         let fd = rs.as_fd().as_raw_fd();
         let b = Box::new(ChanObj {
             c: ibv_comp_channel {
@@ -48,8 +49,12 @@ unsafe extern "C" fn ibv_destroy_comp_channel(channel: *mut ibv_comp_channel) ->
         if ch.users.load(Ordering::Acquire) != 0 {
             return Err(libc::EBUSY);
         }
+        // SAFETY: the channel's context, kept by its count.
+        let ctx = unsafe { Ctx::from_c(ch.c.context) }? as *const Ctx;
         // SAFETY: made by Box::into_raw above; unused by any CQ (checked).
         drop(unsafe { Box::from_raw(channel as *mut ChanObj) });
+        // SAFETY: the channel was counted in its context and is gone.
+        unsafe { Ctx::release(&*ctx) };
         Ok(0)
     })
 }
@@ -112,6 +117,7 @@ fn new_cq(
     if let Some(ch) = chan {
         ch.users.fetch_add(1, Ordering::AcqRel);
     }
+    ctx.hold();
     let p = Box::into_raw(Box::new(CqObj {
         c,
         rs,
@@ -180,6 +186,8 @@ unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
         }
         // SAFETY: made by Box::into_raw in new_cq; unused (checked above).
         drop(unsafe { Box::from_raw(cq as *mut CqObj) });
+        // SAFETY: the CQ was counted in its context and is gone.
+        unsafe { Ctx::release(ctx) };
         Ok(())
     })
 }

@@ -44,6 +44,7 @@ unsafe extern "C" fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd {
         // SAFETY: the caller's context.
         let ctx = unsafe { Ctx::from_c(context) }?;
         let rs = ctx.rs.alloc_pd().map_err(|e| errno_of(&e))?;
+        ctx.hold();
         let b = Box::new(PdObj {
             c: ibv_pd { context, handle: 0 },
             rs,
@@ -62,8 +63,12 @@ unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
         // SAFETY: the caller's PD.
         let o = unsafe { PdObj::from_c(pd) }?;
         check_idle(&o.users)?;
+        // SAFETY: a live PD's context (kept by the PD's count).
+        let ctx = unsafe { o.ctx() }? as *const Ctx;
         // SAFETY: made by Box::into_raw in ibv_alloc_pd; unused (checked above).
         drop(unsafe { Box::from_raw(pd as *mut PdObj) });
+        // SAFETY: the PD was counted in its context and is gone.
+        unsafe { Ctx::release(&*ctx) };
         Ok(())
     })
 }

@@ -705,3 +705,23 @@ fn random_attributes_and_requests_from_c_never_panic() {
         assert_eq!((v.close_device)(ctx), 0);
     }
 }
+
+#[test]
+fn objects_destroyed_after_the_close_still_find_their_context() {
+    let v = v();
+    // SAFETY: the C API as a C program (a sloppy one) uses it.
+    unsafe {
+        let ctx = open(&v);
+        let pd = (v.alloc_pd)(ctx);
+        let ch = (v.create_comp_channel)(ctx);
+        let cq = (v.create_cq)(ctx, 8, null_mut(), ch, 0);
+        let mut init = qp_init(cq, RC);
+        let qp = (v.create_qp)(pd, &mut init);
+        assert!(!qp.is_null());
+        assert_eq!((v.close_device)(ctx), 0);
+        assert_eq!((v.destroy_qp)(qp), 0);
+        assert_eq!((v.destroy_cq)(cq), 0);
+        assert_eq!((v.destroy_comp_channel)(ch), 0);
+        assert_eq!((v.dealloc_pd)(pd), 0);
+    }
+}
