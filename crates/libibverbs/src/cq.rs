@@ -92,10 +92,15 @@ fn new_cq(
     cq_context: *mut c_void,
     channel: *mut ibv_comp_channel,
     wc_flags: u64,
+    comp_vector: c_int,
 ) -> Result<*mut CqObj, c_int> {
     // SAFETY: the caller's context.
     let ctx = unsafe { Ctx::from_c(context) }?;
-    if cqe <= 0 {
+    if cqe <= 0 || comp_vector < 0 || comp_vector >= ctx.vctx.context.num_comp_vectors {
+        return Err(libc::EINVAL);
+    }
+    let max = ctx.rs.query_device().map_err(|e| errno_of(&e))?.max_cqe;
+    if cqe as u32 > max {
         return Err(libc::EINVAL);
     }
     // SAFETY: NULL or the caller's channel.
@@ -139,9 +144,9 @@ unsafe extern "C" fn ibv_create_cq(
     cqe: c_int,
     cq_context: *mut c_void,
     channel: *mut ibv_comp_channel,
-    _comp_vector: c_int,
+    comp_vector: c_int,
 ) -> *mut ibv_cq {
-    ret_ptr(|| new_cq(context, cqe, cq_context, channel, 0).map(|p| p as *mut ibv_cq))
+    ret_ptr(|| new_cq(context, cqe, cq_context, channel, 0, comp_vector).map(|p| p as *mut ibv_cq))
 }
 export!(ibv_create_cq, "IBVERBS_1.1");
 
@@ -163,7 +168,9 @@ pub(crate) unsafe extern "C" fn create_cq_ex(
             return Err(libc::EOPNOTSUPP);
         }
         let cqe = c_int::try_from(a.cqe).map_err(|_| libc::EINVAL)?;
-        new_cq(context, cqe, a.cq_context, a.channel, a.wc_flags).map(|p| p as *mut ibv_cq_ex)
+        let vector = c_int::try_from(a.comp_vector).map_err(|_| libc::EINVAL)?;
+        new_cq(context, cqe, a.cq_context, a.channel, a.wc_flags, vector)
+            .map(|p| p as *mut ibv_cq_ex)
     })
 }
 

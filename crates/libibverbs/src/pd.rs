@@ -81,11 +81,17 @@ pub(crate) struct MrObj {
     pub c: ibv_mr,
     pub rs: rverbs::ffi::ForeignMr,
     pub pd: *const PdObj,
+    /// The access flags it was registered with (after the optional ones were dropped).
+    pub access: u32,
+    /// Its virtual address.
+    pub iova: u64,
 }
 
 /// `IBV_ACCESS_OPTIONAL_RANGE`: bits a provider may ignore (libibverbs drops the ones
 /// the device does not support, e.g. RELAXED_ORDERING).
 const ACCESS_OPTIONAL_RANGE: u32 = 0x3ff0_0000;
+/// `IBV_ACCESS_MW_BIND`.
+const ACCESS_MW_BIND: u32 = 0x10;
 
 fn reg(
     pd: *mut ibv_pd,
@@ -100,6 +106,10 @@ fn reg(
         return Err(libc::EINVAL);
     }
     let access = (access as u32) & !ACCESS_OPTIONAL_RANGE;
+    if access & ACCESS_MW_BIND != 0 {
+        // Memory windows are not supported (no MEM_WINDOW capability).
+        return Err(libc::EOPNOTSUPP);
+    }
     // SAFETY: the caller of ibv_reg_mr promises `addr..addr+length` stays mapped until
     // ibv_dereg_mr (verbs' contract); the region is dropped there.
     let mem = Arc::new(unsafe { CMemory::new(addr as *mut u8, length) });
@@ -115,7 +125,13 @@ fn reg(
         rkey: rs.rkey(),
     };
     o.users.fetch_add(1, Ordering::AcqRel);
-    Ok(Box::into_raw(Box::new(MrObj { c, rs, pd: o })) as *mut ibv_mr)
+    Ok(Box::into_raw(Box::new(MrObj {
+        c,
+        rs,
+        pd: o,
+        access,
+        iova,
+    })) as *mut ibv_mr)
 }
 
 unsafe extern "C" fn ibv_reg_mr(
@@ -408,3 +424,131 @@ unsafe extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
     })
 }
 export!(ibv_destroy_srq, "IBVERBS_1.1");
+
+// ---- re-registration, imports ------------------------------------------------------
+
+/// `enum ibv_rereg_mr_flags`.
+const REREG_CHANGE_TRANSLATION: c_int = 1;
+const REREG_CHANGE_PD: c_int = 2;
+const REREG_CHANGE_ACCESS: c_int = 4;
+
+unsafe extern "C" fn ibv_rereg_mr(
+    mr: *mut ibv_mr,
+    flags: c_int,
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: usize,
+    access: c_int,
+) -> c_int {
+    ret_errno(|| {
+        if mr.is_null() {
+            return Err(libc::EINVAL);
+        }
+        if flags & !(REREG_CHANGE_TRANSLATION | REREG_CHANGE_PD | REREG_CHANGE_ACCESS) != 0
+            || flags == 0
+        {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: the caller's MR (made by `reg`).
+        let m = unsafe { &mut *(mr as *mut MrObj) };
+        let new_pd = if flags & REREG_CHANGE_PD != 0 {
+            pd
+        } else {
+            m.c.pd
+        };
+        let (a, len) = if flags & REREG_CHANGE_TRANSLATION != 0 {
+            (addr, length)
+        } else {
+            (m.c.addr, m.c.length)
+        };
+        let acc = if flags & REREG_CHANGE_ACCESS != 0 {
+            access
+        } else {
+            // The rights the region has now (the engine keeps them with its key).
+            m.access as c_int
+        };
+        // SAFETY: the caller's new PD, or the MR's own.
+        let po = unsafe { PdObj::from_c(new_pd) }?;
+        if a.is_null() && len > 0 {
+            return Err(libc::EINVAL);
+        }
+        let acc = (acc as u32) & !ACCESS_OPTIONAL_RANGE;
+        if acc & ACCESS_MW_BIND != 0 {
+            return Err(libc::EOPNOTSUPP);
+        }
+        // SAFETY: as for ibv_reg_mr: the caller keeps the new range mapped until
+        // ibv_dereg_mr.
+        let mem = Arc::new(unsafe { CMemory::new(a as *mut u8, len) });
+        let iova = if flags & REREG_CHANGE_TRANSLATION != 0 {
+            a as u64
+        } else {
+            m.iova
+        };
+        m.rs.rereg(&po.rs, mem, iova, rverbs::AccessFlags(acc))
+            .map_err(|e| errno_of(&e))?;
+        if new_pd != m.c.pd {
+            po.users.fetch_add(1, Ordering::AcqRel);
+            // SAFETY: the old PD outlives its MRs.
+            unsafe { &*m.pd }.users.fetch_sub(1, Ordering::AcqRel);
+            m.pd = po;
+            m.c.pd = new_pd;
+        }
+        m.c.addr = a;
+        m.c.length = len;
+        m.iova = iova;
+        m.access = acc;
+        Ok(())
+    })
+}
+export!(ibv_rereg_mr, "IBVERBS_1.1");
+
+/// Importing objects of another process's context needs the kernel's shared uverbs
+/// file descriptor, which soft contexts do not have: EOPNOTSUPP, as libibverbs answers
+/// for a provider without import.
+unsafe extern "C" fn ibv_import_device(_cmd_fd: c_int) -> *mut ibv_context {
+    set_errno(libc::EOPNOTSUPP);
+    std::ptr::null_mut()
+}
+export!(ibv_import_device, "IBVERBS_1.10");
+
+unsafe extern "C" fn ibv_import_pd(_context: *mut ibv_context, _handle: u32) -> *mut ibv_pd {
+    set_errno(libc::EOPNOTSUPP);
+    std::ptr::null_mut()
+}
+export!(ibv_import_pd, "IBVERBS_1.10");
+
+unsafe extern "C" fn ibv_import_mr(_pd: *mut ibv_pd, _handle: u32) -> *mut ibv_mr {
+    set_errno(libc::EOPNOTSUPP);
+    std::ptr::null_mut()
+}
+export!(ibv_import_mr, "IBVERBS_1.10");
+
+unsafe extern "C" fn ibv_import_dm(_context: *mut ibv_context, _handle: u32) -> *mut c_void {
+    set_errno(libc::EOPNOTSUPP);
+    std::ptr::null_mut()
+}
+export!(ibv_import_dm, "IBVERBS_1.13");
+
+/// Only imported objects are unimported, and none ever is (see `ibv_import_device`).
+unsafe extern "C" fn ibv_unimport_pd(_pd: *mut ibv_pd) {}
+export!(ibv_unimport_pd, "IBVERBS_1.10");
+
+unsafe extern "C" fn ibv_unimport_mr(_mr: *mut ibv_mr) {}
+export!(ibv_unimport_mr, "IBVERBS_1.10");
+
+unsafe extern "C" fn ibv_unimport_dm(_dm: *mut c_void) {}
+export!(ibv_unimport_dm, "IBVERBS_1.13");
+
+/// dma-buf regions: EOPNOTSUPP (the soft device reaches memory by CPU address only).
+unsafe extern "C" fn ibv_reg_dmabuf_mr(
+    _pd: *mut ibv_pd,
+    _offset: u64,
+    _length: usize,
+    _iova: u64,
+    _fd: c_int,
+    _access: c_int,
+) -> *mut ibv_mr {
+    set_errno(libc::EOPNOTSUPP);
+    std::ptr::null_mut()
+}
+export!(ibv_reg_dmabuf_mr, "IBVERBS_1.12");

@@ -636,3 +636,14 @@ unsafe extern "C" fn ibv_detach_mcast(qp: *mut ibv_qp, gid: *const ibv_gid, lid:
     })
 }
 export!(ibv_detach_mcast, "IBVERBS_1.1");
+
+/// No ordering promise beyond the transport's (0: neither whole-message nor 128-byte
+/// in-order placement is guaranteed to a CPU reading while data lands).
+unsafe extern "C" fn ibv_query_qp_data_in_order(qp: *mut ibv_qp, _op: u32, _flags: u32) -> c_int {
+    ret_val(0, || {
+        // SAFETY: the caller's QP.
+        let _ = unsafe { QpObj::from_c(qp) };
+        0
+    })
+}
+export!(ibv_query_qp_data_in_order, "IBVERBS_1.14");

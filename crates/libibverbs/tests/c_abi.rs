@@ -725,3 +725,46 @@ fn objects_destroyed_after_the_close_still_find_their_context() {
         assert_eq!((v.dealloc_pd)(pd), 0);
     }
 }
+
+#[test]
+fn rereg_mr_keeps_the_keys_and_mw_bind_is_not_supported() {
+    let v = v();
+    let rereg = f!(
+        ibv_rereg_mr,
+        "IBVERBS_1.1",
+        fn(*mut ibv_mr, c_int, *mut ibv_pd, *mut c_void, usize, c_int) -> c_int
+    );
+    // SAFETY: the C API as a C program uses it; the buffers outlive the region.
+    unsafe {
+        let ctx = open(&v);
+        let (pd, pd2) = ((v.alloc_pd)(ctx), (v.alloc_pd)(ctx));
+        let mut a = vec![0u8; 64];
+        let mut b = vec![0u8; 128];
+        assert!(
+            (v.reg_mr)(pd, a.as_mut_ptr().cast(), 64, 0x11).is_null(),
+            "MW_BIND"
+        );
+        assert_eq!(common::errno(), libc::EOPNOTSUPP);
+        let mr = (v.reg_mr)(pd, a.as_mut_ptr().cast(), 64, 1);
+        let (lkey, rkey) = ((*mr).lkey, (*mr).rkey);
+        assert_eq!(
+            rereg(mr, 0, null_mut(), null_mut(), 0, 0),
+            libc::EINVAL,
+            "no flag"
+        );
+        assert_eq!(
+            rereg(mr, 1 | 2 | 4, pd2, b.as_mut_ptr().cast(), 128, 0xf),
+            0
+        );
+        assert_eq!(((*mr).lkey, (*mr).rkey), (lkey, rkey));
+        assert_eq!(
+            ((*mr).addr, (*mr).length, (*mr).pd),
+            (b.as_mut_ptr().cast(), 128, pd2)
+        );
+        assert_eq!((v.dealloc_pd)(pd), 0, "the old PD is free");
+        assert_eq!((v.dealloc_pd)(pd2), libc::EBUSY, "the new one holds the MR");
+        assert_eq!((v.dereg_mr)(mr), 0);
+        assert_eq!((v.dealloc_pd)(pd2), 0);
+        assert_eq!((v.close_device)(ctx), 0);
+    }
+}

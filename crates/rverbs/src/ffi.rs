@@ -26,6 +26,36 @@ impl ForeignMr {
     }
 }
 
+impl ForeignMr {
+    /// `ibv_rereg_mr`: the region becomes `mem` at `iova` in `pd` with `access`, keys
+    /// unchanged. On an error the region stays as it was.
+    pub fn rereg(
+        &mut self,
+        pd: &Pd,
+        mem: Arc<dyn Memory>,
+        iova: u64,
+        access: Access,
+    ) -> Result<()> {
+        if !Arc::ptr_eq(&pd.inner.ctx.inner, &self.pd.ctx.inner) {
+            return Err(rverbs_engine::VerbError::new(
+                "rereg_mr",
+                rverbs_engine::Errno::Inval,
+                "the PD belongs to another context",
+            )
+            .into());
+        }
+        pd.inner.ctx.shared().lock_verb("rereg_mr")?.rereg_mr(
+            self.lkey,
+            pd.inner.id,
+            mem,
+            iova,
+            access,
+        )?;
+        self.pd = pd.inner.clone();
+        Ok(())
+    }
+}
+
 impl Drop for ForeignMr {
     fn drop(&mut self) {
         let lkey = self.lkey;
