@@ -14,7 +14,7 @@ use rverbs_ibverbs::types::*;
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
 use std::os::fd::AsRawFd;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 /// A context: the `verbs_context` a program points into, the rverbs context, and
 /// the maps from the device's handles back to the C objects (events name CQs, QPs and
@@ -23,13 +23,63 @@ use std::sync::Mutex;
 pub(crate) struct Ctx {
     pub vctx: verbs_context,
     pub rs: rverbs::Context,
-    pub cqs: Mutex<HashMap<u32, usize>>,
-    pub qps: Mutex<HashMap<u32, usize>>,
-    pub srqs: Mutex<HashMap<u32, usize>>,
+    pub cqs: Handles,
+    pub qps: Handles,
+    pub srqs: Handles,
     /// PDs, CQs and channels still open, and whether `ibv_close_device` was called:
     /// the context is freed when both say so (an object destroyed after the close
     /// still finds its context).
     pub life: Mutex<(usize, bool)>,
+    /// The device's name (the key of [`SHARED`]).
+    pub name: String,
+}
+
+/// The rverbs context of each device open in this process, with the number of C
+/// contexts on it. Every `ibv_open_device` of one device shares it, as the contexts of
+/// one kernel device share its port and GID table: programs that open a device twice
+/// (rdma-core's tests put both players in one process) expect the same GIDs in both,
+/// and a non-loopback device can bind its address only once per process.
+/// The maps from handles (CQ, QP number, SRQ) to C objects are shared the same way:
+/// an event names an object of any C context on the rverbs context.
+static SHARED: Mutex<Vec<Shared>> = Mutex::new(Vec::new());
+
+/// Handle → C object (its address).
+pub(crate) type Handles = Arc<Mutex<HashMap<u32, usize>>>;
+
+struct Shared {
+    name: String,
+    rs: rverbs::Context,
+    maps: [Handles; 3],
+    users: usize,
+}
+
+fn acquire(info: &rverbs::DeviceInfo) -> Result<(rverbs::Context, [Handles; 3]), c_int> {
+    let mut l = SHARED.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(e) = l.iter_mut().find(|e| e.name == info.name) {
+        e.users += 1;
+        return Ok((e.rs.clone(), e.maps.clone()));
+    }
+    let rs = info.open().map_err(|e| errno_of(&e))?;
+    let maps: [Handles; 3] = Default::default();
+    l.push(Shared {
+        name: info.name.clone(),
+        rs: rs.clone(),
+        maps: maps.clone(),
+        users: 1,
+    });
+    Ok((rs, maps))
+}
+
+impl Drop for Ctx {
+    fn drop(&mut self) {
+        let mut l = SHARED.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(i) = l.iter().position(|e| e.name == self.name) {
+            l[i].users -= 1;
+            if l[i].users == 0 {
+                l.remove(i);
+            }
+        }
+    }
 }
 
 impl Ctx {
@@ -87,7 +137,7 @@ unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_contex
     ret_ptr(|| {
         // SAFETY: `device` is NULL or ours.
         let d: &DevObj = unsafe { dev(device) }?;
-        let rs = d.info.open().map_err(|e| errno_of(&e))?;
+        let (rs, [cqs, qps, srqs]) = acquire(&d.info)?;
         // SAFETY: verbs_context is plain data: integers, nullable pointers, a mutex
         // that pthread_mutex_init sets up below.
         let mut vctx: verbs_context = unsafe { std::mem::zeroed() };
@@ -105,10 +155,11 @@ unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_contex
         let b = Box::new(Ctx {
             vctx,
             rs,
-            cqs: Mutex::default(),
-            qps: Mutex::default(),
-            srqs: Mutex::default(),
+            cqs,
+            qps,
+            srqs,
             life: Mutex::new((0, false)),
+            name: d.info.name.clone(),
         });
         let p = Box::into_raw(b);
         // SAFETY: `p` is the live box just made.
@@ -154,9 +205,8 @@ unsafe extern "C" fn ibv_get_async_event(
             let Some(e) = ctx.rs.get_async_event(None) else {
                 continue;
             };
-            let find = |m: &Mutex<HashMap<u32, usize>>, k: u32| {
-                m.lock().unwrap_or_else(|e| e.into_inner()).get(&k).copied()
-            };
+            let find =
+                |m: &Handles, k: u32| m.lock().unwrap_or_else(|e| e.into_inner()).get(&k).copied();
             use rverbs::AsyncEvent as A;
             let (ty, el) = match e {
                 A::CqErr { cq } => match find(&ctx.cqs, cq) {
