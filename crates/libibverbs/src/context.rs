@@ -72,6 +72,10 @@ fn acquire(info: &rverbs::DeviceInfo) -> Result<(rverbs::Context, [Handles; 3]),
 
 impl Drop for Ctx {
     fn drop(&mut self) {
+        if self.vctx.context.cmd_fd >= 0 {
+            // SAFETY: the descriptor ibv_open_device opened for this context.
+            unsafe { libc::close(self.vctx.context.cmd_fd) };
+        }
         let mut l = SHARED.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(i) = l.iter().position(|e| e.name == self.name) {
             l[i].users -= 1;
@@ -148,7 +152,11 @@ unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_contex
         vctx.sz = std::mem::size_of::<verbs_context>();
         vctx.context.device = device;
         vctx.context.ops = ops();
-        vctx.context.cmd_fd = -1;
+        // A real descriptor, as programs dup or poll it (rdma-core's tests dup it to
+        // import the device elsewhere); no command ever goes to it.
+        // SAFETY: open(2) of a constant path; the fd is closed when the context goes.
+        vctx.context.cmd_fd =
+            unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
         vctx.context.async_fd = rs.async_fd().as_raw_fd();
         vctx.context.num_comp_vectors = 1;
         vctx.context.abi_compat = VERBS_ABI_IS_EXTENDED as *mut c_void;

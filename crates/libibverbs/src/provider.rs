@@ -5,7 +5,7 @@
 //! time, so they are exported under the node the providers import them from.
 //!
 //! No provider ever drives a device of this library: the devices here are soft, with
-//! no uverbs file descriptor (`cmd_fd` is -1) for a command to go to. So a kernel
+//! no uverbs file descriptor (`cmd_fd` is `/dev/null`) for a command to go to. So a kernel
 //! command fails with EOPNOTSUPP, what libibverbs answers for a command the kernel
 //! does not support; a provider's registration (its load-time constructor) is
 //! accepted and has no device to match.
