@@ -768,3 +768,49 @@ fn rereg_mr_keeps_the_keys_and_mw_bind_is_not_supported() {
         assert_eq!((v.close_device)(ctx), 0);
     }
 }
+
+#[test]
+fn a_move_to_reset_removes_the_qps_unpolled_completions() {
+    let v = v();
+    // SAFETY: the C API as a C program uses it.
+    unsafe {
+        let ctx = open(&v);
+        let pd = (v.alloc_pd)(ctx);
+        let cq = (v.create_cq)(ctx, 16, null_mut(), null_mut(), 0);
+        let mut init = qp_init(cq, RC);
+        let (qp, other) = ((v.create_qp)(pd, &mut init), (v.create_qp)(pd, &mut init));
+        let mut flushed = 0;
+        for q in [qp, other] {
+            let mut a: ibv_qp_attr = zeroed();
+            a.qp_state = 1;
+            a.port_num = 1;
+            assert_eq!(
+                (v.modify_qp)(q, &mut a, 1 | (1 << 3) | (1 << 4) | (1 << 5)),
+                0
+            );
+            let mut a: ibv_qp_attr = zeroed();
+            a.qp_state = 6;
+            assert_eq!((v.modify_qp)(q, &mut a, 1), 0);
+            let mut rwr: ibv_recv_wr = zeroed();
+            let mut bad = null_mut();
+            assert_eq!(((*ctx).ops.post_recv.unwrap())(q, &mut rwr, &mut bad), 0);
+            flushed += 1;
+        }
+        // Both flushed receives are in the CQ; RESET of one QP takes its own away.
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let mut a: ibv_qp_attr = zeroed();
+        a.qp_state = 0;
+        assert_eq!((v.modify_qp)(qp, &mut a, 1), 0);
+        let wcs = poll(cq, flushed - 1);
+        assert_eq!(wcs.len(), 1);
+        assert_eq!((wcs[0].qp_num, wcs[0].status), ((*other).qp_num, 5));
+        let mut wc: [ibv_wc; 4] = zeroed();
+        assert_eq!(((*ctx).ops.poll_cq.unwrap())(cq, 4, wc.as_mut_ptr()), 0);
+        for q in [qp, other] {
+            assert_eq!((v.destroy_qp)(q), 0);
+        }
+        assert_eq!((v.destroy_cq)(cq), 0);
+        assert_eq!((v.dealloc_pd)(pd), 0);
+        assert_eq!((v.close_device)(ctx), 0);
+    }
+}

@@ -300,9 +300,8 @@ fn perftest_latency_tests() {
 
 /// rdma-core's own suite (python3-pyverbs ships it, gzipped, in
 /// /usr/share/doc/rdma-core/tests): copied out, gunzipped, run unmodified with
-/// `run_tests.py --dev rv_lo --gid 1`, file by file. These files pass whole (skips only
-/// where the device does not advertise the feature); test_mr's two rereg cases that
-/// restart traffic after an error are not among them yet (docs/c-library.md).
+/// `run_tests.py --dev rv_lo --gid 1`, file by file: the ten files of the issue pass
+/// whole (skips only where the device does not advertise the feature).
 #[test]
 #[ignore = "needs python3-pyverbs (rdma-core's tests); CI runs it with --ignored"]
 fn rdma_core_suite_passes_on_the_soft_device() {
