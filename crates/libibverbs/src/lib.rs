@@ -31,7 +31,7 @@ pub mod memory;
 mod context;
 mod cq;
 mod device;
-mod kern;
+pub mod kern;
 mod misc;
 mod pd;
 mod provider;
