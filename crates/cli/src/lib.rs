@@ -5,6 +5,7 @@
 
 pub mod demo;
 pub mod devinfo;
+pub mod exec;
 pub mod flow;
 pub mod gids;
 pub mod interop;

@@ -18,6 +18,15 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Runs CMD with rverbs' libibverbs.so.1 first on its library path, so an unmodified
+    /// C verbs program (ibv_devinfo, ib_write_bw, ...) uses the soft device. The library
+    /// is RVERBS_LIBIBVERBS (its directory or the file), else the one next to this
+    /// executable (`cargo build --release -p rverbs-libibverbs`).
+    Exec {
+        /// The program and its arguments (after `--`).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
+        cmd: Vec<std::ffi::OsString>,
+    },
     /// Two endpoints on the loopback soft device exchange RC SEND/RECV, RDMA WRITE,
     /// RDMA READ and atomics over real RoCE v2 packets, verify every byte, and report
     /// the speed.
@@ -462,6 +471,11 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     }
     match cli.command {
+        Command::Exec { cmd } => {
+            let e = rverbs_cli::exec::exec(&cmd);
+            eprintln!("rverbs exec: {e}");
+            ExitCode::from(2)
+        }
         Command::Demo { iters, size } => {
             let mut out = std::io::stdout();
             match rverbs_cli::demo::run(&mut out, iters, size) {

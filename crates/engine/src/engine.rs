@@ -388,8 +388,21 @@ impl Engine {
         let Some(qp) = self.qps.get_mut(&qpn) else {
             unreachable!("checked above")
         };
+        let reset = next == QpState::Reset && qp.state != QpState::Reset;
+        let cqs = [qp.send_cq, qp.recv_cq];
         qp.apply_modify(attr, mask, next, &mut ctx);
         rearm(&mut self.timers, qpn, qp);
+        if reset {
+            // The QP's completions not yet polled go with it, as the Linux mlx5 driver
+            // cleans its CQs on the RESET transition (`__mlx5_ib_cq_clean` in
+            // drivers/infiniband/hw/mlx5/qp.c): a QP brought back up from ERR does not
+            // hand its new user the flushed requests of its previous life.
+            for id in cqs {
+                if let Some(c) = self.cqs.get_mut(id.0) {
+                    c.entries.retain(|w| w.qp_num != qpn);
+                }
+            }
+        }
         self.wake(qpn);
         Ok(())
     }

@@ -92,6 +92,10 @@
 mod carrier;
 mod device;
 mod error;
+/// Hooks for the C library (feature `ffi`; not a stable API).
+#[cfg(feature = "ffi")]
+#[doc(hidden)]
+pub mod ffi;
 mod gid;
 pub mod mad;
 mod raw;

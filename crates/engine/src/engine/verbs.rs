@@ -108,6 +108,56 @@ impl Engine {
         }
     }
 
+    /// `ibv_rereg_mr`: the region of key `lkey` becomes `mem` at `iova` in `pd` with
+    /// `access`, under the same key (as rxe keeps its MR object). Checked as
+    /// [`Engine::reg_mr`] checks a new region; on an error nothing changes. Work already
+    /// started keeps the memory it had.
+    pub fn rereg_mr(
+        &mut self,
+        lkey: u32,
+        pd: PdId,
+        mem: Arc<dyn Memory>,
+        iova: u64,
+        access: Access,
+    ) -> VerbResult<()> {
+        const VERB: &str = "rereg_mr";
+        let slot = key_slot(lkey);
+        let old_pd = match self.mrs.get(slot) {
+            Some(m) if m.key == lkey => PdId(m.pd),
+            _ => return Err(err(VERB, Errno::Inval, "no MR with this key")),
+        };
+        if access.0 & !0xf != 0 {
+            return Err(err(VERB, Errno::Inval, "unknown access flags"));
+        }
+        if (access.contains(Access::REMOTE_WRITE) || access.contains(Access::REMOTE_ATOMIC))
+            && !access.contains(Access::LOCAL_WRITE)
+        {
+            return Err(err(
+                VERB,
+                Errno::Inval,
+                "remote write/atomic access needs local write",
+            ));
+        }
+        if iova.checked_add(mem.len() as u64).is_none() {
+            return Err(err(
+                VERB,
+                Errno::Inval,
+                "the region wraps the address space",
+            ));
+        }
+        if pd != old_pd {
+            self.pd_use(pd, VERB, 1)?;
+            self.pd_use(old_pd, VERB, -1)?;
+        }
+        if let Some(m) = self.mrs.get_mut(slot) {
+            m.pd = pd.0;
+            m.iova = iova;
+            m.access = access;
+            m.mem = mem;
+        }
+        Ok(())
+    }
+
     /// True while `lkey` names a registered memory region (for work that rverbs runs
     /// outside the engine: RAW_PACKET receives).
     pub fn lkey_valid(&self, lkey: u32) -> bool {

@@ -1,0 +1,495 @@
+//! The extended verbs: `ibv_create_qp_ex` with the `ibv_qp_ex` work-request builders
+//! (`ibv_wr_start` ... `ibv_wr_complete`, inlines that call the pointers filled here),
+//! and `ibv_cq_ex` polling (`ibv_start_poll`, `ibv_next_poll`, `ibv_wc_read_*`).
+
+use crate::cq::CqObj;
+use crate::pd::AhObj;
+use crate::qp::{new_qp, QpObj};
+use crate::*;
+use rverbs::Error;
+use rverbs_engine::{Errno, SendFlags, SendWr, SgList, Sge, UdDest, VerbError, WrOpcode};
+use rverbs_ibverbs::types::*;
+use std::ffi::{c_int, c_uint, c_void};
+
+/// Requests being built between `ibv_wr_start` and `ibv_wr_complete`.
+#[derive(Default)]
+pub(crate) struct Build {
+    pub wrs: Vec<SendWr>,
+    /// INLINE data of the request at the same index (copied when it was set).
+    pub inline: Vec<Option<Vec<u8>>>,
+    pub err: Option<Error>,
+}
+
+/// `enum ibv_qp_create_send_ops_flags` the builders support: RDMA WRITE (with
+/// immediate), SEND (with immediate, with invalidate), RDMA READ, the two atomics.
+pub(crate) const SEND_OPS_SUPPORTED: u64 = 0x7f | (1 << 9);
+
+/// `IBV_QP_INIT_ATTR_PD`, `_CREATE_FLAGS`, `_SEND_OPS_FLAGS`.
+const QP_INIT_ATTR_PD: u32 = 1;
+const QP_INIT_ATTR_CREATE_FLAGS: u32 = 1 << 2;
+const QP_INIT_ATTR_SEND_OPS_FLAGS: u32 = 1 << 6;
+
+/// `verbs_context.create_qp_ex`.
+pub(crate) unsafe extern "C" fn create_qp_ex(
+    _context: *mut ibv_context,
+    attr: *mut ibv_qp_init_attr_ex,
+) -> *mut ibv_qp {
+    ret_ptr(|| {
+        // SAFETY: the caller's attributes.
+        let a = unsafe { arg(attr) }?;
+        if a.comp_mask & QP_INIT_ATTR_PD == 0 {
+            return Err(libc::EINVAL);
+        }
+        let known = QP_INIT_ATTR_PD | QP_INIT_ATTR_CREATE_FLAGS | QP_INIT_ATTR_SEND_OPS_FLAGS;
+        if a.comp_mask & !known != 0 {
+            return Err(libc::EOPNOTSUPP);
+        }
+        if a.comp_mask & QP_INIT_ATTR_CREATE_FLAGS != 0 && a.create_flags != 0 {
+            return Err(libc::EOPNOTSUPP);
+        }
+        let ops = if a.comp_mask & QP_INIT_ATTR_SEND_OPS_FLAGS != 0 {
+            if a.send_ops_flags & !SEND_OPS_SUPPORTED != 0 {
+                return Err(libc::EOPNOTSUPP);
+            }
+            a.send_ops_flags
+        } else {
+            0
+        };
+        let base = ibv_qp_init_attr {
+            qp_context: a.qp_context,
+            send_cq: a.send_cq,
+            recv_cq: a.recv_cq,
+            srq: a.srq,
+            cap: a.cap,
+            qp_type: a.qp_type,
+            sq_sig_all: a.sq_sig_all,
+        };
+        new_qp(a.pd, &base, ops).map(|p| p as *mut ibv_qp)
+    })
+}
+
+unsafe extern "C" fn ibv_qp_to_qp_ex(qp: *mut ibv_qp) -> *mut ibv_qp_ex {
+    // Every QP of this library is an ibv_qp_ex (the builders are always filled).
+    qp as *mut ibv_qp_ex
+}
+export!(ibv_qp_to_qp_ex, "IBVERBS_1.6");
+
+pub(crate) fn fill_qp_ex(c: &mut ibv_qp_ex, _send_ops: u64) {
+    c.wr_atomic_cmp_swp = Some(wr_atomic_cmp_swp);
+    c.wr_atomic_fetch_add = Some(wr_atomic_fetch_add);
+    c.wr_rdma_read = Some(wr_rdma_read);
+    c.wr_rdma_write = Some(wr_rdma_write);
+    c.wr_rdma_write_imm = Some(wr_rdma_write_imm);
+    c.wr_send = Some(wr_send);
+    c.wr_send_imm = Some(wr_send_imm);
+    c.wr_send_inv = Some(wr_send_inv);
+    c.wr_set_ud_addr = Some(wr_set_ud_addr);
+    c.wr_set_inline_data = Some(wr_set_inline_data);
+    c.wr_set_inline_data_list = Some(wr_set_inline_data_list);
+    c.wr_set_sge = Some(wr_set_sge);
+    c.wr_set_sge_list = Some(wr_set_sge_list);
+    c.wr_start = Some(wr_start);
+    c.wr_complete = Some(wr_complete);
+    c.wr_abort = Some(wr_abort);
+}
+
+/// Runs `f` on the QP's build state (a void builder: failures are kept for
+/// `ibv_wr_complete`).
+fn with_build(qp: *mut ibv_qp_ex, f: impl FnOnce(&QpObj, &mut Build)) {
+    ret_void(|| {
+        // SAFETY: the caller's QP (every QP here is a QpObj).
+        let Ok(q) = (unsafe { QpObj::from_c(qp as *mut ibv_qp) }) else {
+            return;
+        };
+        let mut b = q.build.lock().unwrap_or_else(|e| e.into_inner());
+        f(q, &mut b)
+    })
+}
+
+fn fail(b: &mut Build, why: &'static str) {
+    if b.err.is_none() {
+        b.err = Some(VerbError::new("wr_complete", Errno::Inval, why).into());
+    }
+}
+
+/// Starts a new request from the QP's `wr_id` / `wr_flags`.
+fn begin(qp: *mut ibv_qp_ex, opcode: WrOpcode, f: impl FnOnce(&mut SendWr)) {
+    // SAFETY: the caller's QP; `wr_id` / `wr_flags` are what it set before the call.
+    let (wr_id, flags) = match unsafe { qp.as_ref() } {
+        Some(q) => (q.wr_id, q.wr_flags),
+        None => return,
+    };
+    with_build(qp, |q, b| {
+        let ok = match q.rs.qp_type() {
+            rverbs::QpType::Ud => matches!(opcode, WrOpcode::Send | WrOpcode::SendWithImm),
+            rverbs::QpType::Uc => matches!(
+                opcode,
+                WrOpcode::Send
+                    | WrOpcode::SendWithImm
+                    | WrOpcode::RdmaWrite
+                    | WrOpcode::RdmaWriteWithImm
+            ),
+            _ => true,
+        };
+        if !ok {
+            fail(b, "opcode not supported on this QP type");
+        }
+        if flags & !0x1f != 0 {
+            fail(b, "unknown send flags");
+        }
+        let mut w = SendWr {
+            wr_id,
+            opcode,
+            sg_list: SgList::new(),
+            flags: SendFlags(flags & 0xf),
+            imm_data: 0,
+            remote_addr: 0,
+            rkey: 0,
+            compare_add: 0,
+            swap: 0,
+            ud: None,
+        };
+        f(&mut w);
+        b.wrs.push(w);
+        b.inline.push(None);
+    })
+}
+
+unsafe extern "C" fn wr_start(qp: *mut ibv_qp_ex) {
+    with_build(qp, |_, b| *b = Build::default())
+}
+
+unsafe extern "C" fn wr_abort(qp: *mut ibv_qp_ex) {
+    with_build(qp, |_, b| *b = Build::default())
+}
+
+unsafe extern "C" fn wr_complete(qp: *mut ibv_qp_ex) -> c_int {
+    ret_errno(|| {
+        // SAFETY: the caller's QP.
+        let q = unsafe { QpObj::from_c(qp as *mut ibv_qp) }?;
+        let b = std::mem::take(&mut *q.build.lock().unwrap_or_else(|e| e.into_inner()));
+        if let Some(e) = b.err {
+            return Err(errno_of(&e));
+        }
+        let wrs = b.wrs.into_iter().zip(b.inline).map(|(mut w, data)| {
+            if let Some(d) = data {
+                w.flags = w.flags | SendFlags::INLINE;
+                w.sg_list = inline_sge(q, &d)?;
+            }
+            Ok(w)
+        });
+        rverbs::ffi::post_send(&q.rs, wrs).map_err(|(_, e)| errno_of(&e))
+    })
+}
+
+/// Puts INLINE bytes in the QP's scratch region (just before the engine copies them).
+fn inline_sge(q: &QpObj, d: &[u8]) -> Result<SgList, Error> {
+    let inval = |why| -> Error { VerbError::new("wr_complete", Errno::Inval, why).into() };
+    let Some(s) = &q.scratch else {
+        return if d.is_empty() {
+            Ok(SgList::new())
+        } else {
+            Err(inval("inline data above max_inline_data"))
+        };
+    };
+    s.mem.with(|b| {
+        if d.len() > b.len() {
+            return Err(inval("inline data above max_inline_data"));
+        }
+        b[..d.len()].copy_from_slice(d);
+        Ok(())
+    })?;
+    Ok([Sge {
+        addr: 0,
+        length: d.len() as u32,
+        lkey: s.mr.lkey(),
+    }]
+    .into())
+}
+
+unsafe extern "C" fn wr_send(qp: *mut ibv_qp_ex) {
+    begin(qp, WrOpcode::Send, |_| {})
+}
+unsafe extern "C" fn wr_send_imm(qp: *mut ibv_qp_ex, imm: u32) {
+    begin(qp, WrOpcode::SendWithImm, |w| {
+        w.imm_data = u32::from_be(imm)
+    })
+}
+unsafe extern "C" fn wr_send_inv(qp: *mut ibv_qp_ex, rkey: u32) {
+    begin(qp, WrOpcode::SendWithInv, |w| w.rkey = rkey)
+}
+unsafe extern "C" fn wr_rdma_write(qp: *mut ibv_qp_ex, rkey: u32, addr: u64) {
+    begin(qp, WrOpcode::RdmaWrite, |w| {
+        (w.rkey, w.remote_addr) = (rkey, addr)
+    })
+}
+unsafe extern "C" fn wr_rdma_write_imm(qp: *mut ibv_qp_ex, rkey: u32, addr: u64, imm: u32) {
+    begin(qp, WrOpcode::RdmaWriteWithImm, |w| {
+        (w.rkey, w.remote_addr, w.imm_data) = (rkey, addr, u32::from_be(imm))
+    })
+}
+unsafe extern "C" fn wr_rdma_read(qp: *mut ibv_qp_ex, rkey: u32, addr: u64) {
+    begin(qp, WrOpcode::RdmaRead, |w| {
+        (w.rkey, w.remote_addr) = (rkey, addr)
+    })
+}
+unsafe extern "C" fn wr_atomic_cmp_swp(
+    qp: *mut ibv_qp_ex,
+    rkey: u32,
+    addr: u64,
+    compare: u64,
+    swap: u64,
+) {
+    begin(qp, WrOpcode::AtomicCmpAndSwp, |w| {
+        (w.rkey, w.remote_addr, w.compare_add, w.swap) = (rkey, addr, compare, swap)
+    })
+}
+unsafe extern "C" fn wr_atomic_fetch_add(qp: *mut ibv_qp_ex, rkey: u32, addr: u64, add: u64) {
+    begin(qp, WrOpcode::AtomicFetchAndAdd, |w| {
+        (w.rkey, w.remote_addr, w.compare_add) = (rkey, addr, add)
+    })
+}
+
+/// Runs `f` on the request being built (a setter before any `ibv_wr_<op>` is recorded
+/// as an error for `ibv_wr_complete`).
+fn with_cur(
+    qp: *mut ibv_qp_ex,
+    f: impl FnOnce(&QpObj, &mut SendWr, &mut Option<Vec<u8>>) -> Result<(), &'static str>,
+) {
+    with_build(qp, |q, b| {
+        let r = match (b.wrs.last_mut(), b.inline.last_mut()) {
+            (Some(w), Some(i)) => f(q, w, i),
+            _ => Err("a setter before any ibv_wr_<opcode>"),
+        };
+        if let Err(why) = r {
+            fail(b, why);
+        }
+    })
+}
+
+unsafe extern "C" fn wr_set_sge(qp: *mut ibv_qp_ex, lkey: u32, addr: u64, length: u32) {
+    with_cur(qp, |_, w, _| {
+        w.sg_list = [Sge { addr, length, lkey }].into();
+        Ok(())
+    })
+}
+
+unsafe extern "C" fn wr_set_sge_list(qp: *mut ibv_qp_ex, num_sge: usize, sg: *const ibv_sge) {
+    with_cur(qp, |_, w, _| {
+        if num_sge > 0 && sg.is_null() {
+            return Err("sg_list is NULL");
+        }
+        if num_sge > 1 << 12 {
+            return Err("num_sge out of range");
+        }
+        w.sg_list = if num_sge == 0 {
+            SgList::new()
+        } else {
+            // SAFETY: the caller's list of `num_sge` SGEs.
+            unsafe { std::slice::from_raw_parts(sg, num_sge) }
+                .iter()
+                .map(|g| Sge {
+                    addr: g.addr,
+                    length: g.length,
+                    lkey: g.lkey,
+                })
+                .collect()
+        };
+        Ok(())
+    })
+}
+
+unsafe extern "C" fn wr_set_inline_data(qp: *mut ibv_qp_ex, addr: *mut c_void, length: usize) {
+    with_cur(qp, |q, _, i| {
+        if length > q.cap.max_inline_data as usize {
+            return Err("inline data above max_inline_data");
+        }
+        if length > 0 && addr.is_null() {
+            return Err("inline data at NULL");
+        }
+        let d = if length == 0 {
+            Vec::new()
+        } else {
+            // SAFETY: the caller's `length` readable bytes, copied now (INLINE).
+            unsafe { std::slice::from_raw_parts(addr as *const u8, length) }.to_vec()
+        };
+        *i = Some(d);
+        Ok(())
+    })
+}
+
+unsafe extern "C" fn wr_set_inline_data_list(
+    qp: *mut ibv_qp_ex,
+    n: usize,
+    list: *const ibv_data_buf,
+) {
+    with_cur(qp, |q, _, i| {
+        if n > 0 && list.is_null() {
+            return Err("buf_list is NULL");
+        }
+        let bufs = if n == 0 {
+            &[][..]
+        } else {
+            // SAFETY: the caller's `n` buffers.
+            unsafe { std::slice::from_raw_parts(list, n) }
+        };
+        let mut d = Vec::new();
+        for b in bufs {
+            if d.len() + b.length > q.cap.max_inline_data as usize {
+                return Err("inline data above max_inline_data");
+            }
+            if b.length > 0 {
+                if b.addr.is_null() {
+                    return Err("inline data at NULL");
+                }
+                // SAFETY: the caller's readable buffer.
+                d.extend_from_slice(unsafe {
+                    std::slice::from_raw_parts(b.addr as *const u8, b.length)
+                });
+            }
+        }
+        *i = Some(d);
+        Ok(())
+    })
+}
+
+unsafe extern "C" fn wr_set_ud_addr(
+    qp: *mut ibv_qp_ex,
+    ah: *mut ibv_ah,
+    remote_qpn: u32,
+    remote_qkey: u32,
+) {
+    with_cur(qp, |_, w, _| {
+        // SAFETY: NULL or the caller's AH.
+        let a =
+            unsafe { (ah as *const AhObj).as_ref() }.ok_or("UD send without an address handle")?;
+        w.ud = Some(UdDest {
+            ah: rverbs::ffi::ah_id(&a.rs),
+            remote_qpn,
+            remote_qkey,
+        });
+        Ok(())
+    })
+}
+
+// ---- ibv_cq_ex ---------------------------------------------------------------------
+
+/// `enum ibv_create_cq_wc_flags` this CQ can report: byte_len, imm, qp_num, src_qp,
+/// slid, sl, dlid_path_bits (no timestamps, CVLAN, flow tag or tag matching).
+pub(crate) const WC_EX_SUPPORTED: u64 = 0x7f;
+
+pub(crate) fn fill_cq_ex(c: &mut ibv_cq_ex, _wc_flags: u64) {
+    c.start_poll = Some(start_poll);
+    c.next_poll = Some(next_poll);
+    c.end_poll = Some(end_poll);
+    c.read_opcode = Some(read_opcode);
+    c.read_vendor_err = Some(read_vendor_err);
+    c.read_byte_len = Some(read_byte_len);
+    c.read_imm_data = Some(read_imm_data);
+    c.read_qp_num = Some(read_qp_num);
+    c.read_src_qp = Some(read_src_qp);
+    c.read_wc_flags = Some(read_wc_flags);
+    c.read_slid = Some(read_slid);
+    c.read_sl = Some(read_sl);
+    c.read_dlid_path_bits = Some(read_dlid_path_bits);
+}
+
+/// Moves to the next completion: from those already taken, else from the device.
+fn advance(cq: *mut ibv_cq_ex) -> c_int {
+    ret_errno(|| {
+        // SAFETY: the caller's CQ (every CQ here is a CqObj).
+        let o = unsafe { CqObj::from_c(cq as *mut ibv_cq) }?;
+        let mut st = o.ex.lock().unwrap_or_else(|e| e.into_inner());
+        if st.pending.is_empty() {
+            let mut buf = [rverbs::Wc::default(); 16];
+            let n = o.rs.poll(&mut buf).map_err(|e| errno_of(&e))?;
+            st.pending.extend(buf[..n].iter().copied());
+        }
+        let Some(w) = st.pending.pop_front() else {
+            st.cur = None;
+            return Err(libc::ENOENT);
+        };
+        st.cur = Some(w);
+        // SAFETY: the caller's live CQ; `status` / `wr_id` are what the inlines read.
+        unsafe {
+            (*cq).status = w.status as u32;
+            (*cq).wr_id = w.wr_id;
+        }
+        Ok(())
+    })
+}
+
+unsafe extern "C" fn start_poll(cq: *mut ibv_cq_ex, attr: *mut ibv_poll_cq_attr) -> c_int {
+    // SAFETY: NULL or the caller's attributes.
+    if let Some(a) = unsafe { attr.as_ref() } {
+        if a.comp_mask != 0 {
+            return libc::EINVAL;
+        }
+    }
+    advance(cq)
+}
+unsafe extern "C" fn next_poll(cq: *mut ibv_cq_ex) -> c_int {
+    advance(cq)
+}
+unsafe extern "C" fn end_poll(cq: *mut ibv_cq_ex) {
+    ret_void(|| {
+        // SAFETY: the caller's CQ.
+        if let Ok(o) = unsafe { CqObj::from_c(cq as *mut ibv_cq) } {
+            o.ex.lock().unwrap_or_else(|e| e.into_inner()).cur = None;
+        }
+    })
+}
+
+/// The current completion's C view (zeroes when there is none).
+fn cur(cq: *mut ibv_cq_ex) -> ibv_wc {
+    ret_val(zero_wc(), || {
+        // SAFETY: the caller's CQ.
+        match unsafe { CqObj::from_c(cq as *mut ibv_cq) } {
+            Ok(o) => {
+                o.ex.lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .cur
+                    .as_ref()
+                    .map_or_else(zero_wc, crate::cq::c_wc)
+            }
+            Err(_) => zero_wc(),
+        }
+    })
+}
+
+fn zero_wc() -> ibv_wc {
+    // SAFETY: plain data.
+    unsafe { std::mem::zeroed() }
+}
+
+unsafe extern "C" fn read_opcode(cq: *mut ibv_cq_ex) -> u32 {
+    cur(cq).opcode
+}
+unsafe extern "C" fn read_vendor_err(cq: *mut ibv_cq_ex) -> u32 {
+    cur(cq).vendor_err
+}
+unsafe extern "C" fn read_byte_len(cq: *mut ibv_cq_ex) -> u32 {
+    cur(cq).byte_len
+}
+unsafe extern "C" fn read_imm_data(cq: *mut ibv_cq_ex) -> u32 {
+    // SAFETY: a u32 union.
+    unsafe { cur(cq).imm.imm_data }
+}
+unsafe extern "C" fn read_qp_num(cq: *mut ibv_cq_ex) -> u32 {
+    cur(cq).qp_num
+}
+unsafe extern "C" fn read_src_qp(cq: *mut ibv_cq_ex) -> u32 {
+    cur(cq).src_qp
+}
+unsafe extern "C" fn read_wc_flags(cq: *mut ibv_cq_ex) -> c_uint {
+    cur(cq).wc_flags
+}
+unsafe extern "C" fn read_slid(cq: *mut ibv_cq_ex) -> u32 {
+    u32::from(cur(cq).slid)
+}
+unsafe extern "C" fn read_sl(cq: *mut ibv_cq_ex) -> u8 {
+    cur(cq).sl
+}
+unsafe extern "C" fn read_dlid_path_bits(cq: *mut ibv_cq_ex) -> u8 {
+    cur(cq).dlid_path_bits
+}

@@ -1,0 +1,83 @@
+//! What the integration tests share: where the built library is, and its exported
+//! functions looked up by name and version (`dlvsym`), as a C program binds them.
+
+#![allow(dead_code)]
+
+use std::ffi::{c_void, CString};
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+/// The cdylib `cargo test` built with this test (in `target/<profile>/deps`: the copy
+/// next to it in `target/<profile>` is only refreshed by `cargo build`).
+pub fn lib_path() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    let so = exe.parent().expect("deps dir").join("libibverbs.so");
+    assert!(so.exists(), "{} missing", so.display());
+    so
+}
+
+/// A directory holding `libibverbs.so.1` (a link to [`lib_path`]) for `LD_LIBRARY_PATH`.
+pub fn lib_dir() -> PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let d = std::env::temp_dir().join(format!("rverbs-libibverbs-test-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        let link = d.join("libibverbs.so.1");
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(lib_path(), &link).unwrap();
+        d
+    })
+    .clone()
+}
+
+struct Handle(*mut c_void);
+// SAFETY: a dlopen handle is process-wide and never closed.
+unsafe impl Send for Handle {}
+// SAFETY: as above; dlvsym is thread-safe.
+unsafe impl Sync for Handle {}
+
+fn handle() -> *mut c_void {
+    static H: OnceLock<Handle> = OnceLock::new();
+    H.get_or_init(|| {
+        let path = CString::new(lib_path().to_str().unwrap()).unwrap();
+        // SAFETY: a NUL-terminated path; the library's constructors are Rust's own.
+        let h = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+        assert!(!h.is_null(), "dlopen of our libibverbs.so.1 failed");
+        Handle(h)
+    })
+    .0
+}
+
+/// The address of `name@version` in our library (panics if it is not exported so).
+pub fn sym(name: &str, version: &str) -> *mut c_void {
+    let (n, v) = (CString::new(name).unwrap(), CString::new(version).unwrap());
+    // SAFETY: NUL-terminated strings and a live handle.
+    let p = unsafe { libc::dlvsym(handle(), n.as_ptr(), v.as_ptr()) };
+    assert!(!p.is_null(), "{name}@{version} is not exported");
+    p
+}
+
+/// Looks a function up with its C type: `f!(ibv_open_device, "IBVERBS_1.1", fn(..) -> ..)`.
+#[macro_export]
+macro_rules! f {
+    ($name:ident, $ver:literal, fn($($a:ty),*) $(-> $r:ty)?) => {{
+        let p = common::sym(stringify!($name), $ver);
+        // SAFETY: the symbol is the C function of this type (verbs.h's prototype).
+        unsafe { std::mem::transmute::<*mut std::ffi::c_void, unsafe extern "C" fn($($a),*) $(-> $r)?>(p) }
+    }};
+}
+
+/// The calling thread's errno.
+pub fn errno() -> i32 {
+    // SAFETY: the calling thread's errno slot.
+    unsafe { *libc::__errno_location() }
+}
+
+/// A free TCP port on loopback (bound then released: the tools bind it right after).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}

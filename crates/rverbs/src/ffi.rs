@@ -1,0 +1,140 @@
+//! Hooks for the C library (`crates/libibverbs`, feature `ffi`): a C caller names its
+//! memory by address and key, not by a borrowed [`Mr`](crate::Mr), so the library
+//! registers regions over its own [`Memory`] and posts the engine's work requests
+//! directly. Not a stable API; the Rust API is the rest of the crate.
+
+use crate::error::{Error, Result};
+use crate::verbs::{Ah, Pd, PdInner, Qp, Srq};
+use rverbs_engine::{Access, AhId, Memory, RecvWr, SendWr};
+use std::sync::Arc;
+
+/// The soft device behind `ctx`: the C library is built over it (EOPNOTSUPP on
+/// another device).
+fn soft(ctx: &crate::verbs::Context) -> Result<&Arc<crate::soft::Shared>> {
+    ctx.soft().ok_or_else(|| {
+        rverbs_engine::VerbError::new(
+            "libibverbs",
+            rverbs_engine::Errno::NotSupported,
+            "the C library runs over the soft device only",
+        )
+        .into()
+    })
+}
+
+/// A region registered over caller-provided memory; deregistered when dropped.
+pub struct ForeignMr {
+    pd: Arc<PdInner>,
+    lkey: u32,
+    rkey: u32,
+}
+
+impl ForeignMr {
+    /// The local key.
+    pub fn lkey(&self) -> u32 {
+        self.lkey
+    }
+    /// The remote key.
+    pub fn rkey(&self) -> u32 {
+        self.rkey
+    }
+}
+
+impl ForeignMr {
+    /// `ibv_rereg_mr`: the region becomes `mem` at `iova` in `pd` with `access`, keys
+    /// unchanged. On an error the region stays as it was.
+    pub fn rereg(
+        &mut self,
+        pd: &Pd,
+        mem: Arc<dyn Memory>,
+        iova: u64,
+        access: Access,
+    ) -> Result<()> {
+        if !Arc::ptr_eq(&pd.inner.ctx.inner, &self.pd.ctx.inner) {
+            return Err(rverbs_engine::VerbError::new(
+                "rereg_mr",
+                rverbs_engine::Errno::Inval,
+                "the PD belongs to another context",
+            )
+            .into());
+        }
+        soft(&pd.inner.ctx)?.lock_verb("rereg_mr")?.rereg_mr(
+            self.lkey,
+            pd.inner.id,
+            mem,
+            iova,
+            access,
+        )?;
+        self.pd = pd.inner.clone();
+        Ok(())
+    }
+}
+
+impl Drop for ForeignMr {
+    fn drop(&mut self) {
+        let lkey = self.lkey;
+        if let Some(s) = self.pd.ctx.soft() {
+            s.destroy(move |_, e| {
+                let _ = e.dereg_mr(lkey);
+            });
+        }
+    }
+}
+
+/// `ibv_reg_mr_iova2`: `mem` at virtual address `iova` in `pd`.
+pub fn reg_mr(pd: &Pd, mem: Arc<dyn Memory>, iova: u64, access: Access) -> Result<ForeignMr> {
+    let keys = soft(&pd.inner.ctx)?
+        .lock_verb("reg_mr")?
+        .reg_mr(pd.inner.id, mem, iova, access)?;
+    Ok(ForeignMr {
+        pd: pd.inner.clone(),
+        lkey: keys.lkey,
+        rkey: keys.rkey,
+    })
+}
+
+/// `ibv_post_send` of a chain: the device is entered once. On a refused request, its
+/// index and the error (the requests before it were posted).
+pub fn post_send(
+    qp: &Qp,
+    wrs: impl IntoIterator<Item = Result<SendWr>>,
+) -> std::result::Result<(), (usize, Error)> {
+    let s = soft(&qp.pd.ctx).map_err(|e| (0, e))?;
+    let mut e = s.lock_verb("post_send").map_err(|e| (0, e))?;
+    let now = s.now();
+    let mut failed = None;
+    for (i, wr) in wrs.into_iter().enumerate() {
+        if let Err(err) = wr.and_then(|wr| Ok(e.post_send(qp.qp_num(), wr, now)?)) {
+            failed = Some((i, err));
+            break;
+        }
+    }
+    s.flush(&mut e, now);
+    s.wake_if_needed(&e);
+    failed.map_or(Ok(()), Err)
+}
+
+/// `ibv_post_recv` of one request.
+pub fn post_recv(qp: &Qp, wr: RecvWr) -> Result<()> {
+    let s = soft(&qp.pd.ctx)?;
+    let mut e = s.lock_verb("post_recv")?;
+    // As `Qp::post_recv`: the deferred time stands for the clock while answers wait.
+    let now = match s.flush_pending.load(std::sync::atomic::Ordering::Relaxed) {
+        0 => s.now(),
+        at => at,
+    };
+    e.post_recv(qp.qp_num(), wr, now)?;
+    s.settle(&mut e, now);
+    Ok(())
+}
+
+/// `ibv_post_srq_recv` of one request.
+pub fn post_srq_recv(srq: &Srq, wr: RecvWr) -> Result<()> {
+    Ok(soft(&srq.inner.pd.ctx)?
+        .lock_verb("post_srq_recv")?
+        .post_srq_recv(srq.inner.id, wr)?)
+}
+
+/// The engine's handle of an address handle (a UD send's destination).
+pub fn ah_id(ah: &Ah) -> AhId {
+    ah.id
+}
