@@ -90,6 +90,7 @@
 #![warn(missing_docs)]
 
 mod carrier;
+pub mod cm;
 mod device;
 mod error;
 mod gid;
