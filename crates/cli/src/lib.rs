@@ -13,6 +13,7 @@ pub mod mad;
 pub mod pcap;
 pub mod perf;
 pub mod pingpong;
+pub mod rping;
 
 /// The Rust examples of `docs/`, compiled and run as doctests (the README's are the
 /// `rverbs` crate's).

@@ -603,7 +603,8 @@ impl CmId {
     }
 
     fn ensure_port(&self, ip: IpAddr) -> Result<Arc<Port>> {
-        if let Some(p) = lock(&self.inner.st).port.clone() {
+        let bound = lock(&self.inner.st).port.clone();
+        if let Some(p) = bound {
             return Ok(p);
         }
         let ctx = auto_context(&device_for(ip)?)?;
@@ -624,7 +625,8 @@ impl CmId {
         if lock(&self.inner.st).local.is_some() {
             return Err(errno(VERB, libc::EINVAL));
         }
-        let port = match lock(&self.inner.st).port.clone() {
+        let bound = lock(&self.inner.st).port.clone();
+        let port = match bound {
             Some(p) => p,
             None if addr.ip().is_unspecified() => {
                 let p = Port::of(&auto_context(&crate::device(None)?)?)?;
