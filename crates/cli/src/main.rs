@@ -135,6 +135,37 @@ enum Command {
         /// Give up waiting for the peer after this many seconds.
         #[arg(long, default_value_t = 30.0)]
         timeout: f64,
+        /// Print the port's and the CM's counters at the end (stderr).
+        #[arg(long)]
+        stats: bool,
+    },
+    /// UD datagrams to a peer found with the RDMA CM (SIDR), wire-compatible with
+    /// rdma-core's udaddy. Without -s: the server.
+    Udaddy {
+        /// Client: the server's address.
+        #[arg(short = 's')]
+        server: Option<String>,
+        /// The address to bind.
+        #[arg(short = 'b')]
+        bind: Option<String>,
+        /// Connections.
+        #[arg(short = 'c', default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1000))]
+        connections: u32,
+        /// Messages each way per connection.
+        #[arg(short = 'C', default_value_t = 10, value_parser = clap::value_parser!(u32).range(0..=100000))]
+        count: u32,
+        /// Message size (at most the path MTU).
+        #[arg(short = 'S', default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=4096))]
+        size: u32,
+        /// Port (udaddy's is 7174).
+        #[arg(long, default_value_t = 7174)]
+        port: u16,
+        /// Use this device (default: the one with the address; the loopback device).
+        #[arg(long = "dev")]
+        dev: Option<String>,
+        /// Give up after this many seconds.
+        #[arg(long, default_value_t = 30.0)]
+        timeout: f64,
     },
     /// Read (or reset) a port's performance counters through its PMA, like
     /// infiniband-diags' perfquery: the local port, or a remote one over GSI (QP1).
@@ -588,6 +619,7 @@ fn main() -> ExitCode {
             debug,
             dev,
             timeout,
+            stats,
         } => {
             if server == client {
                 eprintln!("rverbs rping: give -s (server) or -c (client)");
@@ -606,12 +638,43 @@ fn main() -> ExitCode {
                 dev,
                 timeout: std::time::Duration::from_secs_f64(timeout.clamp(0.1, 86400.0)),
                 ctx: None,
+                stats,
             };
             let mut out = std::io::stdout();
             match rverbs_cli::rping::run(&o, &mut out) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("rverbs rping: {e}");
+                    ExitCode::from(1)
+                }
+            }
+        }
+        Command::Udaddy {
+            server,
+            bind,
+            connections,
+            count,
+            size,
+            port,
+            dev,
+            timeout,
+        } => {
+            let o = rverbs_cli::udaddy::Opts {
+                server_addr: server,
+                bind,
+                connections: connections as usize,
+                count: count as usize,
+                size: size as usize,
+                port,
+                dev,
+                ctx: None,
+                timeout: std::time::Duration::from_secs_f64(timeout.clamp(0.1, 86400.0)),
+            };
+            let mut out = std::io::stdout();
+            match rverbs_cli::udaddy::run(&o, &mut out) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("{e}");
                     ExitCode::from(1)
                 }
             }

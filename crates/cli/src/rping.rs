@@ -56,6 +56,21 @@ pub struct Opts {
     pub timeout: Duration,
     /// A context to use instead of opening one (tests, embedding).
     pub ctx: Option<rverbs::Context>,
+    /// Print the port's counters and the CM's at the end (stderr).
+    pub stats: bool,
+}
+
+/// The port's and the CM's counters, one line each, on stderr.
+pub fn print_stats(id: &CmId) {
+    if let Some(ctx) = id.context() {
+        let c = ctx.counters();
+        let line: Vec<String> = c.iter().map(|(n, v)| format!("{n}={v}")).collect();
+        eprintln!("rverbs counters: {}", line.join(" "));
+        eprintln!("rverbs faults: {:?}", ctx.fault_stats());
+    }
+    if let Some(s) = id.cm_stats() {
+        eprintln!("rverbs cm: {s:?}");
+    }
 }
 
 /// A failure, with rping's wording where it has one.
@@ -383,7 +398,11 @@ fn server(o: &Opts, out: &mut dyn Write) -> Result<(), RpingError> {
     if let Err(e) = &r {
         eprintln!("rping server failed: {e}");
     }
+    let id = c.id.clone();
     c.close(true);
+    if o.stats {
+        print_stats(&id);
+    }
     drop(listener);
     r
 }
@@ -474,7 +493,11 @@ fn client(o: &Opts, out: &mut dyn Write) -> Result<(), RpingError> {
     if let Err(e) = &r {
         eprintln!("rping client failed: {e}");
     }
+    let id = c.id.clone();
     c.close(false);
+    if o.stats {
+        print_stats(&id);
+    }
     r
 }
 
@@ -564,6 +587,7 @@ mod tests {
             dev: None,
             timeout: Duration::from_secs(1),
             ctx: None,
+            stats: false,
         };
         let e = run(&o, &mut Vec::new()).unwrap_err();
         assert!(e.0.starts_with("Invalid size 25"), "{e}");
@@ -595,6 +619,7 @@ mod tests {
             dev: None,
             timeout: Duration::from_secs(10),
             ctx: Some(sctx),
+            stats: true,
         };
         let so = base.clone();
         let srv = std::thread::spawn(move || {
