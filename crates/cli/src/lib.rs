@@ -30,6 +30,8 @@ mod docs {
     struct Gids;
     #[doc = include_str!("../../../docs/mad.md")]
     struct Mad;
+    #[doc = include_str!("../../../docs/rdma-cm.md")]
+    struct RdmaCm;
     #[doc = include_str!("../../../docs/wire.md")]
     struct Wire;
 }

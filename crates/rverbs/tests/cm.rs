@@ -478,3 +478,26 @@ fn create_ep_resolves_in_one_call() {
     // Nothing listens there: resolution works, connecting is refused by the peer.
     let _ = sch;
 }
+
+#[cfg(feature = "tokio")]
+#[test]
+fn events_awaited_on_tokio() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (sctx, cctx) = (ctx(), ctx());
+    let (_l, sch, addr) = listen(&sctx, PortSpace::Tcp, 0);
+    let (c, _cch) = client(&cctx, PortSpace::Tcp, addr);
+    let cq = cctx.create_cq(4).unwrap();
+    c.create_qp(&cctx.alloc_pd().unwrap(), &QpInitAttr::new(QpType::Rc, &cq))
+        .unwrap();
+    rt.block_on(async {
+        c.connect(&ConnParam::default()).unwrap();
+        let e = tokio::time::timeout(Duration::from_secs(5), sch.get_event_async())
+            .await
+            .expect("an event within 5 s")
+            .unwrap();
+        assert_eq!(e.kind, EventKind::ConnectRequest);
+    });
+}

@@ -259,6 +259,23 @@ impl EventChannel {
         self.get_event(Some(Duration::ZERO))
     }
 
+    /// Waits asynchronously for the next event (feature `tokio`; needs a tokio
+    /// runtime with I/O enabled).
+    #[cfg(feature = "tokio")]
+    pub async fn get_event_async(&self) -> std::io::Result<CmEvent> {
+        // A duplicate of the eventfd per call: tokio registers each fd once.
+        let afd = crate::sys::async_fd(self.inner.fd.try_clone()?)?;
+        loop {
+            if let Some(e) = self.try_get_event() {
+                return Ok(e);
+            }
+            let mut guard = afd.readable().await?;
+            if lock(&self.inner.q).is_empty() {
+                guard.clear_ready();
+            }
+        }
+    }
+
     fn deliver(&self, raw: RawEvent) -> CmEvent {
         if raw.kind == EventKind::ConnectRequest {
             // Taken by the consumer: its place in the backlog is free.
@@ -565,6 +582,13 @@ impl CmId {
         self.inner
             .chan
             .push(RawEvent::new(kind, self.inner.clone(), status, Vec::new()));
+    }
+
+    /// The channel the ID reports on (for [`CmId::create_ep`]'s own channel).
+    pub fn channel(&self) -> EventChannel {
+        EventChannel {
+            inner: self.inner.chan.clone(),
+        }
     }
 
     /// The context the ID is on (once bound or resolved).
