@@ -501,3 +501,117 @@ fn events_awaited_on_tokio() {
         assert_eq!(e.kind, EventKind::ConnectRequest);
     });
 }
+
+#[test]
+fn hostile_cm_mads_are_dropped_and_counted() {
+    let (sctx, cctx) = (ctx(), ctx());
+    let (l, sch, addr) = listen(&sctx, PortSpace::Tcp, 0);
+    let agent = cctx.register_mad_agent(None).unwrap();
+    let to = rverbs::mad::MadDest::gsi(sctx.gid(sctx.gid_index_for(false).unwrap()).unwrap());
+    let mad = |attr: u16, fill: &dyn Fn(usize) -> u8| {
+        let mut m = [0u8; 256];
+        for (i, b) in m.iter_mut().enumerate().skip(24) {
+            *b = fill(i);
+        }
+        m[..4].copy_from_slice(&[1, 0x07, 2, 0x03]); // CM, version 2, Send
+        m[16..18].copy_from_slice(&attr.to_be_bytes());
+        m
+    };
+    // An unknown attribute, and a REP / RTU / DREQ for IDs that do not exist.
+    agent.send(to, &mad(0x0099, &|_| 0)).unwrap();
+    for attr in [0x0013, 0x0014, 0x0015, 0x0016] {
+        agent.send(to, &mad(attr, &|i| i as u8)).unwrap();
+    }
+    // 300 MADs of random CM attributes and bytes.
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let mut rnd = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    for _ in 0..300 {
+        let attr = 0x0010 + (rnd() % 9) as u16;
+        let seed = rnd();
+        agent
+            .send(to, &mad(attr, &|i| (seed >> (i % 8 * 8)) as u8 ^ i as u8))
+            .unwrap();
+        if rnd() % 20 == 0 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    let t0 = std::time::Instant::now();
+    while l.cm_stats().unwrap().rx < 305 && t0.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let st = l.cm_stats().unwrap();
+    assert!(st.rx >= 305, "{st:?}");
+    assert!(st.unknown_attribute >= 1 && st.unmatched >= 4, "{st:?}");
+    // Random REQs may have reached the listener as connect requests: reject them.
+    while let Some(e) = sch.try_get_event() {
+        if e.kind == EventKind::ConnectRequest {
+            let _ = e.id.reject(&[]);
+        }
+    }
+    // The port still connects.
+    let (c, cch) = client(&cctx, PortSpace::Tcp, addr);
+    let cq = cctx.create_cq(4).unwrap();
+    c.create_qp(&cctx.alloc_pd().unwrap(), &QpInitAttr::new(QpType::Rc, &cq))
+        .unwrap();
+    c.connect(&ConnParam::default()).unwrap();
+    let req = loop {
+        let e = next(&sch);
+        if e.kind == EventKind::ConnectRequest && e.id.peer_addr() == c.local_addr() {
+            break e;
+        }
+    };
+    req.id.reject(b"no").unwrap();
+    assert_eq!(expect(&cch, EventKind::Rejected).status, 28);
+}
+
+#[test]
+fn addresses_no_device_has_are_addr_errors() {
+    let ch = EventChannel::new().unwrap();
+    // No context yet: the source address picks the device, and none has this one.
+    let id = CmId::create(&ch, PortSpace::Tcp).unwrap();
+    id.resolve_addr(
+        Some("192.0.2.77".parse().unwrap()),
+        "192.0.2.78:5".parse().unwrap(),
+        D,
+    )
+    .unwrap();
+    let e = expect(&ch, EventKind::AddrError);
+    assert_eq!(e.status, -libc::EADDRNOTAVAIL);
+    // A context without an IPv6 address cannot reach an IPv6 peer.
+    let c = ctx();
+    if rverbs::cm::local_ip(&c, true).is_none() {
+        let id = CmId::create_on(&ch, &c, PortSpace::Tcp).unwrap();
+        id.resolve_addr(None, "[fd00::1]:5".parse().unwrap(), D)
+            .unwrap();
+        assert_eq!(
+            expect(&ch, EventKind::AddrError).status,
+            -libc::EADDRNOTAVAIL
+        );
+    }
+}
+
+#[test]
+fn a_dropped_listener_stops_listening() {
+    let (sctx, cctx) = (ctx(), ctx());
+    let (l, sch, addr) = listen(&sctx, PortSpace::Tcp, 0);
+    // Keep the server's CM alive with another ID, as a process with other IDs does.
+    let other = CmId::create_on(&sch, &sctx, PortSpace::Tcp).unwrap();
+    other.bind_addr(SocketAddr::new(addr.ip(), 0)).unwrap();
+    other.listen(0).unwrap();
+    drop(l);
+    let (c, cch) = client(&cctx, PortSpace::Tcp, addr);
+    let cq = cctx.create_cq(4).unwrap();
+    c.create_qp(&cctx.alloc_pd().unwrap(), &QpInitAttr::new(QpType::Rc, &cq))
+        .unwrap();
+    c.connect(&ConnParam::default()).unwrap();
+    assert_eq!(expect(&cch, EventKind::Rejected).status, 8);
+    // Its port is free again.
+    let again = CmId::create_on(&sch, &sctx, PortSpace::Tcp).unwrap();
+    again.bind_addr(addr).unwrap();
+    again.listen(0).unwrap();
+}

@@ -385,15 +385,9 @@ impl IdInner {
         }
     }
 
-    fn child(
-        l: &Arc<IdInner>,
-        port: &Port,
-        id: RawId,
-        hdr: CmaHeader,
-        req: Box<ReqInfo>,
-    ) -> Arc<IdInner> {
+    fn child(l: &Arc<IdInner>, id: RawId, hdr: CmaHeader, req: Box<ReqInfo>) -> Arc<IdInner> {
         let lport = lock(&l.st).local.map_or(0, |a| a.port());
-        let me = port_arc(port, l);
+        let me = lock(&l.st).port.clone();
         Arc::new(IdInner {
             chan: l.chan.clone(),
             ps: l.ps,
@@ -410,9 +404,9 @@ impl IdInner {
         })
     }
 
-    fn sidr_child(l: &Arc<IdInner>, port: &Port, id: RawId, hdr: CmaHeader) -> Arc<IdInner> {
+    fn sidr_child(l: &Arc<IdInner>, id: RawId, hdr: CmaHeader) -> Arc<IdInner> {
         let lport = lock(&l.st).local.map_or(0, |a| a.port());
-        let me = port_arc(port, l);
+        let me = lock(&l.st).port.clone();
         Arc::new(IdInner {
             chan: l.chan.clone(),
             ps: l.ps,
@@ -434,11 +428,6 @@ impl IdInner {
         let sgid = port::sgid_index(ctx, &r.local_gid)?;
         Some(AhAttr::to(Gid(r.remote_gid), sgid))
     }
-}
-
-/// The listener's port handle (the child shares it).
-fn port_arc(_port: &Port, l: &Arc<IdInner>) -> Option<Arc<Port>> {
-    lock(&l.st).port.clone()
 }
 
 /// A communication identifier (`struct rdma_cm_id`). Cheap to clone; the ID is
@@ -707,7 +696,6 @@ impl CmId {
                 return Err(cm_err(VERB, e));
             }
             st.ids.insert(id.0, Arc::downgrade(&me));
-            st.listeners.insert(sid, Arc::downgrade(&me));
             let mut s = lock(&me.st);
             s.cm = Some(id);
             s.listening = true;

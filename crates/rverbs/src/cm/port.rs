@@ -31,8 +31,6 @@ pub(crate) struct PortState {
     pub(crate) cm: Cm,
     /// Every ID of this port with a communication ID, by it.
     pub(crate) ids: HashMap<u32, Weak<IdInner>>,
-    /// Listening IDs by their port (the service ID's low 16 bits) and port space.
-    pub(crate) listeners: HashMap<u64, Weak<IdInner>>,
 }
 
 /// The CM of one context.
@@ -100,7 +98,6 @@ impl Port {
             st: Mutex::new(PortState {
                 cm,
                 ids: HashMap::new(),
-                listeners: HashMap::new(),
             }),
             doomed: Mutex::new(Vec::new()),
         });
@@ -143,7 +140,6 @@ impl Port {
             let _ = st.cm.destroy(now, id);
             st.ids.remove(&id.0);
         }
-        st.listeners.retain(|_, w| w.strong_count() > 0);
     }
 
     /// Timers, transmits, events; IDs upgraded on the way are dropped by the caller
@@ -182,7 +178,7 @@ impl Port {
                 let hdr = CmaHeader::parse(&req.private_data).ok();
                 match (listener, hdr) {
                     (Some(l), Some((hdr, user))) if l.accepts_dst(hdr.dst) => {
-                        let child = IdInner::child(&l, self, id, hdr, req.clone());
+                        let child = IdInner::child(&l, id, hdr, req.clone());
                         st.ids.insert(id.0, Arc::downgrade(&child));
                         graveyard.push(child.clone());
                         l.chan.push(RawEvent {
@@ -213,7 +209,7 @@ impl Port {
                 let hdr = CmaHeader::parse(&private_data).ok();
                 match (l, hdr) {
                     (Some(l), Some((hdr, user))) if l.accepts_dst(hdr.dst) => {
-                        let child = IdInner::sidr_child(&l, self, id, hdr);
+                        let child = IdInner::sidr_child(&l, id, hdr);
                         st.ids.insert(id.0, Arc::downgrade(&child));
                         graveyard.push(child.clone());
                         l.chan.push(RawEvent {
