@@ -157,6 +157,17 @@ impl MadAgent {
         Ok(())
     }
 
+    /// Sends a MAD with its TransactionID untouched (for senders that form their own:
+    /// the CM echoes the request's in its answers).
+    pub fn send_as_is(&self, dest: MadDest, mad: &Mad) -> Result<()> {
+        let s = self.ctx.shared();
+        let now = s.now();
+        let mut e = s.lock_verb("mad_send")?;
+        e.gsi_send_as_is(self.id, dest, mad)?;
+        s.flush(&mut e, now);
+        Ok(())
+    }
+
     /// The next MAD for this agent, waiting up to `timeout` (`umad_recv`).
     pub fn recv(&self, timeout: Duration) -> Option<MadRecv> {
         let deadline = Instant::now() + timeout;

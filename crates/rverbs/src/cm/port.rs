@@ -150,7 +150,7 @@ impl Port {
             while let Some(t) = st.cm.poll_transmit() {
                 // A send fails only for a destination without a source GID of its
                 // family; the CM's retries and timeout then report it.
-                let _ = self.agent.send(MadDest::gsi(Gid(t.dest)), &t.mad);
+                let _ = self.agent.send_as_is(MadDest::gsi(Gid(t.dest)), &t.mad);
             }
             let Some(ev) = st.cm.poll_event_held() else {
                 break;
