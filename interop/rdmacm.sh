@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Interop of the RDMA CM: `rverbs rping` / `rverbs udaddy` against rdma-core's rping and
-# udaddy on the kernel's rxe in the guest (../shared/rxe-peer), both roles, IPv4 and
-# IPv6. The connection is made by CM MADs on QP1 (REQ/REP/RTU, DREQ/DREP; SIDR for
-# udaddy); rping then moves its data with RDMA READ and WRITE (-S 5000: 5-packet
+# Interop of the RDMA CM: `rverbs rping` / `udaddy` / `ucmatose` against rdma-core's
+# rping, udaddy and ucmatose on the kernel's rxe in the guest (../shared/rxe-peer), both
+# roles, IPv4 and IPv6. The connection is made by CM MADs on QP1 (REQ/REP/RTU, DREQ/DREP; SIDR for
+# udaddy; several connections at once for ucmatose); rping then moves its data with RDMA READ and WRITE (-S 5000: 5-packet
 # transfers at the 1024-byte path MTU), checked on the client with -V.
 #
 # Needs: the rxe-peer guest running (rxe-peer/start.sh 1) and an rverbs binary.
@@ -92,6 +92,36 @@ udaddy_case() {
   rm -f "$rv_log"
 }
 
+# ucmatose_case NAME ROLE(rv-server|rv-client) IPV6(0|1) CONNECTIONS COUNT SIZE
+ucmatose_case() {
+  local name=$1 role=$2 v6=$3 conns=$4 count=$5 size=$6
+  [ -n "$filter" ] && [[ $name != *"$filter"* ]] && return
+  case_name=$name
+  port=$((port + 1))
+  local host=$host4 vm=$vm4
+  [ "$v6" = 1 ] && { host=$host6; vm=$vm6; }
+  local rv_log=/tmp/interop-rv.$$ vm_log ok=0
+  local args="-c $conns -C $count -S $size -p $port"
+  if [ "$role" = rv-server ]; then
+    rv_cmd "$rv_log" 90 ucmatose -b "$host" $args --timeout 60 &
+    local bg=$!
+    sleep 1
+    vm_log=$(guest -t 90 "ucmatose -s $host $args; echo exit=\$?; $kill_cm" 2>&1)
+    wait $bg
+  else
+    guest -b "ucm$port" "ucmatose -b $vm $args" >/dev/null 2>&1
+    guest_cm_listen "$port"
+    rv_cmd "$rv_log" 90 ucmatose -s "$vm" $args --timeout 60
+    vm_log=$(guest "p=\$(cat /tmp/bg-ucm$port.pid); for i in \$(seq 1 100); do kill -0 \$p 2>/dev/null || break; sleep 0.1; done; cat /tmp/bg-ucm$port.log; $kill_cm" 2>&1)
+  fi
+  if grep -q "exit=0" "$rv_log" && grep -q "return status 0" "$rv_log" &&
+    grep -q "return status 0" <<<"$vm_log" && grep -q "data transfers complete" <<<"$vm_log"; then
+    ok=1
+  fi
+  record "$name" $ok "--- rverbs:" "$(cat "$rv_log")" "--- guest:" "$vm_log"
+  rm -f "$rv_log"
+}
+
 before=$(counters)
 for role in rv-client rv-server; do
   for v6 in 0 1; do
@@ -100,6 +130,8 @@ for role in rv-client rv-server; do
     rping_case "rping-$role-$ipv-5000" "$role" "$v6" 5000 10
   done
   udaddy_case "udaddy-$role-ip4" "$role" 0 10
+  ucmatose_case "ucmatose-$role-ip4" "$role" 0 4 10 100
+  ucmatose_case "ucmatose-$role-ip6-4000" "$role" 1 2 5 4000
 done
 check_counters "$before" "out_of_seq_request send_err retry_exceeded_err retry_rnr_exceeded_err" \
   "completer_retry_err duplicate_request rcvd_seq_err"

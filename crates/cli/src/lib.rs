@@ -14,6 +14,7 @@ pub mod pcap;
 pub mod perf;
 pub mod pingpong;
 pub mod rping;
+pub mod ucmatose;
 pub mod udaddy;
 
 /// The Rust examples of `docs/`, compiled and run as doctests (the README's are the

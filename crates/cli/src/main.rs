@@ -139,6 +139,34 @@ enum Command {
         #[arg(long)]
         stats: bool,
     },
+    /// RC connections made by the RDMA CM with SENDs both ways, wire-compatible with
+    /// rdma-core's ucmatose. Without -s: the server.
+    Ucmatose {
+        /// Client: the server's address.
+        #[arg(short = 's')]
+        server: Option<String>,
+        /// The address to bind.
+        #[arg(short = 'b')]
+        bind: Option<String>,
+        /// Connections.
+        #[arg(short = 'c', default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1000))]
+        connections: u32,
+        /// Messages each way per connection.
+        #[arg(short = 'C', default_value_t = 10, value_parser = clap::value_parser!(u32).range(0..=100000))]
+        count: u32,
+        /// Message size.
+        #[arg(short = 'S', default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=1048576))]
+        size: u32,
+        /// Port.
+        #[arg(short = 'p', default_value_t = 7471)]
+        port: u16,
+        /// Use this device (default: the one with the address; the loopback device).
+        #[arg(long = "dev")]
+        dev: Option<String>,
+        /// Give up after this many seconds.
+        #[arg(long, default_value_t = 30.0)]
+        timeout: f64,
+    },
     /// UD datagrams to a peer found with the RDMA CM (SIDR), wire-compatible with
     /// rdma-core's udaddy. Without -s: the server.
     Udaddy {
@@ -645,6 +673,36 @@ fn main() -> ExitCode {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("rverbs rping: {e}");
+                    ExitCode::from(1)
+                }
+            }
+        }
+        Command::Ucmatose {
+            server,
+            bind,
+            connections,
+            count,
+            size,
+            port,
+            dev,
+            timeout,
+        } => {
+            let o = rverbs_cli::ucmatose::Opts {
+                server_addr: server,
+                bind,
+                connections: connections as usize,
+                count: count as usize,
+                size: size as usize,
+                port,
+                dev,
+                ctx: None,
+                timeout: std::time::Duration::from_secs_f64(timeout.clamp(0.1, 86400.0)),
+            };
+            let mut out = std::io::stdout();
+            match rverbs_cli::ucmatose::run(&o, &mut out) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("{e}");
                     ExitCode::from(1)
                 }
             }
