@@ -198,6 +198,18 @@ fn dropping_a_connected_id_disconnects_the_peer() {
 }
 
 #[test]
+fn dropping_the_last_id_of_a_context_still_tells_the_peer() {
+    for _ in 0..5 {
+        let p = connect_pair();
+        // The client's context has no other ID: its CM goes with this one, and the
+        // DREQ must still leave.
+        let Conn { c, sch, .. } = p;
+        drop(c);
+        expect(&sch, EventKind::Disconnected);
+    }
+}
+
+#[test]
 fn reject_carries_reason_28_and_private_data() {
     let (sctx, cctx) = (ctx(), ctx());
     let (_l, sch, addr) = listen(&sctx, PortSpace::Tcp, 0);

@@ -370,6 +370,22 @@ impl Port {
     }
 }
 
+impl Drop for Port {
+    /// The last ID went: what it still owed its peer (a DREQ, a REJ) leaves now, as
+    /// the kernel's `cm_destroy_id` sends it.
+    fn drop(&mut self) {
+        let doomed = std::mem::take(self.doomed.get_mut().unwrap_or_else(|e| e.into_inner()));
+        let st = self.st.get_mut().unwrap_or_else(|e| e.into_inner());
+        let now = self.epoch.elapsed().as_nanos() as Nanos;
+        for id in doomed {
+            let _ = st.cm.destroy(now, id);
+        }
+        while let Some(t) = st.cm.poll_transmit() {
+            let _ = self.agent.send_as_is(MadDest::gsi(Gid(t.dest)), &t.mad);
+        }
+    }
+}
+
 /// The port thread: MADs in, timers, until the last ID of the port is gone.
 fn run(weak: Weak<Port>) {
     loop {
