@@ -342,7 +342,6 @@ struct IdState {
     route: Option<Path>,
     qp: Option<Arc<Qp>>,
     psn: u32,
-    listening: bool,
     /// Passive side: the REQ (absent for SIDR).
     req: Option<Box<ReqInfo>>,
     /// Passive UD side: answered with a SIDR reply.
@@ -648,8 +647,10 @@ impl CmId {
             }
             None => self.ensure_port(addr.ip())?,
         };
-        let ipv6 = addr.is_ipv6();
-        let mine = Self::local_ip_of(&port, ipv6).ok_or(errno(VERB, libc::EADDRNOTAVAIL))?;
+        // The context needs an address of the family (its GID is what peers reach).
+        if Self::local_ip_of(&port, addr.is_ipv6()).is_none() {
+            return Err(errno(VERB, libc::EADDRNOTAVAIL));
+        }
         let ip = if addr.ip().is_unspecified() {
             // Listening on any address: requests for every address of the context.
             addr.ip()
@@ -663,7 +664,6 @@ impl CmId {
         } else {
             return Err(errno(VERB, libc::EADDRNOTAVAIL));
         };
-        let _ = mine;
         let p = if addr.port() == 0 {
             ephemeral_port()
         } else {
@@ -689,16 +689,14 @@ impl CmId {
         };
         let sid = cma::service_id(self.inner.ps, local.port());
         let me = self.inner.clone();
-        port.with(|st, _| {
+        port.with(|st, now| {
             let id = st.cm.create_id();
             if let Err(e) = st.cm.listen(id, sid, backlog) {
-                let _ = st.cm.destroy(0, id);
+                let _ = st.cm.destroy(now, id);
                 return Err(cm_err(VERB, e));
             }
             st.ids.insert(id.0, Arc::downgrade(&me));
-            let mut s = lock(&me.st);
-            s.cm = Some(id);
-            s.listening = true;
+            lock(&me.st).cm = Some(id);
             Ok(())
         })
     }
@@ -706,7 +704,9 @@ impl CmId {
     /// `rdma_resolve_addr`: picks the device that reaches `dst` (from `src`, or the
     /// address the host routes from) and queues [`EventKind::AddrResolved`], or
     /// [`EventKind::AddrError`] when no device has an address of the family.
-    /// EINVAL for an unspecified or multicast destination or mixed families.
+    /// EINVAL for an unspecified or multicast destination or mixed families. The
+    /// answer is immediate (a GID is the IP address; the carrier resolves neighbours
+    /// itself), so the timeout is never reached.
     pub fn resolve_addr(
         &self,
         src: Option<IpAddr>,
@@ -760,7 +760,7 @@ impl CmId {
         Ok(())
     }
 
-    /// `rdma_resolve_route`: on RoCE the path is the two GIDs (the IP addresses), the
+    /// `rdma_resolve_route` (immediate, as [`CmId::resolve_addr`]): on RoCE the path is the two GIDs (the IP addresses), the
     /// device's path MTU and rdma_cm's packet life time. Queues
     /// [`EventKind::RouteResolved`] or [`EventKind::RouteError`] (a source address
     /// not in the GID table). EINVAL before [`CmId::resolve_addr`].
