@@ -316,6 +316,15 @@ impl Conn {
                 _ => {}
             }
         }
+        flush(&self.id);
+    }
+}
+
+/// Sends the ACKs the device deferred to coalesce them: a tool's contexts opened by
+/// the CM live until the process exits, which closes no context.
+pub fn flush(id: &CmId) {
+    if let Some(ctx) = id.context() {
+        let _ = ctx.counters();
     }
 }
 

@@ -257,6 +257,9 @@ fn server(o: &Opts, out: &mut dyn Write) -> Result<(), Error> {
         )?;
     }
     let _ = writeln!(out, "disconnected");
+    for n in &nodes {
+        crate::rping::flush(&n.id);
+    }
     Ok(())
 }
 
@@ -314,6 +317,9 @@ fn client(o: &Opts, out: &mut dyn Write) -> Result<(), Error> {
             &mut disconnects_left,
             out,
         )?;
+    }
+    for n in &nodes {
+        crate::rping::flush(&n.id);
     }
     drop(ids);
     Ok(())

@@ -231,6 +231,9 @@ fn server(o: &Opts, out: &mut dyn Write) -> Result<(), Error> {
         }
         let _ = writeln!(out, "data transfers complete");
     }
+    for n in &nodes {
+        crate::rping::flush(&n.id);
+    }
     Ok(())
 }
 
@@ -282,6 +285,9 @@ fn client(o: &Opts, out: &mut dyn Write) -> Result<(), Error> {
             n.poll(o)?;
         }
         let _ = writeln!(out, "data transfers complete");
+    }
+    for n in &nodes {
+        crate::rping::flush(&n.id);
     }
     Ok(())
 }

@@ -110,6 +110,18 @@ impl Port {
         Ok(port)
     }
 
+    /// Where a CM MAD goes, and from which GID: the port's address GID of the
+    /// destination's family, as the path rdma_cm resolved (kernel cma.c sends from
+    /// the GID of the bound address), never the default GID fe80::EUI-64, which is
+    /// the first IPv6 entry of the table but names no address the peer resolved.
+    fn dest(&self, gid: [u8; 16]) -> MadDest {
+        let g = Gid(gid);
+        MadDest {
+            sgid_index: self.ctx.gid_index_for(g.to_ipv4_mapped().is_none()),
+            ..MadDest::gsi(g)
+        }
+    }
+
     pub(crate) fn now(&self) -> Nanos {
         self.epoch.elapsed().as_nanos() as Nanos
     }
@@ -150,7 +162,7 @@ impl Port {
             while let Some(t) = st.cm.poll_transmit() {
                 // A send fails only for a destination without a source GID of its
                 // family; the CM's retries and timeout then report it.
-                let _ = self.agent.send_as_is(MadDest::gsi(Gid(t.dest)), &t.mad);
+                let _ = self.agent.send_as_is(self.dest(t.dest), &t.mad);
             }
             let Some(ev) = st.cm.poll_event_held() else {
                 break;
@@ -380,8 +392,12 @@ impl Drop for Port {
         for id in doomed {
             let _ = st.cm.destroy(now, id);
         }
+        let mut out = Vec::new();
         while let Some(t) = st.cm.poll_transmit() {
-            let _ = self.agent.send_as_is(MadDest::gsi(Gid(t.dest)), &t.mad);
+            out.push(t);
+        }
+        for t in out {
+            let _ = self.agent.send_as_is(self.dest(t.dest), &t.mad);
         }
     }
 }
