@@ -316,15 +316,14 @@ impl Conn {
                 _ => {}
             }
         }
-        flush(&self.id);
     }
 }
 
-/// Sends the ACKs the device deferred to coalesce them: a tool's contexts opened by
-/// the CM live until the process exits, which closes no context.
-pub fn flush(id: &CmId) {
-    if let Some(ctx) = id.context() {
-        let _ = ctx.counters();
+/// A tool's last step: its IDs are gone; the context closes once their CM has
+/// stopped (deferred ACKs sent, capture finished), as the process's exit does not.
+pub fn finish(ctx: Option<rverbs::Context>) {
+    if let Some(c) = ctx {
+        rverbs::cm::close(c, Duration::from_secs(2));
     }
 }
 
@@ -412,7 +411,9 @@ fn server(o: &Opts, out: &mut dyn Write) -> Result<(), RpingError> {
     if o.stats {
         print_stats(&id);
     }
-    drop(listener);
+    let ctx = id.context();
+    drop((id, req, listener, ch));
+    finish(ctx);
     r
 }
 
@@ -507,6 +508,9 @@ fn client(o: &Opts, out: &mut dyn Write) -> Result<(), RpingError> {
     if o.stats {
         print_stats(&id);
     }
+    let ctx = id.context();
+    drop((id, ch));
+    finish(ctx);
     r
 }
 

@@ -257,9 +257,9 @@ fn server(o: &Opts, out: &mut dyn Write) -> Result<(), Error> {
         )?;
     }
     let _ = writeln!(out, "disconnected");
-    for n in &nodes {
-        crate::rping::flush(&n.id);
-    }
+    let ctx = nodes.first().and_then(|n| n.id.context());
+    drop((nodes, l, ch));
+    crate::rping::finish(ctx);
     Ok(())
 }
 
@@ -318,10 +318,9 @@ fn client(o: &Opts, out: &mut dyn Write) -> Result<(), Error> {
             out,
         )?;
     }
-    for n in &nodes {
-        crate::rping::flush(&n.id);
-    }
-    drop(ids);
+    let ctx = nodes.first().and_then(|n| n.id.context());
+    drop((nodes, ids, ch));
+    crate::rping::finish(ctx);
     Ok(())
 }
 

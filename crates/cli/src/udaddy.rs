@@ -231,9 +231,9 @@ fn server(o: &Opts, out: &mut dyn Write) -> Result<(), Error> {
         }
         let _ = writeln!(out, "data transfers complete");
     }
-    for n in &nodes {
-        crate::rping::flush(&n.id);
-    }
+    let ctx = nodes.first().and_then(|n| n.id.context());
+    drop((nodes, l, ch));
+    crate::rping::finish(ctx);
     Ok(())
 }
 
@@ -286,9 +286,9 @@ fn client(o: &Opts, out: &mut dyn Write) -> Result<(), Error> {
         }
         let _ = writeln!(out, "data transfers complete");
     }
-    for n in &nodes {
-        crate::rping::flush(&n.id);
-    }
+    let ctx = nodes.first().and_then(|n| n.id.context());
+    drop((nodes, ch));
+    crate::rping::finish(ctx);
     Ok(())
 }
 

@@ -484,7 +484,9 @@ fn bad_arguments_fail_with_einval() {
 fn create_ep_resolves_in_one_call() {
     let (sctx, cctx) = (ctx(), ctx());
     let (_l, sch, addr) = listen(&sctx, PortSpace::Tcp, 0);
-    let id = CmId::create_ep(Some(&cctx), None, addr, PortSpace::Tcp, D).unwrap();
+    let (id, ch) = CmId::create_ep(Some(&cctx), None, addr, PortSpace::Tcp, D).unwrap();
+    assert!(ch.try_get_event().is_none());
+    assert!(id.channel().is_some());
     assert_eq!(id.peer_addr(), Some(addr));
     assert!(id.local_addr().is_some());
     // Nothing listens there: resolution works, connecting is refused by the peer.

@@ -12,6 +12,7 @@
 //!   [`CmId::accept`] / [`CmId::reject`] with private data, [`CmId::disconnect`].
 //!   The UDP port space ([`PortSpace::Udp`]) resolves a UD peer with SIDR.
 //! * [`CmId::create_ep`] (`rdma_create_ep`): address and route resolved in one call.
+//! * [`close`]: a program's last step, as its exit closes no context.
 //!
 //! The protocol itself is the sans-IO `rverbs-cm` crate; this module drives it with
 //! the CM MADs of the context's GSI (QP1, through a [`crate::mad::MadAgent`] for class
@@ -195,6 +196,20 @@ impl ChanInner {
     }
 }
 
+/// An ID's way to its channel. Weak: a queued event holds its ID, so a strong link
+/// back would keep both alive forever once the program dropped them; events for a
+/// channel that is gone are dropped.
+#[derive(Clone)]
+struct ChanRef(std::sync::Weak<ChanInner>);
+
+impl ChanRef {
+    fn push(&self, e: RawEvent) {
+        if let Some(c) = self.0.upgrade() {
+            c.push(e);
+        }
+    }
+}
+
 /// An event channel (`struct rdma_event_channel`). Cheap to clone.
 #[derive(Clone)]
 pub struct EventChannel {
@@ -351,7 +366,7 @@ struct IdState {
 }
 
 pub(crate) struct IdInner {
-    chan: Arc<ChanInner>,
+    chan: ChanRef,
     ps: PortSpace,
     st: Mutex<IdState>,
 }
@@ -480,8 +495,9 @@ fn device_for(ip: IpAddr) -> Result<crate::DeviceInfo> {
 }
 
 /// Contexts this module opened itself (IDs not created on a context), one per device.
+static OPENED: Mutex<Vec<Context>> = Mutex::new(Vec::new());
+
 fn auto_context(dev: &crate::DeviceInfo) -> Result<Context> {
-    static OPENED: Mutex<Vec<Context>> = Mutex::new(Vec::new());
     let mut all = lock(&OPENED);
     if let Some(c) = all.iter().find(|c| c.device().name == dev.name) {
         return Ok(c.clone());
@@ -489,6 +505,26 @@ fn auto_context(dev: &crate::DeviceInfo) -> Result<Context> {
     let c = dev.open()?;
     all.push(c.clone());
     Ok(c)
+}
+
+/// Waits up to `timeout` until no ID of `ctx` is left and its CM has stopped
+/// (destroyed IDs have told their peers), then drops `ctx` (and the module's own
+/// handle, for a context it opened for IDs created without one); when that was the
+/// last handle the context closes, sending what it deferred and finishing its
+/// capture. Returns whether the CM had stopped. For a program's exit, which closes
+/// nothing.
+pub fn close(ctx: Context, timeout: Duration) -> bool {
+    let deadline = Instant::now() + timeout;
+    while port::running(&ctx) {
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // A context this module opened for IDs is no longer kept for later ones.
+    lock(&OPENED).retain(|c| !Arc::ptr_eq(&c.inner, &ctx.inner));
+    drop(ctx);
+    true
 }
 
 /// The local address the kernel would send from to reach `dst` (a connected UDP
@@ -517,7 +553,7 @@ impl CmId {
         }
         Ok(CmId {
             inner: Arc::new(IdInner {
-                chan: chan.inner.clone(),
+                chan: ChanRef(Arc::downgrade(&chan.inner)),
                 ps,
                 st: Mutex::new(IdState::default()),
             }),
@@ -531,15 +567,16 @@ impl CmId {
         Ok(id)
     }
 
-    /// `rdma_create_ep`: a new ID (on its own channel, or on `ctx` when given) with
-    /// the address and route to `dst` resolved, waiting up to `timeout` for each.
+    /// `rdma_create_ep`: a new ID on a channel of its own (returned with it; on `ctx`
+    /// when given) with the address and route to `dst` resolved, waiting up to
+    /// `timeout` for each.
     pub fn create_ep(
         ctx: Option<&Context>,
         src: Option<IpAddr>,
         dst: SocketAddr,
         ps: PortSpace,
         timeout: Duration,
-    ) -> Result<CmId> {
+    ) -> Result<(CmId, EventChannel)> {
         let ch = EventChannel::new()?;
         let id = match ctx {
             Some(c) => CmId::create_on(&ch, c, ps)?,
@@ -549,7 +586,7 @@ impl CmId {
         id.expect(&ch, EventKind::AddrResolved, timeout)?;
         id.resolve_route(timeout)?;
         id.expect(&ch, EventKind::RouteResolved, timeout)?;
-        Ok(id)
+        Ok((id, ch))
     }
 
     fn expect(&self, ch: &EventChannel, kind: EventKind, timeout: Duration) -> Result<()> {
@@ -572,11 +609,13 @@ impl CmId {
             .push(RawEvent::new(kind, self.inner.clone(), status, Vec::new()));
     }
 
-    /// The channel the ID reports on (for [`CmId::create_ep`]'s own channel).
-    pub fn channel(&self) -> EventChannel {
-        EventChannel {
-            inner: self.inner.chan.clone(),
-        }
+    /// The channel the ID reports on, while it exists.
+    pub fn channel(&self) -> Option<EventChannel> {
+        self.inner
+            .chan
+            .0
+            .upgrade()
+            .map(|inner| EventChannel { inner })
     }
 
     /// The context the ID is on (once bound or resolved).

@@ -24,8 +24,8 @@ use std::time::{Duration, Instant};
 /// rdma_cm's Q_Key for UD port spaces (`RDMA_UDP_QKEY`).
 pub(crate) const RDMA_UDP_QKEY: u32 = 0x0123_4567;
 
-/// How long the port thread waits for a MAD before it looks at its timers again.
-const POLL: Duration = Duration::from_millis(5);
+/// How long the port thread sleeps between looks at its MADs and timers.
+const POLL: Duration = Duration::from_millis(1);
 
 pub(crate) struct PortState {
     pub(crate) cm: Cm,
@@ -405,27 +405,33 @@ impl Drop for Port {
 /// The port thread: MADs in, timers, until the last ID of the port is gone.
 fn run(weak: Weak<Port>) {
     loop {
+        // The thread holds the port only while it works: the last ID's owner closes
+        // the port (and an auto-opened context with it) when it drops the ID.
         let Some(port) = weak.upgrade() else {
             return;
         };
+        port.with(|st, now| {
+            while let Some(r) = port.agent.recv(Duration::ZERO) {
+                st.cm.handle_mad(now, r.src_gid().0, &r.mad);
+            }
+        });
         let wait = {
             let st = lock(&port.st);
             st.cm.poll_timeout().map_or(POLL, |t| {
                 Duration::from_nanos(t.saturating_sub(port.now())).min(POLL)
             })
         };
-        let got = port.agent.recv(wait);
-        port.with(|st, now| {
-            if let Some(r) = got {
-                st.cm.handle_mad(now, r.src_gid().0, &r.mad);
-            }
-            // Everything else that waits (more MADs) is taken before the turn.
-            while let Some(r) = port.agent.recv(Duration::ZERO) {
-                st.cm.handle_mad(now, r.src_gid().0, &r.mad);
-            }
-        });
         drop(port);
+        std::thread::sleep(wait);
     }
+}
+
+/// Whether a CM port of `ctx` is still running.
+pub(crate) fn running(ctx: &Context) -> bool {
+    lock(ports())
+        .iter()
+        .filter_map(Weak::upgrade)
+        .any(|p| Arc::ptr_eq(&p.ctx.inner, &ctx.inner))
 }
 
 /// The sgid index of `gid` in the context's table.
