@@ -14,6 +14,9 @@ pub mod mad;
 pub mod pcap;
 pub mod perf;
 pub mod pingpong;
+pub mod rping;
+pub mod ucmatose;
+pub mod udaddy;
 
 /// The Rust examples of `docs/`, compiled and run as doctests (the README's are the
 /// `rverbs` crate's).
@@ -29,6 +32,8 @@ mod docs {
     struct Gids;
     #[doc = include_str!("../../../docs/mad.md")]
     struct Mad;
+    #[doc = include_str!("../../../docs/rdma-cm.md")]
+    struct RdmaCm;
     #[doc = include_str!("../../../docs/wire.md")]
     struct Wire;
 }

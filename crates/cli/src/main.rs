@@ -104,6 +104,106 @@ enum Command {
         #[arg(long, default_value_t = 0.0)]
         linger: f64,
     },
+    /// Ping over RDMA with connections made by the RDMA CM, wire-compatible with
+    /// rdma-core's rping (RDMA READ of the client's buffer, RDMA WRITE back, per
+    /// ping). -s: server; -c -a ADDR: client.
+    Rping {
+        /// Server: listen (on -a, or every address of the device).
+        #[arg(short = 's', conflicts_with = "client")]
+        server: bool,
+        /// Client: connect to -a.
+        #[arg(short = 'c')]
+        client: bool,
+        /// Address: the server's (client), the one to listen on (server).
+        #[arg(short = 'a')]
+        addr: Option<String>,
+        /// Client: the source address to bind.
+        #[arg(short = 'I')]
+        source: Option<String>,
+        /// Port.
+        #[arg(short = 'p', default_value_t = rverbs_cli::rping::DEFAULT_PORT)]
+        port: u16,
+        /// Pings (0: until the peer goes).
+        #[arg(short = 'C', default_value_t = 0)]
+        count: u64,
+        /// Ping data size (26 to 65535).
+        #[arg(short = 'S', default_value_t = 64)]
+        size: usize,
+        /// Print the ping data.
+        #[arg(short = 'v')]
+        verbose: bool,
+        /// Check the ping data (client).
+        #[arg(short = 'V')]
+        validate: bool,
+        /// Debug output on stderr.
+        #[arg(short = 'd')]
+        debug: bool,
+        /// Use this device (default: the one with the address; the loopback device).
+        #[arg(long = "dev")]
+        dev: Option<String>,
+        /// Give up waiting for the peer after this many seconds.
+        #[arg(long, default_value_t = 30.0)]
+        timeout: f64,
+        /// Print the port's and the CM's counters at the end (stderr).
+        #[arg(long)]
+        stats: bool,
+    },
+    /// RC connections made by the RDMA CM with SENDs both ways, wire-compatible with
+    /// rdma-core's ucmatose. Without -s: the server.
+    Ucmatose {
+        /// Client: the server's address.
+        #[arg(short = 's')]
+        server: Option<String>,
+        /// The address to bind.
+        #[arg(short = 'b')]
+        bind: Option<String>,
+        /// Connections.
+        #[arg(short = 'c', default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1000))]
+        connections: u32,
+        /// Messages each way per connection.
+        #[arg(short = 'C', default_value_t = 10, value_parser = clap::value_parser!(u32).range(0..=100000))]
+        count: u32,
+        /// Message size.
+        #[arg(short = 'S', default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=1048576))]
+        size: u32,
+        /// Port.
+        #[arg(short = 'p', default_value_t = 7471)]
+        port: u16,
+        /// Use this device (default: the one with the address; the loopback device).
+        #[arg(long = "dev")]
+        dev: Option<String>,
+        /// Give up after this many seconds.
+        #[arg(long, default_value_t = 30.0)]
+        timeout: f64,
+    },
+    /// UD datagrams to a peer found with the RDMA CM (SIDR), wire-compatible with
+    /// rdma-core's udaddy. Without -s: the server.
+    Udaddy {
+        /// Client: the server's address.
+        #[arg(short = 's')]
+        server: Option<String>,
+        /// The address to bind.
+        #[arg(short = 'b')]
+        bind: Option<String>,
+        /// Connections.
+        #[arg(short = 'c', default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1000))]
+        connections: u32,
+        /// Messages each way per connection.
+        #[arg(short = 'C', default_value_t = 10, value_parser = clap::value_parser!(u32).range(0..=100000))]
+        count: u32,
+        /// Message size (at most the path MTU).
+        #[arg(short = 'S', default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=4096))]
+        size: u32,
+        /// Port (udaddy's is 7174).
+        #[arg(long, default_value_t = 7174)]
+        port: u16,
+        /// Use this device (default: the one with the address; the loopback device).
+        #[arg(long = "dev")]
+        dev: Option<String>,
+        /// Give up after this many seconds.
+        #[arg(long, default_value_t = 30.0)]
+        timeout: f64,
+    },
     /// Read (or reset) a port's performance counters through its PMA, like
     /// infiniband-diags' perfquery: the local port, or a remote one over GSI (QP1).
     Perfquery {
@@ -541,6 +641,109 @@ fn main() -> ExitCode {
             }
             let mut out = std::io::stdout();
             match rverbs_cli::pingpong::run(&o, &mut out) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("{e}");
+                    ExitCode::from(1)
+                }
+            }
+        }
+        Command::Rping {
+            server,
+            client,
+            addr,
+            source,
+            port,
+            count,
+            size,
+            verbose,
+            validate,
+            debug,
+            dev,
+            timeout,
+            stats,
+        } => {
+            if server == client {
+                eprintln!("rverbs rping: give -s (server) or -c (client)");
+                return ExitCode::from(2);
+            }
+            let o = rverbs_cli::rping::Opts {
+                server,
+                addr,
+                source,
+                port,
+                count,
+                size,
+                verbose,
+                validate,
+                debug,
+                dev,
+                timeout: std::time::Duration::from_secs_f64(timeout.clamp(0.1, 86400.0)),
+                ctx: None,
+                stats,
+            };
+            let mut out = std::io::stdout();
+            match rverbs_cli::rping::run(&o, &mut out) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("rverbs rping: {e}");
+                    ExitCode::from(1)
+                }
+            }
+        }
+        Command::Ucmatose {
+            server,
+            bind,
+            connections,
+            count,
+            size,
+            port,
+            dev,
+            timeout,
+        } => {
+            let o = rverbs_cli::ucmatose::Opts {
+                server_addr: server,
+                bind,
+                connections: connections as usize,
+                count: count as usize,
+                size: size as usize,
+                port,
+                dev,
+                ctx: None,
+                timeout: std::time::Duration::from_secs_f64(timeout.clamp(0.1, 86400.0)),
+            };
+            let mut out = std::io::stdout();
+            match rverbs_cli::ucmatose::run(&o, &mut out) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("{e}");
+                    ExitCode::from(1)
+                }
+            }
+        }
+        Command::Udaddy {
+            server,
+            bind,
+            connections,
+            count,
+            size,
+            port,
+            dev,
+            timeout,
+        } => {
+            let o = rverbs_cli::udaddy::Opts {
+                server_addr: server,
+                bind,
+                connections: connections as usize,
+                count: count as usize,
+                size: size as usize,
+                port,
+                dev,
+                ctx: None,
+                timeout: std::time::Duration::from_secs_f64(timeout.clamp(0.1, 86400.0)),
+            };
+            let mut out = std::io::stdout();
+            match rverbs_cli::udaddy::run(&o, &mut out) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("{e}");

@@ -774,14 +774,27 @@ impl Cm {
     pub fn poll_event(&mut self) -> Option<Event> {
         let e = self.events.pop_front()?;
         if let Event::ConnectRequest { id, .. } | Event::SidrRequest { id, .. } = &e {
-            let local = id.0;
-            if let Some(l) = self.conns.get_mut(&local).and_then(|c| c.pending_on.take()) {
-                if let Some((_, left)) = self.conns.get_mut(&l).and_then(|c| c.listen.as_mut()) {
-                    *left += 1;
-                }
-            }
+            self.backlog_release(*id);
         }
         Some(e)
+    }
+
+    /// The next event, leaving a connect request counted against its listener's
+    /// backlog until [`Cm::backlog_release`]: for a driver that queues events for its
+    /// consumer, where the backlog is what the consumer has not yet taken (ucma
+    /// counts it down in `ucma_event_handler` and up in `ucma_get_event`).
+    pub fn poll_event_held(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    /// The consumer took the connect request of `id` (see [`Cm::poll_event_held`]): its
+    /// place in the listener's backlog is free again. Idempotent.
+    pub fn backlog_release(&mut self, id: CmId) {
+        if let Some(l) = self.conns.get_mut(&id.0).and_then(|c| c.pending_on.take()) {
+            if let Some((_, left)) = self.conns.get_mut(&l).and_then(|c| c.listen.as_mut()) {
+                *left += 1;
+            }
+        }
     }
 
     /// When [`Cm::handle_timeout`] must next run.

@@ -634,6 +634,34 @@ fn backlog_full_drops_connect_requests_until_they_are_read() {
 }
 
 #[test]
+fn held_connect_requests_count_until_released() {
+    // A driver that queues events for its consumer takes them with poll_event_held:
+    // the backlog stays taken until it says the consumer took the request.
+    let mut sim = sim();
+    let l = sim.node(1).create_id();
+    sim.node(1).listen(l, SID, 1).unwrap();
+    sim.hold_events(1, true);
+    connect(&mut sim, 10);
+    sim.run_for(MS);
+    let first = match sim.node(1).poll_event_held() {
+        Some(Event::ConnectRequest { id, .. }) => id,
+        e => panic!("{e:?}"),
+    };
+    connect(&mut sim, 11);
+    sim.run_for(MS);
+    assert_eq!(sim.node(1).stats().backlog_full, 1);
+    assert!(sim.node(1).poll_event_held().is_none());
+    sim.node(1).backlog_release(first);
+    sim.node(1).backlog_release(first); // idempotent
+    sim.run_for(4608 * MS);
+    assert!(matches!(
+        sim.node(1).poll_event_held(),
+        Some(Event::ConnectRequest { .. })
+    ));
+    assert_eq!(sim.node(1).stats().backlog_full, 1);
+}
+
+#[test]
 fn sidr_resolves_a_ud_service() {
     let mut sim = sim();
     let usid = service_id(PortSpace::Udp, 7471);

@@ -359,3 +359,30 @@ fn a_response_of_another_class_version_is_not_answered() {
     assert_eq!(s.engines[0].counters().tx_packets, 4);
     assert_eq!(s.engines[1].counters().tx_packets, 0);
 }
+
+#[test]
+fn send_as_is_keeps_the_transaction_id() {
+    // A CM agent on B (class 0x07, version 2, Send); A sends it two CM MADs, one
+    // stamped with A's agent id, one as is (as the CM echoes a request's TID).
+    let mut s = sim(2);
+    let a = s.engines[0].gsi_register(only_responses()).unwrap();
+    let b = s.engines[1]
+        .gsi_register(Some(Registration {
+            mgmt_class: class::CM,
+            class_version: 2,
+            methods: 1 << method::SEND,
+        }))
+        .unwrap();
+    let dest = GsiDest::gsi(gid(&s, 1));
+    let mut m = mad(class::CM, method::SEND, 0x0013, 0xdead_beef_0000_0042);
+    m[2] = 2;
+    s.engines[0].gsi_send(a, dest, &m).unwrap();
+    s.engines[0].gsi_send_as_is(a, dest, &m).unwrap();
+    settle(&mut s);
+    let tid =
+        |r: &rverbs_engine::mad::gsi::GsiRecv| u64::from_be_bytes(r.mad[8..16].try_into().unwrap());
+    let first = s.engines[1].gsi_recv(b).expect("the stamped MAD");
+    assert_eq!(tid(&first), (u64::from(a.0) << 32) | 0x42);
+    let second = s.engines[1].gsi_recv(b).expect("the MAD as is");
+    assert_eq!(tid(&second), 0xdead_beef_0000_0042);
+}

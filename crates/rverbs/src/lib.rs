@@ -90,6 +90,7 @@
 #![warn(missing_docs)]
 
 mod carrier;
+pub mod cm;
 mod device;
 mod error;
 /// Hooks for the C library (feature `ffi`; not a stable API).

@@ -135,6 +135,12 @@ impl MadAgent {
         self.ctx.dev().mad().send(self.id, dest, mad)
     }
 
+    /// Sends a MAD with its TransactionID untouched (for senders that form their own:
+    /// the CM echoes the request's in its answers).
+    pub fn send_as_is(&self, dest: MadDest, mad: &Mad) -> Result<()> {
+        self.ctx.dev().mad().send_as_is(self.id, dest, mad)
+    }
+
     /// The next MAD for this agent, waiting up to `timeout` (`umad_recv`).
     pub fn recv(&self, timeout: Duration) -> Option<MadRecv> {
         let deadline = Instant::now() + timeout;

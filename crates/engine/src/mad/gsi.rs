@@ -377,6 +377,24 @@ impl Engine {
     /// Sends a MAD from QP1 (`umad_send`). A request's TransactionID gets the agent's
     /// id in its high 32 bits, so the response finds the agent.
     pub fn gsi_send(&mut self, agent: AgentId, dest: GsiDest, mad: &Mad) -> VerbResult<()> {
+        self.gsi_send_tid(agent, dest, mad, true)
+    }
+
+    /// Sends a MAD from QP1 with its TransactionID as given: for a sender that forms
+    /// its own, as the kernel's CM does (cm.c `cm_form_tid` for its requests, the
+    /// request's TransactionID echoed in REP, REJ, MRA and DREP), sending through
+    /// `ib_post_send_mad` with no rewrite.
+    pub fn gsi_send_as_is(&mut self, agent: AgentId, dest: GsiDest, mad: &Mad) -> VerbResult<()> {
+        self.gsi_send_tid(agent, dest, mad, false)
+    }
+
+    fn gsi_send_tid(
+        &mut self,
+        agent: AgentId,
+        dest: GsiDest,
+        mad: &Mad,
+        stamp_tid: bool,
+    ) -> VerbResult<()> {
         const VERB: &str = "gsi_send";
         if !self.gsi.agents.contains_key(&agent.0) {
             return Err(VerbError::new(VERB, Errno::Inval, "no such agent"));
@@ -385,7 +403,7 @@ impl Engine {
             VerbError::new(VERB, Errno::Inval, "no source GID for this destination"),
         )?;
         let mut m = *mad;
-        if !super::response_mad(&m) {
+        if stamp_tid && !super::response_mad(&m) {
             let mut h = MadHeader::new_unchecked(&mut m[..]);
             let tid = h.transaction_id();
             h.set_transaction_id((u64::from(agent.0) << 32) | (tid & 0xffff_ffff));

@@ -221,6 +221,14 @@ pub(crate) trait DeviceMad: Send + Sync {
         dest: rverbs_engine::mad::gsi::GsiDest,
         mad: &rverbs_engine::mad::Mad,
     ) -> Result<()>;
+    /// `umad_send` with the TransactionID as the caller formed it (the CM's answers
+    /// echo the request's), not marked with the agent's id.
+    fn send_as_is(
+        &self,
+        id: rverbs_engine::mad::gsi::AgentId,
+        dest: rverbs_engine::mad::gsi::GsiDest,
+        mad: &rverbs_engine::mad::Mad,
+    ) -> Result<()>;
     /// The next MAD for agent `id`, if one waits.
     fn try_recv(
         &self,

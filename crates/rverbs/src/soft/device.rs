@@ -280,6 +280,15 @@ impl DeviceMad for SoftDevice {
         Ok(())
     }
 
+    fn send_as_is(&self, id: AgentId, dest: GsiDest, mad: &Mad) -> Result<()> {
+        let s = &self.shared;
+        let now = s.now();
+        let mut e = s.lock_verb("mad_send")?;
+        e.gsi_send_as_is(id, dest, mad)?;
+        s.flush(&mut e, now);
+        Ok(())
+    }
+
     fn try_recv(&self, id: AgentId) -> Option<GsiRecv> {
         self.shared.lock().gsi_recv(id)
     }

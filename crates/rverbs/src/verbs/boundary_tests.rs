@@ -319,6 +319,9 @@ impl DeviceMad for FakeDevice {
     fn send(&self, _id: AgentId, _dest: GsiDest, _mad: &Mad) -> Result<()> {
         Err(unsupported("mad_send"))
     }
+    fn send_as_is(&self, _id: AgentId, _dest: GsiDest, _mad: &Mad) -> Result<()> {
+        Err(unsupported("mad_send"))
+    }
     fn try_recv(&self, _id: AgentId) -> Option<GsiRecv> {
         None
     }

@@ -1,0 +1,1045 @@
+//! The RDMA connection manager (librdmacm's model): connect queue pairs by IP address
+//! and port instead of exchanging QP numbers out of band, wire-compatible with the
+//! kernel's rdma_cm (rping, udaddy, ucmatose, perftest `-R` on a kernel rxe peer).
+//!
+//! * [`EventChannel`]: where events arrive (`rdma_event_channel`): blocking
+//!   [`EventChannel::get_event`] with a timeout, and a file descriptor ([`AsFd`]) that
+//!   is readable while an event waits, for `poll`/`epoll`.
+//! * [`CmId`] (`rdma_cm_id`): [`CmId::resolve_addr`] / [`CmId::resolve_route`] from IP
+//!   addresses (on RoCE v2 a GID *is* the IP address), [`CmId::bind_addr`] and
+//!   [`CmId::listen`] with a backlog, [`CmId::create_qp`] (the QP is moved through
+//!   INIT/RTR/RTS by the CM, as librdmacm does), [`CmId::connect`] /
+//!   [`CmId::accept`] / [`CmId::reject`] with private data, [`CmId::disconnect`].
+//!   The UDP port space ([`PortSpace::Udp`]) resolves a UD peer with SIDR.
+//! * [`CmId::create_ep`] (`rdma_create_ep`): address and route resolved in one call.
+//! * [`close`]: a program's last step, as its exit closes no context.
+//!
+//! The protocol itself is the sans-IO `rverbs-cm` crate; this module drives it with
+//! the CM MADs of the context's GSI (QP1, through a [`crate::mad::MadAgent`] for class
+//! 0x07) and a thread per context for its timers. It lives in `rverbs` rather than a
+//! crate above it because the IDs create and move QPs and reach the context's MAD
+//! agent and clock, which are crate-private; `rverbs-cm` depends only on the wire
+//! crate, so there is no cycle.
+//!
+//! ```
+//! use rverbs::cm::{CmId, ConnParam, EventChannel, EventKind, PortSpace};
+//! use rverbs::{AccessFlags, QpInitAttr, QpType, SendRequest};
+//! use std::time::Duration;
+//!
+//! let t = Some(Duration::from_secs(10));
+//! let dev = rverbs::device(None)?; // the loopback device: one 127.0.0.x per context
+//! let (server_ctx, client_ctx) = (dev.open()?, dev.open()?);
+//!
+//! // Server: listen on its address, any free port.
+//! let sch = EventChannel::new()?;
+//! let listener = CmId::create_on(&sch, &server_ctx, PortSpace::Tcp)?;
+//! let ip = rverbs::cm::local_ip(&server_ctx, false).unwrap();
+//! listener.bind_addr(std::net::SocketAddr::new(ip, 0))?;
+//! listener.listen(4)?;
+//! let addr = listener.local_addr().unwrap();
+//!
+//! // Client: resolve, create its QP on the ID, connect with private data.
+//! let cch = EventChannel::new()?;
+//! let client = CmId::create_on(&cch, &client_ctx, PortSpace::Tcp)?;
+//! client.resolve_addr(None, addr, Duration::from_secs(2))?;
+//! assert_eq!(cch.get_event(t).unwrap().kind, EventKind::AddrResolved);
+//! client.resolve_route(Duration::from_secs(2))?;
+//! assert_eq!(cch.get_event(t).unwrap().kind, EventKind::RouteResolved);
+//! let (cpd, ccq) = (client_ctx.alloc_pd()?, client_ctx.create_cq(16)?);
+//! let cqp = client.create_qp(&cpd, &QpInitAttr::new(QpType::Rc, &ccq))?;
+//! client.connect(&ConnParam { private_data: b"hello".to_vec(), ..ConnParam::default() })?;
+//!
+//! // Server: the request, its private data, a QP on the new ID, accept.
+//! let req = sch.get_event(t).unwrap();
+//! assert_eq!(req.kind, EventKind::ConnectRequest);
+//! assert_eq!(&req.private_data[..5], b"hello");
+//! let (spd, scq) = (server_ctx.alloc_pd()?, server_ctx.create_cq(16)?);
+//! let sqp = req.id.create_qp(&spd, &QpInitAttr::new(QpType::Rc, &scq))?;
+//! let smr = spd.reg_mr(64, AccessFlags::ALL)?;
+//! sqp.post_recv(1, &[smr.slice(0..64)])?;
+//! req.id.accept(&ConnParam::default())?;
+//!
+//! assert_eq!(cch.get_event(t).unwrap().kind, EventKind::Established);
+//! let cmr = cpd.reg_mr(64, AccessFlags::ALL)?;
+//! cmr.write(0, b"ping");
+//! cqp.post_send(&SendRequest::send(1, &[cmr.slice(0..4)]))?;
+//! let mut wc = [rverbs::Wc::default()];
+//! assert_eq!(scq.poll_wait(&mut wc, Duration::from_secs(5))?, 1);
+//! assert_eq!(wc[0].byte_len, 4);
+//!
+//! client.disconnect()?;
+//! assert_eq!(sch.get_event(t).unwrap().kind, EventKind::Established);
+//! assert_eq!(sch.get_event(t).unwrap().kind, EventKind::Disconnected);
+//! # Ok::<(), rverbs::Error>(())
+//! ```
+
+mod port;
+
+use crate::error::{Error, Result};
+use crate::verbs::Context;
+use crate::{AhAttr, Gid, Pd, Qp, QpInitAttr, QpModify, QpState, QpType};
+use port::Port;
+use rverbs_cm::cma::{self, CmaHeader};
+use rverbs_cm::{consts, CmId as RawId, ConnectParams, Path, ReqInfo, SidrParams};
+use std::collections::VecDeque;
+use std::net::{IpAddr, SocketAddr};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+pub use rverbs_cm::cma::PortSpace;
+pub use rverbs_cm::consts::rej as reject_reason;
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn errno(what: &'static str, e: i32) -> Error {
+    Error::io(what, std::io::Error::from_raw_os_error(e))
+}
+
+fn cm_err(what: &'static str, e: rverbs_cm::CmError) -> Error {
+    errno(what, e.errno())
+}
+
+/// What happened (`enum rdma_cm_event_type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventKind {
+    /// [`CmId::resolve_addr`] found the device and the local address.
+    AddrResolved,
+    /// Address resolution failed (`status`: a negative errno).
+    AddrError,
+    /// [`CmId::resolve_route`] finished.
+    RouteResolved,
+    /// Route resolution failed (`status`: a negative errno).
+    RouteError,
+    /// A peer connects to a listener: `id` is the new ID, `listen_id` the listener.
+    ConnectRequest,
+    /// The connection could not be completed locally (`status`: a negative errno).
+    ConnectError,
+    /// The peer did not answer (`status` -ETIMEDOUT), or a SIDR reply said no
+    /// (`status`: the SIDR status).
+    Unreachable,
+    /// The peer rejected (`status`: the REJ reason, 28 when its consumer rejected;
+    /// 8 when nobody listens on the port).
+    Rejected,
+    /// Connected; for UD, `ud` says where the peer's QP is.
+    Established,
+    /// The connection is gone (the peer's DREQ, or the answer to ours).
+    Disconnected,
+    /// The time-wait period after a disconnect ended.
+    TimewaitExit,
+}
+
+/// Where a UD peer is (`struct rdma_ud_param`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UdParam {
+    /// The peer's QP number.
+    pub qp_num: u32,
+    /// Its Q_Key.
+    pub qkey: u32,
+    /// The address handle attributes towards it.
+    pub ah_attr: AhAttr,
+}
+
+/// An event (`struct rdma_cm_event`).
+#[derive(Debug, Clone)]
+pub struct CmEvent {
+    /// What happened.
+    pub kind: EventKind,
+    /// The ID it happened to (the new ID for a connect request).
+    pub id: CmId,
+    /// The listener, for a connect request.
+    pub listen_id: Option<CmId>,
+    /// 0, a negative errno, or a reject reason ([`EventKind`] says which).
+    pub status: i32,
+    /// The peer's private data (the user's part of the REQ; the whole field of a REP,
+    /// REJ, RTU or DREQ, as the kernel delivers it).
+    pub private_data: Vec<u8>,
+    /// UD peers: where to send.
+    pub ud: Option<UdParam>,
+}
+
+struct RawEvent {
+    kind: EventKind,
+    id: Arc<IdInner>,
+    listen_id: Option<Arc<IdInner>>,
+    status: i32,
+    private_data: Vec<u8>,
+    ud: Option<UdParam>,
+}
+
+impl RawEvent {
+    fn new(kind: EventKind, id: Arc<IdInner>, status: i32, private_data: Vec<u8>) -> Self {
+        RawEvent {
+            kind,
+            id,
+            listen_id: None,
+            status,
+            private_data,
+            ud: None,
+        }
+    }
+}
+
+struct ChanInner {
+    q: Mutex<VecDeque<RawEvent>>,
+    cv: Condvar,
+    fd: OwnedFd,
+}
+
+impl ChanInner {
+    fn push(&self, e: RawEvent) {
+        lock(&self.q).push_back(e);
+        crate::sys::eventfd_signal(&self.fd);
+        self.cv.notify_all();
+    }
+}
+
+/// An ID's way to its channel. Weak: a queued event holds its ID, so a strong link
+/// back would keep both alive forever once the program dropped them; events for a
+/// channel that is gone are dropped.
+#[derive(Clone)]
+struct ChanRef(std::sync::Weak<ChanInner>);
+
+impl ChanRef {
+    fn push(&self, e: RawEvent) {
+        if let Some(c) = self.0.upgrade() {
+            c.push(e);
+        }
+    }
+}
+
+/// An event channel (`struct rdma_event_channel`). Cheap to clone.
+#[derive(Clone)]
+pub struct EventChannel {
+    inner: Arc<ChanInner>,
+}
+
+impl std::fmt::Debug for EventChannel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EventChannel")
+            .field("queued", &lock(&self.inner.q).len())
+            .finish()
+    }
+}
+
+impl EventChannel {
+    /// A new channel (`rdma_create_event_channel`).
+    pub fn new() -> Result<EventChannel> {
+        let fd = crate::sys::eventfd().map_err(|e| Error::io("creating an eventfd", e))?;
+        Ok(EventChannel {
+            inner: Arc::new(ChanInner {
+                q: Mutex::new(VecDeque::new()),
+                cv: Condvar::new(),
+                fd,
+            }),
+        })
+    }
+
+    /// The next event, waiting up to `timeout` (forever with `None`)
+    /// (`rdma_get_cm_event`; the event needs no acknowledgement).
+    pub fn get_event(&self, timeout: Option<Duration>) -> Option<CmEvent> {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let mut q = lock(&self.inner.q);
+        let raw = loop {
+            if let Some(e) = q.pop_front() {
+                break e;
+            }
+            match deadline {
+                None => q = self.inner.cv.wait(q).unwrap_or_else(|e| e.into_inner()),
+                Some(d) => {
+                    let left = d.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return None;
+                    }
+                    q = self
+                        .inner
+                        .cv
+                        .wait_timeout(q, left)
+                        .unwrap_or_else(|e| e.into_inner())
+                        .0;
+                }
+            }
+        };
+        if q.is_empty() {
+            crate::sys::eventfd_drain(&self.inner.fd);
+        }
+        drop(q);
+        Some(self.deliver(raw))
+    }
+
+    /// The next event if one waits (never blocks).
+    pub fn try_get_event(&self) -> Option<CmEvent> {
+        self.get_event(Some(Duration::ZERO))
+    }
+
+    /// Waits asynchronously for the next event (feature `tokio`; needs a tokio
+    /// runtime with I/O enabled).
+    #[cfg(feature = "tokio")]
+    pub async fn get_event_async(&self) -> std::io::Result<CmEvent> {
+        // A duplicate of the eventfd per call: tokio registers each fd once.
+        let afd = crate::sys::async_fd(self.inner.fd.try_clone()?)?;
+        loop {
+            if let Some(e) = self.try_get_event() {
+                return Ok(e);
+            }
+            let mut guard = afd.readable().await?;
+            if lock(&self.inner.q).is_empty() {
+                guard.clear_ready();
+            }
+        }
+    }
+
+    fn deliver(&self, raw: RawEvent) -> CmEvent {
+        if raw.kind == EventKind::ConnectRequest {
+            // Taken by the consumer: its place in the backlog is free.
+            let (port, id) = {
+                let s = lock(&raw.id.st);
+                (s.port.clone(), s.cm)
+            };
+            if let (Some(p), Some(id)) = (port, id) {
+                p.taken(id);
+            }
+        }
+        CmEvent {
+            kind: raw.kind,
+            id: CmId { inner: raw.id },
+            listen_id: raw.listen_id.map(|inner| CmId { inner }),
+            status: raw.status,
+            private_data: raw.private_data,
+            ud: raw.ud,
+        }
+    }
+}
+
+impl AsFd for EventChannel {
+    /// Readable while an event waits.
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.inner.fd.as_fd()
+    }
+}
+
+/// What [`CmId::connect`] and [`CmId::accept`] take (`struct rdma_conn_param`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnParam {
+    /// Private data: at most 56 bytes in a connect (92 less rdma_cm's header), 196 in
+    /// an accept, 180 in a UD resolve (216 less the header), 136 in a UD accept.
+    pub private_data: Vec<u8>,
+    /// RDMA reads / atomics accepted at once.
+    pub responder_resources: u8,
+    /// RDMA reads / atomics issued at once.
+    pub initiator_depth: u8,
+    /// Transport retries (3 bits).
+    pub retry_count: u8,
+    /// RNR retries (3 bits, 7 = infinite).
+    pub rnr_retry_count: u8,
+}
+
+impl Default for ConnParam {
+    fn default() -> Self {
+        ConnParam {
+            private_data: Vec::new(),
+            responder_resources: 1,
+            initiator_depth: 1,
+            retry_count: 7,
+            rnr_retry_count: 7,
+        }
+    }
+}
+
+#[derive(Default)]
+struct IdState {
+    port: Option<Arc<Port>>,
+    cm: Option<RawId>,
+    local: Option<SocketAddr>,
+    remote: Option<SocketAddr>,
+    route: Option<Path>,
+    qp: Option<Arc<Qp>>,
+    psn: u32,
+    /// Passive side: the REQ (absent for SIDR).
+    req: Option<Box<ReqInfo>>,
+    /// Passive UD side: answered with a SIDR reply.
+    sidr: bool,
+    /// CM response timeout and retries for what this ID sends (`None`: rdma_cm's).
+    timeouts: Option<(u8, u8)>,
+}
+
+pub(crate) struct IdInner {
+    chan: ChanRef,
+    ps: PortSpace,
+    st: Mutex<IdState>,
+}
+
+impl Drop for IdInner {
+    fn drop(&mut self) {
+        let s = self.st.get_mut().unwrap_or_else(|e| e.into_inner());
+        if let (Some(p), Some(id)) = (s.port.take(), s.cm.take()) {
+            p.doom(id);
+        }
+    }
+}
+
+impl IdInner {
+    fn qp_arc(&self) -> Option<Arc<Qp>> {
+        lock(&self.st).qp.clone()
+    }
+
+    fn qp_to_error(&self) {
+        if let Some(qp) = self.qp_arc() {
+            let _ = qp.modify(&QpModify::to(QpState::Err));
+        }
+    }
+
+    /// A listener bound to a specific address takes only requests for it.
+    fn accepts_dst(&self, dst: IpAddr) -> bool {
+        match lock(&self.st).local {
+            Some(a) if !a.ip().is_unspecified() => a.ip() == dst,
+            _ => true,
+        }
+    }
+
+    fn child(l: &Arc<IdInner>, id: RawId, hdr: CmaHeader, req: Box<ReqInfo>) -> Arc<IdInner> {
+        let lport = lock(&l.st).local.map_or(0, |a| a.port());
+        let me = lock(&l.st).port.clone();
+        Arc::new(IdInner {
+            chan: l.chan.clone(),
+            ps: l.ps,
+            st: Mutex::new(IdState {
+                port: me,
+                cm: Some(id),
+                local: Some(SocketAddr::new(hdr.dst, lport)),
+                remote: Some(SocketAddr::new(hdr.src, hdr.src_port)),
+                route: Some(req.path),
+                req: Some(req),
+                psn: port::random_psn(),
+                ..IdState::default()
+            }),
+        })
+    }
+
+    fn sidr_child(l: &Arc<IdInner>, id: RawId, hdr: CmaHeader) -> Arc<IdInner> {
+        let lport = lock(&l.st).local.map_or(0, |a| a.port());
+        let me = lock(&l.st).port.clone();
+        Arc::new(IdInner {
+            chan: l.chan.clone(),
+            ps: l.ps,
+            st: Mutex::new(IdState {
+                port: me,
+                cm: Some(id),
+                local: Some(SocketAddr::new(hdr.dst, lport)),
+                remote: Some(SocketAddr::new(hdr.src, hdr.src_port)),
+                sidr: true,
+                psn: port::random_psn(),
+                ..IdState::default()
+            }),
+        })
+    }
+
+    /// The AH attributes towards the resolved peer.
+    fn remote_ah(&self, ctx: &Context) -> Option<AhAttr> {
+        let r = lock(&self.st).route?;
+        let sgid = port::sgid_index(ctx, &r.local_gid)?;
+        Some(AhAttr::to(Gid(r.remote_gid), sgid))
+    }
+}
+
+/// A communication identifier (`struct rdma_cm_id`). Cheap to clone; the ID is
+/// destroyed (telling the peer: a REJ, DREQ or DREP as the kernel's
+/// `cm_destroy_id`) when the last clone goes.
+#[derive(Clone)]
+pub struct CmId {
+    inner: Arc<IdInner>,
+}
+
+impl std::fmt::Debug for CmId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let s = lock(&self.inner.st);
+        f.debug_struct("CmId")
+            .field("cm_id", &s.cm.map(|c| c.0))
+            .field("local", &s.local)
+            .field("remote", &s.remote)
+            .finish()
+    }
+}
+
+impl PartialEq for CmId {
+    fn eq(&self, o: &CmId) -> bool {
+        Arc::ptr_eq(&self.inner, &o.inner)
+    }
+}
+
+/// The context's first IP address of a family (its first RoCE v2 address GID): what
+/// peers connect to. On the loopback device each context has its own `127.0.0.x`.
+pub fn local_ip(ctx: &Context, ipv6: bool) -> Option<IpAddr> {
+    let g = ctx.gid(ctx.gid_index_for(ipv6)?)?;
+    Some(match g.to_ipv4_mapped() {
+        Some(v4) => IpAddr::V4(v4),
+        None => IpAddr::V6(std::net::Ipv6Addr::from(g.0)),
+    })
+}
+
+/// An rverbs device whose address table holds `ip`, or the loopback device for a
+/// loopback address.
+fn device_for(ip: IpAddr) -> Result<crate::DeviceInfo> {
+    let devs = crate::devices()?;
+    if let Some(d) = devs.iter().find(|d| d.addrs.contains(&ip)) {
+        return Ok(d.clone());
+    }
+    if ip.is_loopback() {
+        if let Some(d) = devs.iter().find(|d| d.is_loopback()) {
+            return Ok(d.clone());
+        }
+    }
+    Err(errno("rdma_bind_addr", libc::EADDRNOTAVAIL))
+}
+
+/// Contexts this module opened itself (IDs not created on a context), one per device.
+static OPENED: Mutex<Vec<Context>> = Mutex::new(Vec::new());
+
+fn auto_context(dev: &crate::DeviceInfo) -> Result<Context> {
+    let mut all = lock(&OPENED);
+    if let Some(c) = all.iter().find(|c| c.device().name == dev.name) {
+        return Ok(c.clone());
+    }
+    let c = dev.open()?;
+    all.push(c.clone());
+    Ok(c)
+}
+
+/// Waits up to `timeout` until no ID of `ctx` is left and its CM has stopped
+/// (destroyed IDs have told their peers), then drops `ctx` (and the module's own
+/// handle, for a context it opened for IDs created without one); when that was the
+/// last handle the context closes, sending what it deferred and finishing its
+/// capture. Returns whether the CM had stopped. For a program's exit, which closes
+/// nothing.
+pub fn close(ctx: Context, timeout: Duration) -> bool {
+    let deadline = Instant::now() + timeout;
+    while port::running(&ctx) {
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // A context this module opened for IDs is no longer kept for later ones.
+    lock(&OPENED).retain(|c| !Arc::ptr_eq(&c.inner, &ctx.inner));
+    drop(ctx);
+    true
+}
+
+/// The local address the kernel would send from to reach `dst` (a connected UDP
+/// socket's address: no packet is sent).
+fn route_source(dst: IpAddr) -> std::io::Result<IpAddr> {
+    let any: SocketAddr = match dst {
+        IpAddr::V4(_) => "0.0.0.0:0".parse().expect("literal"),
+        IpAddr::V6(_) => "[::]:0".parse().expect("literal"),
+    };
+    let s = std::net::UdpSocket::bind(any)?;
+    s.connect(SocketAddr::new(dst, 9))?;
+    Ok(s.local_addr()?.ip())
+}
+
+fn ephemeral_port() -> u16 {
+    // The kernel's ip_local_port_range default (32768-60999).
+    32768 + (port::random_psn() % 28232) as u16
+}
+
+impl CmId {
+    /// A new ID on `chan` for the port space (`rdma_create_id`); its device is chosen
+    /// by the first bind or address resolution.
+    pub fn create(chan: &EventChannel, ps: PortSpace) -> Result<CmId> {
+        if !matches!(ps, PortSpace::Tcp | PortSpace::Udp) {
+            return Err(errno("rdma_create_id", libc::EPROTONOSUPPORT));
+        }
+        Ok(CmId {
+            inner: Arc::new(IdInner {
+                chan: ChanRef(Arc::downgrade(&chan.inner)),
+                ps,
+                st: Mutex::new(IdState::default()),
+            }),
+        })
+    }
+
+    /// A new ID bound to a context (its device and addresses).
+    pub fn create_on(chan: &EventChannel, ctx: &Context, ps: PortSpace) -> Result<CmId> {
+        let id = CmId::create(chan, ps)?;
+        lock(&id.inner.st).port = Some(Port::of(ctx)?);
+        Ok(id)
+    }
+
+    /// `rdma_create_ep`: a new ID on a channel of its own (returned with it; on `ctx`
+    /// when given) with the address and route to `dst` resolved, waiting up to
+    /// `timeout` for each.
+    pub fn create_ep(
+        ctx: Option<&Context>,
+        src: Option<IpAddr>,
+        dst: SocketAddr,
+        ps: PortSpace,
+        timeout: Duration,
+    ) -> Result<(CmId, EventChannel)> {
+        let ch = EventChannel::new()?;
+        let id = match ctx {
+            Some(c) => CmId::create_on(&ch, c, ps)?,
+            None => CmId::create(&ch, ps)?,
+        };
+        id.resolve_addr(src, dst, timeout)?;
+        id.expect(&ch, EventKind::AddrResolved, timeout)?;
+        id.resolve_route(timeout)?;
+        id.expect(&ch, EventKind::RouteResolved, timeout)?;
+        Ok((id, ch))
+    }
+
+    fn expect(&self, ch: &EventChannel, kind: EventKind, timeout: Duration) -> Result<()> {
+        match ch.get_event(Some(timeout)) {
+            Some(e) if e.kind == kind => Ok(()),
+            Some(e) => Err(errno(
+                "rdma_create_ep",
+                e.status
+                    .checked_neg()
+                    .filter(|s| *s > 0)
+                    .unwrap_or(libc::EINVAL),
+            )),
+            None => Err(errno("rdma_create_ep", libc::ETIMEDOUT)),
+        }
+    }
+
+    fn push(&self, kind: EventKind, status: i32) {
+        self.inner
+            .chan
+            .push(RawEvent::new(kind, self.inner.clone(), status, Vec::new()));
+    }
+
+    /// The channel the ID reports on, while it exists.
+    pub fn channel(&self) -> Option<EventChannel> {
+        self.inner
+            .chan
+            .0
+            .upgrade()
+            .map(|inner| EventChannel { inner })
+    }
+
+    /// The context the ID is on (once bound or resolved).
+    pub fn context(&self) -> Option<Context> {
+        lock(&self.inner.st).port.as_ref().map(|p| p.ctx.clone())
+    }
+
+    /// The port space.
+    pub fn port_space(&self) -> PortSpace {
+        self.inner.ps
+    }
+
+    /// The local address (after bind, resolve or on a connect request).
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        lock(&self.inner.st).local
+    }
+
+    /// The peer's address.
+    pub fn peer_addr(&self) -> Option<SocketAddr> {
+        lock(&self.inner.st).remote
+    }
+
+    /// The ID's QP (after [`CmId::create_qp`]).
+    pub fn qp(&self) -> Option<Arc<Qp>> {
+        self.inner.qp_arc()
+    }
+
+    /// Sets the CM response timeout (4.096 µs · 2^`timeout`) and the resends of an
+    /// unanswered REQ / SIDR_REQ; rdma_cm's are 20 (4.3 s) and 15.
+    pub fn set_cm_timeouts(&self, timeout: u8, retries: u8) -> Result<()> {
+        if timeout > 31 || retries > 15 {
+            return Err(errno("rdma_set_option", libc::EINVAL));
+        }
+        lock(&self.inner.st).timeouts = Some((timeout, retries));
+        Ok(())
+    }
+
+    fn ensure_port(&self, ip: IpAddr) -> Result<Arc<Port>> {
+        let bound = lock(&self.inner.st).port.clone();
+        if let Some(p) = bound {
+            return Ok(p);
+        }
+        let ctx = auto_context(&device_for(ip)?)?;
+        let p = Port::of(&ctx)?;
+        lock(&self.inner.st).port = Some(p.clone());
+        Ok(p)
+    }
+
+    fn local_ip_of(port: &Port, ipv6: bool) -> Option<IpAddr> {
+        local_ip(&port.ctx, ipv6)
+    }
+
+    /// `rdma_bind_addr`: the local address and port (0: a free one). An unspecified
+    /// address binds the ID's context's address of that family (the default device's
+    /// when the ID has no context yet).
+    pub fn bind_addr(&self, addr: SocketAddr) -> Result<()> {
+        const VERB: &str = "rdma_bind_addr";
+        if lock(&self.inner.st).local.is_some() {
+            return Err(errno(VERB, libc::EINVAL));
+        }
+        let bound = lock(&self.inner.st).port.clone();
+        let port = match bound {
+            Some(p) => p,
+            None if addr.ip().is_unspecified() => {
+                let p = Port::of(&auto_context(&crate::device(None)?)?)?;
+                lock(&self.inner.st).port = Some(p.clone());
+                p
+            }
+            None => self.ensure_port(addr.ip())?,
+        };
+        // The context needs an address of the family (its GID is what peers reach).
+        if Self::local_ip_of(&port, addr.is_ipv6()).is_none() {
+            return Err(errno(VERB, libc::EADDRNOTAVAIL));
+        }
+        let ip = if addr.ip().is_unspecified() {
+            // Listening on any address: requests for every address of the context.
+            addr.ip()
+        } else if port
+            .ctx
+            .gids()
+            .iter()
+            .any(|g| g.0 == cma::ip_to_gid(addr.ip()))
+        {
+            addr.ip()
+        } else {
+            return Err(errno(VERB, libc::EADDRNOTAVAIL));
+        };
+        let p = if addr.port() == 0 {
+            ephemeral_port()
+        } else {
+            addr.port()
+        };
+        lock(&self.inner.st).local = Some(SocketAddr::new(ip, p));
+        Ok(())
+    }
+
+    /// `rdma_listen` with a backlog (0: the maximum, 1024). EADDRINUSE when another ID
+    /// listens on the port of this port space.
+    pub fn listen(&self, backlog: u32) -> Result<()> {
+        const VERB: &str = "rdma_listen";
+        if lock(&self.inner.st).local.is_none() {
+            self.bind_addr("0.0.0.0:0".parse().expect("literal"))?;
+        }
+        let (port, local) = {
+            let s = lock(&self.inner.st);
+            (s.port.clone(), s.local)
+        };
+        let (Some(port), Some(local)) = (port, local) else {
+            return Err(errno(VERB, libc::EINVAL));
+        };
+        let sid = cma::service_id(self.inner.ps, local.port());
+        let me = self.inner.clone();
+        port.with(|st, now| {
+            let id = st.cm.create_id();
+            if let Err(e) = st.cm.listen(id, sid, backlog) {
+                let _ = st.cm.destroy(now, id);
+                return Err(cm_err(VERB, e));
+            }
+            st.ids.insert(id.0, Arc::downgrade(&me));
+            lock(&me.st).cm = Some(id);
+            Ok(())
+        })
+    }
+
+    /// `rdma_resolve_addr`: picks the device that reaches `dst` (from `src`, or the
+    /// address the host routes from) and queues [`EventKind::AddrResolved`], or
+    /// [`EventKind::AddrError`] when no device has an address of the family.
+    /// EINVAL for an unspecified or multicast destination or mixed families. The
+    /// answer is immediate (a GID is the IP address; the carrier resolves neighbours
+    /// itself), so the timeout is never reached.
+    pub fn resolve_addr(
+        &self,
+        src: Option<IpAddr>,
+        dst: SocketAddr,
+        _timeout: Duration,
+    ) -> Result<()> {
+        const VERB: &str = "rdma_resolve_addr";
+        let d = dst.ip();
+        if d.is_unspecified() || d.is_multicast() {
+            return Err(errno(VERB, libc::EINVAL));
+        }
+        if src.is_some_and(|s| s.is_ipv6() != d.is_ipv6()) {
+            return Err(errno(VERB, libc::EINVAL));
+        }
+        let has_port = lock(&self.inner.st).port.is_some();
+        let port = if has_port {
+            self.ensure_port(d)?
+        } else {
+            let from = match src {
+                Some(s) => s,
+                None => match route_source(d) {
+                    Ok(s) => s,
+                    Err(e) => {
+                        self.push(
+                            EventKind::AddrError,
+                            -e.raw_os_error().unwrap_or(libc::EHOSTUNREACH),
+                        );
+                        return Ok(());
+                    }
+                },
+            };
+            match self.ensure_port(from) {
+                Ok(p) => p,
+                Err(e) => {
+                    self.push(EventKind::AddrError, -e.errno());
+                    return Ok(());
+                }
+            }
+        };
+        let Some(mine) = src.or_else(|| Self::local_ip_of(&port, d.is_ipv6())) else {
+            self.push(EventKind::AddrError, -libc::EADDRNOTAVAIL);
+            return Ok(());
+        };
+        {
+            let mut s = lock(&self.inner.st);
+            let lp = s.local.map_or_else(ephemeral_port, |a| a.port());
+            s.local = Some(SocketAddr::new(mine, lp));
+            s.remote = Some(dst);
+        }
+        self.push(EventKind::AddrResolved, 0);
+        Ok(())
+    }
+
+    /// `rdma_resolve_route` (immediate, as [`CmId::resolve_addr`]): on RoCE the path is the two GIDs (the IP addresses), the
+    /// device's path MTU and rdma_cm's packet life time. Queues
+    /// [`EventKind::RouteResolved`] or [`EventKind::RouteError`] (a source address
+    /// not in the GID table). EINVAL before [`CmId::resolve_addr`].
+    pub fn resolve_route(&self, _timeout: Duration) -> Result<()> {
+        let (port, local, remote) = {
+            let s = lock(&self.inner.st);
+            (s.port.clone(), s.local, s.remote)
+        };
+        let (Some(port), Some(local), Some(remote)) = (port, local, remote) else {
+            return Err(errno("rdma_resolve_route", libc::EINVAL));
+        };
+        let lg = cma::ip_to_gid(local.ip());
+        if port::sgid_index(&port.ctx, &lg).is_none() {
+            self.push(EventKind::RouteError, -libc::EADDRNOTAVAIL);
+            return Ok(());
+        }
+        let mut path = Path::roce(lg, cma::ip_to_gid(remote.ip()));
+        path.mtu = port.ctx.device().active_mtu() as u8;
+        lock(&self.inner.st).route = Some(path);
+        self.push(EventKind::RouteResolved, 0);
+        Ok(())
+    }
+
+    /// `rdma_create_qp`: a QP of `pd` (which must be on the ID's context) for this
+    /// ID, moved to INIT (RC: no remote access until the CM grants it; UD: rdma_cm's
+    /// Q_Key, and on to RTS, as librdmacm's `ucma_init_ud_qp`). The connection moves
+    /// it on.
+    pub fn create_qp(&self, pd: &Pd, attr: &QpInitAttr<'_>) -> Result<Arc<Qp>> {
+        const VERB: &str = "rdma_create_qp";
+        let port = lock(&self.inner.st)
+            .port
+            .clone()
+            .ok_or(errno(VERB, libc::EINVAL))?;
+        if !Arc::ptr_eq(&pd.context().inner, &port.ctx.inner) {
+            return Err(errno(VERB, libc::EINVAL));
+        }
+        if lock(&self.inner.st).qp.is_some() {
+            return Err(errno(VERB, libc::EINVAL));
+        }
+        let want = match self.inner.ps {
+            PortSpace::Udp => QpType::Ud,
+            _ => QpType::Rc,
+        };
+        if attr.qp_type != want {
+            return Err(errno(VERB, libc::EINVAL));
+        }
+        let qp = pd.create_qp(attr)?;
+        let init = QpModify::to(QpState::Init).port(1).pkey_index(0);
+        if want == QpType::Ud {
+            let psn = lock(&self.inner.st).psn;
+            qp.modify(&init.qkey(port::RDMA_UDP_QKEY))?;
+            qp.modify(&QpModify::to(QpState::Rtr))?;
+            qp.modify(&QpModify::to(QpState::Rts).sq_psn(psn))?;
+        } else {
+            qp.modify(&init.access(crate::AccessFlags::NONE))?;
+        }
+        let qp = Arc::new(qp);
+        lock(&self.inner.st).qp = Some(qp.clone());
+        Ok(qp)
+    }
+
+    /// `rdma_connect`: a REQ (RC) or SIDR_REQ (UD) to the resolved peer, with
+    /// rdma_cm's header before the private data. The QP (from [`CmId::create_qp`]) is
+    /// moved to RTS when the REP comes; [`EventKind::Established`] follows (or
+    /// [`EventKind::Rejected`], [`EventKind::Unreachable`]).
+    pub fn connect(&self, p: &ConnParam) -> Result<()> {
+        const VERB: &str = "rdma_connect";
+        let (port, local, remote, route, qp, psn, timeouts) = {
+            let s = lock(&self.inner.st);
+            if s.cm.is_some() {
+                return Err(errno(VERB, libc::EINVAL));
+            }
+            (
+                s.port.clone(),
+                s.local,
+                s.remote,
+                s.route,
+                s.qp.clone(),
+                s.psn,
+                s.timeouts,
+            )
+        };
+        let (Some(port), Some(local), Some(remote), Some(route), Some(qp)) =
+            (port, local, remote, route, qp)
+        else {
+            return Err(errno(VERB, libc::EINVAL));
+        };
+        let hdr = CmaHeader {
+            src_port: local.port(),
+            src: local.ip(),
+            dst: remote.ip(),
+        };
+        let sid = cma::service_id(self.inner.ps, remote.port());
+        let me = self.inner.clone();
+        let (resp_timeout, retries) =
+            timeouts.unwrap_or((consts::CMA_CM_RESPONSE_TIMEOUT, consts::CMA_MAX_CM_RETRIES));
+        if self.inner.ps == PortSpace::Udp {
+            let pd = hdr
+                .encode(&p.private_data, consts::private_len::SIDR_REQ)
+                .map_err(|e| cm_err(VERB, e))?;
+            return port.with(|st, now| {
+                let id = st.cm.create_id();
+                let r = st.cm.sidr_request(
+                    now,
+                    id,
+                    &SidrParams {
+                        service_id: sid,
+                        remote_gid: route.remote_gid,
+                        pkey: 0xffff,
+                        timeout_ms: consts::convert_to_ms(resp_timeout).max(1),
+                        max_cm_retries: retries,
+                        private_data: pd,
+                    },
+                );
+                if let Err(e) = r {
+                    let _ = st.cm.destroy(now, id);
+                    return Err(cm_err(VERB, e));
+                }
+                st.ids.insert(id.0, Arc::downgrade(&me));
+                lock(&me.st).cm = Some(id);
+                Ok(())
+            });
+        }
+        let pd = hdr
+            .encode(&p.private_data, consts::private_len::REQ)
+            .map_err(|e| cm_err(VERB, e))?;
+        let mut cp = ConnectParams::rdma_cm(sid, qp.qp_num(), psn, route);
+        cp.responder_resources = p.responder_resources;
+        cp.initiator_depth = p.initiator_depth;
+        cp.retry_count = p.retry_count.min(7);
+        cp.rnr_retry_count = p.rnr_retry_count.min(7);
+        cp.remote_cm_response_timeout = resp_timeout;
+        cp.local_cm_response_timeout = resp_timeout;
+        cp.max_cm_retries = retries;
+        cp.private_data = pd;
+        port.with(|st, now| {
+            let id = st.cm.create_id();
+            if let Err(e) = st.cm.connect(now, id, &cp) {
+                let _ = st.cm.destroy(now, id);
+                return Err(cm_err(VERB, e));
+            }
+            st.ids.insert(id.0, Arc::downgrade(&me));
+            lock(&me.st).cm = Some(id);
+            Ok(())
+        })
+    }
+
+    fn port_and_id(&self, verb: &'static str) -> Result<(Arc<Port>, RawId)> {
+        let s = lock(&self.inner.st);
+        match (s.port.clone(), s.cm) {
+            (Some(p), Some(id)) => Ok((p, id)),
+            _ => Err(errno(verb, libc::EINVAL)),
+        }
+    }
+
+    /// `rdma_accept` on the ID of a connect request: RC moves the ID's QP to RTS and
+    /// sends the REP ([`EventKind::Established`] follows on the RTU); UD answers the
+    /// SIDR_REQ with the QP's number and Q_Key.
+    pub fn accept(&self, p: &ConnParam) -> Result<()> {
+        const VERB: &str = "rdma_accept";
+        let (port, id) = self.port_and_id(VERB)?;
+        let (qp, psn, sidr, req) = {
+            let s = lock(&self.inner.st);
+            (s.qp.clone(), s.psn, s.sidr, s.req.clone())
+        };
+        let qp = qp.ok_or(errno(VERB, libc::EINVAL))?;
+        if sidr {
+            let reply = rverbs_cm::SidrReply {
+                status: consts::sidr_status::SUCCESS,
+                qpn: qp.qp_num(),
+                qkey: port::RDMA_UDP_QKEY,
+                info: Vec::new(),
+                private_data: p.private_data.clone(),
+            };
+            return port.with(|st, now| {
+                st.cm
+                    .sidr_reply(now, id, &reply)
+                    .map_err(|e| cm_err(VERB, e))
+            });
+        }
+        let req = req.ok_or(errno(VERB, libc::EINVAL))?;
+        let ap = rverbs_cm::AcceptParams {
+            qpn: qp.qp_num(),
+            starting_psn: psn,
+            // cma.c `cma_accept_ib`: the consumer's values, no more than the peer
+            // offers (librdmacm `ucma_valid_param` limits them to the device's).
+            responder_resources: p.responder_resources.min(req.responder_resources.max(1)),
+            initiator_depth: p.initiator_depth.min(req.initiator_depth.max(1)),
+            rnr_retry_count: p.rnr_retry_count.min(7),
+            failover_accepted: 0,
+            srq: false,
+            flow_control: false,
+            private_data: p.private_data.clone(),
+        };
+        let ctx = port.ctx.clone();
+        port.with(|st, now| {
+            st.cm.accept(now, id, &ap).map_err(|e| cm_err(VERB, e))?;
+            // The QP is at RTS before the REP leaves (librdmacm `rdma_accept`).
+            if let Err(e) = port::move_qp(&ctx, &st.cm, id, &qp, true) {
+                let _ = st
+                    .cm
+                    .reject(now, id, consts::rej::CONSUMER_DEFINED, &[], &[]);
+                return Err(e);
+            }
+            Ok(())
+        })
+    }
+
+    /// `rdma_reject` with private data: a REJ "consumer defined" (reason 28), or a
+    /// SIDR reply "rejected" for UD.
+    pub fn reject(&self, private_data: &[u8]) -> Result<()> {
+        const VERB: &str = "rdma_reject";
+        let (port, id) = self.port_and_id(VERB)?;
+        let sidr = lock(&self.inner.st).sidr;
+        let pd = private_data.to_vec();
+        port.with(|st, now| {
+            if sidr {
+                let mut r = rverbs_cm::SidrReply::status(consts::sidr_status::REJECT);
+                r.private_data = pd;
+                st.cm.sidr_reply(now, id, &r)
+            } else {
+                st.cm
+                    .reject(now, id, consts::rej::CONSUMER_DEFINED, &[], &pd)
+            }
+            .map_err(|e| cm_err(VERB, e))
+        })
+    }
+
+    /// `rdma_disconnect`: the QP to ERR, then a DREQ (or the DREP to the peer's DREQ).
+    pub fn disconnect(&self) -> Result<()> {
+        const VERB: &str = "rdma_disconnect";
+        let (port, id) = self.port_and_id(VERB)?;
+        self.inner.qp_to_error();
+        port.with(|st, now| st.cm.disconnect(now, id, &[]).map_err(|e| cm_err(VERB, e)))
+    }
+
+    /// The counters of the CM this ID runs on (MADs, drops by cause, retries).
+    pub fn cm_stats(&self) -> Option<rverbs_cm::CmStats> {
+        let port = lock(&self.inner.st).port.clone()?;
+        let s = lock(&port.st).cm.stats();
+        Some(s)
+    }
+}

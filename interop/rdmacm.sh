@@ -1,0 +1,145 @@
+#!/usr/bin/env bash
+# Interop of the RDMA CM: `rverbs rping` / `udaddy` / `ucmatose` against rdma-core's
+# rping, udaddy and ucmatose on the kernel's rxe in the guest (../shared/rxe-peer), both
+# roles, IPv4 and IPv6. The connection is made by CM MADs on QP1 (REQ/REP/RTU, DREQ/DREP; SIDR for
+# udaddy; several connections at once for ucmatose); rping then moves its data with RDMA READ and WRITE (-S 5000: 5-packet
+# transfers at the 1024-byte path MTU), checked on the client with -V.
+#
+# Needs: the rxe-peer guest running (rxe-peer/start.sh 1) and an rverbs binary.
+# Usage: interop/rdmacm.sh [RVERBS_BIN] [FILTER]    (FILTER: substring of case names)
+# FAULTS=loss=0.05,seed=7 runs rverbs with RVERBS_FAULTS (udaddy's UD datagrams are
+# not resent by anyone: filter it out then, e.g. FILTER=rping or ucmatose).
+set -u
+. "$(dirname "$0")/lib.sh"
+port=7300
+kill_cm='for p in $(ps | grep -E "rping|udaddy" | grep -v grep | awk "{print \$1}"); do kill -9 $p; done; true'
+
+# Waits (in the guest) until an rdma_cm ID listens on port $1, for up to 30 s.
+guest_cm_listen() {
+  guest "for i in \$(seq 1 300); do rdma res show cm_id 2>/dev/null | grep -q 'LISTEN.*:$1\b' && exit 0; sleep 0.1; done; exit 1" >/dev/null 2>&1
+}
+
+# Waits until the rverbs server's log says it listens (for up to 10 s).
+rv_listening() {
+  local i
+  for i in $(seq 1 200); do
+    grep -q "listening on" "$1" 2>/dev/null && return 0
+    sleep 0.05
+  done
+  return 1
+}
+
+# rping_case NAME ROLE(rv-server|rv-client) IPV6(0|1) SIZE COUNT
+rping_case() {
+  local name=$1 role=$2 v6=$3 size=$4 count=$5
+  [ -n "$filter" ] && [[ $name != *"$filter"* ]] && return
+  case_name=$name
+  port=$((port + 1))
+  local host=$host4 vm=$vm4
+  [ "$v6" = 1 ] && { host=$host6; vm=$vm6; }
+  local rv_log=/tmp/interop-rv.$$ vm_log ok=0
+  if [ "$role" = rv-server ]; then
+    rv_cmd "$rv_log" 90 rping -s -a "$host" -p "$port" -S "$size" -v -d --stats --timeout 60 &
+    local bg=$!
+    rv_listening "$rv_log"
+    vm_log=$(guest -t 90 "rping -c -a $host -p $port -S $size -C $count -v -V; echo exit=\$?; $kill_cm" 2>&1)
+    wait $bg
+    if rv_clean "$rv_log" && grep -q "exit=0" "$rv_log" && grep -q "exit=0" <<<"$vm_log" &&
+      [ "$(grep -c '^ping data: rdma-ping-' <<<"$vm_log")" = "$count" ] &&
+      [ "$(grep -c '^server ping data: rdma-ping-' "$rv_log")" = "$count" ]; then
+      ok=1
+    fi
+  else
+    guest -b "rping$port" "rping -s -a $vm -p $port -S $size -v" >/dev/null 2>&1
+    guest_cm_listen "$port"
+    rv_cmd "$rv_log" 90 rping -c -a "$vm" -p "$port" -S "$size" -C "$count" -v -V --stats --timeout 60
+    vm_log=$(guest "p=\$(cat /tmp/bg-rping$port.pid); for i in \$(seq 1 50); do kill -0 \$p 2>/dev/null || break; sleep 0.1; done; cat /tmp/bg-rping$port.log; kill -0 \$p 2>/dev/null && echo still-running; $kill_cm" 2>&1)
+    if rv_clean "$rv_log" && grep -q "exit=0" "$rv_log" && ! grep -q still-running <<<"$vm_log" &&
+      [ "$(grep -c '^ping data: rdma-ping-' "$rv_log")" = "$count" ] &&
+      [ "$(grep -c '^server ping data: rdma-ping-' <<<"$vm_log")" = "$count" ]; then
+      ok=1
+    fi
+  fi
+  record "$name" $ok "--- rverbs:" "$(cat "$rv_log")" "--- guest:" "$vm_log"
+  add_rv_counters "$rv_log"
+  rm -f "$rv_log"
+}
+
+# udaddy_case NAME ROLE(rv-server|rv-client) IPV6(0|1) COUNT
+udaddy_case() {
+  local name=$1 role=$2 v6=$3 count=$4
+  [ -n "$filter" ] && [[ $name != *"$filter"* ]] && return
+  case_name=$name
+  local host=$host4 vm=$vm4
+  [ "$v6" = 1 ] && { host=$host6; vm=$vm6; }
+  local rv_log=/tmp/interop-rv.$$ vm_log ok=0
+  # udaddy's port is fixed (7174).
+  if [ "$role" = rv-server ]; then
+    rv_cmd "$rv_log" 90 udaddy -b "$host" -C "$count" --timeout 60 &
+    local bg=$!
+    sleep 1
+    vm_log=$(guest -t 90 "udaddy -s $host -C $count; echo exit=\$?; $kill_cm" 2>&1)
+    wait $bg
+  else
+    guest -b "udaddy" "udaddy -b $vm -C $count" >/dev/null 2>&1
+    guest_cm_listen 7174
+    rv_cmd "$rv_log" 90 udaddy -s "$vm" -C "$count" --timeout 60
+    vm_log=$(guest "p=\$(cat /tmp/bg-udaddy.pid); for i in \$(seq 1 100); do kill -0 \$p 2>/dev/null || break; sleep 0.1; done; cat /tmp/bg-udaddy.log; $kill_cm" 2>&1)
+  fi
+  if grep -q "exit=0" "$rv_log" && grep -q "return status 0" "$rv_log" &&
+    grep -q "return status 0" <<<"$vm_log" && grep -q "data transfers complete" <<<"$vm_log"; then
+    ok=1
+  fi
+  record "$name" $ok "--- rverbs:" "$(cat "$rv_log")" "--- guest:" "$vm_log"
+  rm -f "$rv_log"
+}
+
+# ucmatose_case NAME ROLE(rv-server|rv-client) IPV6(0|1) CONNECTIONS COUNT SIZE
+ucmatose_case() {
+  local name=$1 role=$2 v6=$3 conns=$4 count=$5 size=$6
+  [ -n "$filter" ] && [[ $name != *"$filter"* ]] && return
+  case_name=$name
+  port=$((port + 1))
+  local host=$host4 vm=$vm4
+  [ "$v6" = 1 ] && { host=$host6; vm=$vm6; }
+  local rv_log=/tmp/interop-rv.$$ vm_log ok=0
+  local args="-c $conns -C $count -S $size -p $port"
+  if [ "$role" = rv-server ]; then
+    rv_cmd "$rv_log" 90 ucmatose -b "$host" $args --timeout 60 &
+    local bg=$!
+    sleep 1
+    vm_log=$(guest -t 90 "ucmatose -s $host $args; echo exit=\$?; $kill_cm" 2>&1)
+    wait $bg
+  else
+    guest -b "ucm$port" "ucmatose -b $vm $args" >/dev/null 2>&1
+    guest_cm_listen "$port"
+    rv_cmd "$rv_log" 90 ucmatose -s "$vm" $args --timeout 60
+    vm_log=$(guest "p=\$(cat /tmp/bg-ucm$port.pid); for i in \$(seq 1 100); do kill -0 \$p 2>/dev/null || break; sleep 0.1; done; cat /tmp/bg-ucm$port.log; $kill_cm" 2>&1)
+  fi
+  if grep -q "exit=0" "$rv_log" && grep -q "return status 0" "$rv_log" &&
+    grep -q "return status 0" <<<"$vm_log" && grep -q "data transfers complete" <<<"$vm_log"; then
+    ok=1
+  fi
+  record "$name" $ok "--- rverbs:" "$(cat "$rv_log")" "--- guest:" "$vm_log"
+  rm -f "$rv_log"
+}
+
+before=$(counters)
+for role in rv-client rv-server; do
+  for v6 in 0 1; do
+    ipv=ip$([ $v6 = 1 ] && echo 6 || echo 4)
+    rping_case "rping-$role-$ipv-64" "$role" "$v6" 64 20
+    rping_case "rping-$role-$ipv-5000" "$role" "$v6" 5000 10
+  done
+  udaddy_case "udaddy-$role-ip4" "$role" 0 10
+  ucmatose_case "ucmatose-$role-ip4" "$role" 0 4 10 100
+  ucmatose_case "ucmatose-$role-ip6-4000" "$role" 1 2 5 4000
+done
+# rxe must have accepted every packet rverbs sent; with FAULTS (rverbs drops some of
+# what it sends) a request after a lost one is out of sequence, as it should be.
+strict="out_of_seq_request send_err retry_exceeded_err retry_rnr_exceeded_err"
+noted="completer_retry_err duplicate_request rcvd_seq_err"
+[ -n "${FAULTS:-}" ] && { strict="send_err retry_exceeded_err retry_rnr_exceeded_err"; noted="out_of_seq_request $noted"; }
+check_counters "$before" "$strict" "$noted"
+print_rv_totals
+finish
