@@ -26,15 +26,24 @@ TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 port=$PORT
 
-# pair SERVER_CMD... -- CLIENT_CMD...: runs both, prints the client's stdout.
+# listening PORT: true once a TCP socket listens on PORT (from /proc: a probe
+# connection would be taken by the server for its peer).
+listening() {
+    local hex
+    hex=$(printf ':%04X ' "$1")
+    cat /proc/net/tcp /proc/net/tcp6 2>/dev/null | awk -v h="$hex" '$4 == "0A" && index($2 " ", h) { f = 1 } END { exit !f }'
+}
+
+# pair PORT SERVER_CMD... -- CLIENT_CMD...: runs both, prints the client's stdout.
 pair() {
-    local srv=() cli=()
+    local port=$1 srv=() cli=()
+    shift
     while [[ $1 != -- ]]; do srv+=("$1"); shift; done
     shift
     cli=("$@")
     "${srv[@]}" >"$TMP/s.out" 2>&1 &
     local spid=$!
-    sleep 0.5
+    for _ in $(seq 1 200); do listening "$port" && break; sleep 0.05; done
     if ! "${cli[@]}" >"$TMP/c.out" 2>&1; then
         echo "c_library.sh: client '${cli[*]}' failed:" >&2; tail -5 "$TMP/c.out" >&2
         kill "$spid" 2>/dev/null || true
@@ -48,25 +57,25 @@ c() { env LD_LIBRARY_PATH="$LIBDIR" "$@"; }
 # to Gb/s, or t_typical (column 5) in microseconds.
 c_bw() {
     port=$((port + 1))
-    pair c "ib_$1_bw" -d rv_lo -x 1 -s 65536 -D "$DUR" -p $port -- \
+    pair $port c "ib_$1_bw" -d rv_lo -x 1 -s 65536 -D "$DUR" -p $port -- \
         c "ib_$1_bw" -d rv_lo -x 1 -s 65536 -D "$DUR" -p $port 127.0.0.1 |
         awk '$1 == 65536 { printf "%.3f\n", $4 * 8 / 1000 }' | tail -n 1
 }
 c_lat() {
     port=$((port + 1))
-    pair c ib_send_lat -d rv_lo -x 1 -s 8 -n "$ITERS" -p $port -- \
+    pair $port c ib_send_lat -d rv_lo -x 1 -s 8 -n "$ITERS" -p $port -- \
         c ib_send_lat -d rv_lo -x 1 -s 8 -n "$ITERS" -p $port 127.0.0.1 |
         awk '$1 == 8 { print $5 }' | tail -n 1
 }
 rust_bw() {
     port=$((port + 1))
-    pair "$BIN" perf "$1" bw -s 65536 -D "$DUR" -p $port --json -- \
+    pair $port "$BIN" perf "$1" bw -s 65536 -D "$DUR" -p $port --json -- \
         "$BIN" perf "$1" bw -s 65536 -D "$DUR" -p $port --json localhost |
         sed -n 's/.*"gbps":\([-0-9.e+]*\).*/\1/p' | tail -n 1
 }
 rust_lat() {
     port=$((port + 1))
-    pair "$BIN" perf send lat -s 8 -n "$ITERS" --spin-us 1000000 -p $port --json -- \
+    pair $port "$BIN" perf send lat -s 8 -n "$ITERS" --spin-us 1000000 -p $port --json -- \
         "$BIN" perf send lat -s 8 -n "$ITERS" --spin-us 1000000 -p $port --json localhost |
         sed -n 's/.*"p50":\([-0-9.e+]*\).*/\1/p' | tail -n 1
 }

@@ -360,3 +360,40 @@ fn rdma_core_suite_passes_on_the_soft_device() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `bench/c_library.sh` (perftest on this library against `rverbs perf`, alternating)
+/// runs and prints all three rows with a figure on both sides and a ratio.
+#[test]
+#[ignore = "needs perftest and the rverbs binary (cargo build -p rverbs-cli); CI runs it with --ignored"]
+fn c_library_bench_script_prints_every_row() {
+    need("ib_write_bw");
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+    let out = Command::new("bash")
+        .arg("bench/c_library.sh")
+        .current_dir(root)
+        .env("RVERBS", rverbs_bin())
+        .env("LIBDIR", common::lib_dir())
+        .env("DUR", "1")
+        .env("ITERS", "300")
+        .env("REPS", "1")
+        .env("PORT", common::free_port().to_string())
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    for row in ["RC WRITE bw", "RC SEND bw", "RC SEND 8 B"] {
+        let line = stdout
+            .lines()
+            .find(|l| l.starts_with(row))
+            .unwrap_or_else(|| panic!("no row {row}:\n{stdout}\n{stderr}"));
+        // name columns, then C, Rust, ratio, range: none of them '-'.
+        let figures: Vec<&str> = line.split_whitespace().rev().take(4).collect();
+        assert!(
+            figures.iter().all(|f| *f != "-"),
+            "row without a figure: {line}\n{stderr}"
+        );
+    }
+}
