@@ -37,7 +37,7 @@ pub struct Config {
     pub src_port: Option<u16>,
     /// When RC requesters set AckReq ([`AckPolicy`]; default [`AckPolicy::Coalesce`]).
     pub ack_policy: AckPolicy,
-    /// Leave the ICRC of RoCE v2 packets zero in [`Transmit::payload`]: the driver
+    /// Leave the ICRC of RoCE v2 packets zero in [`Transmit::payload`](crate::Transmit::payload): the driver
     /// computes it when it sends, because only then does it know the UDP source port
     /// and IPv4 Identification the packet leaves with (a connected socket's; see the
     /// `rverbs` device). RoCE v1 packets always get theirs. Default: false (the engine
@@ -45,9 +45,9 @@ pub struct Config {
     pub sender_fills_icrc: bool,
     /// With [`Config::sender_fills_icrc`]: leave the payload of a RoCE v2 request or
     /// READ response of at least [`LEND_MIN`] bytes that lies in one memory region in
-    /// that region ([`Transmit::body`]) instead of copying it into the datagram; the
+    /// that region ([`Transmit::body`](crate::Transmit::body)) instead of copying it into the datagram; the
     /// driver sends it from there (`sendmmsg` gathers it) and hashes it into the ICRC.
-    /// Default: false (every [`Transmit::payload`] is the whole packet).
+    /// Default: false (every [`Transmit::payload`](crate::Transmit::payload) is the whole packet).
     pub lend_payloads: bool,
     /// How many PSNs an RC requester may have outstanding (sent, not acknowledged):
     /// rxe's 128 ([`crate::MAX_UNACKED_PSNS`]) by default. A driver whose peers take
@@ -58,7 +58,7 @@ pub struct Config {
     /// asks for ACKs in proportion (every half window within a long message instead of
     /// every 64 packets, [`crate::MAX_PKT_PER_ACK`]; a quarter and an eighth of the
     /// window at message ends), so the window never fills before an answer is on its
-    /// way. Kept within [`crate::MIN_UNACKED_PSNS`] (16) ..= 2^23 ([`Engine::config`]
+    /// way. Kept within [`crate::MIN_UNACKED_PSNS`] (16) ..= 2^23 ([`Engine::config`](crate::Engine::config)
     /// shows the value kept): past 2^23 (half the 24-bit PSN space) a responder could
     /// not tell a new PSN from a duplicate.
     pub max_unacked_psns: u32,

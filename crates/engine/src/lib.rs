@@ -27,6 +27,7 @@ mod req;
 mod resp;
 pub mod rng;
 pub mod selective;
+mod selective_state;
 pub mod sim;
 mod slab;
 mod timers;

@@ -118,7 +118,7 @@ impl DeviceCq for SoftCq {
 
     fn bind(&self, owner: Weak<dyn Any + Send + Sync>, channel: Option<&dyn DeviceChannel>) {
         let channel = channel
-            .and_then(|c| c.as_any().downcast_ref::<super::device::SoftChannel>())
+            .and_then(|c| c.as_any().downcast_ref::<super::channel::SoftChannel>())
             .map(|c| &c.inner);
         self.shared.hub.bind(self.id, owner, channel)
     }

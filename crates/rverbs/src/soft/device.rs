@@ -1,9 +1,9 @@
 //! The soft device behind the device interface (`crate::device::ops`): the
-//! context-level verbs, completion channels and MADs. CQs and QPs are in `cq.rs`,
-//! `qp.rs` and `raw_qp.rs`.
+//! context-level verbs and MADs. Completion channels, CQs and QPs are in `channel.rs`,
+//! `cq.rs`, `qp.rs` and `raw_qp.rs`.
 
+use super::channel::SoftChannel;
 use super::cq::SoftCq;
-use super::events::ChannelInner;
 use super::Shared;
 use crate::device::attrs::{device_attr, port_attr, DeviceAttr, PortAttr};
 use crate::device::ops::{CqOwner, Device, DeviceChannel, DeviceCq, DeviceMad, DeviceQp, QpCreate};
@@ -184,10 +184,7 @@ impl Device for SoftDevice {
     }
 
     fn create_comp_channel(&self) -> Result<Arc<dyn DeviceChannel>> {
-        Ok(Arc::new(SoftChannel {
-            inner: ChannelInner::new()?,
-            shared: self.shared.clone(),
-        }))
+        Ok(Arc::new(SoftChannel::new(self.shared.clone())?))
     }
 
     fn create_cq(&self, cqe: u32) -> Result<Box<dyn DeviceCq>> {
@@ -223,35 +220,6 @@ impl Device for SoftDevice {
 
     fn mad(&self) -> &dyn DeviceMad {
         self
-    }
-}
-
-/// A completion channel of the soft device: its event queue, and the device, whose
-/// sockets a waiter receives from itself (`ChannelInner::next_receiving`).
-pub(crate) struct SoftChannel {
-    pub(crate) inner: Arc<ChannelInner>,
-    shared: Arc<Shared>,
-}
-
-impl DeviceChannel for SoftChannel {
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-
-    fn get_cq_event(&self, timeout: Option<Duration>) -> Option<CqOwner> {
-        self.inner.next_receiving(&self.shared, timeout)
-    }
-
-    fn try_get_cq_event(&self) -> Option<CqOwner> {
-        self.inner.try_next()
-    }
-
-    fn fd(&self) -> BorrowedFd<'_> {
-        self.inner.events.fd()
-    }
-
-    fn is_empty(&self) -> bool {
-        self.inner.events.is_empty()
     }
 }
 

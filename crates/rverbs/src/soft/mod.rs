@@ -27,6 +27,7 @@
 //!                                   tap::Faulty ─ tap::Captured ─ carrier::Chain
 //! ```
 
+pub(crate) mod channel;
 pub(crate) mod cq;
 pub(crate) mod device;
 pub(crate) mod driver;
