@@ -492,8 +492,20 @@ fn rnr(a: &mut Active) -> Res {
     a.side.mr.write(0, &pattern(9, 5000));
     // The send goes first: the receiver has no receive posted and answers RNR NAK.
     a.side.qps[0].post_send(&SendRequest::send(1, &[a.side.mr.slice(0..5000)]))?;
-    // The passive side posts its receive 300 ms later.
-    a.ctl.cmd(&format!("recv 0 7 0 {HALF} 300"))?;
+    // The passive side posts its receive once an RNR NAK came back (not after a fixed
+    // delay: a peer descheduled that long on a loaded machine would see the receive
+    // first and never answer RNR).
+    let start = Instant::now();
+    while a.side.ctx.counters().rx_rnr_nak == 0 {
+        if start.elapsed() > Duration::from_secs(20) {
+            return Err("no RNR NAK was received".into());
+        }
+        let mut early = [Wc::default()];
+        if a.side.cq.poll_wait(&mut early, Duration::from_millis(5))? != 0 {
+            return Err(format!("send completed before a receive: {:?}", early[0]).into());
+        }
+    }
+    a.ctl.cmd(&format!("recv 0 7 0 {HALF} 50"))?;
     let wc = wait_n(&a.side.cq, 1, Duration::from_secs(30))?[0];
     if wc.status != WcStatus::Success {
         return Err(format!("send after RNR: {:?}", wc.status).into());
