@@ -5,7 +5,7 @@
 
 use crate::error::{Error, Result};
 use crate::verbs::{Ah, Pd, PdInner, Qp, Srq};
-use rverbs_engine::{Access, AhId, Memory, RecvWr, SendWr};
+use rverbs_engine::{Access, AhId, Memory, MwId, MwType, RecvWr, SendWr};
 use std::sync::Arc;
 
 /// The soft device behind `ctx`: the C library is built over it (EOPNOTSUPP on
@@ -89,6 +89,47 @@ pub fn reg_mr(pd: &Pd, mem: Arc<dyn Memory>, iova: u64, access: Access) -> Resul
         pd: pd.inner.clone(),
         lkey: keys.lkey,
         rkey: keys.rkey,
+    })
+}
+
+/// A memory window; deallocated when dropped.
+pub struct ForeignMw {
+    pd: Arc<PdInner>,
+    id: MwId,
+    rkey: u32,
+}
+
+impl ForeignMw {
+    /// The engine's name of the window (what a BIND_MW work request names).
+    pub fn id(&self) -> MwId {
+        self.id
+    }
+    /// The R_Key it was allocated with.
+    pub fn rkey(&self) -> u32 {
+        self.rkey
+    }
+}
+
+impl Drop for ForeignMw {
+    fn drop(&mut self) {
+        let id = self.id;
+        if let Some(s) = self.pd.ctx.soft() {
+            s.destroy(move |_, e| {
+                let _ = e.dealloc_mw(id);
+            });
+        }
+    }
+}
+
+/// `ibv_alloc_mw`: a window of `kind` in `pd`.
+pub fn alloc_mw(pd: &Pd, kind: MwType) -> Result<ForeignMw> {
+    let (id, rkey) = soft(&pd.inner.ctx)?
+        .lock_verb("alloc_mw")?
+        .alloc_mw(pd.inner.id, kind)?;
+    Ok(ForeignMw {
+        pd: pd.inner.clone(),
+        id,
+        rkey,
     })
 }
 
