@@ -162,9 +162,11 @@ export!(ibv_reg_mr_iova2, "IBVERBS_1.8");
 
 unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
     ret_errno(|| {
-        if mr.is_null() {
-            return Err(libc::EINVAL);
-        }
+        // SAFETY: NULL or made by Box::into_raw in `reg` (the caller's MR).
+        let o = unsafe { out(mr as *mut MrObj) }?;
+        // EBUSY while memory windows are bound to it: the region stays (a window's
+        // key must never reach memory the program may free after this call).
+        o.rs.dereg().map_err(|e| errno_of(&e))?;
         // SAFETY: made by Box::into_raw in `reg`; the caller gives it up.
         let b = unsafe { Box::from_raw(mr as *mut MrObj) };
         // SAFETY: the PD outlives its MRs (it cannot be freed while they count).

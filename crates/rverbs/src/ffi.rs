@@ -26,6 +26,8 @@ pub struct ForeignMr {
     pd: Arc<PdInner>,
     lkey: u32,
     rkey: u32,
+    /// Deregistered by [`ForeignMr::dereg`] (nothing left to do when dropped).
+    gone: bool,
 }
 
 impl ForeignMr {
@@ -69,8 +71,25 @@ impl ForeignMr {
     }
 }
 
+impl ForeignMr {
+    /// `ibv_dereg_mr` with its answer: EBUSY while memory windows are bound to the
+    /// region (it stays registered), else deregistered now.
+    pub fn dereg(&mut self) -> Result<()> {
+        if !self.gone {
+            soft(&self.pd.ctx)?
+                .lock_verb("dereg_mr")?
+                .dereg_mr(self.lkey)?;
+            self.gone = true;
+        }
+        Ok(())
+    }
+}
+
 impl Drop for ForeignMr {
     fn drop(&mut self) {
+        if self.gone {
+            return;
+        }
         let lkey = self.lkey;
         if let Some(s) = self.pd.ctx.soft() {
             s.destroy(move |_, e| {
@@ -89,6 +108,7 @@ pub fn reg_mr(pd: &Pd, mem: Arc<dyn Memory>, iova: u64, access: Access) -> Resul
         pd: pd.inner.clone(),
         lkey: keys.lkey,
         rkey: keys.rkey,
+        gone: false,
     })
 }
 
