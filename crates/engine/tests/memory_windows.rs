@@ -453,3 +453,31 @@ fn a_type2_window_serves_only_the_qp_it_was_bound_through() {
     );
     assert_eq!(wc.status, WcStatus::RemAccessErr);
 }
+
+#[test]
+fn a_bind_completes_after_the_requests_posted_before_it() {
+    let (mut sim, a, b) = setup(mw_access());
+    let (mw, _) = sim.engines[1].alloc_mw(b.pd, MwType::Type2).unwrap();
+    let now = sim.now;
+    let write = remote(
+        1,
+        WrOpcode::RdmaWrite,
+        sge(&b, 0, 4000),
+        a.base,
+        a.keys.rkey,
+    );
+    sim.engines[1].post_send(b.qpn, write, now).unwrap();
+    let bind = bind_wr(2, mw, 1, &b, WIN_OFF, WIN_LEN, Access::REMOTE_WRITE);
+    sim.engines[1].post_send(b.qpn, bind, now).unwrap();
+    let wcs = wait_wcs(&mut sim, &b, 2, 100 * MS);
+    assert_eq!(
+        wcs.iter()
+            .map(|w| (w.wr_id, w.status, w.opcode))
+            .collect::<Vec<_>>(),
+        [
+            (1, WcStatus::Success, WcOpcode::RdmaWrite),
+            (2, WcStatus::Success, WcOpcode::BindMw)
+        ]
+    );
+    assert_eq!(&a.mem.snapshot()[..4000], &pattern(MEM, 2)[..4000]);
+}
