@@ -172,7 +172,7 @@ pub fn text_port(s: &Snapshot, verbose: bool, port: Option<u8>) -> String {
         let _ = writeln!(o, "\tatomic_cap:\t\t\t{atomic}");
         n(&mut o, "max_ee", 4, 0);
         n(&mut o, "max_rdd", 3, 0);
-        n(&mut o, "max_mw", 4, 0);
+        n(&mut o, "max_mw", 4, d.max_mw.into());
         n(&mut o, "max_raw_ipv6_qp", 2, 0);
         n(&mut o, "max_raw_ethy_qp", 2, 0);
         n(&mut o, "max_mcast_grp", 3, d.max_mcast_grp.into());

@@ -81,6 +81,7 @@ pub struct Engine {
     rng: u64,
     pds: Slab<Pd>,
     mrs: Slab<Mr>,
+    mws: Slab<Mw>,
     /// Tag of the last key of each freed MR slot, so the next key of the slot differs.
     mr_freed_tags: HashMap<u32, u32>,
     cqs: Slab<Cq>,
@@ -106,6 +107,7 @@ macro_rules! ctx {
     ($s:ident, $now:expr) => {
         Ctx {
             mrs: &$s.mrs,
+            mws: &mut $s.mws,
             cqs: &mut $s.cqs,
             srqs: &mut $s.srqs,
             events: &mut $s.events,
@@ -158,6 +160,7 @@ impl Engine {
             rng,
             pds: Slab::default(),
             mrs: Slab::default(),
+            mws: Slab::default(),
             mr_freed_tags: HashMap::new(),
             cqs: Slab::default(),
             srqs: Slab::default(),
@@ -443,6 +446,8 @@ impl Engine {
                     | WrOpcode::SendWithImm
                     | WrOpcode::RdmaWrite
                     | WrOpcode::RdmaWriteWithImm
+                    | WrOpcode::BindMw(_)
+                    | WrOpcode::LocalInv
             ),
             QpType::Ud => matches!(wr.opcode, WrOpcode::Send | WrOpcode::SendWithImm),
             // Never created by the engine (create_qp refuses them).
@@ -465,6 +470,10 @@ impl Engine {
                     "the send queue takes at most",
                 ),
             );
+        }
+        let local_op = matches!(wr.opcode, WrOpcode::BindMw(_) | WrOpcode::LocalInv);
+        if local_op && (!wr.sg_list.is_empty() || wr.flags.contains(SendFlags::INLINE)) {
+            return Err(err(VERB, Errno::Inval, "a local operation carries no data"));
         }
         let inline = wr.flags.contains(SendFlags::INLINE);
         if !inline && wr.sg_list.len() > cap.max_send_sge as usize {

@@ -40,7 +40,7 @@ pub use counters::Counters;
 pub use engine::{Engine, SPARE_BUFFERS};
 pub use memory::{AtomicOp, Lent, Memory, VecMemory};
 pub use net::{Body, Datagram, Transmit};
-pub use objects::{KEY_TAG_BITS, MAX_MR};
+pub use objects::{KEY_TAG_BITS, MAX_MR, MAX_MW};
 pub use qp::{MAX_PKT_PER_ACK, MAX_UNACKED_PSNS, MIN_QP_WINDOW, MIN_UNACKED_PSNS};
 pub use resp::{grh_area, GRH_AREA};
 pub use timers::{ack_nudge_ns, ack_timeout_ns, ACK_NUDGE_MAX_NS, ACK_NUDGE_MIN_NS, RNR_TIMER_NS};

@@ -11,8 +11,64 @@ use std::sync::Arc;
 /// or a guessed one fails the lookup.
 pub const KEY_TAG_BITS: u32 = 12;
 const KEY_TAG_MASK: u32 = (1 << KEY_TAG_BITS) - 1;
-/// Most MRs the engine holds at once (2^20).
-pub const MAX_MR: u32 = 1 << (32 - KEY_TAG_BITS);
+/// Most MRs the engine holds at once (2^19): an MR key never has bit 31 set, which
+/// marks a memory window's R_Key.
+pub const MAX_MR: u32 = 1 << (31 - KEY_TAG_BITS);
+/// Most memory windows the engine holds at once (rxe's `RXE_MAX_MW`).
+pub const MAX_MW: u32 = 1 << 16;
+/// Bit of an R_Key's 24-bit index that names a memory window, not an MR: a window's
+/// R_Key is `index << 8 | key` with `index = MW_INDEX_BIT | slot` (rxe gives its
+/// windows an index range of their own, `rkey_is_mw`).
+const MW_INDEX_BIT: u32 = 1 << 23;
+
+/// Window states (rxe `enum rxe_mw_state`; IBTA 10.6.7.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum MwState {
+    /// A type-2 window not bound.
+    Free,
+    /// Bound (a type-1 window is always valid; length 0 grants nothing).
+    Valid,
+}
+
+/// A memory window.
+pub(crate) struct Mw {
+    pub(crate) pd: u32,
+    pub(crate) kind: MwType,
+    pub(crate) state: MwState,
+    /// Its R_Key (`index << 8 | key`).
+    pub(crate) rkey: u32,
+    /// Type 2: the QP it was bound through, the only one it serves.
+    pub(crate) qp: Option<u32>,
+    /// The MR it is bound to (its key; the MR counts the binding), while bound with
+    /// a length.
+    pub(crate) mr: Option<u32>,
+    pub(crate) addr: u64,
+    pub(crate) length: u64,
+    pub(crate) access: Access,
+}
+
+/// True when `rkey` names a memory window.
+pub(crate) fn is_mw_key(rkey: u32) -> bool {
+    rkey & (MW_INDEX_BIT << 8) != 0
+}
+
+/// The window slot of a window R_Key.
+pub(crate) fn mw_slot(rkey: u32) -> u32 {
+    (rkey >> 8) & !MW_INDEX_BIT
+}
+
+/// The R_Key of window `slot` with low bits `key`.
+pub(crate) fn mw_key(slot: u32, key: u8) -> u32 {
+    ((MW_INDEX_BIT | slot) << 8) | u32::from(key)
+}
+
+/// The live window an R_Key names (slot and key both match).
+pub(crate) fn find_mw(mws: &crate::slab::Slab<Mw>, rkey: u32) -> Option<&Mw> {
+    if !is_mw_key(rkey) {
+        return None;
+    }
+    mws.get(mw_slot(rkey)).filter(|w| w.rkey == rkey)
+}
 
 pub(crate) struct Pd {
     pub(crate) users: u32,
@@ -313,24 +369,139 @@ pub(crate) fn gather_sges(
     }
 }
 
+/// Carries out a BIND_MW work request of QP `qpn` (of PD `qp_pd`), with rxe's checks
+/// (`rxe_check_bind_mw`: IBTA o10-36.2.2, o10-37.2.30/40, C10-72..75). `Err` is a
+/// bind error (the WQE completes with MW_BIND_ERR).
+pub(crate) fn bind_mw(
+    mrs: &crate::slab::Slab<Mr>,
+    mws: &mut crate::slab::Slab<Mw>,
+    qp_pd: u32,
+    qpn: u32,
+    b: &MwBind,
+) -> Result<(), &'static str> {
+    let w = mws.get_mut(b.mw.0).ok_or("no such memory window")?;
+    let mr = if b.length > 0 {
+        Some(
+            mrs.get(key_slot(b.mr_lkey))
+                .filter(|m| m.key == b.mr_lkey)
+                .ok_or("no MR with this key")?,
+        )
+    } else {
+        None
+    };
+    if b.access.contains(Access::ZERO_BASED) {
+        return Err("zero-based windows are not supported");
+    }
+    match w.kind {
+        MwType::Type1 => {}
+        MwType::Type2 => {
+            if w.state != MwState::Free {
+                return Err("a type-2 window is bound already");
+            }
+            if qp_pd != w.pd {
+                return Err("the QP's PD is not the window's");
+            }
+            if mr.is_none() {
+                return Err("a type-2 window needs an MR and a length");
+            }
+        }
+    }
+    if let Some(mr) = mr {
+        if mr.pd != w.pd {
+            return Err("the MR's PD is not the window's");
+        }
+        if !mr.access.contains(Access::MW_BIND) {
+            return Err("the MR does not allow MW_BIND");
+        }
+        let remote_writes = Access(Access::REMOTE_WRITE.0 | Access::REMOTE_ATOMIC.0);
+        if b.access.0 & remote_writes.0 != 0 && !mr.access.contains(Access::LOCAL_WRITE) {
+            return Err("remote write or atomic rights need the MR's local write");
+        }
+        if mr.offset_of(b.addr, b.length).is_none() {
+            return Err("the window is not inside the MR");
+        }
+    }
+    w.rkey = mw_key(b.mw.0, b.key);
+    w.access = b.access;
+    w.addr = b.addr;
+    w.length = b.length;
+    w.mr = mr.map(|m| m.key);
+    w.state = MwState::Valid;
+    if w.kind == MwType::Type2 {
+        w.qp = Some(qpn);
+    }
+    Ok(())
+}
+
+/// Invalidates the type-2 window `rkey` names (LOCAL_INV, or SEND with invalidate
+/// received): it becomes free (rxe `rxe_invalidate_mw`; IBTA o10-37.2.26: a type-1
+/// window cannot be invalidated). `Err` when the key names no window, or a type-1 one.
+pub(crate) fn invalidate_mw(
+    mws: &mut crate::slab::Slab<Mw>,
+    rkey: u32,
+) -> Result<(), &'static str> {
+    if !is_mw_key(rkey) {
+        return Err("not a memory window's key");
+    }
+    let w = mws
+        .get_mut(mw_slot(rkey))
+        .filter(|w| w.rkey == rkey)
+        .ok_or("no memory window with this key")?;
+    if w.kind == MwType::Type1 {
+        return Err("type-1 windows cannot be invalidated");
+    }
+    w.state = MwState::Free;
+    w.qp = None;
+    w.mr = None;
+    w.access = Access::NONE;
+    w.addr = 0;
+    w.length = 0;
+    Ok(())
+}
+
 /// Checks an R_Key for `[va, va + len)` with `need` rights (IBTA 9.7.4.1.3/4/5): a
-/// live MR of the QP's PD, with the right, covering the range. `None` means a remote
-/// access error.
+/// live MR of the QP's PD, with the right, covering the range; or a valid memory
+/// window of the PD (a type-2 one bound through QP `qpn`) whose bound range covers it
+/// and whose rights include `need` (IBTA 10.6.7.2; rxe `rxe_lookup_mw`, here the range
+/// is the window's). `None` means a remote access error.
+#[allow(clippy::too_many_arguments)] // (the requester's PD and QP, the key, the range, the right)
 pub(crate) fn check_rkey(
     mrs: &crate::slab::Slab<Mr>,
+    mws: &crate::slab::Slab<Mw>,
     pd: u32,
+    qpn: u32,
     rkey: u32,
     va: u64,
     len: u64,
     need: Access,
 ) -> Option<Seg> {
-    let mr = mrs
-        .get(key_slot(rkey))
-        .filter(|m| m.key == rkey && m.pd == pd)?;
-    if !mr.access.contains(need) {
-        return None;
-    }
-    let offset = mr.offset_of(va, len)?;
+    let (mr, offset) = if is_mw_key(rkey) {
+        let w = find_mw(mws, rkey)?;
+        let served = match w.kind {
+            MwType::Type1 => true,
+            MwType::Type2 => w.qp == Some(qpn),
+        };
+        if !served || w.pd != pd || w.state != MwState::Valid || w.length == 0 {
+            return None;
+        }
+        if !w.access.contains(need) {
+            return None;
+        }
+        let off = va.checked_sub(w.addr)?;
+        if off.checked_add(len)? > w.length {
+            return None;
+        }
+        let mr = mrs.get(key_slot(w.mr?)).filter(|m| Some(m.key) == w.mr)?;
+        (mr, mr.offset_of(va, len)?)
+    } else {
+        let mr = mrs
+            .get(key_slot(rkey))
+            .filter(|m| m.key == rkey && m.pd == pd)?;
+        if !mr.access.contains(need) {
+            return None;
+        }
+        (mr, mr.offset_of(va, len)?)
+    };
     Some(Seg {
         mem: mr.mem.clone(),
         offset,
@@ -441,13 +612,83 @@ mod tests {
     #[test]
     fn rkey_checks() {
         let (mrs, key, _) = table();
-        assert!(check_rkey(&mrs, 1, key, 0x1000, 64, Access::REMOTE_READ).is_some());
-        assert!(check_rkey(&mrs, 1, key, 0x1000, 65, Access::REMOTE_READ).is_none());
-        assert!(check_rkey(&mrs, 1, key, 0xfff, 1, Access::REMOTE_READ).is_none());
-        assert!(check_rkey(&mrs, 2, key, 0x1000, 1, Access::REMOTE_READ).is_none());
-        assert!(check_rkey(&mrs, 1, key ^ 1, 0x1000, 1, Access::REMOTE_READ).is_none());
-        assert!(check_rkey(&mrs, 1, key, 0x1000, 1, Access::REMOTE_WRITE).is_none());
-        assert!(check_rkey(&mrs, 1, key, u64::MAX, 2, Access::REMOTE_READ).is_none());
+        assert!(check_rkey(
+            &mrs,
+            &Slab::default(),
+            1,
+            0,
+            key,
+            0x1000,
+            64,
+            Access::REMOTE_READ
+        )
+        .is_some());
+        assert!(check_rkey(
+            &mrs,
+            &Slab::default(),
+            1,
+            0,
+            key,
+            0x1000,
+            65,
+            Access::REMOTE_READ
+        )
+        .is_none());
+        assert!(check_rkey(
+            &mrs,
+            &Slab::default(),
+            1,
+            0,
+            key,
+            0xfff,
+            1,
+            Access::REMOTE_READ
+        )
+        .is_none());
+        assert!(check_rkey(
+            &mrs,
+            &Slab::default(),
+            2,
+            0,
+            key,
+            0x1000,
+            1,
+            Access::REMOTE_READ
+        )
+        .is_none());
+        assert!(check_rkey(
+            &mrs,
+            &Slab::default(),
+            1,
+            0,
+            key ^ 1,
+            0x1000,
+            1,
+            Access::REMOTE_READ
+        )
+        .is_none());
+        assert!(check_rkey(
+            &mrs,
+            &Slab::default(),
+            1,
+            0,
+            key,
+            0x1000,
+            1,
+            Access::REMOTE_WRITE
+        )
+        .is_none());
+        assert!(check_rkey(
+            &mrs,
+            &Slab::default(),
+            1,
+            0,
+            key,
+            u64::MAX,
+            2,
+            Access::REMOTE_READ
+        )
+        .is_none());
     }
 
     #[test]

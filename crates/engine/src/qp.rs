@@ -63,6 +63,7 @@ pub(crate) enum Retry {
 /// Shared state every QP operation may touch.
 pub(crate) struct Ctx<'a> {
     pub(crate) mrs: &'a Slab<Mr>,
+    pub(crate) mws: &'a mut Slab<crate::objects::Mw>,
     pub(crate) cqs: &'a mut Slab<Cq>,
     pub(crate) srqs: &'a mut Slab<Srq>,
     pub(crate) events: &'a mut VecDeque<AsyncEvent>,
@@ -176,6 +177,11 @@ pub(crate) struct SendWqe {
 }
 
 impl SendWqe {
+    /// BIND_MW or LOCAL_INV: no packet, carried out by the requester itself.
+    pub(crate) fn is_local_op(&self) -> bool {
+        matches!(self.wr.opcode, WrOpcode::BindMw(_) | WrOpcode::LocalInv)
+    }
+
     pub(crate) fn is_rd_atomic(&self) -> bool {
         matches!(
             self.wr.opcode,
@@ -679,6 +685,8 @@ impl Qp {
             WrOpcode::RdmaRead => WcOpcode::RdmaRead,
             WrOpcode::AtomicCmpAndSwp => WcOpcode::CompSwap,
             WrOpcode::AtomicFetchAndAdd => WcOpcode::FetchAdd,
+            WrOpcode::BindMw(_) => WcOpcode::BindMw,
+            WrOpcode::LocalInv => WcOpcode::LocalInv,
         };
         Wc {
             wr_id: w.wr.wr_id,

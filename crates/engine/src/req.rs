@@ -164,6 +164,23 @@ impl Qp {
                 if self.state == QpState::Sqd {
                     return None;
                 }
+                if self.sq[idx].is_local_op() {
+                    // BIND_MW / LOCAL_INV: carried out once everything before it has
+                    // completed (its completion follows theirs in order; rxe's
+                    // `rxe_do_local_ops` runs when the requester reaches it).
+                    if idx != 0 {
+                        if self.needs_nudge() {
+                            self.nudge_due = true;
+                        }
+                        return None;
+                    }
+                    let status = self.local_op(ctx);
+                    self.complete_front(status, ctx);
+                    if status != WcStatus::Success {
+                        return None;
+                    }
+                    continue;
+                }
                 if rc && fence && self.rd_outstanding > 0 {
                     return None;
                 }
@@ -322,6 +339,27 @@ impl Qp {
         }
     }
 
+    /// Carries out the local operation at the front of the SQ: its completion status
+    /// (rxe: a failed bind is MW_BIND_ERR, a failed invalidate LOC_QP_OP_ERR).
+    fn local_op(&mut self, ctx: &mut Ctx<'_>) -> WcStatus {
+        let Some(w) = self.sq.front() else {
+            return WcStatus::Success;
+        };
+        match w.wr.opcode {
+            WrOpcode::BindMw(b) => {
+                match crate::objects::bind_mw(ctx.mrs, ctx.mws, self.pd, self.qpn, &b) {
+                    Ok(()) => WcStatus::Success,
+                    Err(_) => WcStatus::MwBindErr,
+                }
+            }
+            WrOpcode::LocalInv => match crate::objects::invalidate_mw(ctx.mws, w.wr.rkey) {
+                Ok(()) => WcStatus::Success,
+                Err(_) => WcStatus::LocQpOpErr,
+            },
+            _ => WcStatus::Success,
+        }
+    }
+
     pub(crate) fn fail_wqe_at(&mut self, idx: usize, status: WcStatus, ctx: &mut Ctx<'_>) {
         // A work queue completes in posting order (IBTA ch. 10 work completions). Everything
         // before idx is already sent and, for RC, waits for its ACK: the requester stops
@@ -440,6 +478,12 @@ impl Qp {
                 } else {
                     0x14
                 }
+            }
+            // Local operations never start (no PSN, no packet): `next_new_request`
+            // carries them out at the front of the SQ, and only started WQEs are sent
+            // or resent.
+            WrOpcode::BindMw(_) | WrOpcode::LocalInv => {
+                unreachable!("a local operation is never sent")
             }
         };
         let ends_message = match w.wr.opcode {

@@ -315,6 +315,20 @@ impl Qp {
                 }
                 data.write(*offset, payload);
                 *offset += payload.len();
+                if info.ends_message {
+                    if let Some(rkey) = pkt.ieth_rkey().filter(|&k| crate::objects::is_mw_key(k)) {
+                        // SEND with invalidate of a memory window's R_Key: the window
+                        // becomes free; one that cannot be invalidated fails the
+                        // receive (rxe `invalidate_rkey` → RESPST_ERR_INVALIDATE_RKEY,
+                        // REM_INV_REQ_ERR).
+                        if crate::objects::invalidate_mw(ctx.mws, rkey).is_err() {
+                            return Err(Fail::Fatal(
+                                NakCode::InvalidRequest,
+                                Some(WcStatus::RemInvReqErr),
+                            ));
+                        }
+                    }
+                }
             }
             OpKind::RdmaWrite => {
                 // An operation the QP does not enable is an invalid request, even
@@ -343,7 +357,9 @@ impl Qp {
                     } else {
                         match check_rkey(
                             ctx.mrs,
+                            ctx.mws,
                             self.pd,
+                            self.qpn,
                             reth.rkey(),
                             reth.va(),
                             len as u64,
@@ -389,7 +405,9 @@ impl Qp {
                 } else {
                     check_rkey(
                         ctx.mrs,
+                        ctx.mws,
                         self.pd,
+                        self.qpn,
                         reth.rkey(),
                         reth.va(),
                         len as u64,
@@ -424,8 +442,17 @@ impl Qp {
                 if a.va() % 8 != 0 {
                     return Err(Fail::Fatal(NakCode::InvalidRequest, None));
                 }
-                let seg = check_rkey(ctx.mrs, self.pd, a.rkey(), a.va(), 8, Access::REMOTE_ATOMIC)
-                    .ok_or(Fail::Fatal(NakCode::RemoteAccessError, None))?;
+                let seg = check_rkey(
+                    ctx.mrs,
+                    ctx.mws,
+                    self.pd,
+                    self.qpn,
+                    a.rkey(),
+                    a.va(),
+                    8,
+                    Access::REMOTE_ATOMIC,
+                )
+                .ok_or(Fail::Fatal(NakCode::RemoteAccessError, None))?;
                 let op = if info.kind == OpKind::CompareSwap {
                     crate::memory::AtomicOp::CmpSwap {
                         compare: a.compare(),
@@ -478,8 +505,8 @@ impl Qp {
                     wc.imm_data = imm;
                     wc.wc_flags = WcFlags::WITH_IMM;
                 } else if let Some(rkey) = pkt.ieth_rkey() {
-                    // rverbs has no memory windows or fast-registered MRs to invalidate;
-                    // the R_Key is reported as libibverbs does.
+                    // (A window's R_Key was invalidated as the message ended; an MR's
+                    // stays valid: rverbs has no fast-registered MRs.)
                     wc.imm_data = rkey;
                     wc.wc_flags = WcFlags::WITH_INV;
                 }

@@ -197,11 +197,13 @@ mod tests {
             },
         );
         let (mrs, mut cqs, mut srqs) = (Slab::default(), Slab::default(), Slab::default());
+        let mut mws = Slab::default();
         let (mut events, mut comp_events, mut counters) =
             (VecDeque::new(), VecDeque::new(), Counters::default());
         let gids = [Gid::from(std::net::Ipv4Addr::new(10, 0, 0, 1))];
         let ctx = Ctx {
             mrs: &mrs,
+            mws: &mut mws,
             cqs: &mut cqs,
             srqs: &mut srqs,
             events: &mut events,

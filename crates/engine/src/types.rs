@@ -185,6 +185,10 @@ impl Access {
     pub const REMOTE_READ: Access = Access(1 << 2);
     /// Remote atomics.
     pub const REMOTE_ATOMIC: Access = Access(1 << 3);
+    /// Memory windows may be bound to the region (`IBV_ACCESS_MW_BIND`).
+    pub const MW_BIND: Access = Access(1 << 4);
+    /// The window's addresses start at 0 (`IBV_ACCESS_ZERO_BASED`).
+    pub const ZERO_BASED: Access = Access(1 << 5);
     /// No access beyond local read.
     pub const NONE: Access = Access(0);
     /// Every right: local write, remote write, read and atomics.
@@ -476,6 +480,42 @@ pub enum WrOpcode {
     AtomicFetchAndAdd,
     /// SEND with invalidate.
     SendWithInv,
+    /// Bind a memory window (`IBV_WR_BIND_MW`; `ibv_bind_mw` for type 1): a local
+    /// operation, carried out in order when the requester reaches it.
+    BindMw(MwBind),
+    /// Invalidate the type-2 memory window whose R_Key is [`SendWr::rkey`]
+    /// (`IBV_WR_LOCAL_INV`): a local operation.
+    LocalInv,
+}
+
+/// Memory window type (`enum ibv_mw_type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MwType {
+    /// Type 1: bound with `ibv_bind_mw`, not bound to a QP.
+    Type1,
+    /// Type 2 (2B): bound by a BIND_MW work request, usable only through that QP.
+    Type2,
+}
+
+/// A memory window, as the engine names it (its slot; the R_Key's index).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct MwId(pub u32);
+
+/// What a BIND_MW work request binds (`struct ibv_mw_bind_info` with the window).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct MwBind {
+    /// The window.
+    pub mw: MwId,
+    /// The new low 8 bits of its R_Key (the rest is the window's index).
+    pub key: u8,
+    /// Local key of the MR the window is bound to (ignored when `length` is 0).
+    pub mr_lkey: u32,
+    /// First address of the window, inside the MR.
+    pub addr: u64,
+    /// Length; 0 unbinds a type-1 window.
+    pub length: u64,
+    /// Remote rights the window grants (REMOTE_WRITE / READ / ATOMIC).
+    pub access: Access,
 }
 
 /// Send flags (`enum ibv_send_flags`).
@@ -637,6 +677,10 @@ pub enum WcOpcode {
     Recv,
     /// A received RDMA WRITE with immediate.
     RecvRdmaWithImm,
+    /// A memory window bind.
+    BindMw,
+    /// A local invalidate.
+    LocalInv,
 }
 
 /// Work completion flags (`enum ibv_wc_flags`).

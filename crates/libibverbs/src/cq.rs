@@ -247,6 +247,8 @@ pub(crate) fn wc_opcode(o: rverbs::WcOpcode) -> u32 {
         O::RdmaRead => 2,
         O::CompSwap => 3,
         O::FetchAdd => 4,
+        O::BindMw => 5,
+        O::LocalInv => 6,
         O::Recv => 128,
         O::RecvRdmaWithImm => 129,
     }

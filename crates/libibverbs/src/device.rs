@@ -156,6 +156,7 @@ pub(crate) fn fill_device_attr(ctx: &Ctx, a: &mut ibv_device_attr) -> Result<(),
     a.max_cq = i(d.max_cq);
     a.max_cqe = i(d.max_cqe);
     a.max_mr = i(d.max_mr);
+    a.max_mw = i(d.max_mw);
     a.max_pd = i(d.max_pd);
     a.max_qp_rd_atom = i(d.max_qp_rd_atom);
     a.max_res_rd_atom = i(d.max_res_rd_atom);

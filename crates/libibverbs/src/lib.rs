@@ -33,6 +33,7 @@ mod cq;
 mod device;
 pub mod kern;
 mod misc;
+mod mw;
 mod pd;
 mod provider;
 mod qp;

@@ -90,8 +90,6 @@ pub(crate) struct MrObj {
 /// `IBV_ACCESS_OPTIONAL_RANGE`: bits a provider may ignore (libibverbs drops the ones
 /// the device does not support, e.g. RELAXED_ORDERING).
 const ACCESS_OPTIONAL_RANGE: u32 = 0x3ff0_0000;
-/// `IBV_ACCESS_MW_BIND`.
-const ACCESS_MW_BIND: u32 = 0x10;
 
 fn reg(
     pd: *mut ibv_pd,
@@ -106,10 +104,6 @@ fn reg(
         return Err(libc::EINVAL);
     }
     let access = (access as u32) & !ACCESS_OPTIONAL_RANGE;
-    if access & ACCESS_MW_BIND != 0 {
-        // Memory windows are not supported (no MEM_WINDOW capability).
-        return Err(libc::EOPNOTSUPP);
-    }
     // SAFETY: the caller of ibv_reg_mr promises `addr..addr+length` stays mapped until
     // ibv_dereg_mr (verbs' contract); the region is dropped there.
     let mem = Arc::new(unsafe { CMemory::new(addr as *mut u8, length) });
@@ -168,9 +162,11 @@ export!(ibv_reg_mr_iova2, "IBVERBS_1.8");
 
 unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
     ret_errno(|| {
-        if mr.is_null() {
-            return Err(libc::EINVAL);
-        }
+        // SAFETY: NULL or made by Box::into_raw in `reg` (the caller's MR).
+        let o = unsafe { out(mr as *mut MrObj) }?;
+        // EBUSY while memory windows are bound to it: the region stays (a window's
+        // key must never reach memory the program may free after this call).
+        o.rs.dereg().map_err(|e| errno_of(&e))?;
         // SAFETY: made by Box::into_raw in `reg`; the caller gives it up.
         let b = unsafe { Box::from_raw(mr as *mut MrObj) };
         // SAFETY: the PD outlives its MRs (it cannot be freed while they count).
@@ -473,9 +469,6 @@ unsafe extern "C" fn ibv_rereg_mr(
             return Err(libc::EINVAL);
         }
         let acc = (acc as u32) & !ACCESS_OPTIONAL_RANGE;
-        if acc & ACCESS_MW_BIND != 0 {
-            return Err(libc::EOPNOTSUPP);
-        }
         // SAFETY: as for ibv_reg_mr: the caller keeps the new range mapped until
         // ibv_dereg_mr.
         let mem = Arc::new(unsafe { CMemory::new(a as *mut u8, len) });

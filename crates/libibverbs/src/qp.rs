@@ -400,6 +400,13 @@ pub(crate) unsafe fn send_wr(q: &QpObj, w: &ibv_send_wr) -> Result<SendWr, Error
         4 => WrOpcode::RdmaRead,
         5 => WrOpcode::AtomicCmpAndSwp,
         6 => WrOpcode::AtomicFetchAndAdd,
+        7 => WrOpcode::LocalInv,
+        8 => {
+            // SAFETY: the bind member the opcode selects; its window and MR are NULL
+            // or the caller's objects of this library.
+            let b = unsafe { w.ext.bind_mw };
+            WrOpcode::BindMw(unsafe { crate::mw::bind_of(b.mw, b.rkey, &b.bind_info) }?)
+        }
         9 => WrOpcode::SendWithInv,
         _ => return Err(verr(V, Errno::Inval, "opcode not supported")),
     };
@@ -431,7 +438,7 @@ pub(crate) unsafe fn send_wr(q: &QpObj, w: &ibv_send_wr) -> Result<SendWr, Error
         WrOpcode::RdmaWriteWithImm | WrOpcode::SendWithImm => {
             r.imm_data = u32::from_be(unsafe { imm.imm_data })
         }
-        WrOpcode::SendWithInv => r.rkey = unsafe { imm.invalidate_rkey },
+        WrOpcode::SendWithInv | WrOpcode::LocalInv => r.rkey = unsafe { imm.invalidate_rkey },
         _ => {}
     }
     match opcode {

@@ -21,8 +21,9 @@ pub(crate) struct Build {
 }
 
 /// `enum ibv_qp_create_send_ops_flags` the builders support: RDMA WRITE (with
-/// immediate), SEND (with immediate, with invalidate), RDMA READ, the two atomics.
-pub(crate) const SEND_OPS_SUPPORTED: u64 = 0x7f | (1 << 9);
+/// immediate), SEND (with immediate, with invalidate), RDMA READ, the two atomics,
+/// LOCAL_INV and BIND_MW.
+pub(crate) const SEND_OPS_SUPPORTED: u64 = 0x3ff;
 
 /// `IBV_QP_INIT_ATTR_PD`, `_CREATE_FLAGS`, `_SEND_OPS_FLAGS`.
 const QP_INIT_ATTR_PD: u32 = 1;
@@ -83,6 +84,8 @@ pub(crate) fn fill_qp_ex(c: &mut ibv_qp_ex, _send_ops: u64) {
     c.wr_send = Some(wr_send);
     c.wr_send_imm = Some(wr_send_imm);
     c.wr_send_inv = Some(wr_send_inv);
+    c.wr_bind_mw = Some(wr_bind_mw);
+    c.wr_local_inv = Some(wr_local_inv);
     c.wr_set_ud_addr = Some(wr_set_ud_addr);
     c.wr_set_inline_data = Some(wr_set_inline_data);
     c.wr_set_inline_data_list = Some(wr_set_inline_data_list);
@@ -128,6 +131,8 @@ fn begin(qp: *mut ibv_qp_ex, opcode: WrOpcode, f: impl FnOnce(&mut SendWr)) {
                     | WrOpcode::SendWithImm
                     | WrOpcode::RdmaWrite
                     | WrOpcode::RdmaWriteWithImm
+                    | WrOpcode::BindMw(_)
+                    | WrOpcode::LocalInv
             ),
             _ => true,
         };
@@ -217,6 +222,29 @@ unsafe extern "C" fn wr_send_imm(qp: *mut ibv_qp_ex, imm: u32) {
 }
 unsafe extern "C" fn wr_send_inv(qp: *mut ibv_qp_ex, rkey: u32) {
     begin(qp, WrOpcode::SendWithInv, |w| w.rkey = rkey)
+}
+unsafe extern "C" fn wr_local_inv(qp: *mut ibv_qp_ex, rkey: u32) {
+    begin(qp, WrOpcode::LocalInv, |w| w.rkey = rkey)
+}
+unsafe extern "C" fn wr_bind_mw(
+    qp: *mut ibv_qp_ex,
+    mw: *mut ibv_mw,
+    rkey: u32,
+    info: *const ibv_mw_bind_info,
+) {
+    // SAFETY: the caller's bind information, window and MR (NULL or this library's).
+    let bind = match unsafe { info.as_ref() } {
+        Some(i) => unsafe { crate::mw::bind_of(mw, rkey, i) },
+        None => Err(VerbError::new("wr_bind_mw", Errno::Inval, "no bind information").into()),
+    };
+    match bind {
+        Ok(b) => begin(qp, WrOpcode::BindMw(b), |_| {}),
+        Err(e) => with_build(qp, |_, b| {
+            if b.err.is_none() {
+                b.err = Some(e);
+            }
+        }),
+    }
 }
 unsafe extern "C" fn wr_rdma_write(qp: *mut ibv_qp_ex, rkey: u32, addr: u64) {
     begin(qp, WrOpcode::RdmaWrite, |w| {

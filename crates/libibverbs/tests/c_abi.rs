@@ -727,7 +727,7 @@ fn objects_destroyed_after_the_close_still_find_their_context() {
 }
 
 #[test]
-fn rereg_mr_keeps_the_keys_and_mw_bind_is_not_supported() {
+fn rereg_mr_keeps_the_keys() {
     let v = v();
     let rereg = f!(
         ibv_rereg_mr,
@@ -740,11 +740,6 @@ fn rereg_mr_keeps_the_keys_and_mw_bind_is_not_supported() {
         let (pd, pd2) = ((v.alloc_pd)(ctx), (v.alloc_pd)(ctx));
         let mut a = vec![0u8; 64];
         let mut b = vec![0u8; 128];
-        assert!(
-            (v.reg_mr)(pd, a.as_mut_ptr().cast(), 64, 0x11).is_null(),
-            "MW_BIND"
-        );
-        assert_eq!(common::errno(), libc::EOPNOTSUPP);
         let mr = (v.reg_mr)(pd, a.as_mut_ptr().cast(), 64, 1);
         let (lkey, rkey) = ((*mr).lkey, (*mr).rkey);
         assert_eq!(
@@ -812,5 +807,225 @@ fn a_move_to_reset_removes_the_qps_unpolled_completions() {
         assert_eq!((v.destroy_cq)(cq), 0);
         assert_eq!((v.dealloc_pd)(pd), 0);
         assert_eq!((v.close_device)(ctx), 0);
+    }
+}
+
+/// Posts `wr` on `qp` through `ctx->ops.post_send` (the `ibv_post_send` inline).
+unsafe fn post(qp: *mut ibv_qp, wr: &mut ibv_send_wr) -> c_int {
+    let mut bad = null_mut();
+    // SAFETY: the QP's context is live; `wr` is a complete request.
+    unsafe { ((*(*qp).context).ops.post_send.unwrap())(qp, wr, &mut bad) }
+}
+
+/// An RDMA WRITE or READ (`opcode`) of `len` bytes from `local` to `remote` / `rkey`.
+unsafe fn rdma(qp: *mut ibv_qp, opcode: u32, local: &mut ibv_sge, remote: u64, rkey: u32) -> c_int {
+    let mut wr: ibv_send_wr = zeroed();
+    wr.wr_id = 50 + u64::from(opcode);
+    wr.sg_list = local;
+    wr.num_sge = 1;
+    wr.opcode = opcode;
+    wr.send_flags = 2;
+    wr.wr.rdma = ibv_send_wr_rdma {
+        remote_addr: remote,
+        rkey,
+    };
+    // SAFETY: as a C program.
+    unsafe { post(qp, &mut wr) }
+}
+
+#[test]
+fn memory_windows_bind_grant_and_revoke_remote_access() {
+    let v = v();
+    // SAFETY: the C API as a C program uses it (the verbs.h inlines' ops); the buffers
+    // outlive their regions.
+    unsafe {
+        let ctx = open(&v);
+        let mut da: ibv_device_attr = zeroed();
+        assert_eq!((v.query_device)(ctx, &mut da), 0);
+        assert_ne!(da.device_cap_flags & (1 << 17), 0, "MEM_WINDOW");
+        assert_ne!(da.device_cap_flags & (1 << 24), 0, "MEM_WINDOW_TYPE_2B");
+        assert!(da.max_mw > 0);
+        let ops = &(*ctx).ops;
+        let (alloc_mw, dealloc_mw, bind_mw) = (
+            ops.alloc_mw.unwrap(),
+            ops.dealloc_mw.unwrap(),
+            ops.bind_mw.unwrap(),
+        );
+        let pd = (v.alloc_pd)(ctx);
+        assert!(alloc_mw(pd, 3).is_null(), "no type 3");
+        assert_eq!(common::errno(), libc::EINVAL);
+        assert!(alloc_mw(null_mut(), 1).is_null());
+        let cq = (v.create_cq)(ctx, 64, null_mut(), null_mut(), 0);
+        let mut a_buf = vec![0u8; 4096];
+        let mut b_buf = vec![0u8; 4096];
+        let a_mr = (v.reg_mr)(pd, a_buf.as_mut_ptr().cast(), 4096, 0x1);
+        // LOCAL_WRITE | MW_BIND: no remote right of its own.
+        let b_mr = (v.reg_mr)(pd, b_buf.as_mut_ptr().cast(), 4096, 0x11);
+        assert!(!b_mr.is_null(), "errno {}", common::errno());
+        let (mut ia, mut ib) = (qp_init(cq, RC), qp_init(cq, RC));
+        let (qa, qb) = ((v.create_qp)(pd, &mut ia), (v.create_qp)(pd, &mut ib));
+        connect(&v, ctx, qa, (*qb).qp_num);
+        connect(&v, ctx, qb, (*qa).qp_num);
+        let b0 = b_buf.as_ptr() as u64;
+        a_buf[..64].copy_from_slice(&[0xab; 64]);
+        let mut sge = ibv_sge {
+            addr: a_buf.as_ptr() as u64,
+            length: 64,
+            lkey: (*a_mr).lkey,
+        };
+        // The MR's own key grants no remote write.
+        assert_eq!(rdma(qa, 0, &mut sge, b0, (*b_mr).rkey), 0);
+        assert_eq!(poll(cq, 1)[0].status, 10, "REM_ACCESS_ERR");
+        // Fresh QPs (the error moved both to ERR).
+        let (qa, qb) = ((v.create_qp)(pd, &mut ia), (v.create_qp)(pd, &mut ib));
+        connect(&v, ctx, qa, (*qb).qp_num);
+        connect(&v, ctx, qb, (*qa).qp_num);
+        let _ = poll_all(cq);
+
+        // Type 1 through ibv_bind_mw: the key's low byte moves on, the window's range
+        // takes a WRITE.
+        let mw1 = alloc_mw(pd, 1);
+        assert!(!mw1.is_null());
+        let old = (*mw1).rkey;
+        let mut bind: ibv_mw_bind = zeroed();
+        bind.wr_id = 0x51;
+        bind.send_flags = 2;
+        bind.bind_info = ibv_mw_bind_info {
+            mr: b_mr,
+            addr: b0,
+            length: 64,
+            mw_access_flags: 2, // REMOTE_WRITE
+        };
+        assert_eq!(bind_mw(qb, mw1, &mut bind), 0);
+        let wc = poll(cq, 1)[0];
+        assert_eq!(
+            (wc.wr_id, wc.status, wc.opcode),
+            (0x51, 0, 5),
+            "IBV_WC_BIND_MW"
+        );
+        assert_eq!((*mw1).rkey, (old & !0xff) | (old.wrapping_add(1) & 0xff));
+        assert_eq!(rdma(qa, 0, &mut sge, b0, (*mw1).rkey), 0);
+        assert_eq!(poll(cq, 1)[0].status, 0);
+        assert_eq!(&b_buf[..64], &[0xab; 64]);
+        // The MR stays while a window is bound to it.
+        assert_eq!((v.dereg_mr)(b_mr), libc::EBUSY);
+
+        // Type 2 through IBV_WR_BIND_MW: READ and WRITE rights over 64 bytes at 64.
+        let mw2 = alloc_mw(pd, 2);
+        let key2 = ((*mw2).rkey & !0xff) | ((*mw2).rkey.wrapping_add(7) & 0xff);
+        let mut wr: ibv_send_wr = zeroed();
+        wr.wr_id = 0x52;
+        wr.opcode = 8; // BIND_MW
+        wr.send_flags = 2;
+        wr.ext.bind_mw = ibv_send_wr_bind_mw {
+            mw: mw2,
+            rkey: key2,
+            bind_info: ibv_mw_bind_info {
+                mr: b_mr,
+                addr: b0 + 64,
+                length: 64,
+                mw_access_flags: 2 | 4,
+            },
+        };
+        assert_eq!(post(qb, &mut wr), 0);
+        let wc = poll(cq, 1)[0];
+        assert_eq!((wc.wr_id, wc.status, wc.opcode), (0x52, 0, 5));
+        b_buf[64..128].copy_from_slice(&[0x5c; 64]);
+        let mut rsge = ibv_sge {
+            addr: a_buf.as_ptr() as u64 + 1024,
+            length: 64,
+            lkey: (*a_mr).lkey,
+        };
+        assert_eq!(rdma(qa, 4, &mut rsge, b0 + 64, key2), 0);
+        assert_eq!(poll(cq, 1)[0].status, 0, "READ through the window");
+        assert_eq!(&a_buf[1024..1088], &[0x5c; 64]);
+
+        // LOCAL_INV frees it; a rebind through the ibv_qp_ex builder gives it back.
+        let mut wr: ibv_send_wr = zeroed();
+        wr.wr_id = 0x53;
+        wr.opcode = 7; // LOCAL_INV
+        wr.send_flags = 2;
+        wr.imm.invalidate_rkey = key2;
+        assert_eq!(post(qb, &mut wr), 0);
+        let wc = poll(cq, 1)[0];
+        assert_eq!(
+            (wc.wr_id, wc.status, wc.opcode),
+            (0x53, 0, 6),
+            "IBV_WC_LOCAL_INV"
+        );
+        let x = (v.qp_to_qp_ex)(qb);
+        let key3 = (key2 & !0xff) | (key2.wrapping_add(1) & 0xff);
+        ((*x).wr_start.unwrap())(x);
+        (*x).wr_id = 0x54;
+        (*x).wr_flags = 2;
+        let info = ibv_mw_bind_info {
+            mr: b_mr,
+            addr: b0 + 64,
+            length: 64,
+            mw_access_flags: 2,
+        };
+        ((*x).wr_bind_mw.unwrap())(x, mw2, key3, &info);
+        assert_eq!(((*x).wr_complete.unwrap())(x), 0);
+        let wc = poll(cq, 1)[0];
+        assert_eq!((wc.wr_id, wc.status, wc.opcode), (0x54, 0, 5));
+        assert_eq!(rdma(qa, 0, &mut sge, b0 + 64, key3), 0);
+        assert_eq!(poll(cq, 1)[0].status, 0, "WRITE through the rebound window");
+        assert_eq!(&b_buf[64..128], &[0xab; 64]);
+
+        // Dealloc revokes the key: the WRITE is a remote access error.
+        assert_eq!((v.dealloc_pd)(pd), libc::EBUSY);
+        assert_eq!(dealloc_mw(mw2), 0);
+        assert_eq!(rdma(qa, 0, &mut sge, b0 + 64, key3), 0);
+        assert_eq!(poll(cq, 1)[0].status, 10, "REM_ACCESS_ERR");
+        let _ = poll_all(cq);
+
+        // A bad bind (a window outside the MR) completes with MW_BIND_ERR.
+        let (qa, qb) = ((v.create_qp)(pd, &mut ia), (v.create_qp)(pd, &mut ib));
+        connect(&v, ctx, qa, (*qb).qp_num);
+        connect(&v, ctx, qb, (*qa).qp_num);
+        let mw3 = alloc_mw(pd, 2);
+        let mut wr: ibv_send_wr = zeroed();
+        wr.wr_id = 0x55;
+        wr.opcode = 8;
+        wr.send_flags = 2;
+        wr.ext.bind_mw = ibv_send_wr_bind_mw {
+            mw: mw3,
+            rkey: (*mw3).rkey,
+            bind_info: ibv_mw_bind_info {
+                mr: b_mr,
+                addr: b0 + 4090,
+                length: 64,
+                mw_access_flags: 2,
+            },
+        };
+        assert_eq!(post(qb, &mut wr), 0);
+        let wc = poll(cq, 1)[0];
+        assert_eq!((wc.wr_id, wc.status), (0x55, 6), "IBV_WC_MW_BIND_ERR");
+        // A request naming no window is refused at post time.
+        wr.ext.bind_mw.mw = null_mut();
+        let (qa2, qb2) = ((v.create_qp)(pd, &mut ia), (v.create_qp)(pd, &mut ib));
+        connect(&v, ctx, qa2, (*qb2).qp_num);
+        assert_eq!(post(qa2, &mut wr), libc::EINVAL);
+        let _ = (qa, qa2, qb2);
+
+        assert_eq!(dealloc_mw(mw3), 0);
+        assert_eq!(dealloc_mw(mw1), 0);
+        assert_eq!((v.dereg_mr)(b_mr), 0, "free once no window is bound");
+    }
+}
+
+/// Polls whatever is on `cq` now (flushed requests of QPs in ERR).
+unsafe fn poll_all(cq: *mut ibv_cq) -> usize {
+    // SAFETY: the CQ's context is live.
+    let poll = unsafe { (*(*cq).context).ops.poll_cq.unwrap() };
+    let mut n = 0;
+    loop {
+        let mut wc: [ibv_wc; 4] = zeroed();
+        // SAFETY: room for 4.
+        let k = unsafe { poll(cq, 4, wc.as_mut_ptr()) };
+        if k <= 0 {
+            return n;
+        }
+        n += k as usize;
     }
 }

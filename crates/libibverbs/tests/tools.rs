@@ -331,9 +331,27 @@ fn rdma_core_suite_passes_on_the_soft_device() {
                 .success());
         }
     }
+    // Tests that must run and pass, not skip: what the device advertises (memory
+    // windows: MEM_WINDOW, MEM_WINDOW_TYPE_2B).
+    let must_pass: &[(&str, &[&str])] = &[
+        (
+            "test_mr",
+            &[
+                "test_mw_type1",
+                "test_invalidate_mw_type1",
+                "test_mw_type2",
+                "test_mw_type2_invalidate_local",
+                "test_mw_type2_invalidate_remote",
+                "test_mw_type2_invalidate_dealloc",
+                "test_reg_mw_wrong_type",
+            ],
+        ),
+        ("test_qpex", &["test_qp_ex_rc_bind_mw"]),
+    ];
     for file in [
         "test_device",
         "test_pd",
+        "test_mr",
         "test_cq",
         "test_cq_events",
         "test_cqex",
@@ -345,7 +363,7 @@ fn rdma_core_suite_passes_on_the_soft_device() {
         // The distribution's Python, where pyverbs is installed.
         let mut c = Command::new("/usr/bin/python3");
         c.arg(dir.join("run_tests.py"))
-            .args(["--dev", "rv_lo", "--gid", "1", file])
+            .args(["--dev", "rv_lo", "--gid", "1", "-v", file])
             .env("LD_LIBRARY_PATH", common::lib_dir())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
@@ -357,6 +375,21 @@ fn rdma_core_suite_passes_on_the_soft_device() {
         );
         assert!(out.status.success(), "{file}:\n{text}");
         assert!(text.lines().any(|l| l.starts_with("OK")), "{file}:\n{text}");
+        for (_, tests) in must_pass.iter().filter(|(f, _)| *f == file) {
+            for t in *tests {
+                // unittest -v: "NAME (tests.FILE.CLASS.NAME) ... ok", the docstring
+                // (if any) on the next line before " ... ok".
+                let passed = text.lines().enumerate().any(|(i, l)| {
+                    l.starts_with(&format!("{t} ("))
+                        && (l.ends_with(" ... ok")
+                            || text
+                                .lines()
+                                .nth(i + 1)
+                                .is_some_and(|n| n.ends_with(" ... ok")))
+                });
+                assert!(passed, "{file}: {t} did not pass:\n{text}");
+            }
+        }
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -5,7 +5,7 @@
 
 use crate::error::{Error, Result};
 use crate::verbs::{Ah, Pd, PdInner, Qp, Srq};
-use rverbs_engine::{Access, AhId, Memory, RecvWr, SendWr};
+use rverbs_engine::{Access, AhId, Memory, MwId, MwType, RecvWr, SendWr};
 use std::sync::Arc;
 
 /// The soft device behind `ctx`: the C library is built over it (EOPNOTSUPP on
@@ -26,6 +26,8 @@ pub struct ForeignMr {
     pd: Arc<PdInner>,
     lkey: u32,
     rkey: u32,
+    /// Deregistered by [`ForeignMr::dereg`] (nothing left to do when dropped).
+    gone: bool,
 }
 
 impl ForeignMr {
@@ -69,8 +71,25 @@ impl ForeignMr {
     }
 }
 
+impl ForeignMr {
+    /// `ibv_dereg_mr` with its answer: EBUSY while memory windows are bound to the
+    /// region (it stays registered), else deregistered now.
+    pub fn dereg(&mut self) -> Result<()> {
+        if !self.gone {
+            soft(&self.pd.ctx)?
+                .lock_verb("dereg_mr")?
+                .dereg_mr(self.lkey)?;
+            self.gone = true;
+        }
+        Ok(())
+    }
+}
+
 impl Drop for ForeignMr {
     fn drop(&mut self) {
+        if self.gone {
+            return;
+        }
         let lkey = self.lkey;
         if let Some(s) = self.pd.ctx.soft() {
             s.destroy(move |_, e| {
@@ -89,6 +108,48 @@ pub fn reg_mr(pd: &Pd, mem: Arc<dyn Memory>, iova: u64, access: Access) -> Resul
         pd: pd.inner.clone(),
         lkey: keys.lkey,
         rkey: keys.rkey,
+        gone: false,
+    })
+}
+
+/// A memory window; deallocated when dropped.
+pub struct ForeignMw {
+    pd: Arc<PdInner>,
+    id: MwId,
+    rkey: u32,
+}
+
+impl ForeignMw {
+    /// The engine's name of the window (what a BIND_MW work request names).
+    pub fn id(&self) -> MwId {
+        self.id
+    }
+    /// The R_Key it was allocated with.
+    pub fn rkey(&self) -> u32 {
+        self.rkey
+    }
+}
+
+impl Drop for ForeignMw {
+    fn drop(&mut self) {
+        let id = self.id;
+        if let Some(s) = self.pd.ctx.soft() {
+            s.destroy(move |_, e| {
+                let _ = e.dealloc_mw(id);
+            });
+        }
+    }
+}
+
+/// `ibv_alloc_mw`: a window of `kind` in `pd`.
+pub fn alloc_mw(pd: &Pd, kind: MwType) -> Result<ForeignMw> {
+    let (id, rkey) = soft(&pd.inner.ctx)?
+        .lock_verb("alloc_mw")?
+        .alloc_mw(pd.inner.id, kind)?;
+    Ok(ForeignMw {
+        pd: pd.inner.clone(),
+        id,
+        rkey,
     })
 }
 

@@ -48,7 +48,7 @@ impl Engine {
         access: Access,
     ) -> VerbResult<MrKeys> {
         const VERB: &str = "reg_mr";
-        if access.0 & !0xf != 0 {
+        if access.0 & !0x1f != 0 {
             return Err(err(VERB, Errno::Inval, "unknown access flags"));
         }
         if (access.contains(Access::REMOTE_WRITE) || access.contains(Access::REMOTE_ATOMIC))
@@ -92,12 +92,65 @@ impl Engine {
         })
     }
 
+    /// `ibv_alloc_mw`: a window of `kind` in `pd`, with its ID and its first R_Key
+    /// (`index << 8 | key`, a random key as rxe's `rxe_alloc_mw`). A type-1 window is
+    /// valid and grants nothing until bound; a type-2 one is free.
+    pub fn alloc_mw(&mut self, pd: PdId, kind: MwType) -> VerbResult<(MwId, u32)> {
+        const VERB: &str = "alloc_mw";
+        if self.mws.len() as u32 >= MAX_MW {
+            return Err(err(VERB, Errno::NoMem, "too many memory windows"));
+        }
+        self.pd_use(pd, VERB, 1)?;
+        let slot = self.mws.insert(Mw {
+            pd: pd.0,
+            kind,
+            state: match kind {
+                MwType::Type1 => MwState::Valid,
+                MwType::Type2 => MwState::Free,
+            },
+            rkey: 0,
+            qp: None,
+            mr: None,
+            addr: 0,
+            length: 0,
+            access: Access::NONE,
+        });
+        let key = (make_key(0, &mut self.rng, None) & 0xff) as u8;
+        let rkey = mw_key(slot, key);
+        if let Some(w) = self.mws.get_mut(slot) {
+            w.rkey = rkey;
+        }
+        Ok((MwId(slot), rkey))
+    }
+
+    /// `ibv_dealloc_mw`: the window goes, bound or not; its key grants nothing after.
+    pub fn dealloc_mw(&mut self, mw: MwId) -> VerbResult<()> {
+        let w = self.mws.remove(mw.0).ok_or(err(
+            "dealloc_mw",
+            Errno::Inval,
+            "no such memory window",
+        ))?;
+        self.pd_use(PdId(w.pd), "dealloc_mw", -1)
+    }
+
+    /// The current R_Key of a window (a bind changes its low 8 bits).
+    pub fn mw_rkey(&self, mw: MwId) -> Option<u32> {
+        self.mws.get(mw.0).map(|w| w.rkey)
+    }
+
     /// `ibv_dereg_mr`. Work requests already started keep their buffers; later use of
     /// the key fails (LOC_PROT_ERR locally, REM_ACCESS_ERR remotely).
     pub fn dereg_mr(&mut self, lkey: u32) -> VerbResult<()> {
         let slot = key_slot(lkey);
         match self.mrs.get(slot) {
             Some(m) if m.key == lkey => {
+                if self.mws.iter().any(|w| w.mr == Some(lkey)) {
+                    return Err(err(
+                        "dereg_mr",
+                        Errno::Busy,
+                        "memory windows are bound to the MR",
+                    ));
+                }
                 let pd = PdId(m.pd);
                 self.mrs.remove(slot);
                 self.mr_freed_tags
@@ -126,7 +179,7 @@ impl Engine {
             Some(m) if m.key == lkey => PdId(m.pd),
             _ => return Err(err(VERB, Errno::Inval, "no MR with this key")),
         };
-        if access.0 & !0xf != 0 {
+        if access.0 & !0x1f != 0 {
             return Err(err(VERB, Errno::Inval, "unknown access flags"));
         }
         if (access.contains(Access::REMOTE_WRITE) || access.contains(Access::REMOTE_ATOMIC))

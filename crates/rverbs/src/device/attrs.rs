@@ -9,6 +9,10 @@ pub const DEVICE_BAD_PKEY_CNTR: u32 = 1 << 1;
 pub const DEVICE_BAD_QKEY_CNTR: u32 = 1 << 2;
 /// `IBV_DEVICE_SYS_IMAGE_GUID`: `sys_image_guid` is valid.
 pub const DEVICE_SYS_IMAGE_GUID: u32 = 1 << 11;
+/// `IBV_DEVICE_MEM_WINDOW`: memory windows (type 1), as rxe advertises.
+pub const DEVICE_MEM_WINDOW: u32 = 1 << 17;
+/// `IBV_DEVICE_MEM_WINDOW_TYPE_2B`: type-2B windows (bound by work request to a QP).
+pub const DEVICE_MEM_WINDOW_TYPE_2B: u32 = 1 << 24;
 /// `IBV_DEVICE_RC_RNR_NAK_GEN`: an RC responder without a receive WQE sends RNR NAK.
 pub const DEVICE_RC_RNR_NAK_GEN: u32 = 1 << 12;
 
@@ -83,6 +87,8 @@ pub struct DeviceAttr {
     pub max_cqe: u32,
     /// Most memory regions.
     pub max_mr: u32,
+    /// Maximum memory windows.
+    pub max_mw: u32,
     /// Outstanding READ/atomic requests per QP as responder.
     pub max_qp_rd_atom: u32,
     /// Outstanding READ/atomic requests per QP as initiator.
@@ -222,6 +228,7 @@ pub(crate) fn device_attr(cfg: &Config) -> DeviceAttr {
         max_recv_sge: l.max_recv_sge,
         max_cqe: cfg.max_cqe,
         max_mr: rverbs_engine::MAX_MR - 1,
+        max_mw: rverbs_engine::MAX_MW,
         max_qp_rd_atom: l.max_qp_rd_atom,
         max_qp_init_rd_atom: l.max_qp_init_rd_atom,
         // create_srq checks against these two.
@@ -234,7 +241,9 @@ pub(crate) fn device_attr(cfg: &Config) -> DeviceAttr {
             DEVICE_BAD_PKEY_CNTR
                 | DEVICE_BAD_QKEY_CNTR
                 | DEVICE_SYS_IMAGE_GUID
-                | DEVICE_RC_RNR_NAK_GEN,
+                | DEVICE_RC_RNR_NAK_GEN
+                | DEVICE_MEM_WINDOW
+                | DEVICE_MEM_WINDOW_TYPE_2B,
         ) | rverbs_raw::IBV_DEVICE_MANAGED_FLOW_STEERING,
         page_size_cap: 0xffff_f000,
         vendor_id: 0xff_ffff,
