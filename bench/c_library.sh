@@ -80,7 +80,7 @@ rust_lat() {
         sed -n 's/.*"p50":\([-0-9.e+]*\).*/\1/p' | tail -n 1
 }
 
-median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "-"; else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "-"; else if (NR % 2) printf "%.3f\n", v[(NR + 1) / 2]; else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
 printf "# C (perftest on libibverbs.so.1) vs Rust (rverbs perf), %s, DUR=%s ITERS=%s REPS=%s, %s\n" \
     "$(nproc) CPUs" "$DUR" "$ITERS" "$REPS" "$(date -u +%Y-%m-%dT%H:%M:%SZ)"
