@@ -160,9 +160,12 @@ fn sweep_runs_every_size() {
 }
 
 /// A fake perftest server: accepts one connection, sends `reply` for every read of the
-/// client's first step, then closes. Returns the rverbs client's output.
-fn against_fake(reply: Vec<u8>, port: u16, args: &[&str]) -> Output {
-    let l = TcpListener::bind(("127.0.0.1", port)).unwrap();
+/// client's first step, then closes. Returns the rverbs client's output. It listens on
+/// a port the kernel picks (a port found free and released first can be taken by
+/// another test in between).
+fn against_fake(reply: Vec<u8>, args: &[&str]) -> Output {
+    let l = TcpListener::bind(("127.0.0.1", 0)).unwrap();
+    let port = l.local_addr().unwrap().port();
     let t = std::thread::spawn(move || {
         let (mut s, _) = l.accept().unwrap();
         let _ = s.set_read_timeout(Some(Duration::from_secs(20)));
@@ -191,22 +194,18 @@ fn against_fake(reply: Vec<u8>, port: u16, args: &[&str]) -> Output {
 fn bad_peers_get_a_clear_error() {
     let mut old = b"5.60".to_vec();
     old.resize(16, 0);
-    let o = against_fake(old, common::free_port(), &["write", "bw", "-n", "5"]);
+    let o = against_fake(old, &["write", "bw", "-n", "5"]);
     assert!(!o.status.success());
     assert!(text(&o).contains("5.70"), "{}", text(&o));
 
-    let o = against_fake(
-        vec![0xff; 16],
-        common::free_port(),
-        &["send", "lat", "-n", "5"],
-    );
+    let o = against_fake(vec![0xff; 16], &["send", "lat", "-n", "5"]);
     assert!(!o.status.success());
     assert!(text(&o).contains("no perftest version"), "{}", text(&o));
 
     // A good version, then zeros for the page size: refused before sizing a buffer.
     let mut v = b"6.06".to_vec();
     v.resize(16, 0);
-    let o = against_fake(v, common::free_port(), &["read", "bw", "-n", "5"]);
+    let o = against_fake(v, &["read", "bw", "-n", "5"]);
     assert!(!o.status.success());
     assert!(text(&o).contains("not plausible"), "{}", text(&o));
 }
