@@ -357,7 +357,13 @@ fn large_reads_fit_the_ring_without_drops() {
     // inbound ring, whatever our socket's buffer would have taken.
     let len = 8 << 20;
     let (a, b) = (end(open(true), len), end(open(true), len));
-    connect(&a, &b, &ConnectOpts::default());
+    // A 1 s ACK timeout: a responder descheduled for 67 ms on a loaded machine is not
+    // a dropped response (what this test is after: `tx_ring_full` and no timeout).
+    let opts = ConnectOpts {
+        timeout: 18,
+        ..ConnectOpts::default()
+    };
+    connect(&a, &b, &opts);
     b.mr.write(0, &vec![0x5a; len]);
     for i in 0..4 {
         a.qp.post_send(&SendRequest::read(
