@@ -158,7 +158,8 @@ fn run_block(cmds: &[Cmd]) {
         // "Couldn't connect" at once (perf retries by itself).
         let deadline = Instant::now() + Duration::from_secs(10);
         let (ok, text) = loop {
-            let (ok, text) = finish(command(c, &port).spawn().unwrap(), Duration::from_secs(60));
+            // Generous: a debug build's size sweep (`perf ... -a`) on a loaded machine.
+            let (ok, text) = finish(command(c, &port).spawn().unwrap(), Duration::from_secs(180));
             if !ok && text.contains("Couldn't connect") && Instant::now() < deadline {
                 std::thread::sleep(Duration::from_millis(100));
                 continue;
