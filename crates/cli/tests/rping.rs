@@ -143,7 +143,8 @@ fn rping_refusals() {
     assert!(err.contains("-a"), "{err}");
     // Nobody listens: the peer's CM answers REJ "invalid service ID" (8).
     let (srv, addr) = server(&["rping", "-s", "-p", &free_port().to_string()], None);
-    let (code, err) = run(&["rping", "-c", "-a", &addr, "-p", "1", "-C", "1"]);
+    let nobody = free_port().to_string();
+    let (code, err) = run(&["rping", "-c", "-a", &addr, "-p", &nobody, "-C", "1"]);
     assert_eq!(code, Some(1));
     assert!(err.contains("RDMA_CM_EVENT_REJECTED, error 8"), "{err}");
     let mut srv = srv;
