@@ -73,11 +73,14 @@
 //! # Ok::<(), rverbs::Error>(())
 //! ```
 
+mod channel;
 mod port;
 
 use crate::error::{Error, Result};
 use crate::verbs::Context;
 use crate::{AhAttr, Gid, Pd, Qp, QpInitAttr, QpModify, QpState, QpType};
+pub use channel::EventChannel;
+use channel::{ChanRef, RawEvent};
 use port::Port;
 use rverbs_cm::cma::{self, CmaHeader};
 use rverbs_cm::{consts, CmId as RawId, ConnectParams, Path, ReqInfo, SidrParams};
@@ -158,166 +161,6 @@ pub struct CmEvent {
     pub private_data: Vec<u8>,
     /// UD peers: where to send.
     pub ud: Option<UdParam>,
-}
-
-struct RawEvent {
-    kind: EventKind,
-    id: Arc<IdInner>,
-    listen_id: Option<Arc<IdInner>>,
-    status: i32,
-    private_data: Vec<u8>,
-    ud: Option<UdParam>,
-}
-
-impl RawEvent {
-    fn new(kind: EventKind, id: Arc<IdInner>, status: i32, private_data: Vec<u8>) -> Self {
-        RawEvent {
-            kind,
-            id,
-            listen_id: None,
-            status,
-            private_data,
-            ud: None,
-        }
-    }
-}
-
-struct ChanInner {
-    q: Mutex<VecDeque<RawEvent>>,
-    cv: Condvar,
-    fd: OwnedFd,
-}
-
-impl ChanInner {
-    fn push(&self, e: RawEvent) {
-        lock(&self.q).push_back(e);
-        crate::sys::eventfd_signal(&self.fd);
-        self.cv.notify_all();
-    }
-}
-
-/// An ID's way to its channel. Weak: a queued event holds its ID, so a strong link
-/// back would keep both alive forever once the program dropped them; events for a
-/// channel that is gone are dropped.
-#[derive(Clone)]
-struct ChanRef(std::sync::Weak<ChanInner>);
-
-impl ChanRef {
-    fn push(&self, e: RawEvent) {
-        if let Some(c) = self.0.upgrade() {
-            c.push(e);
-        }
-    }
-}
-
-/// An event channel (`struct rdma_event_channel`). Cheap to clone.
-#[derive(Clone)]
-pub struct EventChannel {
-    inner: Arc<ChanInner>,
-}
-
-impl std::fmt::Debug for EventChannel {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("EventChannel")
-            .field("queued", &lock(&self.inner.q).len())
-            .finish()
-    }
-}
-
-impl EventChannel {
-    /// A new channel (`rdma_create_event_channel`).
-    pub fn new() -> Result<EventChannel> {
-        let fd = crate::sys::eventfd().map_err(|e| Error::io("creating an eventfd", e))?;
-        Ok(EventChannel {
-            inner: Arc::new(ChanInner {
-                q: Mutex::new(VecDeque::new()),
-                cv: Condvar::new(),
-                fd,
-            }),
-        })
-    }
-
-    /// The next event, waiting up to `timeout` (forever with `None`)
-    /// (`rdma_get_cm_event`; the event needs no acknowledgement).
-    pub fn get_event(&self, timeout: Option<Duration>) -> Option<CmEvent> {
-        let deadline = timeout.map(|t| Instant::now() + t);
-        let mut q = lock(&self.inner.q);
-        let raw = loop {
-            if let Some(e) = q.pop_front() {
-                break e;
-            }
-            match deadline {
-                None => q = self.inner.cv.wait(q).unwrap_or_else(|e| e.into_inner()),
-                Some(d) => {
-                    let left = d.saturating_duration_since(Instant::now());
-                    if left.is_zero() {
-                        return None;
-                    }
-                    q = self
-                        .inner
-                        .cv
-                        .wait_timeout(q, left)
-                        .unwrap_or_else(|e| e.into_inner())
-                        .0;
-                }
-            }
-        };
-        if q.is_empty() {
-            crate::sys::eventfd_drain(&self.inner.fd);
-        }
-        drop(q);
-        Some(self.deliver(raw))
-    }
-
-    /// The next event if one waits (never blocks).
-    pub fn try_get_event(&self) -> Option<CmEvent> {
-        self.get_event(Some(Duration::ZERO))
-    }
-
-    /// Waits asynchronously for the next event (feature `tokio`; needs a tokio
-    /// runtime with I/O enabled).
-    #[cfg(feature = "tokio")]
-    pub async fn get_event_async(&self) -> std::io::Result<CmEvent> {
-        // A duplicate of the eventfd per call: tokio registers each fd once.
-        let afd = crate::sys::async_fd(self.inner.fd.try_clone()?)?;
-        loop {
-            if let Some(e) = self.try_get_event() {
-                return Ok(e);
-            }
-            let mut guard = afd.readable().await?;
-            if lock(&self.inner.q).is_empty() {
-                guard.clear_ready();
-            }
-        }
-    }
-
-    fn deliver(&self, raw: RawEvent) -> CmEvent {
-        if raw.kind == EventKind::ConnectRequest {
-            // Taken by the consumer: its place in the backlog is free.
-            let (port, id) = {
-                let s = lock(&raw.id.st);
-                (s.port.clone(), s.cm)
-            };
-            if let (Some(p), Some(id)) = (port, id) {
-                p.taken(id);
-            }
-        }
-        CmEvent {
-            kind: raw.kind,
-            id: CmId { inner: raw.id },
-            listen_id: raw.listen_id.map(|inner| CmId { inner }),
-            status: raw.status,
-            private_data: raw.private_data,
-            ud: raw.ud,
-        }
-    }
-}
-
-impl AsFd for EventChannel {
-    /// Readable while an event waits.
-    fn as_fd(&self) -> BorrowedFd<'_> {
-        self.inner.fd.as_fd()
-    }
 }
 
 /// What [`CmId::connect`] and [`CmId::accept`] take (`struct rdma_conn_param`).

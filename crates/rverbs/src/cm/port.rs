@@ -8,7 +8,8 @@
 //! MAD sends); channels' queues are leaves. An ID dropped anywhere is not destroyed
 //! under these locks but queued ([`Port::doom`]) and destroyed by the next turn.
 
-use super::{EventKind, IdInner, RawEvent};
+use super::channel::RawEvent;
+use super::{EventKind, IdInner};
 use crate::error::Result;
 use crate::mad::{MadAgent, MadDest, Registration};
 use crate::verbs::Context;
