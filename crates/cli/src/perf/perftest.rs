@@ -952,10 +952,7 @@ impl Conn {
         while c.recvs < all {
             self.reap(c, iters, start)?;
         }
-        let secs = match (c.first_rx, c.last_rx) {
-            (Some(a), Some(b)) => (b - a).as_secs_f64(),
-            _ => 0.0,
-        };
+        let secs = rx_span(start, c.first_rx, c.last_rx);
         Ok(Side {
             sent: 0,
             rx: all,
@@ -1069,6 +1066,18 @@ impl Conn {
             }
         }
         Ok(t)
+    }
+}
+
+/// The time a SEND receiver's figure is computed over: perftest's span from the first
+/// receive to the last. When every message came in one poll (a few UD datagrams on a
+/// loaded host), that span is 0 and would give no figure: the span then starts where
+/// the wait for this size started (`start`), a lower bound of the rate.
+fn rx_span(start: Instant, first: Option<Instant>, last: Option<Instant>) -> f64 {
+    match (first, last) {
+        (Some(a), Some(b)) if b > a => (b - a).as_secs_f64(),
+        (Some(a), Some(b)) => b.saturating_duration_since(start.min(a)).as_secs_f64(),
+        _ => 0.0,
     }
 }
 
@@ -1394,6 +1403,20 @@ pub fn run(o: &Opts, out: &mut impl Write) -> Result<Vec<Report>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn receive_span_is_first_to_last_or_from_the_wait_when_one_batch() {
+        let t0 = Instant::now();
+        let ms = |n| t0 + Duration::from_millis(n);
+        // perftest's span.
+        assert_eq!(rx_span(t0, Some(ms(3)), Some(ms(8))), 0.005);
+        // Every message in one poll: from the start of the wait.
+        assert_eq!(rx_span(t0, Some(ms(4)), Some(ms(4))), 0.004);
+        // A receive before the wait started (preposted, early peer): from it.
+        assert_eq!(rx_span(ms(2), Some(ms(1)), Some(ms(1))), 0.0);
+        assert_eq!(rx_span(ms(2), Some(ms(1)), Some(ms(5))), 0.004);
+        assert_eq!(rx_span(t0, None, None), 0.0);
+    }
 
     #[test]
     fn key_message_round_trips_in_perftests_layout() {
