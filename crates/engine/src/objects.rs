@@ -612,83 +612,23 @@ mod tests {
     #[test]
     fn rkey_checks() {
         let (mrs, key, _) = table();
-        assert!(check_rkey(
-            &mrs,
-            &Slab::default(),
-            1,
-            0,
-            key,
-            0x1000,
-            64,
-            Access::REMOTE_READ
-        )
-        .is_some());
-        assert!(check_rkey(
-            &mrs,
-            &Slab::default(),
-            1,
-            0,
-            key,
-            0x1000,
-            65,
-            Access::REMOTE_READ
-        )
-        .is_none());
-        assert!(check_rkey(
-            &mrs,
-            &Slab::default(),
-            1,
-            0,
-            key,
-            0xfff,
-            1,
-            Access::REMOTE_READ
-        )
-        .is_none());
-        assert!(check_rkey(
-            &mrs,
-            &Slab::default(),
-            2,
-            0,
-            key,
-            0x1000,
-            1,
-            Access::REMOTE_READ
-        )
-        .is_none());
-        assert!(check_rkey(
-            &mrs,
-            &Slab::default(),
-            1,
-            0,
-            key ^ 1,
-            0x1000,
-            1,
-            Access::REMOTE_READ
-        )
-        .is_none());
-        assert!(check_rkey(
-            &mrs,
-            &Slab::default(),
-            1,
-            0,
-            key,
-            0x1000,
-            1,
-            Access::REMOTE_WRITE
-        )
-        .is_none());
-        assert!(check_rkey(
-            &mrs,
-            &Slab::default(),
-            1,
-            0,
-            key,
-            u64::MAX,
-            2,
-            Access::REMOTE_READ
-        )
-        .is_none());
+        let no_mws = Slab::default();
+        let ok = |pd, key, va, len, access| {
+            check_rkey(&mrs, &no_mws, pd, 0, key, va, len, access).is_some()
+        };
+        assert!(ok(1, key, 0x1000, 64, Access::REMOTE_READ));
+        assert!(!ok(1, key, 0x1000, 65, Access::REMOTE_READ), "past the end");
+        assert!(
+            !ok(1, key, 0xfff, 1, Access::REMOTE_READ),
+            "before the start"
+        );
+        assert!(!ok(2, key, 0x1000, 1, Access::REMOTE_READ), "another PD");
+        assert!(
+            !ok(1, key ^ 1, 0x1000, 1, Access::REMOTE_READ),
+            "another key"
+        );
+        assert!(!ok(1, key, 0x1000, 1, Access::REMOTE_WRITE), "not granted");
+        assert!(!ok(1, key, u64::MAX, 2, Access::REMOTE_READ), "wraps");
     }
 
     #[test]
