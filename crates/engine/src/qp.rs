@@ -362,7 +362,7 @@ pub(crate) struct Qp {
     /// Selective repeat is on ([`crate::Config::selective_repeat`]).
     pub(crate) selective: bool,
     /// Selective repeat, both halves ([`crate::selective`]).
-    pub(crate) sr: crate::selective_state::SrState,
+    pub(crate) sr: crate::selective::SrState,
     /// Tail-loss probes sent since the last progress ([`MAX_PROBES_PER_STALL`]).
     pub(crate) probes_sent: u8,
     /// Send a tail-loss probe at the next chance (`req::build_probe`).
@@ -422,7 +422,7 @@ impl Qp {
         let w = self.win(ctx).min(self.loss_window.unwrap_or(u32::MAX));
         if self.sr.filling_gap() {
             w.saturating_mul(2)
-                .min(crate::selective_state::SR_MAX_HELD_PSNS)
+                .min(crate::selective::SR_MAX_HELD_PSNS)
                 .max(w)
         } else {
             w
