@@ -377,7 +377,7 @@ pub enum FlowSpec {
     /// IBV_FLOW_SPEC_GRE (never inner).
     Gre(Layer<GreFilter>),
     /// IBV_FLOW_SPEC_MPLS; where it matches depends on the spec before it (see
-    /// [`crate::classify`]).
+    /// the `classify` module).
     Mpls(Layer<MplsFilter>),
     /// IBV_FLOW_SPEC_ESP.
     Esp(Layer<EspFilter>),
@@ -658,7 +658,7 @@ impl FlowContext {
 
 /// Checks `attr` as `ibv_create_flow` on a NIC would, in the kernel's order, and returns
 /// the first failure. On success the attribute can be installed in a
-/// [`crate::classify::Classifier`].
+/// `Classifier` (the `classify` module, which builds on this one).
 pub fn validate(attr: &FlowAttr, ctx: &FlowContext) -> Result<(), FlowError> {
     // uverbs_cmd.c ib_uverbs_ex_create_flow: capability first.
     if !ctx.cap_net_raw {

@@ -1,5 +1,5 @@
-//! IPv6 headers (RFC 8200) as RoCE v2 carries them. The IB GRH shares this layout; see
-//! [`crate::grh`].
+//! IPv6 headers (RFC 8200) as RoCE v2 carries them. The IB GRH shares this layout (the
+//! `grh` module reads it through this one).
 
 use crate::field::{set_u16, u16_at, u32_at};
 use crate::{Error, Result};

@@ -57,7 +57,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> PerfMad<T> {
 /// Bits 0-7 are common to all GS classes (IBTA 13.4.8.1); bits 8-15 are class
 /// specific: the PMA ones are from rdma-core `libibmad/iba_types.h` `IB_PM_*` (the
 /// ones perfquery tests) and kernel `ib_pma.h` `IB_PMA_CLASS_CAP_*`; the BM ones are
-/// in [`bm::capability`](super::bm::capability).
+/// in `bm::capability` (the BM module builds on this one).
 pub mod capability {
     /// The class agent can generate traps (opensm / libibmad `ib_types.h`
     /// `IB_CLASS_CAP_TRAP`).
