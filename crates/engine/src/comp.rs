@@ -280,6 +280,12 @@ impl Qp {
                     self.rtt_sample = None;
                 }
             }
+            if let Some(&(at, _)) = self.sr.resent.get(&before.0.value()) {
+                // Selective repeat: the first gap's resend (AckReq, ahead of new data)
+                // and the cumulative ACK that moved past it. Under steady loss nearly
+                // every message has a gap, and Karn's rule leaves no other sample.
+                self.rtt.update(ctx.now.saturating_sub(at));
+            }
             self.sr_progress();
             self.after_probe(ctx);
             self.unacked_since = (self.sent_psn_end != self.comp_psn).then_some(ctx.now);
@@ -398,6 +404,7 @@ impl Qp {
         self.sr.clear_queue();
         // Karn: what is sent again gives no RTT sample.
         self.rtt_sample = None;
+        self.resent_end = Some(self.sent_psn_end);
         for (i, w) in self.sq.iter_mut().enumerate() {
             if !w.started {
                 break;
@@ -507,7 +514,16 @@ impl Qp {
         }
         self.retry_left -= 1;
         self.shrink_window(why == Retry::Timeout);
+        let sent_once = self.resent_end.is_none_or(|e| !self.comp_psn.is_before(e));
         self.resend_from_gap(ctx);
+        if why == Retry::SeqNak && sent_once && self.sq.front().is_some_and(|w| !w.is_rd_atomic()) {
+            // The NAK says the gap's first packet, which left once, never arrived:
+            // the ACK that moves past it answers the resend going out now, an RTT
+            // sample Karn's rule allows. Under steady loss nearly every message is
+            // resent in part, and without it the QP never measures its round trip
+            // (no tail-loss probe, only the retransmit timer).
+            self.rtt_sample = Some((self.comp_psn, ctx.now));
+        }
     }
 
     /// A loss: the loss window becomes half what is outstanding (RFC 5681 3.1

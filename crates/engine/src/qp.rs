@@ -340,6 +340,9 @@ pub(crate) struct Qp {
     /// when a new AckReq packet leaves and none is timed; dropped when anything is
     /// sent again (Karn's rule).
     pub(crate) rtt_sample: Option<(Psn, Nanos)>,
+    /// `sent_psn_end` at the last go-back: a packet before it may have left twice,
+    /// so a resend of it gives no RTT sample (Karn).
+    pub(crate) resent_end: Option<Psn>,
     /// The gap a reordering-window retry asked again for, and when (`comp::retry`),
     /// to tell a needless re-request (`Rtt::reordering_seen`).
     pub(crate) reorder_retry_at: Option<(Psn, Nanos)>,
@@ -477,6 +480,7 @@ impl Qp {
             stale_rearms: 0,
             rtt: Rtt::default(),
             rtt_sample: None,
+            resent_end: None,
             reorder_retry_at: None,
             loss_window: None,
             loss_window_acked: 0,

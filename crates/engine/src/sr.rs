@@ -159,7 +159,13 @@ impl Qp {
             self.recovery_point = None;
         }
         self.sr.sacked.insert(got.value());
+        // The responder answered: the stall's probes start over from one PTO (RFC 8985
+        // 7.2 arms the probe timer again on every ACK), so a tail that the resends
+        // lost again costs one probe timeout, not a doubled one per report.
+        self.probes_sent = 0;
+        self.arm_probe(ctx.now);
         let mut wake = self.sr_resend_gap(from, got, ctx);
+        wake.timers = true;
         // The first gap's resends that went out before `got` did, still
         // unacknowledged: lost too (RFC 8985 6.1: a packet is lost once one sent
         // after it is delivered). (Only before the first PSN reported held: a resend
@@ -199,10 +205,13 @@ impl Qp {
     /// were, before `got` was sent). A READ request in the gap: the implied NAK's
     /// reordering window, then go-back-N from the gap.
     fn sr_resend_gap(&mut self, from: Psn, got: Psn, ctx: &mut Ctx<'_>) -> Wake {
+        // A resend goes out ahead of new data and with AckReq, so its answer is due one
+        // unqueued round trip after it (the smallest sample, plus RFC 8985's quarter
+        // for reordering), not a smoothed one that includes whole messages queued.
         let again_after = self
             .rtt
-            .srtt()
-            .map_or(reorder_window_ns(self.attr.timeout), |s| s + s / 4);
+            .min_rtt()
+            .map_or(reorder_window_ns(self.attr.timeout), |m| m + m / 4);
         let n = got.forward_from(from);
         let mut queued = false;
         // The WQEs hold consecutive PSNs: one walk along them for the whole gap.

@@ -178,6 +178,9 @@ pub const MIN_PROBE_NS: Nanos = 200_000;
 pub(crate) struct Rtt {
     /// Smoothed round trip; `None` before the first sample.
     srtt: Option<Nanos>,
+    /// The smallest sample (RFC 8985 6.2 `min_RTT`): a packet that waited behind no
+    /// other, as a resend does.
+    min: Option<Nanos>,
     /// Its mean deviation.
     rttvar: Nanos,
     /// The reordering window in quarters of SRTT (RFC 8985 6.2 `reo_wnd_mult`);
@@ -197,6 +200,7 @@ pub const MAX_REORDER_QUARTERS: u32 = 64;
 impl Rtt {
     /// Takes one round-trip sample `r`.
     pub(crate) fn update(&mut self, r: Nanos) {
+        self.min = Some(self.min.map_or(r, |m| m.min(r)));
         match self.srtt {
             None => {
                 self.srtt = Some(r);
@@ -212,6 +216,11 @@ impl Rtt {
     /// The smoothed round trip, once measured.
     pub(crate) fn srtt(&self) -> Option<Nanos> {
         self.srtt
+    }
+
+    /// The smallest round trip seen, once measured.
+    pub(crate) fn min_rtt(&self) -> Option<Nanos> {
+        self.min
     }
 
     /// The tail-loss probe timeout (RFC 8985 7.2: PTO = 2 x SRTT): at least
@@ -340,6 +349,16 @@ mod tests {
         r.update(160_000);
         // RTTVAR = 3/4 * 40 + 1/4 * |80 - 160| = 50; SRTT = 7/8 * 80 + 1/8 * 160 = 90.
         assert_eq!((r.srtt, r.rttvar), (Some(90_000), 50_000));
+        // The smallest sample is kept apart (RFC 8985 min_RTT).
+        assert_eq!(r.min_rtt(), Some(80_000));
+        r.update(20_000);
+        assert_eq!(r.min_rtt(), Some(20_000));
+        r.update(160_000);
+        assert_eq!(r.min_rtt(), Some(20_000));
+        let mut r = Rtt::default();
+        assert_eq!(r.min_rtt(), None);
+        r.update(80_000);
+        r.update(160_000);
         // 2 x SRTT, above the floor, below half the 1.05 ms timeout.
         assert_eq!(r.probe_ns(8), Some(180_000.max(MIN_PROBE_NS)));
         assert_eq!(r.probe_ns(20), Some(MIN_PROBE_NS.max(180_000)));
