@@ -1,23 +1,25 @@
 //! Completion queues (also as `ibv_cq_ex`), completion channels and CQ events.
 //!
-//! A completion channel's `fd` is the rverbs channel's eventfd: readable exactly while
-//! an event waits, so a program may `poll(2)` it before `ibv_get_cq_event`. Events are
+//! A completion channel's `fd` is readable exactly while an event waits, so a program may `poll(2)` it before `ibv_get_cq_event`. Events are
 //! counted per CQ (`comp_events_completed` on `ibv_ack_cq_events`), as libibverbs does.
-//! `ibv_get_cq_event` always waits for an event (see there).
+//! `ibv_get_cq_event` waits for an event unless the program set `O_NONBLOCK` on the
+//! channel's `fd` (then EAGAIN, as libibverbs; see [`crate::evfd`]).
 
 use crate::context::Ctx;
 use crate::*;
 use rverbs_ibverbs::types::*;
 use std::collections::VecDeque;
 use std::ffi::{c_int, c_uint, c_void};
-use std::os::fd::{AsFd, AsRawFd};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 #[repr(C)]
 pub(crate) struct ChanObj {
     pub c: ibv_comp_channel,
     pub rs: rverbs::CompChannel,
+    /// What the program sees as `fd` (see [`crate::evfd`]).
+    pub fd: crate::evfd::EventFd,
     pub users: AtomicUsize,
 }
 
@@ -26,15 +28,16 @@ unsafe extern "C" fn ibv_create_comp_channel(context: *mut ibv_context) -> *mut 
         // SAFETY: the caller's context.
         let ctx = unsafe { Ctx::from_c(context) }?;
         let rs = ctx.rs.create_comp_channel().map_err(|e| errno_of(&e))?;
+        let fd = crate::evfd::EventFd::over(rs.as_fd())?;
         ctx.hold();
-        let fd = rs.as_fd().as_raw_fd();
         let b = Box::new(ChanObj {
             c: ibv_comp_channel {
                 context,
-                fd,
+                fd: fd.raw(),
                 refcnt: 0,
             },
             rs,
+            fd,
             users: AtomicUsize::new(0),
         });
         Ok(Box::into_raw(b) as *mut ibv_comp_channel)
@@ -75,6 +78,9 @@ pub(crate) struct CqObj {
     pub chan: *const ChanObj,
     pub users: AtomicUsize,
     pub ex: Mutex<ExPoll>,
+    /// When `ibv_poll_cq` last found the CQ empty after a completion ([`mono_ns`]; 0:
+    /// the last poll found one).
+    pub empty_since: AtomicU64,
 }
 
 impl CqObj {
@@ -129,6 +135,7 @@ fn new_cq(
         chan: channel as *const ChanObj,
         users: AtomicUsize::new(0),
         ex: Mutex::default(),
+        empty_since: AtomicU64::new(0),
     }));
     // SAFETY: just made.
     unsafe { init_sync(&mut (*p).c.mutex, &mut (*p).c.cond) };
@@ -139,7 +146,7 @@ fn new_cq(
     Ok(p)
 }
 
-unsafe extern "C" fn ibv_create_cq(
+pub(crate) unsafe extern "C" fn ibv_create_cq(
     context: *mut ibv_context,
     cqe: c_int,
     cq_context: *mut c_void,
@@ -174,7 +181,7 @@ pub(crate) unsafe extern "C" fn create_cq_ex(
     })
 }
 
-unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
+pub(crate) unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
     ret_errno(|| {
         // SAFETY: the caller's CQ.
         let o = unsafe { CqObj::from_c(cq) }?;
@@ -254,6 +261,19 @@ pub(crate) fn wc_opcode(o: rverbs::WcOpcode) -> u32 {
     }
 }
 
+/// How long a CQ stays empty before each further empty `ibv_poll_cq` yields the CPU:
+/// twice an 8-byte ping-pong's round trip on the loopback device. Spinning longer
+/// costs the peer that much per message when both share a core (1 ms: perftest's
+/// `ib_send_bw` at 0.17 of the Rust path on a loaded 2-core machine).
+const SPIN_NS: u64 = 16_000;
+
+/// Nanoseconds since the library first asked (never 0).
+fn mono_ns() -> u64 {
+    static BASE: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    let base = *BASE.get_or_init(std::time::Instant::now);
+    (base.elapsed().as_nanos() as u64).max(1)
+}
+
 /// `ibv_context.ops.poll_cq`: what the `ibv_poll_cq` inline calls.
 pub(crate) unsafe extern "C" fn poll_cq(
     cq: *mut ibv_cq,
@@ -268,7 +288,16 @@ pub(crate) unsafe extern "C" fn poll_cq(
         }
         let want = num_entries as usize;
         let mut got = 0usize;
-        let mut buf = [rverbs::Wc::default(); 32];
+        // Small polls (a ping-pong's one, perftest's 16) fill a small buffer: the
+        // large one's initialisation showed in a spinning poller's profile.
+        let mut small = [rverbs::Wc::default(); 16];
+        let mut large;
+        let buf: &mut [rverbs::Wc] = if want <= small.len() {
+            &mut small
+        } else {
+            large = [rverbs::Wc::default(); 64];
+            &mut large
+        };
         while got < want {
             let n = (want - got).min(buf.len());
             let k = o.rs.poll(&mut buf[..n]).map_err(|e| errno_of(&e))?;
@@ -281,11 +310,23 @@ pub(crate) unsafe extern "C" fn poll_cq(
                 break;
             }
         }
-        if got == 0 && want > 0 {
-            // A program spinning on an empty CQ would otherwise keep the CPU from the
-            // device's driver thread and the peer process when cores are few (a real
-            // HCA works beside the CPU; this device needs it): one yield per empty poll.
-            std::thread::yield_now();
+        if got > 0 {
+            o.empty_since.store(0, Ordering::Relaxed);
+        } else if want > 0 {
+            // A program spinning on an empty CQ keeps the CPU from the device's driver
+            // thread and the peer process when cores are few (a real HCA works beside
+            // the CPU; this device needs it), so once the CQ has been empty for
+            // SPIN_NS, each further empty poll yields. Before that none does: a
+            // completion due soon (a ping-pong's reply) is seen without a system
+            // call's delay or another thread's time slice (ib_send_lat's 8-byte half
+            // round trip at a load average of 7 on 2 cores: 4.4-11 µs with a yield
+            // per empty poll, 4.0 µs so, the Rust API's spin 3.4 µs).
+            let now = mono_ns();
+            match o.empty_since.load(Ordering::Relaxed) {
+                0 => o.empty_since.store(now, Ordering::Relaxed),
+                since if now.saturating_sub(since) >= SPIN_NS => std::thread::yield_now(),
+                _ => {}
+            }
         }
         Ok(got as c_int)
     })
@@ -312,11 +353,19 @@ unsafe extern "C" fn ibv_get_cq_event(
             unsafe { (arg(channel as *const ChanObj)?, out(cq)?, out(cq_context)?) };
         // SAFETY: the channel's context is alive while it is.
         let ctx = unsafe { Ctx::from_c(ch.c.context) }?;
-        // Always waits: the channel's eventfd is non-blocking for the device's own
-        // use, so a caller's O_NONBLOCK cannot be told apart (poll the fd first to
-        // avoid waiting, as programs do).
+        // Waits for an event unless the program made `fd` non-blocking: then -1 with
+        // EAGAIN when none waits, as libibverbs' read(2) of the channel gives.
+        let nonblocking = ch.fd.nonblocking();
         loop {
-            let Some(got) = ch.rs.get_cq_event(None) else {
+            let got = if nonblocking {
+                ch.rs.try_get_cq_event()
+            } else {
+                ch.rs.get_cq_event(None)
+            };
+            let Some(got) = got else {
+                if nonblocking {
+                    return Err(libc::EAGAIN);
+                }
                 continue;
             };
             let found = ctx

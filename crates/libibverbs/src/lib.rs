@@ -31,6 +31,9 @@ pub mod memory;
 mod context;
 mod cq;
 mod device;
+mod evfd;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod kern;
 mod misc;
 mod mw;
