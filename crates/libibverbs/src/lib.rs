@@ -32,6 +32,7 @@ mod context;
 mod cq;
 mod device;
 mod evfd;
+mod flow;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod kern;

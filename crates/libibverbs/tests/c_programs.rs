@@ -85,3 +85,10 @@ fn nonblocking_event_descriptors_give_eagain() {
 fn bad_qp_attributes_caps_and_requests_get_libibverbs_errno() {
     run("qp_errors");
 }
+
+/// Fails (create_flow: EPERM) when run without CAP_NET_RAW.
+#[test]
+#[ignore = "needs root (CAP_NET_RAW for ibv_create_flow); CI runs it with --ignored"]
+fn flow_steering_from_c_steers_ud_datagrams() {
+    run("flow");
+}
