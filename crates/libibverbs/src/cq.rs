@@ -81,6 +81,9 @@ pub(crate) struct CqObj {
     /// When `ibv_poll_cq` last found the CQ empty after a completion ([`mono_ns`]; 0:
     /// the last poll found one).
     pub empty_since: AtomicU64,
+    /// How long `ibv_poll_cq` spins on this CQ before it yields (adaptive, up to
+    /// [`SPIN_MAX_NS`]).
+    pub spin_ns: AtomicU64,
 }
 
 impl CqObj {
@@ -136,6 +139,7 @@ fn new_cq(
         users: AtomicUsize::new(0),
         ex: Mutex::default(),
         empty_since: AtomicU64::new(0),
+        spin_ns: AtomicU64::new(SPIN_MAX_NS),
     }));
     // SAFETY: just made.
     unsafe { init_sync(&mut (*p).c.mutex, &mut (*p).c.cond) };
@@ -261,11 +265,19 @@ pub(crate) fn wc_opcode(o: rverbs::WcOpcode) -> u32 {
     }
 }
 
-/// How long a CQ stays empty before each further empty `ibv_poll_cq` yields the CPU:
-/// twice an 8-byte ping-pong's round trip on the loopback device. Spinning longer
-/// costs the peer that much per message when both share a core (1 ms: perftest's
-/// `ib_send_bw` at 0.17 of the Rust path on a loaded 2-core machine).
-const SPIN_NS: u64 = 16_000;
+/// Most an `ibv_poll_cq` caller spins on an empty CQ before yielding: twice an
+/// 8-byte ping-pong's round trip on the loopback device. A fixed spin of that length
+/// cost a ping-pong whose peer shared its core the whole spin per message (perftest's
+/// `ib_send_lat` 25 µs at a load average of 10 on 2 cores, against 8 µs yielding on
+/// every empty poll), hence the budget that adapts to what the yields show (see
+/// `poll_cq`).
+const SPIN_MAX_NS: u64 = 16_000;
+
+/// What a budget grows by besides doubling (so one at 0 grows again).
+const SPIN_STEP_NS: u64 = 1_000;
+
+/// A `sched_yield` that took longer than this ran another thread.
+const YIELD_RAN_OTHERS_NS: u64 = 5_000;
 
 /// Nanoseconds since the library first asked (never 0).
 fn mono_ns() -> u64 {
@@ -315,17 +327,26 @@ pub(crate) unsafe extern "C" fn poll_cq(
         } else if want > 0 {
             // A program spinning on an empty CQ keeps the CPU from the device's driver
             // thread and the peer process when cores are few (a real HCA works beside
-            // the CPU; this device needs it), so once the CQ has been empty for
-            // SPIN_NS, each further empty poll yields. Before that none does: a
-            // completion due soon (a ping-pong's reply) is seen without a system
-            // call's delay or another thread's time slice (ib_send_lat's 8-byte half
-            // round trip at a load average of 7 on 2 cores: 4.4-11 µs with a yield
-            // per empty poll, 4.0 µs so, the Rust API's spin 3.4 µs).
+            // the CPU; this device needs it). So once the CQ has been empty for the
+            // CQ's spin budget, each empty poll yields, and the budget follows what
+            // the yields show: one that gave the CPU to another thread halves it (the
+            // core is wanted: a ping-pong peer on it would wait for the whole spin),
+            // one that came straight back grows it towards SPIN_MAX_NS (nobody needs
+            // the core: spinning sees the next completion without a system call's
+            // delay).
             let now = mono_ns();
-            match o.empty_since.load(Ordering::Relaxed) {
-                0 => o.empty_since.store(now, Ordering::Relaxed),
-                since if now.saturating_sub(since) >= SPIN_NS => std::thread::yield_now(),
-                _ => {}
+            let since = o.empty_since.load(Ordering::Relaxed);
+            if since == 0 {
+                o.empty_since.store(now, Ordering::Relaxed);
+            } else if now.saturating_sub(since) >= o.spin_ns.load(Ordering::Relaxed) {
+                std::thread::yield_now();
+                let budget = o.spin_ns.load(Ordering::Relaxed);
+                let next = if mono_ns().saturating_sub(now) > YIELD_RAN_OTHERS_NS {
+                    budget / 2
+                } else {
+                    (budget * 2 + SPIN_STEP_NS).min(SPIN_MAX_NS)
+                };
+                o.spin_ns.store(next, Ordering::Relaxed);
             }
         }
         Ok(got as c_int)
