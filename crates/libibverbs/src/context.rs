@@ -13,7 +13,6 @@ use rverbs_ibverbs::consts::*;
 use rverbs_ibverbs::types::*;
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
-use std::os::fd::AsRawFd;
 use std::sync::{Arc, Mutex};
 
 /// A context: the `verbs_context` a program points into, the rverbs context, and
@@ -32,6 +31,8 @@ pub(crate) struct Ctx {
     pub life: Mutex<(usize, bool)>,
     /// The device's name (the key of [`SHARED`]).
     pub name: String,
+    /// What the program sees as `async_fd` (see [`crate::evfd`]).
+    pub async_ev: crate::evfd::EventFd,
 }
 
 /// The rverbs context of each device open in this process, with the number of C
@@ -76,12 +77,17 @@ impl Drop for Ctx {
             // SAFETY: the descriptor ibv_open_device opened for this context.
             unsafe { libc::close(self.vctx.context.cmd_fd) };
         }
-        let mut l = SHARED.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(i) = l.iter().position(|e| e.name == self.name) {
-            l[i].users -= 1;
-            if l[i].users == 0 {
-                l.remove(i);
-            }
+        unacquire(&self.name);
+    }
+}
+
+/// Undoes one [`acquire`] of the device `name`.
+fn unacquire(name: &str) {
+    let mut l = SHARED.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(i) = l.iter().position(|e| e.name == name) {
+        l[i].users -= 1;
+        if l[i].users == 0 {
+            l.remove(i);
         }
     }
 }
@@ -140,11 +146,13 @@ fn ops() -> ibv_context_ops {
     o
 }
 
-unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_context {
+pub(crate) unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_context {
     ret_ptr(|| {
         // SAFETY: `device` is NULL or ours.
         let d: &DevObj = unsafe { dev(device) }?;
         let (rs, [cqs, qps, srqs]) = acquire(&d.info)?;
+        let async_ev =
+            crate::evfd::EventFd::over(rs.async_fd()).inspect_err(|_| unacquire(&d.info.name))?;
         // SAFETY: verbs_context is plain data: integers, nullable pointers, a mutex
         // that pthread_mutex_init sets up below.
         let mut vctx: verbs_context = unsafe { std::mem::zeroed() };
@@ -152,6 +160,8 @@ unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_contex
         vctx.query_device_ex = Some(crate::device::query_device_ex);
         vctx.create_cq_ex = Some(crate::cq::create_cq_ex);
         vctx.create_qp_ex = Some(crate::qp_ex::create_qp_ex);
+        vctx.ibv_create_flow = Some(crate::flow::create_flow);
+        vctx.ibv_destroy_flow = Some(crate::flow::destroy_flow);
         vctx.sz = std::mem::size_of::<verbs_context>();
         vctx.context.device = device;
         vctx.context.ops = ops();
@@ -160,7 +170,7 @@ unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_contex
         // SAFETY: open(2) of a constant path; the fd is closed when the context goes.
         vctx.context.cmd_fd =
             unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
-        vctx.context.async_fd = rs.async_fd().as_raw_fd();
+        vctx.context.async_fd = async_ev.raw();
         vctx.context.num_comp_vectors = 1;
         vctx.context.abi_compat = VERBS_ABI_IS_EXTENDED as *mut c_void;
         let b = Box::new(Ctx {
@@ -171,6 +181,7 @@ unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_contex
             srqs,
             life: Mutex::new((0, false)),
             name: d.info.name.clone(),
+            async_ev,
         });
         let p = Box::into_raw(b);
         // SAFETY: `p` is the live box just made.
@@ -181,7 +192,7 @@ unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_contex
 }
 export!(ibv_open_device, "IBVERBS_1.1");
 
-unsafe extern "C" fn ibv_close_device(context: *mut ibv_context) -> c_int {
+pub(crate) unsafe extern "C" fn ibv_close_device(context: *mut ibv_context) -> c_int {
     ret_neg(|| {
         // SAFETY: the caller's context.
         let ctx = unsafe { Ctx::from_c(context) }?;
@@ -210,10 +221,19 @@ unsafe extern "C" fn ibv_get_async_event(
     ret_neg(|| {
         // SAFETY: the caller's context and event buffer.
         let (ctx, ev) = unsafe { (Ctx::from_c(context)?, out(event)?) };
-        // Always waits, as ibv_get_cq_event (the eventfd is non-blocking for the
-        // device's own use).
+        // Waits unless the program made `async_fd` non-blocking: then -1 with EAGAIN
+        // when no event waits (libibverbs' read(2) of it; UCX drains events so).
+        let nonblocking = ctx.async_ev.nonblocking();
         loop {
-            let Some(e) = ctx.rs.get_async_event(None) else {
+            let e = if nonblocking {
+                ctx.rs.try_get_async_event()
+            } else {
+                ctx.rs.get_async_event(None)
+            };
+            let Some(e) = e else {
+                if nonblocking {
+                    return Err(libc::EAGAIN);
+                }
                 continue;
             };
             let find =

@@ -1,23 +1,25 @@
 //! Completion queues (also as `ibv_cq_ex`), completion channels and CQ events.
 //!
-//! A completion channel's `fd` is the rverbs channel's eventfd: readable exactly while
-//! an event waits, so a program may `poll(2)` it before `ibv_get_cq_event`. Events are
+//! A completion channel's `fd` is readable exactly while an event waits, so a program may `poll(2)` it before `ibv_get_cq_event`. Events are
 //! counted per CQ (`comp_events_completed` on `ibv_ack_cq_events`), as libibverbs does.
-//! `ibv_get_cq_event` always waits for an event (see there).
+//! `ibv_get_cq_event` waits for an event unless the program set `O_NONBLOCK` on the
+//! channel's `fd` (then EAGAIN, as libibverbs; see [`crate::evfd`]).
 
 use crate::context::Ctx;
 use crate::*;
 use rverbs_ibverbs::types::*;
 use std::collections::VecDeque;
 use std::ffi::{c_int, c_uint, c_void};
-use std::os::fd::{AsFd, AsRawFd};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 #[repr(C)]
 pub(crate) struct ChanObj {
     pub c: ibv_comp_channel,
     pub rs: rverbs::CompChannel,
+    /// What the program sees as `fd` (see [`crate::evfd`]).
+    pub fd: crate::evfd::EventFd,
     pub users: AtomicUsize,
 }
 
@@ -26,15 +28,16 @@ unsafe extern "C" fn ibv_create_comp_channel(context: *mut ibv_context) -> *mut 
         // SAFETY: the caller's context.
         let ctx = unsafe { Ctx::from_c(context) }?;
         let rs = ctx.rs.create_comp_channel().map_err(|e| errno_of(&e))?;
+        let fd = crate::evfd::EventFd::over(rs.as_fd())?;
         ctx.hold();
-        let fd = rs.as_fd().as_raw_fd();
         let b = Box::new(ChanObj {
             c: ibv_comp_channel {
                 context,
-                fd,
+                fd: fd.raw(),
                 refcnt: 0,
             },
             rs,
+            fd,
             users: AtomicUsize::new(0),
         });
         Ok(Box::into_raw(b) as *mut ibv_comp_channel)
@@ -75,6 +78,12 @@ pub(crate) struct CqObj {
     pub chan: *const ChanObj,
     pub users: AtomicUsize,
     pub ex: Mutex<ExPoll>,
+    /// When `ibv_poll_cq` last found the CQ empty after a completion ([`mono_ns`]; 0:
+    /// the last poll found one).
+    pub empty_since: AtomicU64,
+    /// How long `ibv_poll_cq` spins on this CQ before it yields (adaptive, up to
+    /// [`SPIN_MAX_NS`]).
+    pub spin_ns: AtomicU64,
 }
 
 impl CqObj {
@@ -129,6 +138,8 @@ fn new_cq(
         chan: channel as *const ChanObj,
         users: AtomicUsize::new(0),
         ex: Mutex::default(),
+        empty_since: AtomicU64::new(0),
+        spin_ns: AtomicU64::new(SPIN_MAX_NS),
     }));
     // SAFETY: just made.
     unsafe { init_sync(&mut (*p).c.mutex, &mut (*p).c.cond) };
@@ -139,7 +150,7 @@ fn new_cq(
     Ok(p)
 }
 
-unsafe extern "C" fn ibv_create_cq(
+pub(crate) unsafe extern "C" fn ibv_create_cq(
     context: *mut ibv_context,
     cqe: c_int,
     cq_context: *mut c_void,
@@ -174,7 +185,7 @@ pub(crate) unsafe extern "C" fn create_cq_ex(
     })
 }
 
-unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
+pub(crate) unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
     ret_errno(|| {
         // SAFETY: the caller's CQ.
         let o = unsafe { CqObj::from_c(cq) }?;
@@ -254,6 +265,27 @@ pub(crate) fn wc_opcode(o: rverbs::WcOpcode) -> u32 {
     }
 }
 
+/// Most an `ibv_poll_cq` caller spins on an empty CQ before yielding: twice an
+/// 8-byte ping-pong's round trip on the loopback device. A fixed spin of that length
+/// cost a ping-pong whose peer shared its core the whole spin per message (perftest's
+/// `ib_send_lat` 25 µs at a load average of 10 on 2 cores, against 8 µs yielding on
+/// every empty poll), hence the budget that adapts to what the yields show (see
+/// `poll_cq`).
+const SPIN_MAX_NS: u64 = 16_000;
+
+/// What a budget grows by besides doubling (so one at 0 grows again).
+const SPIN_STEP_NS: u64 = 1_000;
+
+/// A `sched_yield` that took longer than this ran another thread.
+const YIELD_RAN_OTHERS_NS: u64 = 5_000;
+
+/// Nanoseconds since the library first asked (never 0).
+fn mono_ns() -> u64 {
+    static BASE: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    let base = *BASE.get_or_init(std::time::Instant::now);
+    (base.elapsed().as_nanos() as u64).max(1)
+}
+
 /// `ibv_context.ops.poll_cq`: what the `ibv_poll_cq` inline calls.
 pub(crate) unsafe extern "C" fn poll_cq(
     cq: *mut ibv_cq,
@@ -268,7 +300,16 @@ pub(crate) unsafe extern "C" fn poll_cq(
         }
         let want = num_entries as usize;
         let mut got = 0usize;
-        let mut buf = [rverbs::Wc::default(); 32];
+        // Small polls (a ping-pong's one, perftest's 16) fill a small buffer: the
+        // large one's initialisation showed in a spinning poller's profile.
+        let mut small = [rverbs::Wc::default(); 16];
+        let mut large;
+        let buf: &mut [rverbs::Wc] = if want <= small.len() {
+            &mut small
+        } else {
+            large = [rverbs::Wc::default(); 64];
+            &mut large
+        };
         while got < want {
             let n = (want - got).min(buf.len());
             let k = o.rs.poll(&mut buf[..n]).map_err(|e| errno_of(&e))?;
@@ -281,11 +322,32 @@ pub(crate) unsafe extern "C" fn poll_cq(
                 break;
             }
         }
-        if got == 0 && want > 0 {
-            // A program spinning on an empty CQ would otherwise keep the CPU from the
-            // device's driver thread and the peer process when cores are few (a real
-            // HCA works beside the CPU; this device needs it): one yield per empty poll.
-            std::thread::yield_now();
+        if got > 0 {
+            o.empty_since.store(0, Ordering::Relaxed);
+        } else if want > 0 {
+            // A program spinning on an empty CQ keeps the CPU from the device's driver
+            // thread and the peer process when cores are few (a real HCA works beside
+            // the CPU; this device needs it). So once the CQ has been empty for the
+            // CQ's spin budget, each empty poll yields, and the budget follows what
+            // the yields show: one that gave the CPU to another thread halves it (the
+            // core is wanted: a ping-pong peer on it would wait for the whole spin),
+            // one that came straight back grows it towards SPIN_MAX_NS (nobody needs
+            // the core: spinning sees the next completion without a system call's
+            // delay).
+            let now = mono_ns();
+            let since = o.empty_since.load(Ordering::Relaxed);
+            if since == 0 {
+                o.empty_since.store(now, Ordering::Relaxed);
+            } else if now.saturating_sub(since) >= o.spin_ns.load(Ordering::Relaxed) {
+                std::thread::yield_now();
+                let budget = o.spin_ns.load(Ordering::Relaxed);
+                let next = if mono_ns().saturating_sub(now) > YIELD_RAN_OTHERS_NS {
+                    budget / 2
+                } else {
+                    (budget * 2 + SPIN_STEP_NS).min(SPIN_MAX_NS)
+                };
+                o.spin_ns.store(next, Ordering::Relaxed);
+            }
         }
         Ok(got as c_int)
     })
@@ -312,11 +374,19 @@ unsafe extern "C" fn ibv_get_cq_event(
             unsafe { (arg(channel as *const ChanObj)?, out(cq)?, out(cq_context)?) };
         // SAFETY: the channel's context is alive while it is.
         let ctx = unsafe { Ctx::from_c(ch.c.context) }?;
-        // Always waits: the channel's eventfd is non-blocking for the device's own
-        // use, so a caller's O_NONBLOCK cannot be told apart (poll the fd first to
-        // avoid waiting, as programs do).
+        // Waits for an event unless the program made `fd` non-blocking: then -1 with
+        // EAGAIN when none waits, as libibverbs' read(2) of the channel gives.
+        let nonblocking = ch.fd.nonblocking();
         loop {
-            let Some(got) = ch.rs.get_cq_event(None) else {
+            let got = if nonblocking {
+                ch.rs.try_get_cq_event()
+            } else {
+                ch.rs.get_cq_event(None)
+            };
+            let Some(got) = got else {
+                if nonblocking {
+                    return Err(libc::EAGAIN);
+                }
                 continue;
             };
             let found = ctx

@@ -31,6 +31,10 @@ pub mod memory;
 mod context;
 mod cq;
 mod device;
+mod evfd;
+mod flow;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod kern;
 mod misc;
 mod mw;

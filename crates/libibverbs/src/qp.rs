@@ -151,7 +151,10 @@ pub(crate) fn new_qp(
     Ok(p)
 }
 
-unsafe extern "C" fn ibv_create_qp(pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr) -> *mut ibv_qp {
+pub(crate) unsafe extern "C" fn ibv_create_qp(
+    pd: *mut ibv_pd,
+    attr: *mut ibv_qp_init_attr,
+) -> *mut ibv_qp {
     ret_ptr(|| {
         // SAFETY: the caller's attributes.
         let a = unsafe { arg(attr) }?;
@@ -160,7 +163,7 @@ unsafe extern "C" fn ibv_create_qp(pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr)
 }
 export!(ibv_create_qp, "IBVERBS_1.1");
 
-unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
+pub(crate) unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
     ret_errno(|| {
         // SAFETY: the caller's QP.
         let q = unsafe { QpObj::from_c(qp) }?;
@@ -213,9 +216,15 @@ fn c_qp_state(s: QpState) -> u32 {
 }
 
 /// The engine's attributes of a C `ibv_qp_attr`: only the fields `mask` names are read
-/// (and checked: an enum value out of range is EINVAL).
+/// (and checked: an enum value out of range is EINVAL). Mask bits rdma-core does not
+/// define are EOPNOTSUPP before any field is looked at, as libibverbs'
+/// `ibv_cmd_modify_qp` refuses them before the kernel sees the attributes (the engine
+/// checks the rest: `rverbs_engine::modify::check_modify`).
 pub(crate) fn qp_attr(a: &ibv_qp_attr, mask: u32) -> Result<QpAttr, c_int> {
     let m = QpAttrMask(mask);
+    if !QpAttrMask::ALL.contains(m) {
+        return Err(libc::EOPNOTSUPP);
+    }
     let mut r = QpAttr::default();
     if m.contains(QpAttrMask::STATE) {
         r.qp_state = qp_state(a.qp_state)?;
@@ -265,7 +274,7 @@ pub(crate) fn qp_attr(a: &ibv_qp_attr, mask: u32) -> Result<QpAttr, c_int> {
     Ok(r)
 }
 
-unsafe extern "C" fn ibv_modify_qp(
+pub(crate) unsafe extern "C" fn ibv_modify_qp(
     qp: *mut ibv_qp,
     attr: *mut ibv_qp_attr,
     attr_mask: c_int,
@@ -286,7 +295,7 @@ unsafe extern "C" fn ibv_modify_qp(
 }
 export!(ibv_modify_qp, "IBVERBS_1.1");
 
-unsafe extern "C" fn ibv_query_qp(
+pub(crate) unsafe extern "C" fn ibv_query_qp(
     qp: *mut ibv_qp,
     attr: *mut ibv_qp_attr,
     _attr_mask: c_int,
@@ -478,10 +487,10 @@ fn inline_copy(q: &QpObj, sg: &[Sge]) -> Result<SgList, Error> {
         }
         return Err(verr(V, Errno::Inval, "inline data above max_inline_data"));
     };
-    if total > s.mem.with(|b| b.len()) as u64 {
-        return Err(verr(V, Errno::Inval, "inline data above max_inline_data"));
-    }
     s.mem.with(|b| {
+        if total > b.len() as u64 {
+            return Err(verr(V, Errno::Inval, "inline data above max_inline_data"));
+        }
         let mut at = 0usize;
         for g in sg {
             let n = g.length as usize;
@@ -495,7 +504,8 @@ fn inline_copy(q: &QpObj, sg: &[Sge]) -> Result<SgList, Error> {
             };
             at += n;
         }
-    });
+        Ok(())
+    })?;
     Ok([Sge {
         addr: 0,
         length: total as u32,
@@ -504,44 +514,48 @@ fn inline_copy(q: &QpObj, sg: &[Sge]) -> Result<SgList, Error> {
     .into())
 }
 
-/// `ibv_context.ops.post_send`.
+/// `ibv_context.ops.post_send`: the chain is converted as the device takes it (no
+/// list built first); a refused request is found again by its index for `bad_wr`.
 pub(crate) unsafe extern "C" fn post_send(
     qp: *mut ibv_qp,
     wr: *mut ibv_send_wr,
     bad_wr: *mut *mut ibv_send_wr,
 ) -> c_int {
-    let mut chain: Vec<*mut ibv_send_wr> = Vec::new();
+    let mut failed = 0usize;
     let r = ret_errno(|| {
         // SAFETY: the caller's QP.
         let q = unsafe { QpObj::from_c(qp) }?;
         let mut p = wr;
-        while !p.is_null() {
-            if chain.len() >= MAX_CHAIN {
-                return Err(libc::EINVAL);
+        let mut n = 0usize;
+        let wrs = std::iter::from_fn(|| {
+            if p.is_null() {
+                return None;
             }
-            chain.push(p);
-            // SAFETY: a request of the caller's chain.
-            p = unsafe { (*p).next };
-        }
-        let wrs = chain.iter().map(|&p| {
-            // SAFETY: each request of the caller's chain, valid for the post.
-            unsafe { send_wr(q, &*p) }
+            n += 1;
+            if n > MAX_CHAIN {
+                p = std::ptr::null_mut();
+                return Some(Err(verr("post_send", Errno::Inval, "chain too long")));
+            }
+            // SAFETY: a request of the caller's chain, valid for the post.
+            let w = unsafe { &*p };
+            p = w.next;
+            // SAFETY: as above.
+            Some(unsafe { send_wr(q, w) })
         });
         rverbs::ffi::post_send(&q.rs, wrs).map_err(|(i, e)| {
-            if !bad_wr.is_null() {
-                // SAFETY: the caller's out-parameter.
-                unsafe { *bad_wr = chain[i] };
-            }
+            failed = i;
             errno_of(&e)
         })
     });
     if r != 0 && !bad_wr.is_null() {
-        // SAFETY: the caller's out-parameter (left as set above, else the first).
-        unsafe {
-            if (*bad_wr).is_null() || !chain.contains(&*bad_wr) {
-                *bad_wr = wr;
-            }
+        // The request at index `failed` (the first when the QP itself was refused).
+        let mut p = wr;
+        for _ in 0..failed {
+            // SAFETY: the first `failed` requests of the chain were walked above.
+            p = unsafe { (*p).next };
         }
+        // SAFETY: the caller's out-parameter.
+        unsafe { *bad_wr = p };
     }
     r
 }
