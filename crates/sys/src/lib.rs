@@ -16,7 +16,8 @@
 //!
 //! Modules, by topic: [`udp`] (UDP socket options and the batched datagram paths),
 //! [`msg`] (control messages), [`poll`], [`event`] (eventfds), [`mem`] (mappings,
-//! sealed memfds, shared regions), [`packet`] (AF_PACKET), [`unix`] (abstract
+//! sealed memfds, shared regions), [`ibv`] (the system's libibverbs, loaded at run
+//! time), [`packet`] (AF_PACKET), [`unix`] (abstract
 //! seqpacket sockets, `SCM_RIGHTS`, `SO_PEERCRED`), [`diag`] (socket diagnostics)
 //! and [`misc`]. The most used items are also at the crate root.
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -24,6 +25,7 @@
 
 pub mod diag;
 pub mod event;
+pub mod ibv;
 pub mod mem;
 pub mod misc;
 pub mod msg;

@@ -53,7 +53,7 @@ use crate::error::{Error, Result};
 use crate::gid::GidTable;
 use rverbs_engine::modify::{AhAttr, QpAttr, QpAttrMask, QpCap};
 use rverbs_engine::{
-    Access, AhId, AsyncEvent, Counters, CqId, MrKeys, PdId, QpState, QpType, SrqId, VecMemory, Wc,
+    Access, AhId, AsyncEvent, Counters, CqId, MrKeys, PdId, QpState, QpType, SrqId, Wc,
 };
 use rverbs_wire::grh::Gid;
 use std::any::Any;
@@ -85,9 +85,10 @@ pub(crate) trait Device: Send + Sync + 'static {
     fn alloc_pd(&self) -> Result<PdId>;
     /// `ibv_dealloc_pd` (from a drop: never fails, never blocks on `Mr::with`).
     fn dealloc_pd(&self, pd: PdId);
-    /// `ibv_reg_mr` of `region`, whose virtual address is `addr`.
-    fn reg_mr(&self, pd: PdId, region: Arc<VecMemory>, addr: u64, access: Access)
-        -> Result<MrKeys>;
+    /// `ibv_reg_mr` of `buf`, whose memory the device chooses: the soft device keeps
+    /// the `Vec` (its address is the region's), a system device copies it into memory
+    /// it may write at any time.
+    fn reg_mr(&self, pd: PdId, buf: Vec<u8>, access: Access) -> Result<Registered>;
     /// `ibv_dereg_mr` (from a drop).
     fn dereg_mr(&self, lkey: u32);
 
@@ -107,8 +108,10 @@ pub(crate) trait Device: Send + Sync + 'static {
 
     /// `ibv_create_comp_channel`.
     fn create_comp_channel(&self) -> Result<Arc<dyn DeviceChannel>>;
-    /// `ibv_create_cq`; its events go where [`DeviceCq::bind`] says.
-    fn create_cq(&self, cqe: u32) -> Result<Box<dyn DeviceCq>>;
+    /// `ibv_create_cq`, its events on `channel` (a channel of this device) or the
+    /// context's own; what they return is set by [`DeviceCq::bind`].
+    fn create_cq(&self, cqe: u32, channel: Option<&dyn DeviceChannel>)
+        -> Result<Box<dyn DeviceCq>>;
     /// `ibv_create_qp` in `pd` (the CQs, SRQ and PD are the caller's, checked to be of
     /// this device).
     fn create_qp(&self, pd: PdId, init: &QpCreate<'_>) -> Result<Box<dyn DeviceQp>>;
@@ -124,6 +127,13 @@ pub(crate) trait Device: Send + Sync + 'static {
 
     /// Management datagrams (GSI agents, `process_mad`, SMA/PMA/BMA state).
     fn mad(&self) -> &dyn DeviceMad;
+}
+
+/// A registered region ([`Device::reg_mr`]): its bytes, virtual address and keys.
+pub(crate) struct Registered {
+    pub(crate) region: super::wr::Region,
+    pub(crate) addr: u64,
+    pub(crate) keys: MrKeys,
 }
 
 /// A new QP as [`Device::create_qp`] takes it (`struct ibv_qp_init_attr` with the

@@ -68,18 +68,26 @@ impl Mr {
     /// # Panics
     /// If `offset + dst.len()` is beyond the region (like slicing out of bounds).
     pub fn read(&self, offset: usize, dst: &mut [u8]) {
-        self.mem
-            .region
-            .with(|b| dst.copy_from_slice(&b[offset..offset + dst.len()]));
+        assert!(
+            offset
+                .checked_add(dst.len())
+                .is_some_and(|e| e <= self.mem.len),
+            "Mr::read outside the region"
+        );
+        self.mem.region.read(offset, dst);
     }
     /// Copies bytes into the region at `offset`.
     ///
     /// # Panics
     /// If `offset + src.len()` is beyond the region (like slicing out of bounds).
     pub fn write(&self, offset: usize, src: &[u8]) {
-        self.mem
-            .region
-            .with(|b| b[offset..offset + src.len()].copy_from_slice(src));
+        assert!(
+            offset
+                .checked_add(src.len())
+                .is_some_and(|e| e <= self.mem.len),
+            "Mr::write outside the region"
+        );
+        self.mem.region.write(offset, src);
     }
     /// Runs `f` with the region's bytes; the device waits meanwhile (it cannot read or
     /// write this region until `f` returns, so `f` sees a consistent snapshot and its
