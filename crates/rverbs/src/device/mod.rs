@@ -216,6 +216,9 @@ fn from_interface(name: String, ifname: &str, index: u32, addrs: Vec<IpAddr>) ->
 /// device named like a system one fails with [`Error::Config`].
 pub fn devices() -> Result<Vec<DeviceInfo>> {
     let mut all = soft_devices()?;
+    if !options::system_devices_enabled()? {
+        return Ok(all);
+    }
     for d in crate::hw::system_devices().unwrap_or_default() {
         if all.iter().any(|s| s.name == d.name) {
             return Err(Error::env(

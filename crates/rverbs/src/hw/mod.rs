@@ -239,9 +239,16 @@ impl Device for HwDevice {
         // them); the soft device's drop reasons have no equivalent here.
         let dir = format!("{}/ports/1/hw_counters", self.ctx.entry().ibdev_path);
         let n = |f: &str| read(&format!("{dir}/{f}")).and_then(|s| s.parse().ok());
+        // rxe's names (drivers/infiniband/sw/rxe/rxe_hw_counters.c); a provider
+        // without them reads 0.
         Counters {
             tx_packets: n("sent_pkts").unwrap_or(0),
             rx_packets: n("rcvd_pkts").unwrap_or(0),
+            rx_duplicate_requests: n("duplicate_request").unwrap_or(0),
+            rx_out_of_sequence: n("out_of_seq_request").unwrap_or(0),
+            rx_rnr_nak: n("rcvd_rnr_err").unwrap_or(0),
+            tx_rnr_nak: n("send_rnr_err").unwrap_or(0),
+            rx_nak_seq: n("rcvd_seq_err").unwrap_or(0),
             ..Counters::default()
         }
     }

@@ -89,9 +89,14 @@ impl Mr {
         );
         self.mem.region.write(offset, src);
     }
-    /// Runs `f` with the region's bytes; the device waits meanwhile (it cannot read or
-    /// write this region until `f` returns, so `f` sees a consistent snapshot and its
+    /// Runs `f` with the region's bytes; the soft device waits meanwhile (it cannot read
+    /// or write this region until `f` returns, so `f` sees a consistent snapshot and its
     /// writes are never torn by the device).
+    ///
+    /// On a system device ([`crate::DeviceKind::System`]) the NIC takes no lock: `f`
+    /// gets a copy of the region, and the bytes it changed are copied back when it
+    /// returns; bytes the NIC wrote meanwhile at those offsets are overwritten. Prefer
+    /// [`Mr::read`] / [`Mr::write`] (volatile copies of just the range) there.
     ///
     /// Verbs called from inside `f` (on any object of any context) fail with
     /// [`Error::WouldDeadlock`](crate::Error::WouldDeadlock) instead of waiting for the device, which may itself be

@@ -244,7 +244,13 @@ impl<'a> List<'a> {
         // device pointers, freed by Drop.
         let ptr = unsafe { (api.get_device_list)(&mut n) };
         if ptr.is_null() {
-            return Err(io::Error::last_os_error());
+            let e = io::Error::last_os_error();
+            // ENOSYS: the kernel has no uverbs ABI (no RDMA device driver loaded), so
+            // there are no devices (rdma-core's ibverbs_get_device_list).
+            if e.raw_os_error() == Some(libc::ENOSYS) {
+                return Ok(List { api, ptr, n: 0 });
+            }
+            return Err(e);
         }
         Ok(List {
             api,
@@ -261,6 +267,9 @@ impl<'a> List<'a> {
 
 impl Drop for List<'_> {
     fn drop(&mut self) {
+        if self.ptr.is_null() {
+            return;
+        }
         // SAFETY: the list from ibv_get_device_list, freed once; opened contexts hold
         // their own reference to their device.
         unsafe { (self.api.free_device_list)(self.ptr) };
