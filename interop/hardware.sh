@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# Interop: rverbs on a device of the system's libibverbs, the kernel's rxe0 in the
+# rxe-peer guest (../shared/rxe-peer), through the same Rust API and CLI as the soft
+# device. The host-built binaries run in the guest from /mnt/host.
+#
+#   devinfo   `rverbs devinfo -v -d rxe0`: every line is one of `ibv_devinfo -v`'s
+#   gids      `rverbs gids`: rxe0's entries are the kernel's (rxe-gids)
+#   pp-soft   `rverbs pingpong rc|uc|ud -d rxe0` in the guest <-> the soft device on the
+#             host (netns), both roles
+#   pp-ibv    `rverbs pingpong rc|uc|ud -d rxe0` <-> rdma-core's ibv_*_pingpong on
+#             rxe0 in the same guest, both roles
+#   example   the crate's examples (rc_send_recv, rdma_write_read, atomics, ud), both
+#             ends on rxe0, unchanged but for `-d rxe0`
+#   xproc     crates/rverbs/tests/xproc.rs with XPROC_HW_DEVICE=rxe0
+#
+# Needs: the rxe-peer guest running (rxe-peer/start.sh) and cargo (to build the examples
+# and the xproc test in release mode unless HW_EXAMPLES / HW_XPROC point at them).
+# Usage: interop/hardware.sh [RVERBS_BIN] [FILTER]    (FILTER: substring of case names)
+set -u
+. "$(dirname "$0")/lib.sh"
+repo=$(cd "$here/.." && pwd)
+share=${RXE_WORK:-/var/tmp/rxe-peer}/share/interop/hw
+g=/mnt/host/interop/hw
+port=18900
+
+want() { [ -z "$filter" ] || [[ $1 == *"$filter"* ]]; }
+
+# A guest command that waits (up to 30 s) until something in the guest listens on TCP
+# port $1.
+glisten() {
+  local hex
+  hex=$(printf '%04X' "$1")
+  echo "for i in \$(seq 1 300); do grep -q ':$hex 00000000:0000 0A\\|:$hex 00000000000000000000000000000000:0000 0A' /proc/net/tcp /proc/net/tcp6 && break; sleep 0.1; done"
+}
+
+# Release builds of the examples and of the xproc test binary (its path from cargo).
+examples=${HW_EXAMPLES:-}
+if [ -z "$examples" ]; then
+  (cd "$repo" && cargo build -q --release -p rverbs --examples) || { echo "building the examples failed"; exit 1; }
+  examples=$repo/target/release/examples
+fi
+xproc=${HW_XPROC:-}
+if [ -z "$xproc" ]; then
+  xproc=$(cd "$repo" && cargo test -q --release -p rverbs --test xproc --no-run --message-format=json 2>/dev/null |
+    grep -o '"executable":"[^"]*xproc[^"]*"' | tail -1 | cut -d'"' -f4)
+  [ -n "$xproc" ] || { echo "building the xproc test failed"; exit 1; }
+fi
+mkdir -p "$share"
+cp -f "$bin" "$share/rverbs"
+cp -f "$xproc" "$share/xproc"
+for e in rc_send_recv rdma_write_read atomics ud; do cp -f "$examples/$e" "$share/$e"; done
+
+if want devinfo; then
+  out=$(guest "$g/rverbs devinfo -v -d rxe0 >/tmp/hw-rv.txt 2>&1; echo rc=\$?; ibv_devinfo -v -d rxe0 >/tmp/hw-ibv.txt 2>&1
+    echo lines=\$(wc -l </tmp/hw-rv.txt); echo missing:; grep -Fxv -f /tmp/hw-ibv.txt /tmp/hw-rv.txt; echo end" 2>&1)
+  missing=$(sed -n '/^missing:$/,/^end$/p' <<<"$out" | sed '1d;$d')
+  lines=$(sed -n 's/^lines=//p' <<<"$out")
+  ok=0
+  grep -q '^rc=0$' <<<"$out" && [ -z "$missing" ] && [ "${lines:-0}" -ge 40 ] && ok=1
+  record devinfo-v-rxe0 $ok "$out"
+fi
+
+if want gids; then
+  out=$(guest "$g/rverbs gids | awk '\$1 == \"rxe0\" { print \$3, \$4 }'; echo @@; rxe-gids | awk 'NR > 1 { print \$1, \$2 }'" 2>&1)
+  rv=$(sed -n '1,/^@@$/p' <<<"$out" | sed '$d')
+  kern=$(sed -n '/^@@$/,$p' <<<"$out" | sed '1d')
+  ok=0
+  [ -n "$rv" ] && [ "$rv" = "$kern" ] && ok=1
+  record gids-rxe0 $ok "rverbs:" "$rv" "kernel:" "$kern"
+fi
+
+# pp_soft TRANSPORT ROLE(hw-server|hw-client)
+pp_soft() {
+  local t=$1 role=$2 c="" name="pp-soft-$1-$2" log=/tmp/interop-hw.$$ out ok=0
+  want "$name" || return 0
+  port=$((port + 1))
+  [ "$t" != ud ] && c="-c"
+  if [ "$role" = hw-server ]; then
+    guest -b "hw$port" "$g/rverbs pingpong $t -d rxe0 -g 1 -p $port -n 50 $c" >/dev/null 2>&1
+    wait_listen "$port"
+    rv_cmd "$log" 60 pingpong "$t" -d rv_rxebr0 -p "$port" -n 50 $c "$vm4"
+    out=$(guest "p=\$(cat /tmp/bg-hw$port.pid); for i in \$(seq 1 50); do kill -0 \$p 2>/dev/null || break; sleep 0.1; done; cat /tmp/bg-hw$port.log; kill \$p 2>/dev/null; true" 2>&1)
+  else
+    rv_cmd "$log" 60 pingpong "$t" -d rv_rxebr0 -p "$port" -n 50 $c &
+    local bg=$!
+    host_listen "$port"
+    out=$(guest -t 60 "$g/rverbs pingpong $t -d rxe0 -g 1 -p $port -n 50 $c $host4" 2>&1)
+    wait $bg
+  fi
+  grep -q "exit=0" "$log" && grep -q "50 iters in" "$log" && grep -q "50 iters in" <<<"$out" && ok=1
+  record "$name" $ok "--- host (soft):" "$(cat "$log")" "--- guest (rxe0):" "$out"
+  rm -f "$log"
+}
+
+# pp_ibv TRANSPORT ROLE(rv-server|rv-client): both in the guest, on rxe0.
+pp_ibv() {
+  local t=$1 role=$2 c="" name="pp-ibv-$1-$2" out ok=0 srv cli
+  want "$name" || return 0
+  port=$((port + 1))
+  [ "$t" != ud ] && c="-c"
+  if [ "$role" = rv-server ]; then
+    srv="$g/rverbs pingpong $t -d rxe0 -g 1 -p $port -n 50 $c"
+    cli="ibv_${t}_pingpong -d rxe0 -g 1 -p $port -n 50 $c 127.0.0.1"
+  else
+    srv="ibv_${t}_pingpong -d rxe0 -g 1 -p $port -n 50 $c"
+    cli="$g/rverbs pingpong $t -d rxe0 -g 1 -p $port -n 50 $c 127.0.0.1"
+  fi
+  out=$(guest -t 90 "$srv >/tmp/hw-srv.log 2>&1 & s=\$!
+    $(glisten "$port")
+    timeout 60 $cli >/tmp/hw-cli.log 2>&1; echo client=\$?
+    for i in \$(seq 1 100); do kill -0 \$s 2>/dev/null || break; sleep 0.1; done
+    kill \$s 2>/dev/null; wait \$s; echo server=\$?
+    echo '--- server:'; cat /tmp/hw-srv.log; echo '--- client:'; cat /tmp/hw-cli.log; $kill_leftovers" 2>&1)
+  grep -q '^client=0$' <<<"$out" && grep -q '^server=0$' <<<"$out" && [ "$(grep -c '50 iters in' <<<"$out")" = 2 ] && ok=1
+  record "$name" $ok "$out"
+}
+
+for t in rc uc ud; do
+  pp_soft "$t" hw-server
+  pp_soft "$t" hw-client
+  pp_ibv "$t" rv-server
+  pp_ibv "$t" rv-client
+done
+
+if want example; then
+  for e in rc_send_recv rdma_write_read atomics ud; do
+    port=$((port + 1))
+    out=$(guest -t 120 "$g/$e server $port -d rxe0 >/tmp/hw-ex.log 2>&1 & s=\$!; $(glisten "$port")
+      timeout 90 $g/$e client 127.0.0.1 $port -d rxe0 2>&1; echo client=\$?
+      wait \$s; echo server=\$?; cat /tmp/hw-ex.log" 2>&1)
+    ok=0
+    grep -q '^client=0$' <<<"$out" && grep -q '^server=0$' <<<"$out" && ok=1
+    record "example-$e-rxe0" $ok "$out"
+  done
+fi
+
+if want xproc; then
+  out=$(guest -t 900 "cd /tmp && XPROC_HW_DEVICE=rxe0 timeout 850 $g/xproc 2>&1 | tail -20" 2>&1)
+  ok=0
+  grep -q '^test result: ok\. [1-9]' <<<"$out" && ok=1
+  record xproc-rxe0 $ok "$out"
+fi
+
+finish
