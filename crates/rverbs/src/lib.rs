@@ -136,7 +136,7 @@ pub use carrier::same_host::ring::fuzz_ring as fuzz_same_host_ring;
 pub use carrier::same_host::SameHostStats;
 pub use carrier::ROCE_PORT;
 pub use device::options::OpenOptions;
-pub use device::{device, devices, DeviceInfo, DeviceKind};
+pub use device::{device, devices, soft_devices, DeviceInfo, DeviceKind};
 pub use error::{Error, Result};
 pub use gid::{GidEntry, GidTable, GidType, GID_TABLE_LEN};
 pub use rverbs_engine::modify::{AhAttr, MigState, QpAttr, QpAttrMask, QpCap};

@@ -234,7 +234,9 @@ pub fn devices() -> Result<Vec<DeviceInfo>> {
     Ok(all)
 }
 
-fn soft_devices() -> Result<Vec<DeviceInfo>> {
+/// The soft devices of [`devices`] only (the system's library is not loaded): what
+/// rverbs' own `libibverbs.so.1` lists.
+pub fn soft_devices() -> Result<Vec<DeviceInfo>> {
     let ifaces =
         if_addrs::get_if_addrs().map_err(|e| Error::io("listing network interfaces", e))?;
     let mut by_name: BTreeMap<String, (u32, Vec<IpAddr>)> = BTreeMap::new();
