@@ -11,6 +11,8 @@
 #             rxe0 in the same guest, both roles
 #   example   the crate's examples (rc_send_recv, rdma_write_read, atomics, ud), both
 #             ends on rxe0, unchanged but for `-d rxe0`
+#   perf      `rverbs perf write bw` on rxe0 against itself, and `perf send bw
+#             --perftest` against perftest's ib_send_bw
 #   xproc     crates/rverbs/tests/xproc.rs with XPROC_HW_DEVICE=rxe0
 #
 # Needs: the rxe-peer guest running (rxe-peer/start.sh) and cargo (to build the examples
@@ -92,27 +94,34 @@ pp_soft() {
   rm -f "$log"
 }
 
-# pp_ibv TRANSPORT ROLE(rv-server|rv-client): both in the guest, on rxe0.
-pp_ibv() {
-  local t=$1 role=$2 c="" name="pp-ibv-$1-$2" out ok=0 srv cli
-  want "$name" || return 0
-  port=$((port + 1))
-  [ "$t" != ud ] && c="-c"
-  if [ "$role" = rv-server ]; then
-    srv="$g/rverbs pingpong $t -d rxe0 -g 1 -p $port -n 50 $c"
-    cli="ibv_${t}_pingpong -d rxe0 -g 1 -p $port -n 50 $c 127.0.0.1"
-  else
-    srv="ibv_${t}_pingpong -d rxe0 -g 1 -p $port -n 50 $c"
-    cli="$g/rverbs pingpong $t -d rxe0 -g 1 -p $port -n 50 $c 127.0.0.1"
-  fi
-  out=$(guest -t 90 "$srv >/tmp/hw-srv.log 2>&1 & s=\$!
+# in_guest NAME PORT SERVER CLIENT [COUNT_PATTERN]: a server and its client in the
+# guest, both on rxe0; passes when both exit 0 (and COUNT_PATTERN appears twice).
+in_guest() {
+  local name=$1 port=$2 srv=$3 cli=$4 pat=${5:-} out ok=0
+  out=$(guest -t 120 "$srv >/tmp/hw-srv.log 2>&1 & s=\$!
     $(glisten "$port")
-    timeout 60 $cli >/tmp/hw-cli.log 2>&1; echo client=\$?
+    timeout 90 $cli >/tmp/hw-cli.log 2>&1; echo client=\$?
     for i in \$(seq 1 100); do kill -0 \$s 2>/dev/null || break; sleep 0.1; done
     kill \$s 2>/dev/null; wait \$s; echo server=\$?
     echo '--- server:'; cat /tmp/hw-srv.log; echo '--- client:'; cat /tmp/hw-cli.log; $kill_leftovers" 2>&1)
-  grep -q '^client=0$' <<<"$out" && grep -q '^server=0$' <<<"$out" && [ "$(grep -c '50 iters in' <<<"$out")" = 2 ] && ok=1
+  grep -q '^client=0$' <<<"$out" && grep -q '^server=0$' <<<"$out" && ok=1
+  [ -n "$pat" ] && [ "$(grep -c "$pat" <<<"$out")" != 2 ] && ok=0
   record "$name" $ok "$out"
+}
+
+# pp_ibv TRANSPORT ROLE(rv-server|rv-client): rverbs and ibv_*_pingpong, both on rxe0.
+pp_ibv() {
+  local t=$1 role=$2 c="" name="pp-ibv-$1-$2" rv ibv
+  want "$name" || return 0
+  port=$((port + 1))
+  [ "$t" != ud ] && c="-c"
+  rv="$g/rverbs pingpong $t -d rxe0 -g 1 -p $port -n 50 $c"
+  ibv="ibv_${t}_pingpong -d rxe0 -g 1 -p $port -n 50 $c"
+  if [ "$role" = rv-server ]; then
+    in_guest "$name" "$port" "$rv" "$ibv 127.0.0.1" "50 iters in"
+  else
+    in_guest "$name" "$port" "$ibv" "$rv 127.0.0.1" "50 iters in"
+  fi
 }
 
 for t in rc uc ud; do
@@ -125,13 +134,18 @@ done
 if want example; then
   for e in rc_send_recv rdma_write_read atomics ud; do
     port=$((port + 1))
-    out=$(guest -t 120 "$g/$e server $port -d rxe0 >/tmp/hw-ex.log 2>&1 & s=\$!; $(glisten "$port")
-      timeout 90 $g/$e client 127.0.0.1 $port -d rxe0 2>&1; echo client=\$?
-      wait \$s; echo server=\$?; cat /tmp/hw-ex.log" 2>&1)
-    ok=0
-    grep -q '^client=0$' <<<"$out" && grep -q '^server=0$' <<<"$out" && ok=1
-    record "example-$e-rxe0" $ok "$out"
+    in_guest "example-$e-rxe0" "$port" "$g/$e server $port -d rxe0" "$g/$e client 127.0.0.1 $port -d rxe0"
   done
+fi
+
+# `rverbs perf` on rxe0: against itself, and speaking perftest's exchange to ib_*_bw.
+if want perf; then
+  port=$((port + 1))
+  in_guest perf-write-bw-rxe0 "$port" "$g/rverbs perf write bw -d rxe0 -x 1 -p $port -n 500 -s 4096" \
+    "$g/rverbs perf write bw -d rxe0 -x 1 -p $port -n 500 -s 4096 127.0.0.1"
+  port=$((port + 1))
+  in_guest perf-ib_send_bw-rxe0 "$port" "$g/rverbs perf send bw --perftest -d rxe0 -x 1 -p $port -n 500 -s 4096" \
+    "ib_send_bw -d rxe0 -x 1 -p $port -n 500 -s 4096 127.0.0.1"
 fi
 
 if want xproc; then
