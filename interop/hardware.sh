@@ -8,7 +8,7 @@
 #   pp-soft   `rverbs pingpong rc|uc|ud -d rxe0` in the guest <-> the soft device on the
 #             host (netns), both roles
 #   pp-ibv    `rverbs pingpong rc|uc|ud -d rxe0` <-> rdma-core's ibv_*_pingpong on
-#             rxe0 in the same guest, both roles
+#             rxe0 in the same guest, both roles; and with -e (completion channels)
 #   example   the crate's examples (rc_send_recv, rdma_write_read, atomics, ud), both
 #             ends on rxe0, unchanged but for `-d rxe0`
 #   perf      `rverbs perf write bw` on rxe0 against itself, and `perf send bw
@@ -109,12 +109,14 @@ in_guest() {
   record "$name" $ok "$out"
 }
 
-# pp_ibv TRANSPORT ROLE(rv-server|rv-client): rverbs and ibv_*_pingpong, both on rxe0.
+# pp_ibv TRANSPORT ROLE(rv-server|rv-client) [events]: rverbs and ibv_*_pingpong, both
+# on rxe0; with `events`, both sleep on their completion channel (-e).
 pp_ibv() {
-  local t=$1 role=$2 c="" name="pp-ibv-$1-$2" rv ibv
+  local t=$1 role=$2 c="" name="pp-ibv-$1-$2${3:+-$3}" rv ibv
   want "$name" || return 0
   port=$((port + 1))
   [ "$t" != ud ] && c="-c"
+  [ -n "${3:-}" ] && c="$c -e"
   rv="$g/rverbs pingpong $t -d rxe0 -g 1 -p $port -n 50 $c"
   ibv="ibv_${t}_pingpong -d rxe0 -g 1 -p $port -n 50 $c"
   if [ "$role" = rv-server ]; then
@@ -130,6 +132,9 @@ for t in rc uc ud; do
   pp_ibv "$t" rv-server
   pp_ibv "$t" rv-client
 done
+pp_ibv rc rv-server events
+pp_ibv rc rv-client events
+pp_ibv ud rv-server events
 
 if want example; then
   for e in rc_send_recv rdma_write_read atomics ud; do
