@@ -1,14 +1,15 @@
 //! Devices: what the verbs run on, and how one is found and opened.
 //!
 //! - [`ops`]: the device interface, the one door between the public verbs types
-//!   (`crate::verbs`) and a device. The soft device (`crate::soft`) is its first
-//!   implementation; the next ones (the system's libibverbs devices loaded at run time)
-//!   implement the same traits, so no verbs type branches on the device it has.
+//!   (`crate::verbs`) and a device. The soft device (`crate::soft`) and the system's
+//!   libibverbs devices loaded at run time (`crate::hw`) implement the same traits, so
+//!   no verbs type branches on the device it has.
 //! - `wr`, `attrs`: the verbs' own vocabulary that the interface speaks (work requests
 //!   and the buffers they name, device and port attributes), kept here, below the
 //!   handles, so a device depends on nothing above this module.
 //! - this file: the soft devices there are, one per network interface with an address
-//!   (like a host with rxe on every interface), or those `RVERBS_DEVICES` names;
+//!   (like a host with rxe on every interface), or those `RVERBS_DEVICES` names, then
+//!   the system's;
 //!   `options`: how a context opens one.
 //!
 //! ```text
@@ -16,7 +17,8 @@
 //!    │ device::ops: Device (alloc_pd, reg_mr, create_cq, create_qp, ...)
 //!    │   DeviceCq (poll, wait, req_notify), DeviceQp (modify, post_send, post_recv, ...)
 //!    ├──► soft::SoftDevice   the engine, the driver thread, the carriers
-//!    └──► (next: a libibverbs device; the C library sits above the verbs instead)
+//!    └──► hw::HwDevice       the system's libibverbs (rverbs_sys::ibv), loaded at run time
+//!         (the C library sits above the verbs instead)
 //! ```
 
 pub(crate) mod attrs;

@@ -1,7 +1,7 @@
 //! The devices of the system's libibverbs (rdma-core's providers: mlx5, efa, the
 //! kernel's rxe and siw...) behind the same device interface as the soft device
 //! (`crate::device::ops`), so a program written against rverbs runs on a NIC unchanged,
-//! chosen by device name ([`crate::device`]).
+//! chosen by device name ([`crate::device()`]).
 //!
 //! The library is loaded at run time by its soname (`rverbs_sys::ibv`), never linked:
 //! a build needs no rdma-core, and on a machine without it the system's devices are
