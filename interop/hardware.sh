@@ -9,6 +9,8 @@
 #             host (netns), both roles
 #   pp-ibv    `rverbs pingpong rc|uc|ud -d rxe0` <-> rdma-core's ibv_*_pingpong on
 #             rxe0 in the same guest, both roles; and with -e (completion channels)
+#   pp-vm2    the same against ibv_*_pingpong on a second guest (booted here if
+#             missing; HW_VM2=0 skips it)
 #   example   the crate's examples (rc_send_recv, rdma_write_read, atomics, ud), both
 #             ends on rxe0, unchanged but for `-d rxe0`
 #   perf      `rverbs perf write bw` on rxe0 against itself, and `perf send bw
@@ -132,6 +134,46 @@ for t in rc uc ud; do
   pp_ibv "$t" rv-server
   pp_ibv "$t" rv-client
 done
+# With a second guest running (rxe-peer/start.sh 2): rverbs on VM1's rxe0 against
+# ibv_*_pingpong on VM2's rxe0, over the bridge (rxe short-circuits a VM's own traffic,
+# so this is the case whose packets are on the wire).
+guest2() { "$peer/run.sh" -v 2 "$@"; }
+pp_vm2() { # TRANSPORT ROLE(rv-server|rv-client)
+  local t=$1 role=$2 c="" name="pp-vm2-$1-$2" out1 out2 ok=0 vm2=10.77.0.3
+  want "$name" || return 0
+  port=$((port + 1))
+  [ "$t" != ud ] && c="-c"
+  local rv="$g/rverbs pingpong $t -d rxe0 -g 1 -p $port -n 50 $c"
+  local ibv="ibv_${t}_pingpong -d rxe0 -g 1 -p $port -n 50 $c"
+  if [ "$role" = rv-server ]; then
+    guest -b "v2$port" "$rv" >/dev/null 2>&1
+    guest "$(glisten "$port")" >/dev/null 2>&1
+    out2=$(guest2 -t 60 "timeout 50 $ibv $vm4; echo rc=\$?" 2>&1)
+    out1=$(guest "p=\$(cat /tmp/bg-v2$port.pid); for i in \$(seq 1 50); do kill -0 \$p 2>/dev/null || break; sleep 0.1; done; cat /tmp/bg-v2$port.log; kill \$p 2>/dev/null; true" 2>&1)
+  else
+    guest2 -b "v2$port" "$ibv" >/dev/null 2>&1
+    guest2 "$(glisten "$port")" >/dev/null 2>&1
+    out1=$(guest -t 60 "timeout 50 $rv $vm2; echo rc=\$?" 2>&1)
+    out2=$(guest2 "p=\$(cat /tmp/bg-v2$port.pid); for i in \$(seq 1 50); do kill -0 \$p 2>/dev/null || break; sleep 0.1; done; cat /tmp/bg-v2$port.log; kill \$p 2>/dev/null; true" 2>&1)
+  fi
+  grep -q "50 iters in" <<<"$out1" && grep -q "50 iters in" <<<"$out2" && ok=1
+  record "$name" $ok "--- VM1 (rverbs):" "$out1" "--- VM2 (rdma-core):" "$out2"
+}
+# The second guest is booted here when missing (start.sh starts only missing VMs;
+# HW_VM2=0 skips these cases); the caller's stop.sh stops it with the first.
+if want pp-vm2 && [ "${HW_VM2:-1}" != 0 ] && ! guest2 true >/dev/null 2>&1; then
+  bash "$peer/start.sh" 2 >/tmp/hw-vm2-start.log 2>&1 || tail -5 /tmp/hw-vm2-start.log
+fi
+if [ "${HW_VM2:-1}" != 0 ] && guest2 true >/dev/null 2>&1; then
+  cp -f "$bin" "$share/rverbs"
+  for t in rc uc ud; do
+    pp_vm2 "$t" rv-server
+    pp_vm2 "$t" rv-client
+  done
+else
+  want pp-vm2 && echo "SKIP pp-vm2-*: no second guest (HW_VM2=0, or rxe-peer/start.sh 2 failed)"
+fi
+
 pp_ibv rc rv-server events
 pp_ibv rc rv-client events
 pp_ibv ud rv-server events
