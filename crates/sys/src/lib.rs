@@ -12,7 +12,8 @@
 //! Each `unsafe` block states the promise it relies on in a `// SAFETY:` comment.
 //! Nothing here is `pub unsafe`: a caller cannot break memory safety through this
 //! crate's API, only get an error. Memory another process shares
-//! ([`mem::SharedMap`]) is reached through bounds-checked atomics and copies only.
+//! ([`mem::SharedMap`]) is reached through bounds-checked atomics and copies only, and
+//! memory a NIC writes ([`ibv::DmaMem`]) through bounds-checked volatile copies only.
 //!
 //! Modules, by topic: [`udp`] (UDP socket options and the batched datagram paths),
 //! [`msg`] (control messages), [`poll`], [`event`] (eventfds), [`mem`] (mappings,
