@@ -371,10 +371,14 @@ pub fn run_port(
     let all = rverbs::devices().map_err(|e| e.to_string())?;
     let chosen: Vec<&DeviceInfo> = match dev {
         Some(n) => {
-            let d = all
-                .iter()
-                .find(|d| d.name == n)
-                .ok_or_else(|| format!("IB device '{n}' wasn't found"))?;
+            let d =
+                all.iter()
+                    .find(|d| d.name == n)
+                    .ok_or_else(|| match rverbs::device(Some(n)) {
+                        // Why (e.g. the system's libibverbs.so.1 is missing).
+                        Err(e) => format!("IB device '{n}' wasn't found: {e}"),
+                        Ok(_) => format!("IB device '{n}' wasn't found"),
+                    })?;
             vec![d]
         }
         None => all.iter().collect(),

@@ -85,3 +85,20 @@ fn the_tools_timeouts_are_checked_at_start_up() {
         assert_eq!(code, Some(0), "{var}= (empty): {err}");
     }
 }
+
+/// A machine without the system's libibverbs (here: a path that does not exist):
+/// the soft devices are still listed, and asking for another device names the library.
+#[test]
+fn a_missing_system_libibverbs_is_named_when_a_device_is_asked_for() {
+    let missing = ("RVERBS_LIBIBVERBS", "/nonexistent-rverbs/libibverbs.so.1");
+    let (code, out, err) = rverbs(&[missing], &["devinfo", "-l"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("rv_lo"), "{out}");
+    let (code, _, err) = rverbs(&[missing], &["devinfo", "-d", "mlx5_0"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("mlx5_0") && err.contains("libibverbs.so.1"),
+        "{err}"
+    );
+    refused("RVERBS_SYSTEM_DEVICES", "maybe", &["devinfo", "-l"], "0");
+}

@@ -74,7 +74,8 @@ pub(crate) unsafe fn dev<'a>(dev: *mut ibv_device) -> Result<&'a DevObj, c_int> 
 
 pub(crate) unsafe extern "C" fn ibv_get_device_list(num: *mut c_int) -> *mut *mut ibv_device {
     ret_ptr(|| {
-        let infos = rverbs::devices().map_err(|e| errno_of(&e))?;
+        // The soft devices only: the system's are rdma-core's library's to list.
+        let infos = rverbs::soft_devices().map_err(|e| errno_of(&e))?;
         let n = infos.len();
         // SAFETY: calloc of n+1 pointers; freed by ibv_free_device_list.
         let arr = unsafe { libc::calloc(n + 1, std::mem::size_of::<*mut ibv_device>()) }

@@ -152,6 +152,27 @@ impl GidTable {
         Self::with_types(port_num, ifindex, default_gid, addrs, false)
     }
 
+    /// A system device's table as its kernel reports it: `(index, gid, type, ndev)`
+    /// entries (the netdev of the first one is the table's), the rest empty.
+    pub(crate) fn from_entries(
+        port_num: u32,
+        ifindex: u32,
+        entries: impl IntoIterator<Item = (usize, Gid, GidType, u32)>,
+    ) -> GidTable {
+        let mut slots = vec![Slot::Empty; GID_TABLE_LEN];
+        for (i, g, ty, _) in entries {
+            if let Some(s) = slots.get_mut(i) {
+                *s = Slot::Valid(g, ty);
+            }
+        }
+        GidTable {
+            slots,
+            port_num,
+            ifindex,
+            types: &[GidType::RoceV2],
+        }
+    }
+
     /// [`GidTable::new`], with a RoCE v1 entry before the RoCE v2 one of every GID when
     /// `roce_v1` (a raw-mode device, which can send EtherType 0x8915 frames). This is
     /// the kernel's layout for a device supporting both types (mlx4/mlx5):

@@ -40,7 +40,14 @@
 //!    reaches a region's bytes through the region's lock, and so does the application
 //!    ([`Mr::read`], [`Mr::write`], [`Mr::with`]). A `&mut [u8]` into a region exists
 //!    only inside a [`Mr::with`] closure, and the device waits for that closure: no
-//!    aliasing `&mut`, no data race, no torn 8-byte atomic. The application sees the
+//!    aliasing `&mut`, no data race, no torn 8-byte atomic. A system device (a NIC,
+//!    kernel rxe: [`DeviceKind::System`]) writes a region whenever a peer says so and
+//!    takes no lock, so there no reference into its memory ever exists: [`Mr::read`],
+//!    [`Mr::write`] and [`Mr::to_vec`] are volatile copies (aligned 8-byte words, as
+//!    `vm-memory`'s `VolatileSlice`), and [`Mr::with`] runs on a copy whose changed
+//!    bytes are written back afterwards (the device does not wait, so bytes it writes
+//!    meanwhile may be overwritten by those: use [`Mr::read`] / [`Mr::write`] on such
+//!    regions). The same calls are sound on both devices. The application sees the
 //!    device's writes as whole packets, not as a consistent message: wait for the
 //!    completion before reading what a peer sent, as with any verbs device. Payloads
 //!    of 1 KiB or more leave straight from the region (no copy into a packet buffer):
@@ -73,7 +80,20 @@
 //!    and an object dropped there is destroyed by the driver thread instead.
 //!
 //! The cost of rule 2 is a copy: data moves between the wire and a region with one
-//! `memcpy` under the region's lock, which a userspace device has to do anyway.
+//! `memcpy` under the region's lock, which a userspace device has to do anyway; on a
+//! system device the NIC moves data by DMA and only the application's accesses copy.
+//!
+//! # Devices
+//!
+//! [`devices`] lists the soft devices (`rv_lo`, `rv_eth0`, ...) and the devices of the
+//! system's `libibverbs.so.1` (`mlx5_0`, `rxe0`, `efa_0`; [`DeviceKind::System`]),
+//! which is loaded at run time: a build needs no rdma-core, and without it the list
+//! has only soft devices (`device(Some("mlx5_0"))` then fails naming the library). A
+//! program picks one by name, `rverbs::device(Some("rxe0"))?.open()?`, and the rest of
+//! its code is the same. On a system device `query_device` / `query_port` report the
+//! device's limits and verbs fail with its errnos; the soft device's extras (carriers,
+//! fault injection, raw mode, flow steering, management datagrams, memory windows) are
+//! EOPNOTSUPP or `None` there.
 //! `crates/rverbs/tests/ui/` holds programs the compiler must reject (run by
 //! `tests/compile_fail.rs`).
 //!
@@ -98,6 +118,7 @@ mod error;
 #[doc(hidden)]
 pub mod ffi;
 mod gid;
+mod hw;
 pub mod mad;
 mod raw;
 mod soft;
@@ -115,7 +136,7 @@ pub use carrier::same_host::ring::fuzz_ring as fuzz_same_host_ring;
 pub use carrier::same_host::SameHostStats;
 pub use carrier::ROCE_PORT;
 pub use device::options::OpenOptions;
-pub use device::{device, devices, DeviceInfo};
+pub use device::{device, devices, soft_devices, DeviceInfo, DeviceKind};
 pub use error::{Error, Result};
 pub use gid::{GidEntry, GidTable, GidType, GID_TABLE_LEN};
 pub use rverbs_engine::modify::{AhAttr, MigState, QpAttr, QpAttrMask, QpCap};

@@ -12,11 +12,13 @@
 //! Each `unsafe` block states the promise it relies on in a `// SAFETY:` comment.
 //! Nothing here is `pub unsafe`: a caller cannot break memory safety through this
 //! crate's API, only get an error. Memory another process shares
-//! ([`mem::SharedMap`]) is reached through bounds-checked atomics and copies only.
+//! ([`mem::SharedMap`]) is reached through bounds-checked atomics and copies only, and
+//! memory a NIC writes ([`ibv::DmaMem`]) through bounds-checked volatile copies only.
 //!
 //! Modules, by topic: [`udp`] (UDP socket options and the batched datagram paths),
 //! [`msg`] (control messages), [`poll`], [`event`] (eventfds), [`mem`] (mappings,
-//! sealed memfds, shared regions), [`packet`] (AF_PACKET), [`unix`] (abstract
+//! sealed memfds, shared regions), [`ibv`] (the system's libibverbs, loaded at run
+//! time), [`packet`] (AF_PACKET), [`unix`] (abstract
 //! seqpacket sockets, `SCM_RIGHTS`, `SO_PEERCRED`), [`diag`] (socket diagnostics)
 //! and [`misc`]. The most used items are also at the crate root.
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -24,6 +26,7 @@
 
 pub mod diag;
 pub mod event;
+pub mod ibv;
 pub mod mem;
 pub mod misc;
 pub mod msg;

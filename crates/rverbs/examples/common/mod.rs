@@ -133,11 +133,12 @@ impl Oob {
     }
 }
 
-/// Waits for one completion (10 s at most) and checks it succeeded.
+/// Waits for one completion (60 s at most: a server waits while its peer moves and
+/// checks megabytes, which takes seconds on an emulated NIC) and checks it succeeded.
 pub fn wait_ok(cq: &rverbs::Cq) -> Result<rverbs::Wc, Box<dyn std::error::Error>> {
     let mut wc = [rverbs::Wc::default()];
-    if cq.poll_wait(&mut wc, std::time::Duration::from_secs(10))? == 0 {
-        return Err("no completion within 10 s".into());
+    if cq.poll_wait(&mut wc, std::time::Duration::from_secs(60))? == 0 {
+        return Err("no completion within 60 s".into());
     }
     if wc[0].status != rverbs::WcStatus::Success {
         return Err(format!("work request {} failed: {:?}", wc[0].wr_id, wc[0].status).into());

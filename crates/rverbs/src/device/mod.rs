@@ -1,14 +1,15 @@
 //! Devices: what the verbs run on, and how one is found and opened.
 //!
 //! - [`ops`]: the device interface, the one door between the public verbs types
-//!   (`crate::verbs`) and a device. The soft device (`crate::soft`) is its first
-//!   implementation; the next ones (the system's libibverbs devices loaded at run time)
-//!   implement the same traits, so no verbs type branches on the device it has.
+//!   (`crate::verbs`) and a device. The soft device (`crate::soft`) and the system's
+//!   libibverbs devices loaded at run time (`crate::hw`) implement the same traits, so
+//!   no verbs type branches on the device it has.
 //! - `wr`, `attrs`: the verbs' own vocabulary that the interface speaks (work requests
 //!   and the buffers they name, device and port attributes), kept here, below the
 //!   handles, so a device depends on nothing above this module.
 //! - this file: the soft devices there are, one per network interface with an address
-//!   (like a host with rxe on every interface), or those `RVERBS_DEVICES` names;
+//!   (like a host with rxe on every interface), or those `RVERBS_DEVICES` names, then
+//!   the system's;
 //!   `options`: how a context opens one.
 //!
 //! ```text
@@ -16,7 +17,8 @@
 //!    │ device::ops: Device (alloc_pd, reg_mr, create_cq, create_qp, ...)
 //!    │   DeviceCq (poll, wait, req_notify), DeviceQp (modify, post_send, post_recv, ...)
 //!    ├──► soft::SoftDevice   the engine, the driver thread, the carriers
-//!    └──► (next: a libibverbs device; the C library sits above the verbs instead)
+//!    └──► hw::HwDevice       the system's libibverbs (rverbs_sys::ibv), loaded at run time
+//!         (the C library sits above the verbs instead)
 //! ```
 
 pub(crate) mod attrs;
@@ -33,12 +35,27 @@ use rverbs_wire::grh::Gid;
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
-/// A soft RoCE v2 device: a network interface and its addresses.
+/// Which implementation a device is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DeviceKind {
+    /// The soft RoCE v2 device over a network interface (`rv_*`).
+    #[default]
+    Soft,
+    /// A device of the system's libibverbs (rdma-core's providers: `mlx5_0`, `rxe0`,
+    /// `efa_0`, ...), loaded at run time (`crate::hw`).
+    System,
+}
+
+/// An RDMA device: a soft RoCE v2 device (a network interface and its addresses), or
+/// one of the system's libibverbs ([`DeviceInfo::kind`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeviceInfo {
-    /// Device name, `rv_<interface>` (e.g. `rv_lo`, `rv_eth0`).
+    /// Device name: `rv_<interface>` (e.g. `rv_lo`, `rv_eth0`) for a soft device, the
+    /// kernel's name (`mlx5_0`, `rxe0`) for a system one.
     pub name: String,
-    /// The network interface.
+    /// Soft or system device.
+    pub kind: DeviceKind,
+    /// The network interface (a system device's port 1 netdev, empty if it has none).
     pub ifname: String,
     /// Interface index (0 when unknown).
     pub ifindex: u32,
@@ -55,6 +72,9 @@ impl DeviceInfo {
     /// True for the loopback device: only loopback addresses, or interface `lo` with a
     /// loopback address among others an administrator added to it.
     pub fn is_loopback(&self) -> bool {
+        if self.kind != DeviceKind::Soft {
+            return false;
+        }
         self.addrs.iter().all(|a| a.is_loopback())
             || (self.ifname == "lo" && self.addrs.iter().any(|a| a.is_loopback()))
     }
@@ -94,7 +114,15 @@ impl DeviceInfo {
     /// opened context starts with, except on loopback: there each context's table has
     /// its own `127.0.0.x` and at most one IPv6 address of lo — `::1` only with
     /// `RVERBS_LOOPBACK_IPV6=1`). See `gid.rs` for the rules.
+    ///
+    /// A system device's table is its kernel's (read through an opened context; the
+    /// rule above when it cannot be opened).
     pub fn gid_table(&self) -> crate::GidTable {
+        if self.kind == DeviceKind::System {
+            if let Some(t) = crate::hw::gid_table_of(self) {
+                return t;
+            }
+        }
         crate::GidTable::new(1, self.ifindex, self.default_gid(), &self.addrs)
     }
 
@@ -120,7 +148,7 @@ fn sysfs(ifname: &str, file: &str) -> Option<String> {
         .map(|s| s.trim().to_string())
 }
 
-fn parse_mac(s: &str) -> Option<[u8; 6]> {
+pub(crate) fn parse_mac(s: &str) -> Option<[u8; 6]> {
     let mut mac = [0u8; 6];
     let mut parts = s.split(':');
     for b in &mut mac {
@@ -167,6 +195,7 @@ fn from_interface(name: String, ifname: &str, index: u32, addrs: Vec<IpAddr>) ->
     let addrs = kernel_order(addrs);
     DeviceInfo {
         name,
+        kind: DeviceKind::Soft,
         ifname: ifname.to_string(),
         ifindex: index,
         addrs,
@@ -183,7 +212,33 @@ fn from_interface(name: String, ifname: &str, index: u32, addrs: Vec<IpAddr>) ->
 /// `RVERBS_DEVICES` counts as unset; a spec with a bad entry, a repeated name, an MTU
 /// outside 336..=65536 (a 256-byte RoCE MTU after the headers rxe counts, up to lo's
 /// MTU) or no entry at all fails with [`Error::Config`].
+///
+/// Then the system's devices ([`DeviceKind::System`], `crate::hw`), unless
+/// `RVERBS_SYSTEM_DEVICES=0`; none when its libibverbs cannot be loaded. A soft
+/// device named like a system one fails with [`Error::Config`].
 pub fn devices() -> Result<Vec<DeviceInfo>> {
+    let mut all = soft_devices()?;
+    if !options::system_devices_enabled()? {
+        return Ok(all);
+    }
+    for d in crate::hw::system_devices().unwrap_or_default() {
+        if all.iter().any(|s| s.name == d.name) {
+            return Err(Error::env(
+                "RVERBS_DEVICES",
+                format!(
+                    "{:?} is the name of a device of the system's libibverbs",
+                    d.name
+                ),
+            ));
+        }
+        all.push(d);
+    }
+    Ok(all)
+}
+
+/// The soft devices of [`devices`] only (the system's library is not loaded): what
+/// rverbs' own `libibverbs.so.1` lists.
+pub fn soft_devices() -> Result<Vec<DeviceInfo>> {
     let ifaces =
         if_addrs::get_if_addrs().map_err(|e| Error::io("listing network interfaces", e))?;
     let mut by_name: BTreeMap<String, (u32, Vec<IpAddr>)> = BTreeMap::new();
@@ -292,10 +347,12 @@ const MAX_NETDEV_MTU: usize = 65536;
 pub fn device(name: Option<&str>) -> Result<DeviceInfo> {
     let all = devices()?;
     match name {
-        Some(n) => all
-            .into_iter()
-            .find(|d| d.name == n)
-            .ok_or_else(|| Error::NoDevice(n.into())),
+        Some(n) => all.into_iter().find(|d| d.name == n).ok_or_else(|| {
+            Error::NoDevice(match crate::hw::system_devices() {
+                Err(why) => format!("{n} (and no system devices: {why})"),
+                Ok(_) => n.into(),
+            })
+        }),
         None => all
             .iter()
             .find(|d| d.is_loopback())
@@ -313,6 +370,7 @@ mod tests {
     fn default_gid_is_eui64() {
         let d = DeviceInfo {
             name: "rv_eth0".into(),
+            kind: DeviceKind::Soft,
             ifname: "eth0".into(),
             ifindex: 2,
             addrs: vec![],

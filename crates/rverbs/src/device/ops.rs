@@ -20,29 +20,28 @@
 //! checks of a request's buffers are the device's (the soft RoCE QP refuses a buffer
 //! of 4 GiB and a READ whose two lengths differ; its RAW_PACKET QP gathers a frame).
 //! Everything that touches a device's state is behind these traits, so the soft
-//! device (`crate::soft`), a libibverbs device loaded at run time, and anything else
-//! implement the same calls and no verbs type branches on which one it has. A memory region's bytes are the
-//! public [`crate::Mr`]'s ([`MrMem`]); a device registers them and reads them through
-//! the [`LocalBuf`]s of a request.
+//! device (`crate::soft`), a libibverbs device loaded at run time (`crate::hw`), and
+//! anything else implement the same calls and no verbs type branches on which one it
+//! has. A memory region's bytes are the public [`crate::Mr`]'s ([`MrMem`]); a device
+//! registers them and reads them through the [`LocalBuf`]s of a request.
 //!
 //! **Device-specific features** (the soft device's carriers, fault injection, raw mode
 //! and same-host counts) are not in the interface: the public accessors reach them
 //! through [`Device::as_any`], and answer `None` on another device.
 //!
-//! **The next devices.** The `libibverbs.so.1` C library is built over the public API,
-//! so it needs nothing here. A device of the
-//! system's libibverbs implements these traits over `struct ibv_context`: its
-//! `DeviceCq::poll` calls the provider's `poll_cq` directly (no engine lock, no
-//! progress on the caller's thread, no driver thread), its `DeviceChannel::fd` is the
-//! kernel's completion channel, [`Device::gid_table`] is built from sysfs
-//! (`crate::sysfs`), its handle numbers are minted with the engine handles'
-//! `from_raw` and mapped to its `ibv_pd` / `ibv_ah` / `ibv_srq`, and it has no carriers.
-//! What changes with it is memory: a NIC writes a registered region whenever a peer
-//! says so, without taking the region's lock, so the soft device's rule "the device
-//! waits for `Mr::with`" cannot hold there. Regions reach a device only as their memory
-//! object ([`Device::reg_mr`], and [`MrMem`] in the [`LocalBuf`]s of a request), never
-//! as a slice, so a region whose bytes are copied volatile-ly changes that memory type
-//! (`MrMem::region`), not the shape of these traits.
+//! **The system's devices** (`crate::hw`) implement these traits over libibverbs'
+//! `struct ibv_context` (`rverbs_sys::ibv`): `DeviceCq::poll` calls the provider's
+//! `poll_cq` directly (no engine lock, no progress on the caller's thread, no driver
+//! thread), a `DeviceChannel` is the kernel's completion channel (given to
+//! `create_cq`, since a kernel CQ cannot change channel later), the GID table is the
+//! kernel's, the handle numbers are minted with the engine handles' `from_raw` and
+//! mapped to the library's PD / AH / SRQ, and there are no carriers. What changes is
+//! memory: a NIC writes a registered region whenever a peer says so, without taking
+//! the region's lock, so the soft device's rule "the device waits for `Mr::with`"
+//! cannot hold there. The device therefore chooses a region's memory
+//! ([`Device::reg_mr`] takes the buffer and returns a [`Registered`]): the soft device
+//! keeps the `Vec` behind its lock, a system device copies it into memory reached only
+//! by volatile copies (`Region::Hw`).
 //!
 //! [`MrMem`]: super::wr::MrMem
 
@@ -53,7 +52,7 @@ use crate::error::{Error, Result};
 use crate::gid::GidTable;
 use rverbs_engine::modify::{AhAttr, QpAttr, QpAttrMask, QpCap};
 use rverbs_engine::{
-    Access, AhId, AsyncEvent, Counters, CqId, MrKeys, PdId, QpState, QpType, SrqId, VecMemory, Wc,
+    Access, AhId, AsyncEvent, Counters, CqId, MrKeys, PdId, QpState, QpType, SrqId, Wc,
 };
 use rverbs_wire::grh::Gid;
 use std::any::Any;
@@ -85,9 +84,10 @@ pub(crate) trait Device: Send + Sync + 'static {
     fn alloc_pd(&self) -> Result<PdId>;
     /// `ibv_dealloc_pd` (from a drop: never fails, never blocks on `Mr::with`).
     fn dealloc_pd(&self, pd: PdId);
-    /// `ibv_reg_mr` of `region`, whose virtual address is `addr`.
-    fn reg_mr(&self, pd: PdId, region: Arc<VecMemory>, addr: u64, access: Access)
-        -> Result<MrKeys>;
+    /// `ibv_reg_mr` of `buf`, whose memory the device chooses: the soft device keeps
+    /// the `Vec` (its address is the region's), a system device copies it into memory
+    /// it may write at any time.
+    fn reg_mr(&self, pd: PdId, buf: Vec<u8>, access: Access) -> Result<Registered>;
     /// `ibv_dereg_mr` (from a drop).
     fn dereg_mr(&self, lkey: u32);
 
@@ -107,8 +107,10 @@ pub(crate) trait Device: Send + Sync + 'static {
 
     /// `ibv_create_comp_channel`.
     fn create_comp_channel(&self) -> Result<Arc<dyn DeviceChannel>>;
-    /// `ibv_create_cq`; its events go where [`DeviceCq::bind`] says.
-    fn create_cq(&self, cqe: u32) -> Result<Box<dyn DeviceCq>>;
+    /// `ibv_create_cq`, its events on `channel` (a channel of this device) or the
+    /// context's own; what they return is set by [`DeviceCq::bind`].
+    fn create_cq(&self, cqe: u32, channel: Option<&dyn DeviceChannel>)
+        -> Result<Box<dyn DeviceCq>>;
     /// `ibv_create_qp` in `pd` (the CQs, SRQ and PD are the caller's, checked to be of
     /// this device).
     fn create_qp(&self, pd: PdId, init: &QpCreate<'_>) -> Result<Box<dyn DeviceQp>>;
@@ -124,6 +126,13 @@ pub(crate) trait Device: Send + Sync + 'static {
 
     /// Management datagrams (GSI agents, `process_mad`, SMA/PMA/BMA state).
     fn mad(&self) -> &dyn DeviceMad;
+}
+
+/// A registered region ([`Device::reg_mr`]): its bytes, virtual address and keys.
+pub(crate) struct Registered {
+    pub(crate) region: super::wr::Region,
+    pub(crate) addr: u64,
+    pub(crate) keys: MrKeys,
 }
 
 /// A new QP as [`Device::create_qp`] takes it (`struct ibv_qp_init_attr` with the

@@ -21,7 +21,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 /// | `udp_trains` | `RVERBS_NO_GSO` (set to anything but `0`: off; read even by `open_with` while `None`) |
 /// | `loopback_ipv6_localhost` | `RVERBS_LOOPBACK_IPV6` (`1`: bind `::1`, `0`: not; read even by `open_with` while `None`) |
 ///
-/// (`RVERBS_DEVICES`, the device list, is read by [`crate::devices`]; `RVERBS_RAW_RX`,
+/// (`RVERBS_DEVICES`, the device list, is read by [`crate::devices`], and so are
+/// `RVERBS_SYSTEM_DEVICES` (`0`: list no device of the system's libibverbs) and
+/// `RVERBS_LIBIBVERBS` (the library to load instead of `libibverbs.so.1`); `RVERBS_RAW_RX`,
 /// `ring` or `plain`, by a raw-mode open.) A variable set to the empty string counts as
 /// unset; any other value it does not accept fails with [`Error::Config`] naming it.
 #[derive(Debug, Clone, Default)]
@@ -122,6 +124,20 @@ impl OpenOptions {
 
 /// Environment variable `name`; unset, empty or not Unicode is `None` (a non-Unicode
 /// value is refused by the parsers that see `Some`, so it is read lossily here).
+/// `RVERBS_SYSTEM_DEVICES`: whether the system's devices are listed (default yes).
+pub(crate) fn system_devices_enabled() -> Result<bool> {
+    Ok(switch(
+        "RVERBS_SYSTEM_DEVICES",
+        var("RVERBS_SYSTEM_DEVICES").as_deref(),
+    )?
+    .unwrap_or(true))
+}
+
+/// `RVERBS_LIBIBVERBS`: the library loaded for system devices instead of the soname.
+pub(crate) fn libibverbs_path() -> Option<String> {
+    var("RVERBS_LIBIBVERBS")
+}
+
 pub(crate) fn var(name: &str) -> Option<String> {
     std::env::var_os(name)
         .map(|v| v.to_string_lossy().into_owned())

@@ -6,10 +6,91 @@
 use rverbs_engine::{PdId, SendFlags, SendWr, Sge, UdDest, VecMemory, WrOpcode};
 use std::sync::Arc;
 
+/// A region's bytes: the soft device's (behind a lock the device takes too), or a
+/// system device's registered memory, which the NIC writes at any time without a lock
+/// and Rust therefore reaches only through volatile copies (`rverbs_sys::ibv::DmaMem`).
+pub(crate) enum Region {
+    Soft(Arc<VecMemory>),
+    Hw(Arc<crate::sys::ibv::Mr>),
+}
+
+impl Region {
+    /// The soft device's memory (`None` for a system device's region).
+    pub(crate) fn soft(&self) -> Option<&Arc<VecMemory>> {
+        match self {
+            Region::Soft(m) => Some(m),
+            Region::Hw(_) => None,
+        }
+    }
+
+    /// Copies `dst.len()` bytes at `offset` out (the caller checked the range).
+    pub(crate) fn read(&self, offset: usize, dst: &mut [u8]) {
+        match self {
+            Region::Soft(m) => m.with(|b| dst.copy_from_slice(&b[offset..offset + dst.len()])),
+            Region::Hw(m) => m
+                .mem()
+                .read(offset, dst)
+                .expect("range checked by the caller"),
+        }
+    }
+
+    /// Copies `src` in at `offset` (the caller checked the range).
+    pub(crate) fn write(&self, offset: usize, src: &[u8]) {
+        match self {
+            Region::Soft(m) => m.with(|b| b[offset..offset + src.len()].copy_from_slice(src)),
+            Region::Hw(m) => m
+                .mem()
+                .write(offset, src)
+                .expect("range checked by the caller"),
+        }
+    }
+
+    /// A copy of all the bytes.
+    pub(crate) fn snapshot(&self) -> Vec<u8> {
+        match self {
+            Region::Soft(m) => m.snapshot(),
+            Region::Hw(m) => {
+                let mut v = vec![0; m.mem().len()];
+                self.read(0, &mut v);
+                v
+            }
+        }
+    }
+
+    /// `f` over the bytes: in place under the region's lock on the soft device; on a
+    /// system device over a copy, whose changed bytes are copied back afterwards (the
+    /// NIC takes no lock, so a slice into its memory could change under `f`).
+    pub(crate) fn with<R>(&self, f: impl FnOnce(&mut [u8]) -> R) -> R {
+        match self {
+            Region::Soft(m) => m.with(f),
+            Region::Hw(m) => {
+                let before = self.snapshot();
+                let mut work = before.clone();
+                let r = f(&mut work);
+                let mut i = 0;
+                while i < work.len() {
+                    if work[i] == before[i] {
+                        i += 1;
+                        continue;
+                    }
+                    let start = i;
+                    while i < work.len() && work[i] != before[i] {
+                        i += 1;
+                    }
+                    m.mem()
+                        .write(start, &work[start..i])
+                        .expect("inside the region");
+                }
+                r
+            }
+        }
+    }
+}
+
 /// A registered region's memory and keys, as a device reads them from a [`LocalBuf`]
 /// (the public [`crate::Mr`] owns one).
 pub(crate) struct MrMem {
-    pub(crate) region: Arc<VecMemory>,
+    pub(crate) region: Region,
     pub(crate) lkey: u32,
     pub(crate) rkey: u32,
     pub(crate) addr: u64,
@@ -165,9 +246,7 @@ impl LocalBuf<'_> {
     /// A copy of the bytes.
     pub(crate) fn bytes(&self) -> Vec<u8> {
         let mut v = vec![0; self.len];
-        self.mr
-            .region
-            .with(|b| v.copy_from_slice(&b[self.offset..self.offset + self.len]));
+        self.mr.region.read(self.offset, &mut v);
         v
     }
 }

@@ -6,7 +6,9 @@ use super::channel::SoftChannel;
 use super::cq::SoftCq;
 use super::Shared;
 use crate::device::attrs::{device_attr, port_attr, DeviceAttr, PortAttr};
-use crate::device::ops::{CqOwner, Device, DeviceChannel, DeviceCq, DeviceMad, DeviceQp, QpCreate};
+use crate::device::ops::{
+    CqOwner, Device, DeviceChannel, DeviceCq, DeviceMad, DeviceQp, QpCreate, Registered,
+};
 use crate::device::options::Resolved;
 use crate::device::wr::{sge_lens_fit, LocalBuf};
 use crate::device::DeviceInfo;
@@ -16,7 +18,7 @@ use rverbs_engine::mad::gsi::{AgentId, GsiDest, GsiRecv, Registration};
 use rverbs_engine::mad::{GrhArea, Mad, MadResult, MadStats, Trap};
 use rverbs_engine::modify::AhAttr;
 use rverbs_engine::{
-    Access, AhId, AsyncEvent, Counters, MrKeys, PdId, QpType, RecvWr, SrqId, VecMemory, Wc,
+    Access, AhId, AsyncEvent, Counters, PdId, QpType, RecvWr, SrqId, VecMemory, Wc,
 };
 use std::any::Any;
 use std::os::fd::BorrowedFd;
@@ -119,17 +121,21 @@ impl Device for SoftDevice {
         });
     }
 
-    fn reg_mr(
-        &self,
-        pd: PdId,
-        region: Arc<VecMemory>,
-        addr: u64,
-        access: Access,
-    ) -> Result<MrKeys> {
-        Ok(self
+    fn reg_mr(&self, pd: PdId, buf: Vec<u8>, access: Access) -> Result<Registered> {
+        // The buffer's own address is the region's virtual address, as with real
+        // verbs; it is only a number to the device. (Moving the Vec keeps its heap
+        // buffer, so the address stays the buffer's.)
+        let addr = buf.as_ptr() as u64;
+        let region = Arc::new(VecMemory::from_vec(buf));
+        let keys = self
             .shared
             .lock_verb("reg_mr")?
-            .reg_mr(pd, region, addr, access)?)
+            .reg_mr(pd, region.clone(), addr, access)?;
+        Ok(Registered {
+            region: crate::device::wr::Region::Soft(region),
+            addr,
+            keys,
+        })
     }
 
     fn dereg_mr(&self, lkey: u32) {
@@ -187,7 +193,12 @@ impl Device for SoftDevice {
         Ok(Arc::new(SoftChannel::new(self.shared.clone())?))
     }
 
-    fn create_cq(&self, cqe: u32) -> Result<Box<dyn DeviceCq>> {
+    fn create_cq(
+        &self,
+        cqe: u32,
+        _channel: Option<&dyn DeviceChannel>,
+    ) -> Result<Box<dyn DeviceCq>> {
+        // The channel is chosen by `bind`, after creation.
         let id = self.shared.lock_verb("create_cq")?.create_cq(cqe)?;
         Ok(Box::new(SoftCq::new(self.shared.clone(), id)))
     }

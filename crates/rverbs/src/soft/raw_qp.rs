@@ -337,13 +337,20 @@ impl DeviceQp for SoftRawQp {
         }
         let targets: Vec<crate::raw::Target> = bufs
             .iter()
-            .map(|b| crate::raw::Target {
-                lkey: b.mr.lkey,
-                region: b.mr.region.clone(),
-                offset: b.offset,
-                len: b.len,
+            .map(|b| {
+                Ok(crate::raw::Target {
+                    lkey: b.mr.lkey,
+                    region: b.mr.region.soft().cloned().ok_or_else(|| {
+                        err(
+                            rverbs_engine::Errno::Inval,
+                            "a region of a system device, not of this soft device",
+                        )
+                    })?,
+                    offset: b.offset,
+                    len: b.len,
+                })
             })
-            .collect();
+            .collect::<Result<_>>()?;
         let mut st = r.lock();
         match st.state {
             QpState::Reset => {

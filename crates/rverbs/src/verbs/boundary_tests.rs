@@ -5,6 +5,7 @@
 
 use super::*;
 use crate::device::attrs::{DeviceAttr, PortAttr};
+use crate::device::ops::Registered;
 use crate::device::ops::{
     CqOwner, Device, DeviceChannel, DeviceCq, DeviceFlow, DeviceMad, DeviceQp, QpCreate,
 };
@@ -63,6 +64,7 @@ impl FakeDevice {
     fn new(log: Arc<Log>) -> FakeDevice {
         let info = DeviceInfo {
             name: "fake0".into(),
+            kind: crate::device::DeviceKind::Soft,
             ifname: "fake".into(),
             ifindex: 9,
             addrs: vec!["10.9.0.1".parse().unwrap()],
@@ -113,23 +115,22 @@ impl Device for FakeDevice {
     fn dealloc_pd(&self, pd: PdId) {
         self.log.push(format!("dealloc_pd {}", pd.raw()));
     }
-    fn reg_mr(
-        &self,
-        pd: PdId,
-        region: Arc<VecMemory>,
-        addr: u64,
-        access: Access,
-    ) -> Result<MrKeys> {
+    fn reg_mr(&self, pd: PdId, buf: Vec<u8>, access: Access) -> Result<Registered> {
+        let addr = buf.as_ptr() as u64;
         self.log.push(format!(
             "reg_mr pd {} len {} addr_ok {} access {:#x}",
             pd.raw(),
-            region.snapshot().len(),
+            buf.len(),
             addr != 0,
             access.0
         ));
-        Ok(MrKeys {
-            lkey: 0x77,
-            rkey: 0x88,
+        Ok(Registered {
+            region: crate::device::wr::Region::Soft(Arc::new(VecMemory::from_vec(buf))),
+            addr,
+            keys: MrKeys {
+                lkey: 0x77,
+                rkey: 0x88,
+            },
         })
     }
     fn dereg_mr(&self, lkey: u32) {
@@ -170,7 +171,11 @@ impl Device for FakeDevice {
         self.log.push("create_comp_channel".into());
         Err(unsupported("create_comp_channel"))
     }
-    fn create_cq(&self, cqe: u32) -> Result<Box<dyn DeviceCq>> {
+    fn create_cq(
+        &self,
+        cqe: u32,
+        _channel: Option<&dyn DeviceChannel>,
+    ) -> Result<Box<dyn DeviceCq>> {
         self.log.push(format!("create_cq {cqe}"));
         Ok(Box::new(FakeCq {
             log: self.log.clone(),

@@ -33,7 +33,8 @@ pub(crate) struct ContextInner {
     pub(crate) dev: Box<dyn Device>,
 }
 
-/// An open soft RoCE v2 device (`struct ibv_context`). Cheap to clone; the device
+/// An open device (`struct ibv_context`): a soft RoCE v2 device, or one of the
+/// system's libibverbs. Cheap to clone; the device
 /// closes when the context and every object made from it are dropped.
 ///
 /// ```no_run
@@ -60,12 +61,24 @@ impl Context {
     /// processes may open it); other devices bind each of their addresses, so only one
     /// process at a time can open them (port 4791 can be bound once per address).
     pub fn open(info: DeviceInfo) -> Result<Context> {
+        if info.kind == crate::DeviceKind::System {
+            return Context::open_with(info, &OpenOptions::default());
+        }
         Context::open_with(info, &OpenOptions::from_env()?)
     }
 
     /// Opens a device with explicit options (see [`OpenOptions`]); [`Context::open`]
     /// takes them from the environment.
+    ///
+    /// A device of the system's libibverbs ([`crate::DeviceKind::System`]) takes none of
+    /// the options (they configure the soft device): it is opened with
+    /// `ibv_open_device`.
     pub fn open_with(info: DeviceInfo, opts: &OpenOptions) -> Result<Context> {
+        if info.kind == crate::DeviceKind::System {
+            return Ok(Context::with_device(Box::new(crate::hw::HwDevice::open(
+                info,
+            )?)));
+        }
         let dev = SoftDevice::open(info, &opts.resolve()?)?;
         Ok(Context::with_device(Box::new(dev)))
     }

@@ -68,22 +68,35 @@ impl Mr {
     /// # Panics
     /// If `offset + dst.len()` is beyond the region (like slicing out of bounds).
     pub fn read(&self, offset: usize, dst: &mut [u8]) {
-        self.mem
-            .region
-            .with(|b| dst.copy_from_slice(&b[offset..offset + dst.len()]));
+        assert!(
+            offset
+                .checked_add(dst.len())
+                .is_some_and(|e| e <= self.mem.len),
+            "Mr::read outside the region"
+        );
+        self.mem.region.read(offset, dst);
     }
     /// Copies bytes into the region at `offset`.
     ///
     /// # Panics
     /// If `offset + src.len()` is beyond the region (like slicing out of bounds).
     pub fn write(&self, offset: usize, src: &[u8]) {
-        self.mem
-            .region
-            .with(|b| b[offset..offset + src.len()].copy_from_slice(src));
+        assert!(
+            offset
+                .checked_add(src.len())
+                .is_some_and(|e| e <= self.mem.len),
+            "Mr::write outside the region"
+        );
+        self.mem.region.write(offset, src);
     }
-    /// Runs `f` with the region's bytes; the device waits meanwhile (it cannot read or
-    /// write this region until `f` returns, so `f` sees a consistent snapshot and its
+    /// Runs `f` with the region's bytes; the soft device waits meanwhile (it cannot read
+    /// or write this region until `f` returns, so `f` sees a consistent snapshot and its
     /// writes are never torn by the device).
+    ///
+    /// On a system device ([`crate::DeviceKind::System`]) the NIC takes no lock: `f`
+    /// gets a copy of the region, and the bytes it changed are copied back when it
+    /// returns; bytes the NIC wrote meanwhile at those offsets are overwritten. Prefer
+    /// [`Mr::read`] / [`Mr::write`] (volatile copies of just the range) there.
     ///
     /// Verbs called from inside `f` (on any object of any context) fail with
     /// [`Error::WouldDeadlock`](crate::Error::WouldDeadlock) instead of waiting for the device, which may itself be

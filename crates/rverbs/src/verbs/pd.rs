@@ -5,7 +5,7 @@ use crate::device::ops::QpCreate;
 use crate::device::wr::MrMem;
 use crate::error::Error;
 use crate::error::Result;
-use rverbs_engine::{PdId, VecMemory};
+use rverbs_engine::PdId;
 use std::sync::atomic::AtomicU32;
 use std::sync::Arc;
 
@@ -74,7 +74,7 @@ impl Context {
                 .into());
             }
         }
-        let dev = self.dev().create_cq(cqe)?;
+        let dev = self.dev().create_cq(cqe, channel.map(|c| &*c.inner))?;
         let inner = Arc::new(CqInner {
             dev,
             ctx: self.clone(),
@@ -100,16 +100,8 @@ impl Pd {
     /// `ibv_reg_mr` of `buf`, which the region takes over.
     pub fn reg_mr_from(&self, buf: Vec<u8>, access: AccessFlags) -> Result<Mr> {
         let len = buf.len();
-        // The buffer's own address is the region's virtual address, as with real
-        // verbs; it is only a number to the device. (Moving the Vec keeps its heap
-        // buffer, so the address stays the buffer's.)
-        let addr = buf.as_ptr() as u64;
-        let region = Arc::new(VecMemory::from_vec(buf));
-        let keys = self
-            .inner
-            .ctx
-            .dev()
-            .reg_mr(self.inner.id, region.clone(), addr, access)?;
+        let crate::device::ops::Registered { region, addr, keys } =
+            self.inner.ctx.dev().reg_mr(self.inner.id, buf, access)?;
         Ok(Mr {
             pd: self.inner.clone(),
             mem: MrMem {

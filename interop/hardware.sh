@@ -1,0 +1,205 @@
+#!/usr/bin/env bash
+# Interop: rverbs on a device of the system's libibverbs, the kernel's rxe0 in the
+# rxe-peer guest (../shared/rxe-peer), through the same Rust API and CLI as the soft
+# device. The host-built binaries run in the guest from /mnt/host.
+#
+#   devinfo   `rverbs devinfo -v -d rxe0`: every line is one of `ibv_devinfo -v`'s
+#   gids      `rverbs gids`: rxe0's entries are the kernel's (rxe-gids)
+#   pp-soft   `rverbs pingpong rc|uc|ud -d rxe0` in the guest <-> the soft device on the
+#             host (netns), both roles
+#   pp-ibv    `rverbs pingpong rc|uc|ud -d rxe0` <-> rdma-core's ibv_*_pingpong on
+#             rxe0 in the same guest, both roles; and with -e (completion channels)
+#   pp-vm2    the same against ibv_*_pingpong on a second guest (booted here if
+#             missing; HW_VM2=0 skips it)
+#   example   the crate's examples (rc_send_recv, rdma_write_read, atomics, ud), both
+#             ends on rxe0, unchanged but for `-d rxe0`
+#   perf      `rverbs perf write bw` on rxe0 against itself, and `perf send bw
+#             --perftest` against perftest's ib_send_bw
+#   xproc     crates/rverbs/tests/xproc.rs with XPROC_HW_DEVICE=rxe0
+#
+# Needs: the rxe-peer guest running (rxe-peer/start.sh) and cargo (to build the examples
+# and the xproc test in release mode unless HW_EXAMPLES / HW_XPROC point at them).
+# Usage: interop/hardware.sh [RVERBS_BIN] [FILTER]    (FILTER: substring of case names)
+set -u
+. "$(dirname "$0")/lib.sh"
+repo=$(cd "$here/.." && pwd)
+share=${RXE_WORK:-/var/tmp/rxe-peer}/share/interop/hw
+g=/mnt/host/interop/hw
+port=18900
+
+want() { [ -z "$filter" ] || [[ $1 == *"$filter"* ]]; }
+
+# A guest command that waits (up to 30 s) until something in the guest listens on TCP
+# port $1.
+glisten() {
+  local hex
+  hex=$(printf '%04X' "$1")
+  echo "for i in \$(seq 1 300); do grep -q ':$hex 00000000:0000 0A\\|:$hex 00000000000000000000000000000000:0000 0A' /proc/net/tcp /proc/net/tcp6 && break; sleep 0.1; done"
+}
+
+# Release builds of the examples and of the xproc test binary (its path from cargo).
+examples=${HW_EXAMPLES:-}
+if [ -z "$examples" ]; then
+  (cd "$repo" && cargo build -q --release -p rverbs --examples) || { echo "building the examples failed"; exit 1; }
+  examples=$repo/target/release/examples
+fi
+xproc=${HW_XPROC:-}
+if [ -z "$xproc" ]; then
+  xproc=$(cd "$repo" && cargo test -q --release -p rverbs --test xproc --no-run --message-format=json 2>/dev/null |
+    grep -o '"executable":"[^"]*xproc[^"]*"' | tail -1 | cut -d'"' -f4)
+  [ -n "$xproc" ] || { echo "building the xproc test failed"; exit 1; }
+fi
+mkdir -p "$share"
+cp -f "$bin" "$share/rverbs"
+cp -f "$xproc" "$share/xproc"
+for e in rc_send_recv rdma_write_read atomics ud; do cp -f "$examples/$e" "$share/$e"; done
+
+if want devinfo; then
+  out=$(guest "$g/rverbs devinfo -v -d rxe0 >/tmp/hw-rv.txt 2>&1; echo rc=\$?; ibv_devinfo -v -d rxe0 >/tmp/hw-ibv.txt 2>&1
+    echo lines=\$(wc -l </tmp/hw-rv.txt); echo missing:; grep -Fxv -f /tmp/hw-ibv.txt /tmp/hw-rv.txt; echo end" 2>&1)
+  missing=$(sed -n '/^missing:$/,/^end$/p' <<<"$out" | sed '1d;$d')
+  lines=$(sed -n 's/^lines=//p' <<<"$out")
+  ok=0
+  grep -q '^rc=0$' <<<"$out" && [ -z "$missing" ] && [ "${lines:-0}" -ge 40 ] && ok=1
+  record devinfo-v-rxe0 $ok "$out"
+fi
+
+if want gids; then
+  out=$(guest "$g/rverbs gids | awk '\$1 == \"rxe0\" { print \$3, \$4 }'; echo @@; rxe-gids | awk 'NR > 1 { print \$1, \$2 }'" 2>&1)
+  rv=$(sed -n '1,/^@@$/p' <<<"$out" | sed '$d')
+  kern=$(sed -n '/^@@$/,$p' <<<"$out" | sed '1d')
+  ok=0
+  [ -n "$rv" ] && [ "$rv" = "$kern" ] && ok=1
+  record gids-rxe0 $ok "rverbs:" "$rv" "kernel:" "$kern"
+fi
+
+# pp_soft TRANSPORT ROLE(hw-server|hw-client)
+pp_soft() {
+  local t=$1 role=$2 c="" name="pp-soft-$1-$2" log=/tmp/interop-hw.$$ out ok=0
+  want "$name" || return 0
+  port=$((port + 1))
+  [ "$t" != ud ] && c="-c"
+  if [ "$role" = hw-server ]; then
+    guest -b "hw$port" "$g/rverbs pingpong $t -d rxe0 -g 1 -p $port -n 50 $c" >/dev/null 2>&1
+    wait_listen "$port"
+    rv_cmd "$log" 60 pingpong "$t" -d rv_rxebr0 -p "$port" -n 50 $c "$vm4"
+    out=$(guest "p=\$(cat /tmp/bg-hw$port.pid); for i in \$(seq 1 50); do kill -0 \$p 2>/dev/null || break; sleep 0.1; done; cat /tmp/bg-hw$port.log; kill \$p 2>/dev/null; true" 2>&1)
+  else
+    rv_cmd "$log" 60 pingpong "$t" -d rv_rxebr0 -p "$port" -n 50 $c &
+    local bg=$!
+    host_listen "$port"
+    out=$(guest -t 60 "$g/rverbs pingpong $t -d rxe0 -g 1 -p $port -n 50 $c $host4" 2>&1)
+    wait $bg
+  fi
+  grep -q "exit=0" "$log" && grep -q "50 iters in" "$log" && grep -q "50 iters in" <<<"$out" && ok=1
+  record "$name" $ok "--- host (soft):" "$(cat "$log")" "--- guest (rxe0):" "$out"
+  rm -f "$log"
+}
+
+# in_guest NAME PORT SERVER CLIENT [COUNT_PATTERN]: a server and its client in the
+# guest, both on rxe0; passes when both exit 0 (and COUNT_PATTERN appears twice).
+in_guest() {
+  local name=$1 port=$2 srv=$3 cli=$4 pat=${5:-} out ok=0
+  out=$(guest -t 120 "$srv >/tmp/hw-srv.log 2>&1 & s=\$!
+    $(glisten "$port")
+    timeout 90 $cli >/tmp/hw-cli.log 2>&1; echo client=\$?
+    for i in \$(seq 1 100); do kill -0 \$s 2>/dev/null || break; sleep 0.1; done
+    kill \$s 2>/dev/null; wait \$s; echo server=\$?
+    echo '--- server:'; cat /tmp/hw-srv.log; echo '--- client:'; cat /tmp/hw-cli.log; $kill_leftovers" 2>&1)
+  grep -q '^client=0$' <<<"$out" && grep -q '^server=0$' <<<"$out" && ok=1
+  [ -n "$pat" ] && [ "$(grep -c "$pat" <<<"$out")" != 2 ] && ok=0
+  record "$name" $ok "$out"
+}
+
+# pp_ibv TRANSPORT ROLE(rv-server|rv-client) [events]: rverbs and ibv_*_pingpong, both
+# on rxe0; with `events`, both sleep on their completion channel (-e).
+pp_ibv() {
+  local t=$1 role=$2 c="" name="pp-ibv-$1-$2${3:+-$3}" rv ibv
+  want "$name" || return 0
+  port=$((port + 1))
+  [ "$t" != ud ] && c="-c"
+  [ -n "${3:-}" ] && c="$c -e"
+  rv="$g/rverbs pingpong $t -d rxe0 -g 1 -p $port -n 50 $c"
+  ibv="ibv_${t}_pingpong -d rxe0 -g 1 -p $port -n 50 $c"
+  if [ "$role" = rv-server ]; then
+    in_guest "$name" "$port" "$rv" "$ibv 127.0.0.1" "50 iters in"
+  else
+    in_guest "$name" "$port" "$ibv" "$rv 127.0.0.1" "50 iters in"
+  fi
+}
+
+for t in rc uc ud; do
+  pp_soft "$t" hw-server
+  pp_soft "$t" hw-client
+  pp_ibv "$t" rv-server
+  pp_ibv "$t" rv-client
+done
+# With a second guest running (rxe-peer/start.sh 2): rverbs on VM1's rxe0 against
+# ibv_*_pingpong on VM2's rxe0, over the bridge (rxe short-circuits a VM's own traffic,
+# so this is the case whose packets are on the wire).
+guest2() { "$peer/run.sh" -v 2 "$@"; }
+pp_vm2() { # TRANSPORT ROLE(rv-server|rv-client)
+  local t=$1 role=$2 c="" name="pp-vm2-$1-$2" out1 out2 ok=0 vm2=10.77.0.3
+  want "$name" || return 0
+  port=$((port + 1))
+  [ "$t" != ud ] && c="-c"
+  local rv="$g/rverbs pingpong $t -d rxe0 -g 1 -p $port -n 50 $c"
+  local ibv="ibv_${t}_pingpong -d rxe0 -g 1 -p $port -n 50 $c"
+  if [ "$role" = rv-server ]; then
+    guest -b "v2$port" "$rv" >/dev/null 2>&1
+    guest "$(glisten "$port")" >/dev/null 2>&1
+    out2=$(guest2 -t 60 "timeout 50 $ibv $vm4; echo rc=\$?" 2>&1)
+    out1=$(guest "p=\$(cat /tmp/bg-v2$port.pid); for i in \$(seq 1 50); do kill -0 \$p 2>/dev/null || break; sleep 0.1; done; cat /tmp/bg-v2$port.log; kill \$p 2>/dev/null; true" 2>&1)
+  else
+    guest2 -b "v2$port" "$ibv" >/dev/null 2>&1
+    guest2 "$(glisten "$port")" >/dev/null 2>&1
+    out1=$(guest -t 60 "timeout 50 $rv $vm2; echo rc=\$?" 2>&1)
+    out2=$(guest2 "p=\$(cat /tmp/bg-v2$port.pid); for i in \$(seq 1 50); do kill -0 \$p 2>/dev/null || break; sleep 0.1; done; cat /tmp/bg-v2$port.log; kill \$p 2>/dev/null; true" 2>&1)
+  fi
+  grep -q "50 iters in" <<<"$out1" && grep -q "50 iters in" <<<"$out2" && ok=1
+  record "$name" $ok "--- VM1 (rverbs):" "$out1" "--- VM2 (rdma-core):" "$out2"
+}
+# The second guest is booted here when missing (start.sh starts only missing VMs;
+# HW_VM2=0 skips these cases); the caller's stop.sh stops it with the first.
+if want pp-vm2 && [ "${HW_VM2:-1}" != 0 ] && ! guest2 true >/dev/null 2>&1; then
+  bash "$peer/start.sh" 2 >/tmp/hw-vm2-start.log 2>&1 || tail -5 /tmp/hw-vm2-start.log
+fi
+if [ "${HW_VM2:-1}" != 0 ] && guest2 true >/dev/null 2>&1; then
+  cp -f "$bin" "$share/rverbs"
+  for t in rc uc ud; do
+    pp_vm2 "$t" rv-server
+    pp_vm2 "$t" rv-client
+  done
+else
+  want pp-vm2 && echo "SKIP pp-vm2-*: no second guest (HW_VM2=0, or rxe-peer/start.sh 2 failed)"
+fi
+
+pp_ibv rc rv-server events
+pp_ibv rc rv-client events
+pp_ibv ud rv-server events
+
+if want example; then
+  for e in rc_send_recv rdma_write_read atomics ud; do
+    port=$((port + 1))
+    in_guest "example-$e-rxe0" "$port" "$g/$e server $port -d rxe0" "$g/$e client 127.0.0.1 $port -d rxe0"
+  done
+fi
+
+# `rverbs perf` on rxe0: against itself, and speaking perftest's exchange to ib_*_bw.
+if want perf; then
+  port=$((port + 1))
+  in_guest perf-write-bw-rxe0 "$port" "$g/rverbs perf write bw -d rxe0 -x 1 -p $port -n 500 -s 4096" \
+    "$g/rverbs perf write bw -d rxe0 -x 1 -p $port -n 500 -s 4096 127.0.0.1"
+  port=$((port + 1))
+  in_guest perf-ib_send_bw-rxe0 "$port" "$g/rverbs perf send bw --perftest -d rxe0 -x 1 -p $port -n 500 -s 4096" \
+    "ib_send_bw -d rxe0 -x 1 -p $port -n 500 -s 4096 127.0.0.1"
+fi
+
+if want xproc; then
+  out=$(guest -t 900 "cd /tmp && XPROC_HW_DEVICE=rxe0 timeout 850 $g/xproc 2>&1 | tail -20" 2>&1)
+  ok=0
+  grep -q '^test result: ok\. [1-9]' <<<"$out" && ok=1
+  record xproc-rxe0 $ok "$out"
+fi
+
+finish
