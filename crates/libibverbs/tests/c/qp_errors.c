@@ -144,15 +144,6 @@ int main(void)
 	wr.num_sge = 1;
 	wr.opcode = 200;
 	CHECK(ibv_post_send(qp, &wr, &bad) == EINVAL && bad == &wr, "unknown opcode");
-	/* In a chain, the requests before a refused one are posted and bad_wr names it. */
-	struct ibv_send_wr second = { .wr_id = 2, .sg_list = sge, .num_sge = 1, .opcode = 200 };
-	struct ibv_send_wr first = { .wr_id = 1, .sg_list = sge, .num_sge = 1,
-				     .opcode = IBV_WR_RDMA_WRITE, .next = &second };
-	first.wr.rdma.remote_addr = (uintptr_t)buf;
-	first.wr.rdma.rkey = mr->rkey;
-	bad = NULL;
-	CHECK(ibv_post_send(qp, &first, &bad) == EINVAL && bad == &second,
-	      "second of a chain refused");
 	struct ibv_recv_wr rwr = { .sg_list = sge, .num_sge = 2 }, *rbad = NULL;
 	CHECK(ibv_post_recv(qp, &rwr, &rbad) == EINVAL && rbad == &rwr, "num_sge over max_recv_sge");
 	/* The queue holds max_recv_wr = 8: the ninth of a chain is refused, ENOMEM. */
@@ -161,6 +152,16 @@ int main(void)
 		chain[i] = (struct ibv_recv_wr){ .wr_id = i, .sg_list = sge, .num_sge = 1,
 						 .next = i < 8 ? &chain[i + 1] : NULL };
 	CHECK(ibv_post_recv(qp, chain, &rbad) == ENOMEM && rbad == &chain[8], "recv queue full");
+	/* In a chain, the requests before a refused one are posted and bad_wr names it.
+	 * (Last: the WRITE it posts, to this QP, may move the QP to ERROR.) */
+	struct ibv_send_wr second = { .wr_id = 2, .sg_list = sge, .num_sge = 1, .opcode = 200 };
+	struct ibv_send_wr first = { .wr_id = 1, .sg_list = sge, .num_sge = 1,
+				     .opcode = IBV_WR_RDMA_WRITE, .next = &second };
+	first.wr.rdma.remote_addr = (uintptr_t)buf;
+	first.wr.rdma.rkey = mr->rkey;
+	bad = NULL;
+	CHECK(ibv_post_send(qp, &first, &bad) == EINVAL && bad == &second,
+	      "second of a chain refused");
 
 	CHECK(ibv_destroy_qp(qp) == 0, "destroy_qp");
 	CHECK(ibv_destroy_cq(cq) == 0, "destroy_cq");
