@@ -110,6 +110,7 @@
 #![warn(missing_docs)]
 
 mod carrier;
+mod catalog;
 pub mod cm;
 mod device;
 mod error;
@@ -135,8 +136,9 @@ pub use carrier::raw::RawNetStats;
 pub use carrier::same_host::ring::fuzz_ring as fuzz_same_host_ring;
 pub use carrier::same_host::SameHostStats;
 pub use carrier::ROCE_PORT;
+pub use catalog::{device, devices};
 pub use device::options::OpenOptions;
-pub use device::{device, devices, soft_devices, DeviceInfo, DeviceKind};
+pub use device::{soft_devices, DeviceInfo, DeviceKind};
 pub use error::{Error, Result};
 pub use gid::{GidEntry, GidTable, GidType, GID_TABLE_LEN};
 pub use rverbs_engine::modify::{AhAttr, MigState, QpAttr, QpAttrMask, QpCap};

@@ -192,22 +192,9 @@ pub struct PortAttr {
 }
 
 impl DeviceInfo {
-    /// The device's attributes, port 1 and GID table as an opened context would report
-    /// them, without opening it (no socket is bound, so this works while another
-    /// process holds the device or rxe holds port 4791). The port counters are a
-    /// context's own and read 0 here; the loopback device's GIDs are its interface's
-    /// addresses (an opened context gets its own 127.0.0.x).
-    ///
-    /// A system device's are the device's own, read through a context opened for the
-    /// purpose (the soft rule above only when it cannot be opened).
-    pub fn attributes(&self) -> (DeviceAttr, PortAttr, Vec<rverbs_wire::grh::Gid>) {
-        if self.kind == crate::DeviceKind::System {
-            if let Ok(ctx) = self.open() {
-                if let (Ok(d), Ok(p)) = (ctx.query_device(), ctx.query_port(1)) {
-                    return (d, p, ctx.gids());
-                }
-            }
-        }
+    /// The soft rule of [`DeviceInfo::attributes`]: what a soft context opened on this
+    /// device would report.
+    pub(crate) fn soft_attributes(&self) -> (DeviceAttr, PortAttr, Vec<rverbs_wire::grh::Gid>) {
         let mut cfg = Config {
             gids: std::iter::once(self.default_gid())
                 .chain(self.addrs.iter().map(|a| rverbs_engine::net::ip_to_gid(*a)))

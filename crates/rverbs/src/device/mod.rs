@@ -1,15 +1,15 @@
 //! Devices: what the verbs run on, and how one is found and opened.
 //!
 //! - [`ops`]: the device interface, the one door between the public verbs types
-//!   (`crate::verbs`) and a device. The soft device (`crate::soft`) and the system's
-//!   libibverbs devices loaded at run time (`crate::hw`) implement the same traits, so
-//!   no verbs type branches on the device it has.
+//!   (the `verbs` module) and a device. The soft device (the `soft` module) and the
+//!   system's libibverbs devices loaded at run time (the `hw` module) implement the
+//!   same traits, so no verbs type branches on the device it has.
 //! - `wr`, `attrs`: the verbs' own vocabulary that the interface speaks (work requests
 //!   and the buffers they name, device and port attributes), kept here, below the
 //!   handles, so a device depends on nothing above this module.
 //! - this file: the soft devices there are, one per network interface with an address
-//!   (like a host with rxe on every interface), or those `RVERBS_DEVICES` names, then
-//!   the system's;
+//!   (like a host with rxe on every interface), or those `RVERBS_DEVICES` names (the
+//!   `catalog` module, above, lists the system's after them);
 //!   `options`: how a context opens one.
 //!
 //! ```text
@@ -42,7 +42,7 @@ pub enum DeviceKind {
     #[default]
     Soft,
     /// A device of the system's libibverbs (rdma-core's providers: `mlx5_0`, `rxe0`,
-    /// `efa_0`, ...), loaded at run time (`crate::hw`).
+    /// `efa_0`, ...), loaded at run time (the `hw` module).
     System,
 }
 
@@ -110,19 +110,9 @@ impl DeviceInfo {
         Gid(g)
     }
 
-    /// The GID table the kernel would build for rxe on this interface (and the one an
-    /// opened context starts with, except on loopback: there each context's table has
-    /// its own `127.0.0.x` and at most one IPv6 address of lo — `::1` only with
-    /// `RVERBS_LOOPBACK_IPV6=1`). See `gid.rs` for the rules.
-    ///
-    /// A system device's table is its kernel's (read through an opened context; the
-    /// rule above when it cannot be opened).
-    pub fn gid_table(&self) -> crate::GidTable {
-        if self.kind == DeviceKind::System {
-            if let Some(t) = crate::hw::gid_table_of(self) {
-                return t;
-            }
-        }
+    /// The GID table the kernel would build for rxe on this interface: the soft rule of
+    /// [`DeviceInfo::gid_table`].
+    pub(crate) fn soft_gid_table(&self) -> crate::GidTable {
         crate::GidTable::new(1, self.ifindex, self.default_gid(), &self.addrs)
     }
 
@@ -207,37 +197,8 @@ fn from_interface(name: String, ifname: &str, index: u32, addrs: Vec<IpAddr>) ->
 }
 
 /// Every soft device: one per interface with an address, or those `RVERBS_DEVICES`
-/// defines (`name=interface` or `name=address` entries, comma separated; an optional
-/// `:mtu` suffix overrides the netdev MTU, e.g. `rv0=lo,rv1=10.77.0.1:1500`). An empty
-/// `RVERBS_DEVICES` counts as unset; a spec with a bad entry, a repeated name, an MTU
-/// outside 336..=65536 (a 256-byte RoCE MTU after the headers rxe counts, up to lo's
-/// MTU) or no entry at all fails with [`Error::Config`].
-///
-/// Then the system's devices ([`DeviceKind::System`], `crate::hw`), unless
-/// `RVERBS_SYSTEM_DEVICES=0`; none when its libibverbs cannot be loaded. A soft
-/// device named like a system one fails with [`Error::Config`].
-pub fn devices() -> Result<Vec<DeviceInfo>> {
-    let mut all = soft_devices()?;
-    if !options::system_devices_enabled()? {
-        return Ok(all);
-    }
-    for d in crate::hw::system_devices().unwrap_or_default() {
-        if all.iter().any(|s| s.name == d.name) {
-            return Err(Error::env(
-                "RVERBS_DEVICES",
-                format!(
-                    "{:?} is the name of a device of the system's libibverbs",
-                    d.name
-                ),
-            ));
-        }
-        all.push(d);
-    }
-    Ok(all)
-}
-
-/// The soft devices of [`devices`] only (the system's library is not loaded): what
-/// rverbs' own `libibverbs.so.1` lists.
+/// defines (the rules are [`crate::devices`]'s); the system's library is not loaded.
+/// What rverbs' own `libibverbs.so.1` lists.
 pub fn soft_devices() -> Result<Vec<DeviceInfo>> {
     let ifaces =
         if_addrs::get_if_addrs().map_err(|e| Error::io("listing network interfaces", e))?;
@@ -342,25 +303,6 @@ const MIN_NETDEV_MTU: usize = 336;
 /// The largest: the loopback interface's 65536 (`LOOPBACK_MTU` in the kernel's
 /// `drivers/net/loopback.c`).
 const MAX_NETDEV_MTU: usize = 65536;
-
-/// The device called `name`, or the loopback device when `name` is `None`.
-pub fn device(name: Option<&str>) -> Result<DeviceInfo> {
-    let all = devices()?;
-    match name {
-        Some(n) => all.into_iter().find(|d| d.name == n).ok_or_else(|| {
-            Error::NoDevice(match crate::hw::system_devices() {
-                Err(why) => format!("{n} (and no system devices: {why})"),
-                Ok(_) => n.into(),
-            })
-        }),
-        None => all
-            .iter()
-            .find(|d| d.is_loopback())
-            .or(all.first())
-            .cloned()
-            .ok_or_else(|| Error::NoDevice("(any)".into())),
-    }
-}
 
 #[cfg(test)]
 mod tests {
@@ -475,7 +417,7 @@ mod tests {
 
     #[test]
     fn loopback_is_listed() {
-        let all = devices().unwrap();
+        let all = soft_devices().unwrap();
         let lo = all.iter().find(|d| d.ifname == "lo").expect("rv_lo");
         assert_eq!(lo.name, "rv_lo");
         assert!(lo.is_loopback());

@@ -20,7 +20,7 @@
 //! checks of a request's buffers are the device's (the soft RoCE QP refuses a buffer
 //! of 4 GiB and a READ whose two lengths differ; its RAW_PACKET QP gathers a frame).
 //! Everything that touches a device's state is behind these traits, so the soft
-//! device (`crate::soft`), a libibverbs device loaded at run time (`crate::hw`), and
+//! device (the `soft` module), a libibverbs device loaded at run time (the `hw` module), and
 //! anything else implement the same calls and no verbs type branches on which one it
 //! has. A memory region's bytes are the public [`crate::Mr`]'s ([`MrMem`]); a device
 //! registers them and reads them through the [`LocalBuf`]s of a request.
@@ -29,7 +29,7 @@
 //! and same-host counts) are not in the interface: the public accessors reach them
 //! through [`Device::as_any`], and answer `None` on another device.
 //!
-//! **The system's devices** (`crate::hw`) implement these traits over libibverbs'
+//! **The system's devices** (the `hw` module) implement these traits over libibverbs'
 //! `struct ibv_context` (`rverbs_sys::ibv`): `DeviceCq::poll` calls the provider's
 //! `poll_cq` directly (no engine lock, no progress on the caller's thread, no driver
 //! thread), a `DeviceChannel` is the kernel's completion channel (given to
@@ -214,7 +214,7 @@ pub(crate) trait DeviceFlow: Send + Sync {
 }
 
 /// Management datagrams on a device: libibumad's agent calls and the device's
-/// `process_mad` (`crate::mad`).
+/// `process_mad` (the public `mad` module).
 pub(crate) trait DeviceMad: Send + Sync {
     /// `umad_register`.
     fn register_agent(

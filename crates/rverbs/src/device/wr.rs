@@ -1,6 +1,6 @@
 //! Work requests as the device sees them: [`SendRequest`], the [`LocalBuf`]s it names
 //! and the region memory behind them ([`MrMem`]). The public builders live with the
-//! verbs (`crate::verbs::wr`); these are the types the device interface takes, kept
+//! verbs (the `verbs` module's `wr`); these are the types the device interface takes, kept
 //! below the verbs so a device needs nothing of the handles that post them.
 
 use rverbs_engine::{PdId, SendFlags, SendWr, Sge, UdDest, VecMemory, WrOpcode};
