@@ -140,7 +140,7 @@ fn ops() -> ibv_context_ops {
     o
 }
 
-unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_context {
+pub(crate) unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_context {
     ret_ptr(|| {
         // SAFETY: `device` is NULL or ours.
         let d: &DevObj = unsafe { dev(device) }?;

@@ -21,7 +21,9 @@ pub(crate) struct ChanObj {
     pub users: AtomicUsize,
 }
 
-unsafe extern "C" fn ibv_create_comp_channel(context: *mut ibv_context) -> *mut ibv_comp_channel {
+pub(crate) unsafe extern "C" fn ibv_create_comp_channel(
+    context: *mut ibv_context,
+) -> *mut ibv_comp_channel {
     ret_ptr(|| {
         // SAFETY: the caller's context.
         let ctx = unsafe { Ctx::from_c(context) }?;
@@ -42,7 +44,7 @@ unsafe extern "C" fn ibv_create_comp_channel(context: *mut ibv_context) -> *mut 
 }
 export!(ibv_create_comp_channel, "IBVERBS_1.0");
 
-unsafe extern "C" fn ibv_destroy_comp_channel(channel: *mut ibv_comp_channel) -> c_int {
+pub(crate) unsafe extern "C" fn ibv_destroy_comp_channel(channel: *mut ibv_comp_channel) -> c_int {
     ret_neg(|| {
         // SAFETY: the caller's channel.
         let ch = unsafe { arg(channel as *const ChanObj) }?;
@@ -139,7 +141,7 @@ fn new_cq(
     Ok(p)
 }
 
-unsafe extern "C" fn ibv_create_cq(
+pub(crate) unsafe extern "C" fn ibv_create_cq(
     context: *mut ibv_context,
     cqe: c_int,
     cq_context: *mut c_void,
@@ -174,7 +176,7 @@ pub(crate) unsafe extern "C" fn create_cq_ex(
     })
 }
 
-unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
+pub(crate) unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
     ret_errno(|| {
         // SAFETY: the caller's CQ.
         let o = unsafe { CqObj::from_c(cq) }?;

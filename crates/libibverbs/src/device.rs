@@ -72,7 +72,7 @@ pub(crate) unsafe fn dev<'a>(dev: *mut ibv_device) -> Result<&'a DevObj, c_int> 
     unsafe { arg(dev as *const DevObj) }
 }
 
-unsafe extern "C" fn ibv_get_device_list(num: *mut c_int) -> *mut *mut ibv_device {
+pub(crate) unsafe extern "C" fn ibv_get_device_list(num: *mut c_int) -> *mut *mut ibv_device {
     ret_ptr(|| {
         let infos = rverbs::devices().map_err(|e| errno_of(&e))?;
         let n = infos.len();
@@ -95,7 +95,7 @@ unsafe extern "C" fn ibv_get_device_list(num: *mut c_int) -> *mut *mut ibv_devic
 }
 export!(ibv_get_device_list, "IBVERBS_1.1");
 
-unsafe extern "C" fn ibv_free_device_list(list: *mut *mut ibv_device) {
+pub(crate) unsafe extern "C" fn ibv_free_device_list(list: *mut *mut ibv_device) {
     // SAFETY: `list` came from ibv_get_device_list's calloc (or is NULL).
     ret_void(|| unsafe { libc::free(list as *mut c_void) })
 }

@@ -39,7 +39,7 @@ pub(crate) fn check_idle(users: &AtomicUsize) -> Result<(), c_int> {
     Ok(())
 }
 
-unsafe extern "C" fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd {
+pub(crate) unsafe extern "C" fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd {
     ret_ptr(|| {
         // SAFETY: the caller's context.
         let ctx = unsafe { Ctx::from_c(context) }?;
@@ -58,7 +58,7 @@ unsafe extern "C" fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd {
 }
 export!(ibv_alloc_pd, "IBVERBS_1.1");
 
-unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
+pub(crate) unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
     ret_errno(|| {
         // SAFETY: the caller's PD.
         let o = unsafe { PdObj::from_c(pd) }?;

@@ -28,7 +28,7 @@ pub(crate) struct Scratch {
 #[repr(C)]
 pub(crate) struct QpObj {
     pub c: ibv_qp_ex,
-    pub rs: rverbs::Qp,
+    pub rs: Arc<rverbs::Qp>,
     pub pd: *const PdObj,
     pub send_cq: *const CqObj,
     pub recv_cq: *const CqObj,
@@ -131,7 +131,7 @@ pub(crate) fn new_qp(
     }
     let p = Box::into_raw(Box::new(QpObj {
         c,
-        rs,
+        rs: Arc::new(rs),
         pd: o,
         send_cq: scq,
         recv_cq: rcq,
@@ -151,7 +151,10 @@ pub(crate) fn new_qp(
     Ok(p)
 }
 
-unsafe extern "C" fn ibv_create_qp(pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr) -> *mut ibv_qp {
+pub(crate) unsafe extern "C" fn ibv_create_qp(
+    pd: *mut ibv_pd,
+    attr: *mut ibv_qp_init_attr,
+) -> *mut ibv_qp {
     ret_ptr(|| {
         // SAFETY: the caller's attributes.
         let a = unsafe { arg(attr) }?;
@@ -160,7 +163,7 @@ unsafe extern "C" fn ibv_create_qp(pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr)
 }
 export!(ibv_create_qp, "IBVERBS_1.1");
 
-unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
+pub(crate) unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
     ret_errno(|| {
         // SAFETY: the caller's QP.
         let q = unsafe { QpObj::from_c(qp) }?;

@@ -312,6 +312,15 @@ impl PartialEq for CmId {
     }
 }
 
+impl Eq for CmId {}
+
+impl std::hash::Hash for CmId {
+    /// By identity, as [`PartialEq`].
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        std::ptr::hash(Arc::as_ptr(&self.inner), h)
+    }
+}
+
 /// The context's first IP address of a family (its first RoCE v2 address GID): what
 /// peers connect to. On the loopback device each context has its own `127.0.0.x`.
 pub fn local_ip(ctx: &Context, ipv6: bool) -> Option<IpAddr> {
@@ -345,9 +354,25 @@ fn auto_context(dev: &crate::DeviceInfo) -> Result<Context> {
     if let Some(c) = all.iter().find(|c| c.device().name == dev.name) {
         return Ok(c.clone());
     }
-    let c = dev.open()?;
+    let c = match OPENER.get() {
+        Some(open) => open(dev).map_err(|e| errno("opening the device", e))?,
+        None => dev.open()?,
+    };
     all.push(c.clone());
     Ok(c)
+}
+
+/// How [`auto_context`] opens a device: set by the C library, so that the context an
+/// ID picks is the `ibv_context` its program's verbs use (`rdma_cm_id.verbs`); an errno
+/// on failure.
+pub type ContextOpener = fn(&crate::DeviceInfo) -> std::result::Result<Context, i32>;
+
+static OPENER: std::sync::OnceLock<ContextOpener> = std::sync::OnceLock::new();
+
+/// Sets how IDs created without a context open their device (once per process; a
+/// second call is ignored).
+pub fn set_context_opener(f: ContextOpener) {
+    let _ = OPENER.set(f);
 }
 
 /// Waits up to `timeout` until no ID of `ctx` is left and its CM has stopped
@@ -396,7 +421,7 @@ impl CmId {
         }
         Ok(CmId {
             inner: Arc::new(IdInner {
-                chan: ChanRef(Arc::downgrade(&chan.inner)),
+                chan: ChanRef::new(chan),
                 ps,
                 st: Mutex::new(IdState::default()),
             }),
@@ -454,11 +479,12 @@ impl CmId {
 
     /// The channel the ID reports on, while it exists.
     pub fn channel(&self) -> Option<EventChannel> {
-        self.inner
-            .chan
-            .0
-            .upgrade()
-            .map(|inner| EventChannel { inner })
+        self.inner.chan.get().map(|inner| EventChannel { inner })
+    }
+
+    /// `rdma_migrate_id`: the ID (and its queued events) moves to `chan`.
+    pub fn migrate(&self, chan: &EventChannel) {
+        self.inner.chan.migrate(&self.inner, chan);
     }
 
     /// The context the ID is on (once bound or resolved).
@@ -479,6 +505,21 @@ impl CmId {
     /// The peer's address.
     pub fn peer_addr(&self) -> Option<SocketAddr> {
         lock(&self.inner.st).remote
+    }
+
+    /// On the ID of a connect request: what the peer's REQ offered (responder
+    /// resources, initiator depth, retry count, RNR retry count), for
+    /// `rdma_cm_event.param.conn`.
+    pub fn request_params(&self) -> Option<ConnParam> {
+        let s = lock(&self.inner.st);
+        let r = s.req.as_ref()?;
+        Some(ConnParam {
+            private_data: Vec::new(),
+            responder_resources: r.responder_resources,
+            initiator_depth: r.initiator_depth,
+            retry_count: r.retry_count,
+            rnr_retry_count: r.rnr_retry_count,
+        })
     }
 
     /// The ID's QP (after [`CmId::create_qp`]).
@@ -682,14 +723,37 @@ impl CmId {
         if lock(&self.inner.st).qp.is_some() {
             return Err(errno(VERB, libc::EINVAL));
         }
-        let want = match self.inner.ps {
-            PortSpace::Udp => QpType::Ud,
-            _ => QpType::Rc,
-        };
-        if attr.qp_type != want {
+        if attr.qp_type != self.qp_type() {
             return Err(errno(VERB, libc::EINVAL));
         }
-        let qp = pd.create_qp(attr)?;
+        let qp = Arc::new(pd.create_qp(attr)?);
+        self.attach_qp(qp.clone())?;
+        Ok(qp)
+    }
+
+    /// The QP type of the port space (UD for UDP, RC otherwise).
+    pub fn qp_type(&self) -> QpType {
+        match self.inner.ps {
+            PortSpace::Udp => QpType::Ud,
+            _ => QpType::Rc,
+        }
+    }
+
+    /// Makes a QP created elsewhere (by the C library's `rdma_create_qp`, on the ID's
+    /// context) the ID's, moved as [`CmId::create_qp`] moves its own.
+    pub fn attach_qp(&self, qp: Arc<Qp>) -> Result<()> {
+        const VERB: &str = "rdma_create_qp";
+        let port = lock(&self.inner.st)
+            .port
+            .clone()
+            .ok_or(errno(VERB, libc::EINVAL))?;
+        if !Arc::ptr_eq(&qp.pd.ctx.inner, &port.ctx.inner)
+            || lock(&self.inner.st).qp.is_some()
+            || qp.qp_type != self.qp_type()
+        {
+            return Err(errno(VERB, libc::EINVAL));
+        }
+        let want = self.qp_type();
         let init = QpModify::to(QpState::Init).port(1).pkey_index(0);
         if want == QpType::Ud {
             let psn = lock(&self.inner.st).psn;
@@ -699,9 +763,13 @@ impl CmId {
         } else {
             qp.modify(&init.access(crate::AccessFlags::NONE))?;
         }
-        let qp = Arc::new(qp);
-        lock(&self.inner.st).qp = Some(qp.clone());
-        Ok(qp)
+        lock(&self.inner.st).qp = Some(qp);
+        Ok(())
+    }
+
+    /// Forgets the ID's QP (`rdma_destroy_qp`), which is destroyed with its last handle.
+    pub fn detach_qp(&self) -> Option<Arc<Qp>> {
+        lock(&self.inner.st).qp.take()
     }
 
     /// `rdma_connect`: a REQ (RC) or SIDR_REQ (UD) to the resolved peer, with
