@@ -74,6 +74,7 @@
 //! ```
 
 mod channel;
+mod localhost;
 mod port;
 
 use crate::error::{Error, Result};
@@ -206,6 +207,8 @@ struct IdState {
     sidr: bool,
     /// CM response timeout and retries for what this ID sends (`None`: rdma_cm's).
     timeouts: Option<(u8, u8)>,
+    /// A loopback listener's announcement, so `127.0.0.1` reaches it.
+    announced: Option<std::os::unix::net::UnixDatagram>,
 }
 
 pub(crate) struct IdInner {
@@ -577,6 +580,9 @@ impl CmId {
         let ip = if addr.ip().is_unspecified() {
             // Listening on any address: requests for every address of the context.
             addr.ip()
+        } else if addr.ip() == localhost::LOCALHOST && port.ctx.device().is_loopback() {
+            // `127.0.0.1` on the loopback device is this context's own 127.0.0.x.
+            Self::local_ip_of(&port, false).ok_or(errno(VERB, libc::EADDRNOTAVAIL))?
         } else if port
             .ctx
             .gids()
@@ -621,7 +627,34 @@ impl CmId {
             st.ids.insert(id.0, Arc::downgrade(&me));
             lock(&me.st).cm = Some(id);
             Ok(())
-        })
+        })?;
+        if port.ctx.device().is_loopback() {
+            let ip = if local.ip().is_unspecified() {
+                local_ip(&port.ctx, local.is_ipv6())
+            } else {
+                Some(local.ip())
+            };
+            if let Some(ip) = ip {
+                lock(&self.inner.st).announced =
+                    localhost::announce(self.inner.ps, local.port(), ip);
+            }
+        }
+        Ok(())
+    }
+
+    /// A loopback context reaches `127.0.0.1` as the address of the listener on the
+    /// port (see `localhost.rs`); other addresses are themselves.
+    fn through_localhost(&self, port: &Port, dst: SocketAddr) -> SocketAddr {
+        if dst.ip() != localhost::LOCALHOST
+            || !port.ctx.device().is_loopback()
+            || port::sgid_index(&port.ctx, &cma::ip_to_gid(dst.ip())).is_some()
+        {
+            return dst;
+        }
+        match localhost::find(self.inner.ps, dst.port()) {
+            Some(ip) => SocketAddr::new(ip, dst.port()),
+            None => dst,
+        }
     }
 
     /// `rdma_resolve_addr`: picks the device that reaches `dst` (from `src`, or the
@@ -677,7 +710,7 @@ impl CmId {
             let mut s = lock(&self.inner.st);
             let lp = s.local.map_or_else(ephemeral_port, |a| a.port());
             s.local = Some(SocketAddr::new(mine, lp));
-            s.remote = Some(dst);
+            s.remote = Some(self.through_localhost(&port, dst));
         }
         self.push(EventKind::AddrResolved, 0);
         Ok(())
@@ -793,11 +826,38 @@ impl CmId {
                 s.timeouts,
             )
         };
-        let (Some(port), Some(local), Some(remote), Some(route), Some(qp)) =
+        let (Some(port), Some(local), Some(remote), Some(mut route), Some(qp)) =
             (port, local, remote, route, qp)
         else {
             return Err(errno(VERB, libc::EINVAL));
         };
+        let mut remote = remote;
+        if remote.ip() == localhost::LOCALHOST && port.ctx.device().is_loopback() {
+            let r = self.through_localhost(&port, remote);
+            if r.ip() == localhost::LOCALHOST {
+                // Nobody listens on the port: what the kernel's CM answers a REQ for
+                // a service nobody listens on (a REJ "invalid service ID"; for UD, a
+                // SIDR_REP "unsupported"), without a REQ to nobody's address.
+                if self.inner.ps == PortSpace::Udp {
+                    self.push(
+                        EventKind::Unreachable,
+                        i32::from(consts::sidr_status::UNSUPPORTED),
+                    );
+                } else {
+                    self.push(
+                        EventKind::Rejected,
+                        i32::from(consts::rej::INVALID_SERVICE_ID),
+                    );
+                }
+                return Ok(());
+            }
+            // The listener came after the address was resolved.
+            remote = r;
+            route.remote_gid = cma::ip_to_gid(r.ip());
+            let mut s = lock(&self.inner.st);
+            s.remote = Some(r);
+            s.route = Some(route);
+        }
         let hdr = CmaHeader {
             src_port: local.port(),
             src: local.ip(),
