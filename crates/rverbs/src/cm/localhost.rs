@@ -30,6 +30,25 @@ pub(super) fn announce(ps: PortSpace, port: u16, ip: IpAddr) -> Option<UnixDatag
     UnixDatagram::bind_addr(&addr).ok()
 }
 
+/// [`find`], waiting up to `wait` for a listener to be announced. A connection to
+/// `127.0.0.1` that finds nobody waits a little before it is rejected (reason 8, as the
+/// kernel answers a REQ nobody listens for): a kernel's REQ and REJ take a round trip,
+/// in which a server that is about to listen again (perftest listens a second time
+/// right after its parameter exchange) does so; an answer here with no round trip
+/// would reject clients that a kernel would connect.
+pub(super) fn find_within(ps: PortSpace, port: u16, wait: std::time::Duration) -> Option<IpAddr> {
+    let deadline = std::time::Instant::now() + wait;
+    loop {
+        if let Some(ip) = find(ps, port) {
+            return Some(ip);
+        }
+        if std::time::Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+}
+
 /// The address of a loopback listener on `port` of `ps`, from `/proc/net/unix`.
 pub(super) fn find(ps: PortSpace, port: u16) -> Option<IpAddr> {
     let text = std::fs::read_to_string("/proc/net/unix").ok()?;

@@ -94,6 +94,10 @@ use std::time::{Duration, Instant};
 pub use rverbs_cm::cma::PortSpace;
 pub use rverbs_cm::consts::rej as reject_reason;
 
+/// How long a connection to `127.0.0.1` on the loopback device waits for a listener
+/// to be announced (see `localhost.rs`).
+const LOCALHOST_WAIT: Duration = Duration::from_secs(1);
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -644,14 +648,14 @@ impl CmId {
 
     /// A loopback context reaches `127.0.0.1` as the address of the listener on the
     /// port (see `localhost.rs`); other addresses are themselves.
-    fn through_localhost(&self, port: &Port, dst: SocketAddr) -> SocketAddr {
+    fn through_localhost(&self, port: &Port, dst: SocketAddr, wait: Duration) -> SocketAddr {
         if dst.ip() != localhost::LOCALHOST
             || !port.ctx.device().is_loopback()
             || port::sgid_index(&port.ctx, &cma::ip_to_gid(dst.ip())).is_some()
         {
             return dst;
         }
-        match localhost::find(self.inner.ps, dst.port()) {
+        match localhost::find_within(self.inner.ps, dst.port(), wait) {
             Some(ip) => SocketAddr::new(ip, dst.port()),
             None => dst,
         }
@@ -710,7 +714,7 @@ impl CmId {
             let mut s = lock(&self.inner.st);
             let lp = s.local.map_or_else(ephemeral_port, |a| a.port());
             s.local = Some(SocketAddr::new(mine, lp));
-            s.remote = Some(self.through_localhost(&port, dst));
+            s.remote = Some(self.through_localhost(&port, dst, Duration::ZERO));
         }
         self.push(EventKind::AddrResolved, 0);
         Ok(())
@@ -833,7 +837,7 @@ impl CmId {
         };
         let mut remote = remote;
         if remote.ip() == localhost::LOCALHOST && port.ctx.device().is_loopback() {
-            let r = self.through_localhost(&port, remote);
+            let r = self.through_localhost(&port, remote, LOCALHOST_WAIT);
             if r.ip() == localhost::LOCALHOST {
                 // Nobody listens on the port: what the kernel's CM answers a REQ for
                 // a service nobody listens on (a REJ "invalid service ID"; for UD, a
