@@ -87,7 +87,8 @@ fn init() {
     ONCE.call_once(|| rverbs::cm::set_context_opener(open_for_cm));
 }
 
-/// A C socket address (`AF_INET` / `AF_INET6`), EINVAL for another family or NULL.
+/// A C socket address (`AF_INET` / `AF_INET6`); EINVAL for another family or NULL, as
+/// librdmacm answers before asking the kernel (`ucma_addrlen` is 0 for them).
 ///
 /// # Safety
 /// `p` is NULL or points to a `sockaddr` of its family's size.
@@ -113,7 +114,7 @@ unsafe fn sockaddr_in(p: *const libc::sockaddr) -> Result<SocketAddr, c_int> {
                 a.sin6_scope_id,
             )))
         }
-        _ => Err(libc::EAFNOSUPPORT),
+        _ => Err(libc::EINVAL),
     }
 }
 
@@ -205,7 +206,7 @@ mod tests {
         let st: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
         // SAFETY: as above.
         let r = unsafe { sockaddr_in(&st as *const _ as *const libc::sockaddr) };
-        assert_eq!(r, Err(libc::EAFNOSUPPORT));
+        assert_eq!(r, Err(libc::EINVAL));
         // SAFETY: NULL is allowed.
         assert_eq!(unsafe { sockaddr_in(std::ptr::null()) }, Err(libc::EINVAL));
     }
