@@ -81,10 +81,15 @@ fn c_context(name: &str) -> Result<*mut ibv_context, c_int> {
     Ok(ctx)
 }
 
-/// Once per process: the CM opens devices through this library.
+/// Once per process: the CM opens devices through this library, and a wildcard bind
+/// takes the device the program opened first (perftest opens its `-d` device, then
+/// listens on `0.0.0.0`), else the default one.
 fn init() {
     static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| rverbs::cm::set_context_opener(open_for_cm));
+    ONCE.call_once(|| {
+        rverbs::cm::set_context_opener(open_for_cm);
+        rverbs::cm::set_wildcard_device(|| crate::context::open_devices().into_iter().next());
+    });
 }
 
 /// A C socket address (`AF_INET` / `AF_INET6`); EINVAL for another family or NULL, as

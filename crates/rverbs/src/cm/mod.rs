@@ -382,6 +382,19 @@ pub fn set_context_opener(f: ContextOpener) {
     let _ = OPENER.set(f);
 }
 
+/// The device a wildcard bind (`0.0.0.0`, `::`) of an ID without a context takes, by
+/// name: set by the C library (a device the program opened itself, as perftest opens
+/// `-d` before it listens); `None`, or no hook, is the default device. The kernel's
+/// wildcard listener takes every device; an ID here is on one.
+pub type WildcardDevice = fn() -> Option<String>;
+
+static WILDCARD: std::sync::OnceLock<WildcardDevice> = std::sync::OnceLock::new();
+
+/// Sets [`WildcardDevice`] (once per process; a second call is ignored).
+pub fn set_wildcard_device(f: WildcardDevice) {
+    let _ = WILDCARD.set(f);
+}
+
 /// Waits up to `timeout` until no ID of `ctx` is left and its CM has stopped
 /// (destroyed IDs have told their peers), then drops `ctx` (and the module's own
 /// handle, for a context it opened for IDs created without one); when that was the
@@ -571,7 +584,8 @@ impl CmId {
         let port = match bound {
             Some(p) => p,
             None if addr.ip().is_unspecified() => {
-                let p = Port::of(&auto_context(&crate::device(None)?)?)?;
+                let chosen = WILDCARD.get().and_then(|f| f());
+                let p = Port::of(&auto_context(&crate::device(chosen.as_deref())?)?)?;
                 lock(&self.inner.st).port = Some(p.clone());
                 p
             }
