@@ -27,7 +27,8 @@ LIB=${LIB:-/usr/lib/x86_64-linux-gnu/libibverbs.so.1}
 	done
 } > imports.txt
 # librdmacm.so.1 (the same functions are in rverbs' libibverbs.so.1, see
-# crates/libibverbs/src/rdmacm): Debian's symbols, and what rdmacm-utils and perftest import.
+# crates/libibverbs/src/rdmacm): Debian's symbols, and what rdmacm-utils, perftest and
+# pyverbs (its modules bind every import at load time) import.
 RDMACM=${RDMACM:-/usr/lib/x86_64-linux-gnu/librdmacm.so.1}
 {
 	echo "# Dynamic symbols exported by $(basename "$RDMACM") (readelf --dyn-syms -W, readelf -V),"
@@ -46,8 +47,9 @@ RDMACM=${RDMACM:-/usr/lib/x86_64-linux-gnu/librdmacm.so.1}
 	echo "# Versioned librdmacm symbols that Debian 12's tools import (readelf --dyn-syms -W),"
 	echo "# one line per tool and symbol. Regenerate with refresh.sh."
 	for t in /usr/bin/rping /usr/bin/udaddy /usr/bin/ucmatose /usr/bin/rdma_server /usr/bin/rdma_client \
-		/usr/bin/ib_read_* /usr/bin/ib_write_* /usr/bin/ib_send_* /usr/bin/ib_atomic_*; do
-		[ -x "$t" ] || continue
+		/usr/bin/ib_read_* /usr/bin/ib_write_* /usr/bin/ib_send_* /usr/bin/ib_atomic_* \
+		/usr/lib/python3/dist-packages/pyverbs/*.so; do
+		[ -f "$t" ] || continue
 		readelf --dyn-syms -W "$t" | awk -v t="$(basename "$t")" \
 			'NR > 3 && $7 == "UND" && $8 ~ /@RDMACM_/ { sub(/ \([0-9]+\)$/, "", $8); print t, $8 }' | sort -u
 	done

@@ -73,6 +73,8 @@ fn rows() -> Vec<Row> {
         ai_src_addr, ai_dst_addr, ai_src_canonname, ai_dst_canonname, ai_route_len,
         ai_route, ai_connect_len, ai_connect, ai_next,
     });
+    rows!(r, "struct" ibv_ece { vendor_id, options, comp_mask });
+    rows!(r, "struct" rdma_cm_join_mc_attr_ex { comp_mask, join_flags, addr });
     // The union of an event's parameters, member by member.
     let ev = "struct rdma_cm_event";
     for (path, rust_size) in [

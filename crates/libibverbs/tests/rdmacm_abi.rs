@@ -1,6 +1,6 @@
 //! librdmacm's functions as a C program binds them (by name and `RDMACM_1.x` version
 //! from the built library): bad arguments get librdmacm's answer, -1 with `errno`
-//! (EINVAL, EPROTONOSUPPORT, EADDRNOTAVAIL, EADDRINUSE, EAGAIN, ENOSYS), never a
+//! (EINVAL, EPROTONOSUPPORT, EADDRNOTAVAIL, EADDRINUSE, EAGAIN, ENOSYS, EOPNOTSUPP), never a
 //! panic across the boundary (which would come back as EIO); and two IDs of one
 //! process connect through the C calls, the connect request naming the listener, its
 //! user context, and the new ID's context and addresses.
@@ -156,6 +156,26 @@ fn port() -> u16 {
 #[test]
 fn bad_arguments_get_librdmacms_errors() {
     let c = cm();
+    let set_ece = f!(
+        rdma_set_local_ece,
+        "RDMACM_1.3",
+        fn(Id, *mut ibv_ece) -> c_int
+    );
+    let get_ece = f!(
+        rdma_get_remote_ece,
+        "RDMACM_1.3",
+        fn(Id, *mut ibv_ece) -> c_int
+    );
+    let join = f!(
+        rdma_join_multicast,
+        "RDMACM_1.0",
+        fn(Id, *mut libc::sockaddr, *mut c_void) -> c_int
+    );
+    let leave = f!(
+        rdma_leave_multicast,
+        "RDMACM_1.0",
+        fn(Id, *mut libc::sockaddr) -> c_int
+    );
     // SAFETY: the library's functions, called as C calls them (pointers valid or NULL).
     unsafe {
         let ch = (c.create_event_channel)();
@@ -287,6 +307,36 @@ fn bad_arguments_get_librdmacms_errors() {
         assert_eq!((*res).ai_qp_type, 2);
         assert!((*res).ai_src_addr.is_null() && !(*res).ai_dst_addr.is_null());
         (c.freeaddrinfo)(res);
+
+        // ECE: checked as librdmacm checks it; a peer without ECE reports none.
+        let mut ece = ibv_ece {
+            vendor_id: 0,
+            options: 1,
+            comp_mask: 0,
+        };
+        fails(set_ece(id2, &mut ece), libc::EINVAL, "ECE without a vendor");
+        ece.vendor_id = 0x15b3;
+        assert_eq!(set_ece(id2, &mut ece), 0);
+        fails(set_ece(id2, null_mut()), libc::EINVAL, "NULL ECE");
+        let mut remote = ibv_ece {
+            vendor_id: 9,
+            options: 9,
+            comp_mask: 9,
+        };
+        assert_eq!(get_ece(id2, &mut remote), 0);
+        assert_eq!(
+            (remote.vendor_id, remote.options, remote.comp_mask),
+            (0, 0, 0)
+        );
+        // Multicast is not in this CM: EOPNOTSUPP, and nothing to leave.
+        let mut group = sin([239, 1, 2, 3], 0);
+        fails(
+            join(id2, sa(&mut group), null_mut()),
+            libc::EOPNOTSUPP,
+            "join",
+        );
+        fails(join(id2, null_mut(), null_mut()), libc::EINVAL, "join NULL");
+        fails(leave(id2, sa(&mut group)), libc::EADDRNOTAVAIL, "leave");
 
         assert_eq!((c.destroy_id)(id2), 0);
         assert_eq!((c.destroy_id)(id), 0);

@@ -160,3 +160,22 @@ pub const RDMA_CM_EVENT_MULTICAST_JOIN: rdma_cm_event_type = 12;
 pub const RDMA_CM_EVENT_MULTICAST_ERROR: rdma_cm_event_type = 13;
 pub const RDMA_CM_EVENT_ADDR_CHANGE: rdma_cm_event_type = 14;
 pub const RDMA_CM_EVENT_TIMEWAIT_EXIT: rdma_cm_event_type = 15;
+
+/// `struct ibv_ece` (`<infiniband/verbs.h>`): enhanced connection establishment, which
+/// `rdma_set_local_ece` / `rdma_get_remote_ece` take.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct ibv_ece {
+    pub vendor_id: u32,
+    pub options: u32,
+    pub comp_mask: u32,
+}
+
+/// `struct rdma_cm_join_mc_attr_ex`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct rdma_cm_join_mc_attr_ex {
+    pub comp_mask: u32,
+    pub join_flags: u32,
+    pub addr: *mut libc::sockaddr,
+}

@@ -12,6 +12,7 @@
 //! * [`id`]: event channels, IDs, their QPs, connect / accept / reject / disconnect,
 //!   events, and the synchronous IDs of `rdma_create_ep` / `rdma_get_request`.
 //! * [`addrinfo`]: `rdma_getaddrinfo`, `rdma_freeaddrinfo`.
+//! * [`other`]: ECE and multicast, which programs bind at load time.
 //!
 //! Contexts: the CM opens a device through [`open_for_cm`] (an `ibv_open_device` of
 //! this library, kept for the process as librdmacm keeps the devices it opens), so the
@@ -19,6 +20,7 @@
 
 mod addrinfo;
 mod id;
+mod other;
 
 use crate::context::Ctx;
 use crate::*;
