@@ -21,7 +21,7 @@ use std::time::Duration;
 #[repr(C)]
 pub(super) struct ChanObj {
     c: rdma_event_channel,
-    rs: EventChannel,
+    pub(super) rs: EventChannel,
 }
 
 /// CQs and channels `rdma_create_qp` made for an ID that brought none (destroyed
@@ -34,23 +34,23 @@ struct OwnCqs {
 
 #[repr(C)]
 pub(super) struct IdObj {
-    c: rdma_cm_id,
-    rs: CmId,
+    pub(super) c: rdma_cm_id,
+    pub(super) rs: CmId,
     /// A synchronous ID's own channel.
-    sync: Option<Box<ChanObj>>,
+    pub(super) sync: Option<Box<ChanObj>>,
     own: OwnCqs,
     /// The QP this ID's `rdma_create_qp` made (`rdma_destroy_qp` destroys it).
     qp: *mut ibv_qp,
     /// `rdma_create_ep` on a passive ID: what each `rdma_get_request` makes a QP with.
-    ep_qp: Option<(ibv_qp_init_attr, *mut ibv_pd)>,
+    pub(super) ep_qp: Option<(ibv_qp_init_attr, *mut ibv_pd)>,
     /// The event a synchronous call consumed (`id->event`), freed by the next.
-    last: *mut EventObj,
+    pub(super) last: *mut EventObj,
 }
 
 /// An event and the private data its parameters point to.
 #[repr(C)]
 pub(super) struct EventObj {
-    c: rdma_cm_event,
+    pub(super) c: rdma_cm_event,
     data: Vec<u8>,
 }
 
@@ -70,13 +70,13 @@ fn lookup(rs: &CmId) -> Option<*mut IdObj> {
         .map(|p| *p as *mut IdObj)
 }
 
-fn io_errno(e: &rverbs::Error) -> c_int {
+pub(super) fn io_errno(e: &rverbs::Error) -> c_int {
     errno_of(e)
 }
 
 /// # Safety
 /// `p` is NULL or an ID of this library that was not destroyed.
-unsafe fn id_obj<'a>(p: *mut rdma_cm_id) -> Result<&'a mut IdObj, c_int> {
+pub(super) unsafe fn id_obj<'a>(p: *mut rdma_cm_id) -> Result<&'a mut IdObj, c_int> {
     // SAFETY: the caller's promise; IdObj starts with its rdma_cm_id.
     unsafe { (p as *mut IdObj).as_mut() }.ok_or(libc::EINVAL)
 }
@@ -127,7 +127,7 @@ unsafe extern "C" fn rdma_destroy_event_channel(channel: *mut rdma_event_channel
 }
 export!(rdma_destroy_event_channel, "RDMACM_1.0");
 
-fn port_space(ps: rdma_port_space) -> Result<PortSpace, c_int> {
+pub(super) fn port_space(ps: rdma_port_space) -> Result<PortSpace, c_int> {
     match ps {
         RDMA_PS_TCP => Ok(PortSpace::Tcp),
         RDMA_PS_UDP => Ok(PortSpace::Udp),
@@ -144,7 +144,7 @@ fn c_qp_type(ps: PortSpace) -> ibv_qp_type {
 }
 
 /// A new C ID over `rs`, reporting on `chan` (synchronous when NULL).
-fn new_id(
+pub(super) fn new_id(
     rs: CmId,
     chan: *mut rdma_event_channel,
     context: *mut c_void,
@@ -183,7 +183,7 @@ fn new_id(
 }
 
 /// Copies what the rverbs ID knows into the C ID: its context, addresses and GIDs.
-fn refresh(o: &mut IdObj) {
+pub(super) fn refresh(o: &mut IdObj) {
     if let Some(ctx) = o.rs.context() {
         if let Ok(c) = c_context(&ctx.device().name) {
             o.c.verbs = c;
@@ -234,7 +234,7 @@ unsafe extern "C" fn rdma_create_id(
 export!(rdma_create_id, "RDMACM_1.0");
 
 /// Destroys what `rdma_create_qp` made for the ID.
-fn destroy_qp(o: &mut IdObj) {
+pub(super) fn destroy_qp(o: &mut IdObj) {
     o.rs.detach_qp();
     if !o.qp.is_null() {
         // SAFETY: the QP this ID created; the program gives it up with the ID's.
@@ -260,7 +260,7 @@ fn free_last(o: &mut IdObj) {
     }
 }
 
-unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
+pub(super) unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
     ret_neg(|| {
         // SAFETY: the caller's ID.
         let o = unsafe { id_obj(id) }?;
@@ -295,7 +295,7 @@ fn timeout(ms: c_int) -> Duration {
 
 /// A synchronous ID waits for the event its call queued, keeps it as `id->event`, and
 /// turns a failure into an errno (librdmacm's `ucma_complete`).
-fn complete(o: &mut IdObj) -> Result<(), c_int> {
+pub(super) fn complete(o: &mut IdObj) -> Result<(), c_int> {
     let Some(ch) = o.sync.as_ref().map(|s| s.rs.clone()) else {
         return Ok(());
     };
@@ -407,7 +407,11 @@ fn default_pd(verbs: *mut ibv_context) -> Result<*mut ibv_pd, c_int> {
 
 /// `rdma_create_qp(_ex)`: the QP on the ID's context, CQs made when absent, handed to
 /// the CM (to INIT; UD on to RTS).
-fn create_qp(o: &mut IdObj, pd: *mut ibv_pd, a: &ibv_qp_init_attr_ex) -> Result<(), c_int> {
+pub(super) fn create_qp(
+    o: &mut IdObj,
+    pd: *mut ibv_pd,
+    a: &ibv_qp_init_attr_ex,
+) -> Result<(), c_int> {
     if o.c.verbs.is_null() || !o.c.qp.is_null() {
         return Err(libc::EINVAL);
     }
@@ -485,7 +489,7 @@ fn create_qp(o: &mut IdObj, pd: *mut ibv_pd, a: &ibv_qp_init_attr_ex) -> Result<
     Ok(())
 }
 
-fn ex_of(a: &ibv_qp_init_attr) -> ibv_qp_init_attr_ex {
+pub(super) fn ex_of(a: &ibv_qp_init_attr) -> ibv_qp_init_attr_ex {
     // SAFETY: ibv_qp_init_attr_ex is plain data.
     let mut x: ibv_qp_init_attr_ex = unsafe { std::mem::zeroed() };
     x.qp_context = a.qp_context;
@@ -665,7 +669,10 @@ export!(rdma_disconnect, "RDMACM_1.0");
 
 /// The C event of an rverbs one; a connect request gets its new C ID (on `chan`, or
 /// synchronous with NULL) with the listener's user context.
-fn make_event(e: CmEvent, chan: Option<*mut rdma_event_channel>) -> Result<*mut EventObj, c_int> {
+pub(super) fn make_event(
+    e: CmEvent,
+    chan: Option<*mut rdma_event_channel>,
+) -> Result<*mut EventObj, c_int> {
     let listen = e.listen_id.as_ref().and_then(lookup);
     let id = match lookup(&e.id) {
         Some(p) => p,
@@ -875,130 +882,6 @@ unsafe extern "C" fn rdma_get_dst_port(id: *mut rdma_cm_id) -> u16 {
     })
 }
 export!(rdma_get_dst_port, "RDMACM_1.0");
-
-/// `rdma_create_ep`: a synchronous ID for an address from `rdma_getaddrinfo`: bound
-/// (`RAI_PASSIVE`; the QP attributes kept for each `rdma_get_request`), or resolved
-/// with its QP made when attributes are given.
-unsafe extern "C" fn rdma_create_ep(
-    id: *mut *mut rdma_cm_id,
-    res: *mut rdma_addrinfo,
-    pd: *mut ibv_pd,
-    qp_init_attr: *mut ibv_qp_init_attr,
-) -> c_int {
-    ret_neg(|| {
-        init();
-        // SAFETY: the caller's out-pointer and address info.
-        let out = unsafe { out(id) }?;
-        // SAFETY: as above.
-        let r = unsafe { arg(res) }?;
-        let ps = match r.ai_port_space as u32 {
-            0 if r.ai_qp_type == 4 => RDMA_PS_UDP,
-            0 => RDMA_PS_TCP,
-            p => p,
-        };
-        // librdmacm's rdma_create_ep takes the QP type from the address info.
-        // SAFETY: NULL or the caller's attributes.
-        if let Some(a) = unsafe { qp_init_attr.as_mut() } {
-            a.qp_type = r.ai_qp_type as ibv_qp_type;
-        }
-        let tmp = EventChannel::new().map_err(|e| io_errno(&e))?;
-        let rs = CmId::create(&tmp, port_space(ps)?).map_err(|e| io_errno(&e))?;
-        let p = new_id(rs, std::ptr::null_mut(), std::ptr::null_mut(), ps)?;
-        // SAFETY: just made.
-        let o = unsafe { &mut *p };
-        let r2 = (|| -> Result<(), c_int> {
-            if r.ai_flags & RAI_PASSIVE != 0 {
-                // SAFETY: the address info's source address (or NULL).
-                let a = unsafe { sockaddr_in(r.ai_src_addr) }?;
-                o.rs.bind_addr(a).map_err(|e| io_errno(&e))?;
-                refresh(o);
-                // SAFETY: NULL or the caller's attributes.
-                if let Some(a) = unsafe { qp_init_attr.as_ref() } {
-                    o.ep_qp = Some((*a, pd));
-                }
-                return Ok(());
-            }
-            let src = if r.ai_src_addr.is_null() {
-                None
-            } else {
-                // SAFETY: the address info's source address.
-                Some(unsafe { sockaddr_in(r.ai_src_addr) }?.ip())
-            };
-            // SAFETY: the address info's destination address.
-            let dst = unsafe { sockaddr_in(r.ai_dst_addr) }?;
-            o.rs.resolve_addr(src, dst, Duration::from_secs(2))
-                .map_err(|e| io_errno(&e))?;
-            complete(o)?;
-            o.rs.resolve_route(Duration::from_secs(2))
-                .map_err(|e| io_errno(&e))?;
-            complete(o)?;
-            // SAFETY: NULL or the caller's attributes.
-            if let Some(a) = unsafe { qp_init_attr.as_mut() } {
-                create_qp(o, pd, &ex_of(a))?;
-                a.send_cq = o.c.send_cq;
-                a.recv_cq = o.c.recv_cq;
-            }
-            Ok(())
-        })();
-        if let Err(e) = r2 {
-            destroy_qp(o);
-            // SAFETY: the ID just made.
-            unsafe { rdma_destroy_id(p as *mut rdma_cm_id) };
-            return Err(e);
-        }
-        *out = p as *mut rdma_cm_id;
-        Ok(0)
-    })
-}
-export!(rdma_create_ep, "RDMACM_1.0");
-
-unsafe extern "C" fn rdma_destroy_ep(id: *mut rdma_cm_id) {
-    ret_void(|| {
-        // SAFETY: the caller's ID.
-        if let Ok(o) = unsafe { id_obj(id) } {
-            destroy_qp(o);
-            // SAFETY: as above.
-            unsafe { rdma_destroy_id(id) };
-        }
-    })
-}
-export!(rdma_destroy_ep, "RDMACM_1.0");
-
-/// `rdma_get_request`: the next connect request of a synchronous listener, as a
-/// synchronous ID (with a QP when `rdma_create_ep` was given attributes).
-unsafe extern "C" fn rdma_get_request(listen: *mut rdma_cm_id, id: *mut *mut rdma_cm_id) -> c_int {
-    ret_neg(|| {
-        // SAFETY: the caller's listener and out-pointer.
-        let l = unsafe { id_obj(listen) }?;
-        // SAFETY: as above.
-        let out = unsafe { out(id) }?;
-        let ch = l.sync.as_ref().map(|s| s.rs.clone()).ok_or(libc::EINVAL)?;
-        loop {
-            let e = ch.get_event(None).ok_or(libc::EIO)?;
-            if e.kind != EventKind::ConnectRequest {
-                // Only connect requests reach a listener.
-                continue;
-            }
-            let ev = make_event(e, None)?;
-            // SAFETY: just made; its ID is the new synchronous one.
-            let child = unsafe { &mut *((*ev).c.id as *mut IdObj) };
-            child.last = ev;
-            // SAFETY: as above.
-            child.c.event = unsafe { &mut (*ev).c };
-            if let Some((a, pd)) = l.ep_qp {
-                if let Err(e) = create_qp(child, pd, &ex_of(&a)) {
-                    let _ = child.rs.reject(&[]);
-                    // SAFETY: the child just made, given to nobody.
-                    unsafe { rdma_destroy_id(&mut child.c) };
-                    return Err(e);
-                }
-            }
-            *out = &mut child.c;
-            return Ok(0);
-        }
-    })
-}
-export!(rdma_get_request, "RDMACM_1.0");
 
 /// `rdma_establish`: the program's own QP is connected (after `CONNECT_RESPONSE`).
 /// This CM moves the ID's QP itself and never reports that event, so there is

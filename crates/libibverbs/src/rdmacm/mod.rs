@@ -11,6 +11,7 @@
 //!
 //! * [`id`]: event channels, IDs, their QPs, connect / accept / reject / disconnect,
 //!   events, and the synchronous IDs of `rdma_create_ep` / `rdma_get_request`.
+//! * [`ep`]: the synchronous endpoints of `rdma_create_ep` and `rdma_get_request`.
 //! * [`addrinfo`]: `rdma_getaddrinfo`, `rdma_freeaddrinfo`.
 //! * [`other`]: ECE and multicast, which programs bind at load time.
 //!
@@ -19,6 +20,7 @@
 //! ID's rverbs context is the one behind `id->verbs`.
 
 mod addrinfo;
+mod ep;
 mod id;
 mod other;
 
