@@ -36,9 +36,9 @@ pub(super) fn auto_context(dev: &crate::DeviceInfo) -> Result<Context> {
     Ok(c)
 }
 
-/// How [`auto_context`] opens a device: set by the C library, so that the context an
-/// ID picks is the `ibv_context` its program's verbs use (`rdma_cm_id.verbs`); an errno
-/// on failure.
+/// How an ID created without a context opens its device: set by the C library, so
+/// that the context an ID picks is the `ibv_context` its program's verbs use
+/// (`rdma_cm_id.verbs`); an errno on failure.
 pub type ContextOpener = fn(&crate::DeviceInfo) -> std::result::Result<Context, i32>;
 
 static OPENER: std::sync::OnceLock<ContextOpener> = std::sync::OnceLock::new();
