@@ -1,7 +1,7 @@
 //! Links the cdylib as `libibverbs.so.1`: the soname, the version nodes of
-//! `crates/ibverbs/abi/libibverbs.map` (each symbol's version comes from the `.symver`
-//! of its `export!` in src/), and a `libibverbs.so.1` symlink next to the output so
-//! `LD_LIBRARY_PATH=target/<profile>` finds it.
+//! `crates/ibverbs/abi/libibverbs.map` and `abi/librdmacm-nodes.map` (each symbol's version comes from the `.symver`
+//! of its `export!` in src/), and `libibverbs.so.1` / `librdmacm.so.1` symlinks next
+//! to the output so `LD_LIBRARY_PATH=target/<profile>` finds both.
 
 use std::path::PathBuf;
 
@@ -12,7 +12,13 @@ fn main() {
     // Only the nodes: rustc's own version script already lists the exported names, and
     // two lists of the same names would fight (ld keeps rustc's, unversioned).
     let text = std::fs::read_to_string(&map).expect("libibverbs.map");
-    let nodes = nodes_only(&text);
+    let mut nodes = nodes_only(&text);
+    // librdmacm's nodes: its functions are in this file too (src/rdmacm).
+    let cm = dir.join("abi/librdmacm-nodes.map");
+    println!("cargo:rerun-if-changed={}", cm.display());
+    nodes.push_str(&nodes_only(
+        &std::fs::read_to_string(&cm).expect("librdmacm-nodes.map"),
+    ));
     let out = PathBuf::from(std::env::var("OUT_DIR").unwrap());
     let nodes_map = out.join("nodes.map");
     std::fs::write(&nodes_map, nodes).unwrap();
@@ -23,9 +29,13 @@ fn main() {
     println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libibverbs.so.1");
     // OUT_DIR is <target>/<profile>/build/<pkg>-<hash>/out.
     if let Some(profile_dir) = out.ancestors().nth(3) {
-        let link = profile_dir.join("libibverbs.so.1");
-        if std::fs::symlink_metadata(&link).is_err() {
-            let _ = std::os::unix::fs::symlink("libibverbs.so", &link);
+        // librdmacm.so.1 is this same file: the loader maps a file once, whichever
+        // name it opens it by, so the CM and the verbs share one runtime.
+        for name in ["libibverbs.so.1", "librdmacm.so.1"] {
+            let link = profile_dir.join(name);
+            if std::fs::symlink_metadata(&link).is_err() {
+                let _ = std::os::unix::fs::symlink("libibverbs.so", &link);
+            }
         }
     }
 }

@@ -16,8 +16,9 @@ pub(crate) struct Cli {
 
 #[derive(Subcommand)]
 pub(crate) enum Command {
-    /// Runs CMD with rverbs' libibverbs.so.1 first on its library path, so an unmodified
-    /// C verbs program (ibv_devinfo, ib_write_bw, ...) uses the soft device. The library
+    /// Runs CMD with rverbs' libibverbs.so.1 and librdmacm.so.1 first on its library
+    /// path, so an unmodified C verbs or RDMA CM program (ibv_devinfo, ib_write_bw, rping,
+    /// ib_send_bw -R, ...) uses the soft device. The library
     /// is RVERBS_LIBIBVERBS (its directory or the file), else the one next to this
     /// executable (`cargo build --release -p rverbs-libibverbs`).
     Exec {

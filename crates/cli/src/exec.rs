@@ -1,5 +1,10 @@
-//! `rverbs exec -- CMD ARGS...`: runs a program with rverbs' `libibverbs.so.1` first
-//! on its library path, so an unmodified C verbs program uses the soft device.
+//! `rverbs exec -- CMD ARGS...`: runs a program with rverbs' `libibverbs.so.1` and
+//! `librdmacm.so.1` first on its library path, so an unmodified C verbs or RDMA CM
+//! program uses the soft device.
+//!
+//! `librdmacm.so.1` is another name of the same file (the CM's functions are in it, so
+//! that they share the verbs' runtime): build.rs links it beside the library; for a
+//! directory without it (a copy of the library alone), [`with_rdmacm`] makes one.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -39,6 +44,37 @@ pub fn library_dir(env: Option<OsString>, exe: Option<PathBuf>) -> Result<PathBu
     ))
 }
 
+/// A directory with both names of the library: `dir` when it has `librdmacm.so.1`,
+/// else a directory under `tmp` (named after `dir`, so reused) holding a
+/// `libibverbs.so.1` and a `librdmacm.so.1` link to `dir`'s library.
+pub fn with_rdmacm(dir: &Path, tmp: &Path) -> Result<PathBuf, String> {
+    if dir.join("librdmacm.so.1").exists() {
+        return Ok(dir.to_path_buf());
+    }
+    let lib = dir
+        .join("libibverbs.so.1")
+        .canonicalize()
+        .map_err(|e| format!("{}/libibverbs.so.1: {e}", dir.display()))?;
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    lib.hash(&mut h);
+    let d = tmp.join(format!("rverbs-lib-{:016x}", h.finish()));
+    std::fs::create_dir_all(&d).map_err(|e| format!("{}: {e}", d.display()))?;
+    for name in ["libibverbs.so.1", "librdmacm.so.1"] {
+        let link = d.join(name);
+        if std::fs::read_link(&link).ok().as_deref() != Some(lib.as_path()) {
+            let _ = std::fs::remove_file(&link);
+            // Another rverbs exec may have made it in between: the same link.
+            if let Err(e) = std::os::unix::fs::symlink(&lib, &link) {
+                if e.kind() != std::io::ErrorKind::AlreadyExists {
+                    return Err(format!("{}: {e}", link.display()));
+                }
+            }
+        }
+    }
+    Ok(d)
+}
+
 /// `LD_LIBRARY_PATH` with `dir` first.
 pub fn library_path(dir: &Path, old: Option<OsString>) -> OsString {
     let mut v = OsString::from(dir);
@@ -59,6 +95,10 @@ pub fn exec(cmd: &[OsString]) -> String {
         std::env::var_os("RVERBS_LIBIBVERBS"),
         std::env::current_exe().ok(),
     ) {
+        Ok(d) => d,
+        Err(e) => return e,
+    };
+    let dir = match with_rdmacm(&dir, &std::env::temp_dir()) {
         Ok(d) => d,
         Err(e) => return e,
     };
@@ -89,6 +129,16 @@ mod tests {
         assert!(library_dir(None, Some(empty.join("rverbs")))
             .unwrap_err()
             .contains("cargo build --release -p rverbs-libibverbs"));
+        // Without librdmacm.so.1 beside it: a directory with both names of the file.
+        let both = with_rdmacm(&d, &d.join("tmp")).unwrap();
+        assert_ne!(both, d);
+        for n in ["libibverbs.so.1", "librdmacm.so.1"] {
+            let l = std::fs::read_link(both.join(n)).unwrap();
+            assert_eq!(l, d.join("libibverbs.so.1").canonicalize().unwrap(), "{n}");
+        }
+        assert_eq!(with_rdmacm(&d, &d.join("tmp")).unwrap(), both, "reused");
+        std::os::unix::fs::symlink("libibverbs.so.1", d.join("librdmacm.so.1")).unwrap();
+        assert_eq!(with_rdmacm(&d, &d.join("tmp")).unwrap(), d);
         assert_eq!(library_path(&d, None), d.as_os_str());
         assert_eq!(
             library_path(&d, Some("/x:/y".into())),

@@ -54,6 +54,12 @@ struct Shared {
     users: usize,
 }
 
+/// The devices open in this process, in the order they were first opened.
+pub(crate) fn open_devices() -> Vec<String> {
+    let l = SHARED.lock().unwrap_or_else(|e| e.into_inner());
+    l.iter().map(|e| e.name.clone()).collect()
+}
+
 fn acquire(info: &rverbs::DeviceInfo) -> Result<(rverbs::Context, [Handles; 3]), c_int> {
     let mut l = SHARED.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(e) = l.iter_mut().find(|e| e.name == info.name) {

@@ -23,7 +23,9 @@ pub(crate) struct ChanObj {
     pub users: AtomicUsize,
 }
 
-unsafe extern "C" fn ibv_create_comp_channel(context: *mut ibv_context) -> *mut ibv_comp_channel {
+pub(crate) unsafe extern "C" fn ibv_create_comp_channel(
+    context: *mut ibv_context,
+) -> *mut ibv_comp_channel {
     ret_ptr(|| {
         // SAFETY: the caller's context.
         let ctx = unsafe { Ctx::from_c(context) }?;
@@ -45,7 +47,7 @@ unsafe extern "C" fn ibv_create_comp_channel(context: *mut ibv_context) -> *mut 
 }
 export!(ibv_create_comp_channel, "IBVERBS_1.0");
 
-unsafe extern "C" fn ibv_destroy_comp_channel(channel: *mut ibv_comp_channel) -> c_int {
+pub(crate) unsafe extern "C" fn ibv_destroy_comp_channel(channel: *mut ibv_comp_channel) -> c_int {
     ret_neg(|| {
         // SAFETY: the caller's channel.
         let ch = unsafe { arg(channel as *const ChanObj) }?;

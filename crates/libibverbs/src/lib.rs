@@ -42,6 +42,7 @@ mod pd;
 mod provider;
 mod qp;
 mod qp_ex;
+mod rdmacm;
 
 use std::ffi::c_int;
 

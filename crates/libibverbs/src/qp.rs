@@ -28,7 +28,7 @@ pub(crate) struct Scratch {
 #[repr(C)]
 pub(crate) struct QpObj {
     pub c: ibv_qp_ex,
-    pub rs: rverbs::Qp,
+    pub rs: Arc<rverbs::Qp>,
     pub pd: *const PdObj,
     pub send_cq: *const CqObj,
     pub recv_cq: *const CqObj,
@@ -131,7 +131,7 @@ pub(crate) fn new_qp(
     }
     let p = Box::into_raw(Box::new(QpObj {
         c,
-        rs,
+        rs: Arc::new(rs),
         pd: o,
         send_cq: scq,
         recv_cq: rcq,

@@ -2,7 +2,8 @@
 //! (`readelf --dyn-syms`), equals the committed `abi/exports.txt`; each export has the
 //! node Debian 12's libibverbs gives that name (or is one of the later private nodes of
 //! `ibv_query_gid_type`); and every versioned import of Debian's tools
-//! (`crates/ibverbs/abi/imports.txt`) is among them, so they load against it.
+//! (`crates/ibverbs/abi/imports.txt`, and `librdmacm-imports.txt` of rdmacm-utils and
+//! perftest, whose librdmacm.so.1 is this file too) is among them, so they load against it.
 
 mod common;
 
@@ -60,6 +61,9 @@ fn the_library_exports_exactly_the_committed_list() {
 #[test]
 fn every_export_has_debians_node_for_its_name() {
     let debian = SymbolList::parse(&committed("../ibverbs/abi/libibverbs.symbols")).unwrap();
+    // librdmacm's functions are in this file too (librdmacm.so.1 is another name of it).
+    let cm = SymbolList::parse(&committed("../ibverbs/abi/librdmacm.symbols")).unwrap();
+    let debian_exports: Vec<_> = debian.exports.iter().chain(&cm.exports).collect();
     for e in exported() {
         let sym = e.split_whitespace().nth(1).unwrap();
         let (name, node, default) = match sym.split_once("@@") {
@@ -69,8 +73,7 @@ fn every_export_has_debians_node_for_its_name() {
                 (n, v, false)
             }
         };
-        let known = debian
-            .exports
+        let known = debian_exports
             .iter()
             .any(|x| x.name == name && x.node == node && x.default == default)
             || PRIVATE_ALIASES
@@ -85,7 +88,8 @@ fn every_export_has_debians_node_for_its_name() {
 
 #[test]
 fn every_import_of_debians_tools_resolves() {
-    let imports = parse_imports(&committed("../ibverbs/abi/imports.txt")).unwrap();
+    let mut imports = parse_imports(&committed("../ibverbs/abi/imports.txt")).unwrap();
+    imports.extend(parse_imports(&committed("../ibverbs/abi/librdmacm-imports.txt")).unwrap());
     let got = exported();
     let names: BTreeSet<String> = got
         .iter()

@@ -17,10 +17,12 @@
 
 mod context;
 mod queues;
+mod rdmacm;
 mod requests;
 
 pub use context::*;
 pub use queues::*;
+pub use rdmacm::*;
 pub use requests::*;
 
 use core::ffi::{c_char, c_int, c_uint, c_void};

@@ -16,15 +16,18 @@ pub fn lib_path() -> PathBuf {
     so
 }
 
-/// A directory holding `libibverbs.so.1` (a link to [`lib_path`]) for `LD_LIBRARY_PATH`.
+/// A directory holding `libibverbs.so.1` and `librdmacm.so.1` (links to [`lib_path`])
+/// for `LD_LIBRARY_PATH`.
 pub fn lib_dir() -> PathBuf {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
         let d = std::env::temp_dir().join(format!("rverbs-libibverbs-test-{}", std::process::id()));
         std::fs::create_dir_all(&d).unwrap();
-        let link = d.join("libibverbs.so.1");
-        let _ = std::fs::remove_file(&link);
-        std::os::unix::fs::symlink(lib_path(), &link).unwrap();
+        for name in ["libibverbs.so.1", "librdmacm.so.1"] {
+            let link = d.join(name);
+            let _ = std::fs::remove_file(&link);
+            std::os::unix::fs::symlink(lib_path(), &link).unwrap();
+        }
         d
     })
     .clone()

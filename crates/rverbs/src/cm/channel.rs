@@ -37,23 +37,66 @@ pub(super) struct ChanInner {
 }
 
 impl ChanInner {
+    /// Queues an event. The descriptor is signalled and drained under the queue's
+    /// lock, so it is readable exactly while an event waits (a poller never wakes to an
+    /// empty queue, and a blocking descriptor is never read at zero).
     pub(super) fn push(&self, e: RawEvent) {
-        lock(&self.q).push_back(e);
+        let mut q = lock(&self.q);
+        q.push_back(e);
         crate::sys::eventfd_signal(&self.fd);
+        drop(q);
         self.cv.notify_all();
     }
 }
 
 /// An ID's way to its channel. Weak: a queued event holds its ID, so a strong link
 /// back would keep both alive forever once the program dropped them; events for a
-/// channel that is gone are dropped.
-#[derive(Clone)]
-pub(super) struct ChanRef(pub(super) std::sync::Weak<ChanInner>);
+/// channel that is gone are dropped. Behind a lock, as `rdma_migrate_id` moves an ID
+/// to another channel; a clone (a new ID of a listener) starts on the same channel.
+pub(super) struct ChanRef(Mutex<std::sync::Weak<ChanInner>>);
+
+impl Clone for ChanRef {
+    fn clone(&self) -> Self {
+        ChanRef(Mutex::new(lock(&self.0).clone()))
+    }
+}
 
 impl ChanRef {
+    pub(super) fn new(c: &EventChannel) -> Self {
+        ChanRef(Mutex::new(Arc::downgrade(&c.inner)))
+    }
+
+    pub(super) fn get(&self) -> Option<Arc<ChanInner>> {
+        lock(&self.0).upgrade()
+    }
+
     pub(super) fn push(&self, e: RawEvent) {
-        if let Some(c) = self.0.upgrade() {
+        if let Some(c) = self.get() {
             c.push(e);
+        }
+    }
+
+    /// Points the ID `me` at `to`, moving the events for it still queued on its old
+    /// channel along (as the kernel's `ucma_migrate_id` moves them).
+    pub(super) fn migrate(&self, me: &Arc<IdInner>, to: &EventChannel) {
+        let old = std::mem::replace(&mut *lock(&self.0), Arc::downgrade(&to.inner));
+        let Some(old) = old.upgrade() else { return };
+        if Arc::ptr_eq(&old, &to.inner) {
+            return;
+        }
+        let moved: Vec<RawEvent> = {
+            let mut q = lock(&old.q);
+            let (mine, rest): (VecDeque<_>, VecDeque<_>) = q.drain(..).partition(|e| {
+                Arc::ptr_eq(&e.id, me) || e.listen_id.as_ref().is_some_and(|l| Arc::ptr_eq(l, me))
+            });
+            *q = rest;
+            if q.is_empty() && !mine.is_empty() {
+                crate::sys::eventfd_drain(&old.fd);
+            }
+            mine.into_iter().collect()
+        };
+        for e in moved {
+            to.inner.push(e);
         }
     }
 }

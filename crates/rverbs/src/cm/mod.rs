@@ -74,6 +74,8 @@
 //! ```
 
 mod channel;
+mod localhost;
+mod open;
 mod port;
 
 use crate::error::{Error, Result};
@@ -81,6 +83,8 @@ use crate::verbs::Context;
 use crate::{AhAttr, Gid, Pd, Qp, QpInitAttr, QpModify, QpState, QpType};
 pub use channel::EventChannel;
 use channel::{ChanRef, RawEvent};
+use open::{auto_context, device_for, ephemeral_port, route_source, WILDCARD};
+pub use open::{close, set_context_opener, set_wildcard_device, ContextOpener, WildcardDevice};
 use port::Port;
 use rverbs_cm::cma::{self, CmaHeader};
 use rverbs_cm::{consts, CmId as RawId, ConnectParams, Path, ReqInfo, SidrParams};
@@ -92,6 +96,10 @@ use std::time::{Duration, Instant};
 
 pub use rverbs_cm::cma::PortSpace;
 pub use rverbs_cm::consts::rej as reject_reason;
+
+/// How long a connection to `127.0.0.1` on the loopback device waits for a listener
+/// to be announced (see `localhost.rs`).
+const LOCALHOST_WAIT: Duration = Duration::from_secs(1);
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -206,6 +214,8 @@ struct IdState {
     sidr: bool,
     /// CM response timeout and retries for what this ID sends (`None`: rdma_cm's).
     timeouts: Option<(u8, u8)>,
+    /// A loopback listener's announcement, so `127.0.0.1` reaches it.
+    announced: Option<std::os::unix::net::UnixDatagram>,
 }
 
 pub(crate) struct IdInner {
@@ -312,6 +322,15 @@ impl PartialEq for CmId {
     }
 }
 
+impl Eq for CmId {}
+
+impl std::hash::Hash for CmId {
+    /// By identity, as [`PartialEq`].
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        std::ptr::hash(Arc::as_ptr(&self.inner), h)
+    }
+}
+
 /// The context's first IP address of a family (its first RoCE v2 address GID): what
 /// peers connect to. On the loopback device each context has its own `127.0.0.x`.
 pub fn local_ip(ctx: &Context, ipv6: bool) -> Option<IpAddr> {
@@ -320,71 +339,6 @@ pub fn local_ip(ctx: &Context, ipv6: bool) -> Option<IpAddr> {
         Some(v4) => IpAddr::V4(v4),
         None => IpAddr::V6(std::net::Ipv6Addr::from(g.0)),
     })
-}
-
-/// An rverbs device whose address table holds `ip`, or the loopback device for a
-/// loopback address.
-fn device_for(ip: IpAddr) -> Result<crate::DeviceInfo> {
-    let devs = crate::devices()?;
-    if let Some(d) = devs.iter().find(|d| d.addrs.contains(&ip)) {
-        return Ok(d.clone());
-    }
-    if ip.is_loopback() {
-        if let Some(d) = devs.iter().find(|d| d.is_loopback()) {
-            return Ok(d.clone());
-        }
-    }
-    Err(errno("rdma_bind_addr", libc::EADDRNOTAVAIL))
-}
-
-/// Contexts this module opened itself (IDs not created on a context), one per device.
-static OPENED: Mutex<Vec<Context>> = Mutex::new(Vec::new());
-
-fn auto_context(dev: &crate::DeviceInfo) -> Result<Context> {
-    let mut all = lock(&OPENED);
-    if let Some(c) = all.iter().find(|c| c.device().name == dev.name) {
-        return Ok(c.clone());
-    }
-    let c = dev.open()?;
-    all.push(c.clone());
-    Ok(c)
-}
-
-/// Waits up to `timeout` until no ID of `ctx` is left and its CM has stopped
-/// (destroyed IDs have told their peers), then drops `ctx` (and the module's own
-/// handle, for a context it opened for IDs created without one); when that was the
-/// last handle the context closes, sending what it deferred and finishing its
-/// capture. Returns whether the CM had stopped. For a program's exit, which closes
-/// nothing.
-pub fn close(ctx: Context, timeout: Duration) -> bool {
-    let deadline = Instant::now() + timeout;
-    while port::running(&ctx) {
-        if Instant::now() >= deadline {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    // A context this module opened for IDs is no longer kept for later ones.
-    lock(&OPENED).retain(|c| !Arc::ptr_eq(&c.inner, &ctx.inner));
-    drop(ctx);
-    true
-}
-
-/// The local address the kernel would send from to reach `dst` (a connected UDP
-/// socket's address: no packet is sent).
-fn route_source(dst: IpAddr) -> std::io::Result<IpAddr> {
-    let any: SocketAddr = match dst {
-        IpAddr::V4(_) => "0.0.0.0:0".parse().expect("literal"),
-        IpAddr::V6(_) => "[::]:0".parse().expect("literal"),
-    };
-    let s = std::net::UdpSocket::bind(any)?;
-    s.connect(SocketAddr::new(dst, 9))?;
-    Ok(s.local_addr()?.ip())
-}
-
-fn ephemeral_port() -> u16 {
-    // The kernel's ip_local_port_range default (32768-60999).
-    32768 + (port::random_psn() % 28232) as u16
 }
 
 impl CmId {
@@ -396,7 +350,7 @@ impl CmId {
         }
         Ok(CmId {
             inner: Arc::new(IdInner {
-                chan: ChanRef(Arc::downgrade(&chan.inner)),
+                chan: ChanRef::new(chan),
                 ps,
                 st: Mutex::new(IdState::default()),
             }),
@@ -454,11 +408,12 @@ impl CmId {
 
     /// The channel the ID reports on, while it exists.
     pub fn channel(&self) -> Option<EventChannel> {
-        self.inner
-            .chan
-            .0
-            .upgrade()
-            .map(|inner| EventChannel { inner })
+        self.inner.chan.get().map(|inner| EventChannel { inner })
+    }
+
+    /// `rdma_migrate_id`: the ID (and its queued events) moves to `chan`.
+    pub fn migrate(&self, chan: &EventChannel) {
+        self.inner.chan.migrate(&self.inner, chan);
     }
 
     /// The context the ID is on (once bound or resolved).
@@ -479,6 +434,21 @@ impl CmId {
     /// The peer's address.
     pub fn peer_addr(&self) -> Option<SocketAddr> {
         lock(&self.inner.st).remote
+    }
+
+    /// On the ID of a connect request: what the peer's REQ offered (responder
+    /// resources, initiator depth, retry count, RNR retry count), for
+    /// `rdma_cm_event.param.conn`.
+    pub fn request_params(&self) -> Option<ConnParam> {
+        let s = lock(&self.inner.st);
+        let r = s.req.as_ref()?;
+        Some(ConnParam {
+            private_data: Vec::new(),
+            responder_resources: r.responder_resources,
+            initiator_depth: r.initiator_depth,
+            retry_count: r.retry_count,
+            rnr_retry_count: r.rnr_retry_count,
+        })
     }
 
     /// The ID's QP (after [`CmId::create_qp`]).
@@ -523,7 +493,8 @@ impl CmId {
         let port = match bound {
             Some(p) => p,
             None if addr.ip().is_unspecified() => {
-                let p = Port::of(&auto_context(&crate::device(None)?)?)?;
+                let chosen = WILDCARD.get().and_then(|f| f());
+                let p = Port::of(&auto_context(&crate::device(chosen.as_deref())?)?)?;
                 lock(&self.inner.st).port = Some(p.clone());
                 p
             }
@@ -536,6 +507,9 @@ impl CmId {
         let ip = if addr.ip().is_unspecified() {
             // Listening on any address: requests for every address of the context.
             addr.ip()
+        } else if addr.ip() == localhost::LOCALHOST && port.ctx.device().is_loopback() {
+            // `127.0.0.1` on the loopback device is this context's own 127.0.0.x.
+            Self::local_ip_of(&port, false).ok_or(errno(VERB, libc::EADDRNOTAVAIL))?
         } else if port
             .ctx
             .gids()
@@ -580,7 +554,34 @@ impl CmId {
             st.ids.insert(id.0, Arc::downgrade(&me));
             lock(&me.st).cm = Some(id);
             Ok(())
-        })
+        })?;
+        if port.ctx.device().is_loopback() {
+            let ip = if local.ip().is_unspecified() {
+                local_ip(&port.ctx, local.is_ipv6())
+            } else {
+                Some(local.ip())
+            };
+            if let Some(ip) = ip {
+                lock(&self.inner.st).announced =
+                    localhost::announce(self.inner.ps, local.port(), ip);
+            }
+        }
+        Ok(())
+    }
+
+    /// A loopback context reaches `127.0.0.1` as the address of the listener on the
+    /// port (see `localhost.rs`); other addresses are themselves.
+    fn through_localhost(&self, port: &Port, dst: SocketAddr, wait: Duration) -> SocketAddr {
+        if dst.ip() != localhost::LOCALHOST
+            || !port.ctx.device().is_loopback()
+            || port::sgid_index(&port.ctx, &cma::ip_to_gid(dst.ip())).is_some()
+        {
+            return dst;
+        }
+        match localhost::find_within(self.inner.ps, dst.port(), wait) {
+            Some(ip) => SocketAddr::new(ip, dst.port()),
+            None => dst,
+        }
     }
 
     /// `rdma_resolve_addr`: picks the device that reaches `dst` (from `src`, or the
@@ -636,7 +637,7 @@ impl CmId {
             let mut s = lock(&self.inner.st);
             let lp = s.local.map_or_else(ephemeral_port, |a| a.port());
             s.local = Some(SocketAddr::new(mine, lp));
-            s.remote = Some(dst);
+            s.remote = Some(self.through_localhost(&port, dst, Duration::ZERO));
         }
         self.push(EventKind::AddrResolved, 0);
         Ok(())
@@ -682,14 +683,37 @@ impl CmId {
         if lock(&self.inner.st).qp.is_some() {
             return Err(errno(VERB, libc::EINVAL));
         }
-        let want = match self.inner.ps {
-            PortSpace::Udp => QpType::Ud,
-            _ => QpType::Rc,
-        };
-        if attr.qp_type != want {
+        if attr.qp_type != self.qp_type() {
             return Err(errno(VERB, libc::EINVAL));
         }
-        let qp = pd.create_qp(attr)?;
+        let qp = Arc::new(pd.create_qp(attr)?);
+        self.attach_qp(qp.clone())?;
+        Ok(qp)
+    }
+
+    /// The QP type of the port space (UD for UDP, RC otherwise).
+    pub fn qp_type(&self) -> QpType {
+        match self.inner.ps {
+            PortSpace::Udp => QpType::Ud,
+            _ => QpType::Rc,
+        }
+    }
+
+    /// Makes a QP created elsewhere (by the C library's `rdma_create_qp`, on the ID's
+    /// context) the ID's, moved as [`CmId::create_qp`] moves its own.
+    pub fn attach_qp(&self, qp: Arc<Qp>) -> Result<()> {
+        const VERB: &str = "rdma_create_qp";
+        let port = lock(&self.inner.st)
+            .port
+            .clone()
+            .ok_or(errno(VERB, libc::EINVAL))?;
+        if !Arc::ptr_eq(&qp.pd.ctx.inner, &port.ctx.inner)
+            || lock(&self.inner.st).qp.is_some()
+            || qp.qp_type != self.qp_type()
+        {
+            return Err(errno(VERB, libc::EINVAL));
+        }
+        let want = self.qp_type();
         let init = QpModify::to(QpState::Init).port(1).pkey_index(0);
         if want == QpType::Ud {
             let psn = lock(&self.inner.st).psn;
@@ -699,9 +723,13 @@ impl CmId {
         } else {
             qp.modify(&init.access(crate::AccessFlags::NONE))?;
         }
-        let qp = Arc::new(qp);
-        lock(&self.inner.st).qp = Some(qp.clone());
-        Ok(qp)
+        lock(&self.inner.st).qp = Some(qp);
+        Ok(())
+    }
+
+    /// Forgets the ID's QP (`rdma_destroy_qp`), which is destroyed with its last handle.
+    pub fn detach_qp(&self) -> Option<Arc<Qp>> {
+        lock(&self.inner.st).qp.take()
     }
 
     /// `rdma_connect`: a REQ (RC) or SIDR_REQ (UD) to the resolved peer, with
@@ -725,11 +753,38 @@ impl CmId {
                 s.timeouts,
             )
         };
-        let (Some(port), Some(local), Some(remote), Some(route), Some(qp)) =
+        let (Some(port), Some(local), Some(remote), Some(mut route), Some(qp)) =
             (port, local, remote, route, qp)
         else {
             return Err(errno(VERB, libc::EINVAL));
         };
+        let mut remote = remote;
+        if remote.ip() == localhost::LOCALHOST && port.ctx.device().is_loopback() {
+            let r = self.through_localhost(&port, remote, LOCALHOST_WAIT);
+            if r.ip() == localhost::LOCALHOST {
+                // Nobody listens on the port: what the kernel's CM answers a REQ for
+                // a service nobody listens on (a REJ "invalid service ID"; for UD, a
+                // SIDR_REP "unsupported"), without a REQ to nobody's address.
+                if self.inner.ps == PortSpace::Udp {
+                    self.push(
+                        EventKind::Unreachable,
+                        i32::from(consts::sidr_status::UNSUPPORTED),
+                    );
+                } else {
+                    self.push(
+                        EventKind::Rejected,
+                        i32::from(consts::rej::INVALID_SERVICE_ID),
+                    );
+                }
+                return Ok(());
+            }
+            // The listener came after the address was resolved.
+            remote = r;
+            route.remote_gid = cma::ip_to_gid(r.ip());
+            let mut s = lock(&self.inner.st);
+            s.remote = Some(r);
+            s.route = Some(route);
+        }
         let hdr = CmaHeader {
             src_port: local.port(),
             src: local.ip(),
