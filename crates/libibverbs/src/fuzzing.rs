@@ -34,7 +34,7 @@ impl QpHarness {
             for i in 0..n.max(0) as usize {
                 let d = *list.add(i);
                 if CStr::from_ptr(crate::device::ibv_get_device_name(d)).to_bytes() == b"rv_lo" {
-                    ctx = crate::context::ibv_open_device(d);
+                    ctx = crate::open::ibv_open_device(d);
                 }
             }
             crate::device::ibv_free_device_list(list);

@@ -38,6 +38,7 @@ pub mod fuzzing;
 pub mod kern;
 mod misc;
 mod mw;
+mod open;
 mod pd;
 mod provider;
 mod qp;

@@ -71,7 +71,7 @@ fn c_context(name: &str) -> Result<*mut ibv_context, c_int> {
         std::ptr::null_mut()
     } else {
         // SAFETY: a device of this library's list.
-        unsafe { crate::context::ibv_open_device(found) }
+        unsafe { crate::open::ibv_open_device(found) }
     };
     let err = std::io::Error::last_os_error()
         .raw_os_error()
