@@ -97,12 +97,11 @@ impl CqObj {
     }
 }
 
-fn new_cq(
+pub(crate) fn new_cq(
     context: *mut ibv_context,
     cqe: c_int,
     cq_context: *mut c_void,
     channel: *mut ibv_comp_channel,
-    wc_flags: u64,
     comp_vector: c_int,
 ) -> Result<*mut CqObj, c_int> {
     // SAFETY: the caller's context.
@@ -129,7 +128,6 @@ fn new_cq(
     c.cq_context = cq_context;
     c.handle = rs.handle();
     c.cqe = cqe;
-    crate::qp_ex::fill_cq_ex(&mut c, wc_flags);
     if let Some(ch) = chan {
         ch.users.fetch_add(1, Ordering::AcqRel);
     }
@@ -159,33 +157,9 @@ pub(crate) unsafe extern "C" fn ibv_create_cq(
     channel: *mut ibv_comp_channel,
     comp_vector: c_int,
 ) -> *mut ibv_cq {
-    ret_ptr(|| new_cq(context, cqe, cq_context, channel, 0, comp_vector).map(|p| p as *mut ibv_cq))
+    ret_ptr(|| new_cq(context, cqe, cq_context, channel, comp_vector).map(|p| p as *mut ibv_cq))
 }
 export!(ibv_create_cq, "IBVERBS_1.1");
-
-/// `IBV_CQ_INIT_ATTR_MASK_FLAGS` / `_PD` of `enum ibv_cq_init_attr_mask`.
-const CQ_INIT_ATTR_MASK_ALL: u32 = 0x3;
-
-/// `verbs_context.create_cq_ex`.
-pub(crate) unsafe extern "C" fn create_cq_ex(
-    context: *mut ibv_context,
-    attr: *mut ibv_cq_init_attr_ex,
-) -> *mut ibv_cq_ex {
-    ret_ptr(|| {
-        // SAFETY: the caller's attributes.
-        let a = unsafe { arg(attr) }?;
-        if a.comp_mask & !CQ_INIT_ATTR_MASK_ALL != 0 {
-            return Err(libc::EINVAL);
-        }
-        if a.wc_flags & !crate::qp_ex::WC_EX_SUPPORTED != 0 {
-            return Err(libc::EOPNOTSUPP);
-        }
-        let cqe = c_int::try_from(a.cqe).map_err(|_| libc::EINVAL)?;
-        let vector = c_int::try_from(a.comp_vector).map_err(|_| libc::EINVAL)?;
-        new_cq(context, cqe, a.cq_context, a.channel, a.wc_flags, vector)
-            .map(|p| p as *mut ibv_cq_ex)
-    })
-}
 
 pub(crate) unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
     ret_errno(|| {

@@ -30,6 +30,7 @@ pub mod memory;
 
 mod context;
 mod cq;
+mod cq_ex;
 mod device;
 mod evfd;
 mod flow;

@@ -41,7 +41,7 @@ pub(crate) unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut
         let mut vctx: verbs_context = unsafe { std::mem::zeroed() };
         vctx.query_port = Some(crate::device::query_port);
         vctx.query_device_ex = Some(crate::device::query_device_ex);
-        vctx.create_cq_ex = Some(crate::cq::create_cq_ex);
+        vctx.create_cq_ex = Some(crate::cq_ex::create_cq_ex);
         vctx.create_qp_ex = Some(crate::qp_ex::create_qp_ex);
         vctx.ibv_create_flow = Some(crate::flow::create_flow);
         vctx.ibv_destroy_flow = Some(crate::flow::destroy_flow);
