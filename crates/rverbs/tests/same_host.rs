@@ -211,7 +211,7 @@ fn recv_waiting(c: &OwnedFd, buf: &mut [u8]) -> std::io::Result<(usize, Vec<Owne
 }
 
 fn hello(data: u64) -> Vec<u8> {
-    let mut h = b"rvshm01\0".to_vec();
+    let mut h = b"rvshm02\0".to_vec();
     h.extend_from_slice(&data.to_le_bytes());
     h
 }

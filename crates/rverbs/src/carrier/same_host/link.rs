@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::io;
 use std::net::IpAddr;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 /// Counts of a context's same-host carrier ([`crate::Context::same_host_stats`]).
@@ -107,6 +107,8 @@ struct Common {
     inbound: RwLock<Arc<Vec<Arc<InLink>>>>,
     /// Bumped whenever `inbound` changes.
     gen: AtomicU64,
+    /// `inbound`'s length (read on every spinning poll, without the lock).
+    inbound_len: AtomicUsize,
     stats: Stats,
     /// Outbound connections to watch (a duplicate of each descriptor).
     watch_out: Mutex<Vec<(OwnedFd, Arc<AtomicBool>)>>,
@@ -125,6 +127,7 @@ impl Common {
     fn set_inbound(&self, f: impl FnOnce(&mut Vec<Arc<InLink>>)) {
         let mut g = self.inbound.write().unwrap_or_else(|e| e.into_inner());
         f(Arc::make_mut(&mut g));
+        self.inbound_len.store(g.len(), Ordering::Release);
         self.gen.fetch_add(1, Ordering::AcqRel);
     }
 }
@@ -242,6 +245,7 @@ impl SameHost {
             .collect();
         let common = Arc::new(Common {
             inbound: RwLock::new(Arc::new(Vec::new())),
+            inbound_len: AtomicUsize::new(0),
             gen: AtomicU64::new(0),
             stats: Stats::default(),
             watch_out: Mutex::new(Vec::new()),
@@ -368,12 +372,7 @@ impl SameHost {
     /// Whether other contexts write to this one through rings (its sleepers then wait
     /// in `poll` on the doorbell, not in `recvmmsg`).
     pub(crate) fn has_inbound(&self) -> bool {
-        !self
-            .common
-            .inbound
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_empty()
+        self.common.inbound_len.load(Ordering::Acquire) != 0
     }
 }
 
@@ -567,6 +566,7 @@ mod tests {
                 traffic_class: 2,
                 flow_label: 0,
             },
+            no_icrc: port % 2 == 1,
         }
     }
 
