@@ -65,7 +65,8 @@ if [[ ${UCX:-1} != 0 ]]; then
     if have ucx_perftest; then HAVE_UCX=1; else echo "SKIP UCX shm: ucx_perftest missing (apt-get install ucx-utils, as root)"; fi
     if have fi_pingpong; then HAVE_FI=1; else echo "SKIP libfabric shm: fi_pingpong missing (apt-get install libfabric-bin, as root)"; fi
 else
-    echo "SKIP UCX and libfabric shm: UCX=0"
+    echo "SKIP UCX shm: UCX=0"
+    echo "SKIP libfabric shm: UCX=0"
 fi
 # Iterations of the peers' runs (they have no duration option).
 if [[ ${SMOKE:-0} == 1 ]]; then
