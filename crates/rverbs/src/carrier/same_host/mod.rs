@@ -10,13 +10,15 @@
 //! per side). A record says whether it carries one (`ring::ELIDED`); a receiver
 //! whose capture or fault injection is on computes it before its taps see the
 //! datagram and checks it after them, as for UDP, and a sender whose fault injection
-//! judged a datagram sends its ICRC (corrupted or not) to be checked. What changes is how a datagram travels to a context of this
-//! host: instead of `sendmsg` → the kernel's IP and UDP layers → `recvmsg`, the sender
-//! writes it into a ring in memory both processes map and the receiver reads it from
-//! there — the way a RoCE NIC loops traffic between two of its own functions without
-//! putting it on the wire. An 8-byte ping-pong then costs what rverbs itself costs
-//! plus a memory hand-over (and, when the receiver sleeps, one `write(2)` to wake it),
-//! not two trips through the kernel's network stack (`bench/kernel_floor.c`, `shm`).
+//! judged a datagram sends its ICRC (corrupted or not) to be checked.
+//!
+//! What changes is how a datagram travels to a context of this host: instead of
+//! `sendmsg` → the kernel's IP and UDP layers → `recvmsg`, the sender writes it into
+//! a ring in memory both processes map and the receiver reads it from there — the
+//! way a RoCE NIC loops traffic between two of its own functions without putting it
+//! on the wire. An 8-byte ping-pong then costs what rverbs itself costs plus a memory
+//! hand-over (and, when the receiver sleeps, one `write(2)` to wake it), not two trips
+//! through the kernel's network stack (`bench/kernel_floor.c`, `shm`).
 //!
 //! **Finding the peer.** Each context listens on an abstract `AF_UNIX` seqpacket
 //! socket named after each of its unicast addresses (`rverbs-roce-v2:<address>`;
