@@ -174,6 +174,64 @@ fn captures_decode_cleanly() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Between two contexts of this host the same-host rings carry datagrams without
+/// their ICRC; a capture on the receiving side only still records every one with a
+/// valid ICRC (computed before the tap sees it), and both sides' traffic arrives.
+#[test]
+fn a_capture_on_one_side_of_the_rings_records_valid_icrcs() {
+    let dir = std::env::temp_dir().join(format!("rverbs-capture1-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("a.pcap");
+    {
+        let dev = device(None).unwrap();
+        let a = Context::open_with(
+            dev.clone(),
+            &OpenOptions {
+                pcap: Some(file.clone()),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let b = Context::open_with(dev, &OpenOptions::default()).unwrap();
+        let (pda, pdb) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
+        let (cqa, cqb) = (a.create_cq(64).unwrap(), b.create_cq(64).unwrap());
+        let (ma, mb) = (
+            pda.reg_mr(8192, AccessFlags::ALL).unwrap(),
+            pdb.reg_mr(8192, AccessFlags::ALL).unwrap(),
+        );
+        let qa = pda.create_qp(&QpInitAttr::new(QpType::Rc, &cqa)).unwrap();
+        let qb = pdb.create_qp(&QpInitAttr::new(QpType::Rc, &cqb)).unwrap();
+        let peer = |q: &Qp, c: &Context| PeerInfo {
+            qpn: q.qp_num(),
+            psn: 0,
+            gid: c.gid(1).unwrap(),
+        };
+        qa.connect(&peer(&qb, &b), &ConnectOpts::default()).unwrap();
+        qb.connect(&peer(&qa, &a), &ConnectOpts::default()).unwrap();
+        mb.write(0, &[5u8; 3000]);
+        for i in 0..4 {
+            qa.post_recv(i, &[ma.slice(0..4096)]).unwrap();
+            qb.post_send(&SendRequest::send(i, &[mb.slice(0..3000)]))
+                .unwrap();
+            assert_eq!(wait(&cqa).byte_len, 3000);
+            wait(&cqb);
+        }
+        assert_eq!(&ma.to_vec()[..3000], &[5u8; 3000][..]);
+        let (sa, sb) = (a.same_host_stats().unwrap(), b.same_host_stats().unwrap());
+        assert!(
+            sa.rx_datagrams >= 4 && sb.tx_datagrams >= 4,
+            "not over the rings: {sa:?} {sb:?}"
+        );
+        assert_eq!(a.counters().rx_icrc_errors, 0);
+    }
+    let mut out = Vec::new();
+    let totals = rverbs_cli::pcap::decode(std::fs::File::open(&file).unwrap(), &mut out).unwrap();
+    let text = String::from_utf8(out).unwrap();
+    assert!(totals.roce >= 8, "{text}");
+    assert_eq!((totals.icrc_bad, totals.malformed), (0, 0), "{text}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// `OpenOptions::write_pieces` decides how a multi-packet RC WRITE leaves, whatever the
 /// device's default: forced off, FIRST / MIDDLE / LAST with one RETH; forced on, WRITE
 /// ONLY pieces. The data lands whole either way.

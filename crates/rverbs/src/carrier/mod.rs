@@ -179,6 +179,16 @@ pub(crate) trait Carrier: Send + Sync {
     /// Hands up to `budget` waiting datagrams to `sink` without blocking; how many.
     fn receive(&self, budget: usize, sink: &mut dyn Sink) -> usize;
 
+    /// [`Carrier::receive`] for a pass of a thread that polls in a loop (`now`: its
+    /// clock reading). A carrier whose receive is a system call that mostly finds
+    /// nothing may skip it on passes less than [`SPIN_SYSCALL_NS`] after its last
+    /// one, when the chain also has a carrier that receives without one (the
+    /// same-host rings, [`Chain`] decides): the spinning pass then makes no system
+    /// call at all.
+    fn receive_spinning(&self, budget: usize, sink: &mut dyn Sink, _now: Nanos) -> usize {
+        self.receive(budget, sink)
+    }
+
     /// Sleeps in the kernel until one datagram arrives or a short timeout passes,
     /// then hands what came to `sink`, taking the engine lock through `lock` only
     /// once something came. `None` when this carrier cannot sleep so (the caller
@@ -223,6 +233,12 @@ pub(crate) trait Carrier: Send + Sync {
     }
 }
 
+/// How often a spinning poller still asks the sockets while the same-host rings
+/// carry its traffic (5 µs): the rest of its passes make no system call. A datagram
+/// from a peer that is not on this host waits at most this much longer, about half
+/// the kernel's own loopback hop; one that came from the rings none.
+pub(crate) const SPIN_SYSCALL_NS: Nanos = 5_000;
+
 /// Carriers tried in order: each takes what it carries from the queue, the last
 /// (UDP) everything that is left.
 pub(crate) struct Chain {
@@ -250,6 +266,20 @@ impl Carrier for Chain {
             .iter()
             .rev()
             .map(|c| c.receive(budget, sink))
+            .sum()
+    }
+
+    fn receive_spinning(&self, budget: usize, sink: &mut dyn Sink, now: Nanos) -> usize {
+        // Only while some carrier receives without a system call (an inbound ring)
+        // may the others skip theirs; a context whose traffic is all on UDP reads its
+        // sockets on every pass, as before.
+        if !self.has_inbound() {
+            return self.receive(budget, sink);
+        }
+        self.carriers
+            .iter()
+            .rev()
+            .map(|c| c.receive_spinning(budget, sink, now))
             .sum()
     }
 
@@ -323,6 +353,9 @@ macro_rules! forward {
             }
             fn receive(&self, budget: usize, sink: &mut dyn Sink) -> usize {
                 (**self).receive(budget, sink)
+            }
+            fn receive_spinning(&self, budget: usize, sink: &mut dyn Sink, now: Nanos) -> usize {
+                (**self).receive_spinning(budget, sink, now)
             }
             fn sleep_receive(
                 &self,

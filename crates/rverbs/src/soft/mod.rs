@@ -427,7 +427,18 @@ impl Shared {
         if self.flush_pending.load(Ordering::Relaxed) != 0 {
             self.flush(engine, now);
         }
-        let mut did = self.receive(engine, now, progress::POLL_BUDGET, true) > 0;
+        // (A polling thread: the sockets are asked at most every
+        // `carrier::SPIN_SYSCALL_NS` while the same-host rings carry traffic.)
+        let mut sink = EngineSink {
+            shared: self,
+            engine,
+            now,
+            defer: true,
+        };
+        let mut did = self
+            .carrier
+            .receive_spinning(progress::POLL_BUDGET, &mut sink, now)
+            > 0;
         if engine.poll_timeout().is_some_and(|t| t <= now) {
             engine.handle_timeout(now);
             self.flush(engine, now);

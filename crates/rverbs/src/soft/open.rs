@@ -173,7 +173,7 @@ pub(crate) fn open(info: DeviceInfo, opts: &Resolved) -> Result<Arc<Shared>> {
     let rings = if same_host {
         let sh = crate::carrier::same_host::SameHost::start(&bound, &waker.0)
             .map_err(|e| Error::io("starting the same-host carrier", e))?;
-        let r = Arc::new(Rings::new(sh));
+        let r = Arc::new(Rings::new(sh, pcap.is_some() || faults.is_some()));
         chain.push(Box::new(r.clone()));
         Some(r)
     } else {

@@ -155,6 +155,14 @@ impl<C: Carrier> Carrier for Faulty<C> {
         self.inner.receive(budget, &mut s)
     }
 
+    fn receive_spinning(&self, budget: usize, sink: &mut dyn Sink, now: Nanos) -> usize {
+        let mut s = FaultySink {
+            inner: sink,
+            state: &self.state,
+        };
+        self.inner.receive_spinning(budget, &mut s, now)
+    }
+
     fn sleep_receive(&self, with_sink: &mut WithSink<'_>) -> Option<usize> {
         let state = &self.state;
         self.inner.sleep_receive(&mut |f| {
@@ -266,6 +274,14 @@ impl<C: Carrier> Carrier for Captured<C> {
             pcap: &self.pcap,
         };
         self.inner.receive(budget, &mut s)
+    }
+
+    fn receive_spinning(&self, budget: usize, sink: &mut dyn Sink, now: Nanos) -> usize {
+        let mut s = CapturedSink {
+            inner: sink,
+            pcap: &self.pcap,
+        };
+        self.inner.receive_spinning(budget, &mut s, now)
     }
 
     fn sleep_receive(&self, with_sink: &mut WithSink<'_>) -> Option<usize> {

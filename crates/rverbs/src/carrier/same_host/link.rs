@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::io;
 use std::net::IpAddr;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 /// Counts of a context's same-host carrier ([`crate::Context::same_host_stats`]).
@@ -102,11 +102,38 @@ enum Out {
     },
 }
 
+/// The outbound rings by destination, looked up on every send (three times per
+/// batch): hashed with [`AddrHasher`], not SipHash, whose cost showed in the
+/// spinning ping-pong's profile (about 600 instructions per round trip).
+type OutMap = HashMap<IpAddr, Out, std::hash::BuildHasherDefault<AddrHasher>>;
+
+/// A multiply-rotate hash over the key's bytes. The keys are the destinations
+/// this context's own QPs address, so no peer can choose them to collide.
+#[derive(Default, Clone, Copy)]
+pub(crate) struct AddrHasher(u64);
+
+impl std::hash::Hasher for AddrHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for c in bytes.chunks(8) {
+            let mut w = [0u8; 8];
+            w[..c.len()].copy_from_slice(c);
+            self.0 =
+                (self.0.rotate_left(5) ^ u64::from_le_bytes(w)).wrapping_mul(0x517c_c1b7_2722_0a95);
+        }
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
 /// What the housekeeping thread and the context share.
 struct Common {
     inbound: RwLock<Arc<Vec<Arc<InLink>>>>,
     /// Bumped whenever `inbound` changes.
     gen: AtomicU64,
+    /// `inbound`'s length (read on every spinning poll, without the lock).
+    inbound_len: AtomicUsize,
     stats: Stats,
     /// Outbound connections to watch (a duplicate of each descriptor).
     watch_out: Mutex<Vec<(OwnedFd, Arc<AtomicBool>)>>,
@@ -125,6 +152,7 @@ impl Common {
     fn set_inbound(&self, f: impl FnOnce(&mut Vec<Arc<InLink>>)) {
         let mut g = self.inbound.write().unwrap_or_else(|e| e.into_inner());
         f(Arc::make_mut(&mut g));
+        self.inbound_len.store(g.len(), Ordering::Release);
         self.gen.fetch_add(1, Ordering::AcqRel);
     }
 }
@@ -137,7 +165,7 @@ pub(crate) struct SameHost {
     /// from threads in it (an abstract name is looked up in the caller's namespace),
     /// as the connected UDP sockets are (`conn_tx.rs`).
     netns: Option<(u64, u64)>,
-    out: Mutex<HashMap<IpAddr, Out>>,
+    out: Mutex<OutMap>,
     keeper: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -242,6 +270,7 @@ impl SameHost {
             .collect();
         let common = Arc::new(Common {
             inbound: RwLock::new(Arc::new(Vec::new())),
+            inbound_len: AtomicUsize::new(0),
             gen: AtomicU64::new(0),
             stats: Stats::default(),
             watch_out: Mutex::new(Vec::new()),
@@ -258,7 +287,7 @@ impl SameHost {
         Ok(SameHost {
             common,
             netns: crate::carrier::udp::conn::current_netns(),
-            out: Mutex::new(HashMap::new()),
+            out: Mutex::new(OutMap::default()),
             keeper: Some(keeper),
         })
     }
@@ -368,18 +397,13 @@ impl SameHost {
     /// Whether other contexts write to this one through rings (its sleepers then wait
     /// in `poll` on the doorbell, not in `recvmmsg`).
     pub(crate) fn has_inbound(&self) -> bool {
-        !self
-            .common
-            .inbound
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_empty()
+        self.common.inbound_len.load(Ordering::Acquire) != 0
     }
 }
 
 /// An outbound ring, locked for a batch of writes; publishes (and rings) on drop.
 pub(crate) struct Handle<'a> {
-    out: std::sync::MutexGuard<'a, HashMap<IpAddr, Out>>,
+    out: std::sync::MutexGuard<'a, OutMap>,
     key: IpAddr,
     sh: &'a SameHost,
     pushed: u64,
@@ -567,6 +591,7 @@ mod tests {
                 traffic_class: 2,
                 flow_label: 0,
             },
+            no_icrc: port % 2 == 1,
         }
     }
 

@@ -3,15 +3,22 @@
 //! UDP path.
 //!
 //! The packets are the same: every byte a peer on the network would get (BTH and
-//! the rest, ICRC included, checked on receipt), the same capture records
-//! (`RVERBS_PCAP`) and the same fault injection (`RVERBS_FAULTS`), which both work
-//! above the carrier. What changes is how a datagram travels to a context of this
-//! host: instead of `sendmsg` → the kernel's IP and UDP layers → `recvmsg`, the sender
-//! writes it into a ring in memory both processes map and the receiver reads it from
-//! there — the way a RoCE NIC loops traffic between two of its own functions without
-//! putting it on the wire. An 8-byte ping-pong then costs what rverbs itself costs
-//! plus a memory hand-over (and, when the receiver sleeps, one `write(2)` to wake it),
-//! not two trips through the kernel's network stack (`bench/kernel_floor.c`, `shm`).
+//! the rest), the same capture records (`RVERBS_PCAP`) and the same fault injection
+//! (`RVERBS_FAULTS`), which both work above the carrier. One thing is left out: the
+//! ICRC, which guards against corruption on a wire that memory between two
+//! processes of one host does not have (its CRC was two passes over every byte, one
+//! per side). A record says whether it carries one (`ring::ELIDED`); a receiver
+//! whose capture or fault injection is on computes it before its taps see the
+//! datagram and checks it after them, as for UDP, and a sender whose fault injection
+//! judged a datagram sends its ICRC (corrupted or not) to be checked.
+//!
+//! What changes is how a datagram travels to a context of this host: instead of
+//! `sendmsg` → the kernel's IP and UDP layers → `recvmsg`, the sender writes it into
+//! a ring in memory both processes map and the receiver reads it from there — the
+//! way a RoCE NIC loops traffic between two of its own functions without putting it
+//! on the wire. An 8-byte ping-pong then costs what rverbs itself costs plus a memory
+//! hand-over (and, when the receiver sleeps, one `write(2)` to wake it), not two trips
+//! through the kernel's network stack (`bench/kernel_floor.c`, `shm`).
 //!
 //! **Finding the peer.** Each context listens on an abstract `AF_UNIX` seqpacket
 //! socket named after each of its unicast addresses (`rverbs-roce-v2:<address>`;
@@ -82,6 +89,9 @@ struct Rx {
 pub(crate) struct Rings {
     sh: SameHost,
     rx: Mutex<Rx>,
+    /// A capture or fault injection wraps this context's carriers: what arrives
+    /// without its ICRC gets one before the taps see it.
+    taps: bool,
 }
 
 thread_local! {
@@ -91,9 +101,11 @@ thread_local! {
 }
 
 impl Rings {
-    pub(crate) fn new(sh: SameHost) -> Rings {
+    /// `taps`: a capture or fault injection wraps the carrier.
+    pub(crate) fn new(sh: SameHost, taps: bool) -> Rings {
         Rings {
             sh,
+            taps,
             rx: Mutex::new(Rx {
                 buf: vec![0u8; MAX_PAYLOAD],
                 links: Arc::new(Vec::new()),
@@ -141,25 +153,24 @@ impl Carrier for Rings {
                 q.rest.push(t);
                 continue;
             };
-            // Written straight into the ring (a body from its region), then its
-            // ICRC as from the device's socket (port 4791, IPv4 ID 0) unless sealed.
+            // Written straight into the ring (a body from its region). Its ICRC is
+            // left out (the reader computes one only for its taps): memory between
+            // two contexts of this host corrupts nothing it would catch. A sealed
+            // datagram (a fault tap judged it, maybe corrupted it) keeps its own,
+            // which the reader checks.
             let ip = Rings::carried_meta(IpMeta {
                 hop_limit: t.hop_limit,
                 traffic_class: t.traffic_class,
                 flow_label: t.flow_label,
             });
+            let sealed = q.sealed;
             let meta = RecordMeta {
                 src: t.src,
                 src_port: ROCE_PORT,
                 ip,
+                no_icrc: !sealed,
             };
-            let sealed = q.sealed;
-            let pushed = h.push_with(&meta, t.len(), |slot| {
-                t.write_into(slot);
-                if !sealed {
-                    rverbs_engine::net::fill_icrc(t.src, t.dst, ROCE_PORT, slot);
-                }
-            });
+            let pushed = h.push_with(&meta, t.len(), |slot| t.write_into(slot));
             let how = pushed.then_some(Departure {
                 src: t.src,
                 src_port: ROCE_PORT,
@@ -198,7 +209,15 @@ impl Carrier for Rings {
             let closed = link.closed.load(Ordering::Acquire);
             // (Each ring a share, so one busy ring does not starve the others.)
             let share = (budget / links.len()).max(MIN_SHARE);
+            let taps = self.taps;
             let r = link.reader.drain(share.min(budget - got), buf, |m, bytes| {
+                // Without its ICRC: trusted as the peer's engine built it, unless
+                // taps see it, which get a real RoCE v2 datagram (the ICRC as from
+                // the peer's port, IPv4 ID 0), checked after them as any other.
+                let trusted = m.no_icrc && !taps;
+                if m.no_icrc && taps {
+                    rverbs_engine::net::fill_icrc(m.src, link.local, m.src_port, bytes);
+                }
                 sink.deliver(Arrival {
                     src: m.src,
                     src_port: m.src_port,
@@ -206,7 +225,7 @@ impl Carrier for Rings {
                     ip: m.ip,
                     ipv4_id: None,
                     roce_v1: false,
-                    icrc_checked: false,
+                    icrc_checked: trusted,
                     framed: false,
                     bytes,
                 })

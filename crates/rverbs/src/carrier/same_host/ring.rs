@@ -39,8 +39,14 @@ pub(crate) const RESERVE: u64 = 64 << 10;
 pub(crate) const RING_ROOM: usize = DATA_BYTES - RESERVE as usize;
 /// The length word of a record that marks the rest of the ring as skipped.
 pub(crate) const SKIP: u32 = u32::MAX;
-/// The hello: this magic (format version 1), then the ring's data bytes (u64 LE).
-pub(crate) const MAGIC: &[u8; 8] = b"rvshm01\0";
+/// The hello: this magic (format version 2: records may leave the ICRC out,
+/// [`ELIDED`]), then the ring's data bytes (u64 LE). A peer of another version is
+/// refused, and reached over UDP.
+pub(crate) const MAGIC: &[u8; 8] = b"rvshm02\0";
+/// The bit of a record's address-family word that says its ICRC was not computed:
+/// memory carries the datagram between two rverbs contexts of one host, where the
+/// ICRC has nothing to catch; the reader computes it only for its taps.
+pub(crate) const ELIDED: u32 = 1 << 31;
 pub(crate) const HELLO: usize = 16;
 /// The answer to a hello: this magic, with the receiver's doorbell eventfd attached.
 pub(crate) const BELL: &[u8; 8] = b"rvbell1\0";
@@ -120,6 +126,8 @@ pub(crate) struct RecordMeta {
     pub(crate) src: IpAddr,
     pub(crate) src_port: u16,
     pub(crate) ip: IpMeta,
+    /// The datagram's ICRC was left out ([`ELIDED`]).
+    pub(crate) no_icrc: bool,
 }
 
 /// The writing end of a ring (the sender's).
@@ -195,7 +203,8 @@ impl Writer {
                 1
             }
         };
-        h[4..8].copy_from_slice(&(src as u32).to_le_bytes());
+        let family = src as u32 | if m.no_icrc { ELIDED } else { 0 };
+        h[4..8].copy_from_slice(&family.to_le_bytes());
         h[24..26].copy_from_slice(&m.src_port.to_le_bytes());
         h[26] = m.ip.hop_limit;
         h[27] = m.ip.traffic_class;
@@ -325,7 +334,8 @@ impl Reader {
                 result = Err(Corrupt("a record outside the ring"));
                 break;
             }
-            let src = match u32::from_le_bytes(h[4..8].try_into().unwrap()) {
+            let family = u32::from_le_bytes(h[4..8].try_into().unwrap());
+            let src = match family & !ELIDED {
                 0 => IpAddr::V4(Ipv4Addr::new(h[8], h[9], h[10], h[11])),
                 1 => IpAddr::V6(Ipv6Addr::from(<[u8; 16]>::try_from(&h[8..24]).unwrap())),
                 _ => {
@@ -341,6 +351,7 @@ impl Reader {
                     traffic_class: h[27],
                     flow_label: u32::from_le_bytes(h[28..32].try_into().unwrap()) & 0xf_ffff,
                 },
+                no_icrc: family & ELIDED != 0,
             };
             if !self.ring.get(pos + REC, &mut buf[..len]) {
                 result = Err(Corrupt("a record outside the ring"));

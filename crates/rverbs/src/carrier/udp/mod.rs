@@ -59,6 +59,8 @@ struct Rx {
     /// socket closes at once.
     socks: Arc<SocketList>,
     socks_gen: u64,
+    /// When a spinning pass last asked the sockets (`Carrier::receive_spinning`).
+    spun_at: Nanos,
 }
 
 /// The send side's scratch, kept from call to call so a send allocates nothing.
@@ -203,6 +205,7 @@ impl Udp {
                 poll: Vec::new(),
                 socks: Arc::new(Vec::new()),
                 socks_gen: u64::MAX,
+                spun_at: 0,
             }),
             skip_once: AtomicBool::new(false),
         };
@@ -577,45 +580,20 @@ impl Udp {
     }
 }
 
-impl Carrier for Udp {
-    fn seal(&self, t: &mut Transmit) -> super::Seal {
-        // Sealed datagrams leave from the device's socket: port 4791, ID 0.
-        t.materialize();
-        rverbs_engine::net::fill_icrc_for(t.roce_v1, t.src, t.dst, ROCE_PORT, &mut t.payload);
-        super::Seal::Datagram
+impl Udp {
+    /// The receive buffers, unless another thread holds them (a thread asleep in
+    /// `sleep_receive`: it feeds what it gets to the engine as soon as it has the
+    /// engine lock, and datagrams behind it must wait for that, in socket order).
+    fn rx_lock(&self) -> Option<std::sync::MutexGuard<'_, Rx>> {
+        match self.rx.try_lock() {
+            Ok(rx) => Some(rx),
+            Err(std::sync::TryLockError::Poisoned(e)) => Some(e.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        }
     }
 
-    fn send(&self, q: &mut TxQueue, _now: Nanos) {
-        // The last carrier: everything left leaves here (or is lost: no socket).
-        // (The send scratch rides in the queue, under the soft device's lock.)
-        let tx = &mut q.udp;
-        let n = q.queue.len();
-        let mut left = vec![None; if q.log { n } else { 0 }];
-        if q.sealed {
-            for (k, t) in q.queue.iter_mut().enumerate() {
-                let d = self.send_alone(t, true);
-                if q.log {
-                    left[k] = d;
-                }
-            }
-        } else {
-            self.send_all(&mut q.queue, tx, q.log, &mut left);
-        }
-        if q.log {
-            q.left.extend(left);
-        }
-        q.done.append(&mut q.queue);
-    }
-
-    fn receive(&self, budget: usize, sink: &mut dyn Sink) -> usize {
-        // A thread asleep in `sleep_receive` holds the buffers: it feeds what it gets
-        // to the engine as soon as it has the engine lock, and datagrams behind it
-        // must wait for that (socket order).
-        let mut rx = match self.rx.try_lock() {
-            Ok(rx) => rx,
-            Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
-            Err(std::sync::TryLockError::WouldBlock) => return 0,
-        };
+    /// [`Carrier::receive`] with the buffers held.
+    fn receive_in(&self, rx: &mut Rx, budget: usize, sink: &mut dyn Sink) -> usize {
         let Rx {
             buf,
             got: list,
@@ -625,7 +603,8 @@ impl Carrier for Udp {
             poll,
             socks,
             socks_gen,
-        } = &mut *rx;
+            ..
+        } = rx;
         // The generation first, then the list: a change made after the load is
         // seen next time at the latest.
         let gen = self.sockets_gen.load(Ordering::Acquire);
@@ -664,6 +643,55 @@ impl Carrier for Udp {
             }
         }
         got
+    }
+}
+
+impl Carrier for Udp {
+    fn seal(&self, t: &mut Transmit) -> super::Seal {
+        // Sealed datagrams leave from the device's socket: port 4791, ID 0.
+        t.materialize();
+        rverbs_engine::net::fill_icrc_for(t.roce_v1, t.src, t.dst, ROCE_PORT, &mut t.payload);
+        super::Seal::Datagram
+    }
+
+    fn send(&self, q: &mut TxQueue, _now: Nanos) {
+        // The last carrier: everything left leaves here (or is lost: no socket).
+        // (The send scratch rides in the queue, under the soft device's lock.)
+        let tx = &mut q.udp;
+        let n = q.queue.len();
+        let mut left = vec![None; if q.log { n } else { 0 }];
+        if q.sealed {
+            for (k, t) in q.queue.iter_mut().enumerate() {
+                let d = self.send_alone(t, true);
+                if q.log {
+                    left[k] = d;
+                }
+            }
+        } else {
+            self.send_all(&mut q.queue, tx, q.log, &mut left);
+        }
+        if q.log {
+            q.left.extend(left);
+        }
+        q.done.append(&mut q.queue);
+    }
+
+    fn receive_spinning(&self, budget: usize, sink: &mut dyn Sink, now: Nanos) -> usize {
+        let Some(mut rx) = self.rx_lock() else {
+            return 0;
+        };
+        if now.wrapping_sub(rx.spun_at) < super::SPIN_SYSCALL_NS {
+            return 0;
+        }
+        rx.spun_at = now;
+        self.receive_in(&mut rx, budget, sink)
+    }
+
+    fn receive(&self, budget: usize, sink: &mut dyn Sink) -> usize {
+        match self.rx_lock() {
+            Some(mut rx) => self.receive_in(&mut rx, budget, sink),
+            None => 0,
+        }
     }
 
     fn sleep_receive(&self, with_sink: &mut WithSink<'_>) -> Option<usize> {
