@@ -5,12 +5,9 @@
 //! here a C window is the engine's window plus the `ibv_mw` the program reads.
 
 use crate::pd::{MrObj, PdObj};
-use crate::qp::QpObj;
 use crate::*;
 use rverbs::Error;
-use rverbs_engine::{
-    Access, Errno, MwBind, MwType, SendFlags, SendWr, SgList, VerbError, WrOpcode,
-};
+use rverbs_engine::{Access, Errno, MwBind, MwType, VerbError};
 use rverbs_ibverbs::types::*;
 use std::ffi::c_int;
 use std::sync::atomic::Ordering;
@@ -98,46 +95,5 @@ pub(crate) unsafe fn bind_of(
         addr: info.addr,
         length: info.length,
         access: Access(info.mw_access_flags),
-    })
-}
-
-/// `ibv_context.ops.bind_mw`: what the `ibv_bind_mw` inline calls for a type-1 window
-/// (it checked the type and the MR's PD). Posts the BIND_MW request with the next key
-/// (`ibv_inc_rkey`) and gives the window that key, as rdma-core's rxe provider does:
-/// the program undoes it if the request completes in error.
-pub(crate) unsafe extern "C" fn bind_mw(
-    qp: *mut ibv_qp,
-    mw: *mut ibv_mw,
-    mw_bind: *mut ibv_mw_bind,
-) -> c_int {
-    ret_errno(|| {
-        // SAFETY: the caller's QP, window and bind request.
-        let (q, b, m) = unsafe { (QpObj::from_c(qp)?, arg(mw_bind)?, arg(mw)?) };
-        let cur = m.rkey;
-        if b.bind_info.mw_access_flags & (1 << 5) != 0 {
-            return Err(libc::EINVAL);
-        }
-        if b.send_flags & !0x1f != 0 {
-            return Err(libc::EINVAL);
-        }
-        let rkey = (cur & !0xff) | (cur.wrapping_add(1) & 0xff);
-        // SAFETY: `mw` is the caller's window, `bind_info.mr` NULL or its MR.
-        let bind = unsafe { bind_of(mw, rkey, &b.bind_info) }.map_err(|e| errno_of(&e))?;
-        let wr = SendWr {
-            wr_id: b.wr_id,
-            opcode: WrOpcode::BindMw(bind),
-            sg_list: SgList::default(),
-            flags: SendFlags(b.send_flags & 0xf),
-            imm_data: 0,
-            remote_addr: 0,
-            rkey: 0,
-            compare_add: 0,
-            swap: 0,
-            ud: None,
-        };
-        rverbs::ffi::post_send(&q.rs, [Ok(wr)]).map_err(|(_, e)| errno_of(&e))?;
-        // SAFETY: the caller's window (the program reads its key after the call).
-        unsafe { (*mw).rkey = rkey };
-        Ok(())
     })
 }

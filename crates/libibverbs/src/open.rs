@@ -25,7 +25,7 @@ fn ops() -> ibv_context_ops {
     o.post_srq_recv = Some(crate::qp::post_srq_recv);
     o.alloc_mw = Some(crate::mw::alloc_mw);
     o.dealloc_mw = Some(crate::mw::dealloc_mw);
-    o.bind_mw = Some(crate::mw::bind_mw);
+    o.bind_mw = Some(crate::qp::bind_mw);
     o
 }
 

@@ -25,6 +25,15 @@ pub(crate) struct Scratch {
     pub mr: rverbs::ffi::ForeignMr,
 }
 
+/// Requests being built between `ibv_wr_start` and `ibv_wr_complete`.
+#[derive(Default)]
+pub(crate) struct Build {
+    pub wrs: Vec<SendWr>,
+    /// INLINE data of the request at the same index (copied when it was set).
+    pub inline: Vec<Option<Vec<u8>>>,
+    pub err: Option<Error>,
+}
+
 #[repr(C)]
 pub(crate) struct QpObj {
     pub c: ibv_qp_ex,
@@ -36,7 +45,7 @@ pub(crate) struct QpObj {
     pub cap: ibv_qp_cap,
     pub sq_sig_all: bool,
     pub scratch: Option<Scratch>,
-    pub build: Mutex<crate::qp_ex::Build>,
+    pub build: Mutex<Build>,
 }
 
 impl QpObj {
@@ -73,11 +82,7 @@ fn c_qp_type(t: rverbs::QpType) -> u32 {
 }
 
 /// Creates a QP from the fields `ibv_qp_init_attr` and `_ex` share.
-pub(crate) fn new_qp(
-    pd: *mut ibv_pd,
-    a: &ibv_qp_init_attr,
-    send_ops: u64,
-) -> Result<*mut QpObj, c_int> {
+pub(crate) fn new_qp(pd: *mut ibv_pd, a: &ibv_qp_init_attr) -> Result<*mut QpObj, c_int> {
     // SAFETY: the caller's PD.
     let o = unsafe { PdObj::from_c(pd) }?;
     // SAFETY: a live PD's context.
@@ -122,7 +127,6 @@ pub(crate) fn new_qp(
     c.qp_base.qp_num = rs.qp_num();
     c.qp_base.state = 0;
     c.qp_base.qp_type = a.qp_type;
-    crate::qp_ex::fill_qp_ex(&mut c, send_ops);
     o.users.fetch_add(1, Ordering::AcqRel);
     scq.users.fetch_add(1, Ordering::AcqRel);
     rcq.users.fetch_add(1, Ordering::AcqRel);
@@ -158,7 +162,7 @@ pub(crate) unsafe extern "C" fn ibv_create_qp(
     ret_ptr(|| {
         // SAFETY: the caller's attributes.
         let a = unsafe { arg(attr) }?;
-        new_qp(pd, a, 0).map(|p| p as *mut ibv_qp)
+        new_qp(pd, a).map(|p| p as *mut ibv_qp)
     })
 }
 export!(ibv_create_qp, "IBVERBS_1.1");
@@ -668,3 +672,45 @@ unsafe extern "C" fn ibv_query_qp_data_in_order(qp: *mut ibv_qp, _op: u32, _flag
     })
 }
 export!(ibv_query_qp_data_in_order, "IBVERBS_1.14");
+
+/// `ibv_context.ops.bind_mw`: what the `ibv_bind_mw` inline calls for a type-1 window
+/// (it checked the type and the MR's PD). Posts the BIND_MW request with the next key
+/// (`ibv_inc_rkey`) and gives the window that key, as rdma-core's rxe provider does:
+/// the program undoes it if the request completes in error.
+pub(crate) unsafe extern "C" fn bind_mw(
+    qp: *mut ibv_qp,
+    mw: *mut ibv_mw,
+    mw_bind: *mut ibv_mw_bind,
+) -> c_int {
+    ret_errno(|| {
+        // SAFETY: the caller's QP, window and bind request.
+        let (q, b, m) = unsafe { (QpObj::from_c(qp)?, arg(mw_bind)?, arg(mw)?) };
+        let cur = m.rkey;
+        if b.bind_info.mw_access_flags & (1 << 5) != 0 {
+            return Err(libc::EINVAL);
+        }
+        if b.send_flags & !0x1f != 0 {
+            return Err(libc::EINVAL);
+        }
+        let rkey = (cur & !0xff) | (cur.wrapping_add(1) & 0xff);
+        // SAFETY: `mw` is the caller's window, `bind_info.mr` NULL or its MR.
+        let bind =
+            unsafe { crate::mw::bind_of(mw, rkey, &b.bind_info) }.map_err(|e| errno_of(&e))?;
+        let wr = SendWr {
+            wr_id: b.wr_id,
+            opcode: WrOpcode::BindMw(bind),
+            sg_list: SgList::default(),
+            flags: SendFlags(b.send_flags & 0xf),
+            imm_data: 0,
+            remote_addr: 0,
+            rkey: 0,
+            compare_add: 0,
+            swap: 0,
+            ud: None,
+        };
+        rverbs::ffi::post_send(&q.rs, [Ok(wr)]).map_err(|(_, e)| errno_of(&e))?;
+        // SAFETY: the caller's window (the program reads its key after the call).
+        unsafe { (*mw).rkey = rkey };
+        Ok(())
+    })
+}

@@ -3,21 +3,12 @@
 //! The extended CQ is `cq_ex`'s.
 
 use crate::pd::AhObj;
-use crate::qp::{new_qp, QpObj};
+use crate::qp::{new_qp, Build, QpObj};
 use crate::*;
 use rverbs::Error;
 use rverbs_engine::{Errno, SendFlags, SendWr, SgList, Sge, UdDest, VerbError, WrOpcode};
 use rverbs_ibverbs::types::*;
 use std::ffi::{c_int, c_void};
-
-/// Requests being built between `ibv_wr_start` and `ibv_wr_complete`.
-#[derive(Default)]
-pub(crate) struct Build {
-    pub wrs: Vec<SendWr>,
-    /// INLINE data of the request at the same index (copied when it was set).
-    pub inline: Vec<Option<Vec<u8>>>,
-    pub err: Option<Error>,
-}
 
 /// `enum ibv_qp_create_send_ops_flags` the builders support: RDMA WRITE (with
 /// immediate), SEND (with immediate, with invalidate), RDMA READ, the two atomics,
@@ -64,13 +55,21 @@ pub(crate) unsafe extern "C" fn create_qp_ex(
             qp_type: a.qp_type,
             sq_sig_all: a.sq_sig_all,
         };
-        new_qp(a.pd, &base, ops).map(|p| p as *mut ibv_qp)
+        let p = new_qp(a.pd, &base)?;
+        // SAFETY: just made, and not yet handed to the caller, who alone reads these.
+        fill_qp_ex(unsafe { &mut (*p).c }, ops);
+        Ok(p as *mut ibv_qp)
     })
 }
 
+/// The QP's `ibv_qp_ex`, or NULL for a QP that `ibv_create_qp` made (libibverbs: only
+/// an extended QP has one).
 unsafe extern "C" fn ibv_qp_to_qp_ex(qp: *mut ibv_qp) -> *mut ibv_qp_ex {
-    // Every QP of this library is an ibv_qp_ex (the builders are always filled).
-    qp as *mut ibv_qp_ex
+    // SAFETY: NULL or the caller's QP; `wr_start` was set before the QP was returned.
+    match unsafe { QpObj::from_c(qp) } {
+        Ok(o) if o.c.wr_start.is_some() => qp as *mut ibv_qp_ex,
+        _ => std::ptr::null_mut(),
+    }
 }
 export!(ibv_qp_to_qp_ex, "IBVERBS_1.6");
 
