@@ -150,6 +150,36 @@ fn zeroed<T>() -> T {
     unsafe { std::mem::zeroed() }
 }
 
+/// `ibv_create_qp_ex` (an inline of verbs.h: `verbs_context.create_qp_ex`) with every
+/// send op the builders take: a QP with an `ibv_qp_ex`, which `ibv_qp_to_qp_ex` gives
+/// (it is NULL for a QP `ibv_create_qp` made, as in libibverbs).
+unsafe fn create_qp_ex(
+    ctx: *mut ibv_context,
+    pd: *mut ibv_pd,
+    init: &ibv_qp_init_attr,
+) -> *mut ibv_qp {
+    // SAFETY: `ctx` is an open context of the library, inside its verbs_context.
+    let vctx = unsafe {
+        &*(ctx as *mut u8)
+            .sub(std::mem::offset_of!(verbs_context, context))
+            .cast::<verbs_context>()
+    };
+    let mut a: ibv_qp_init_attr_ex = zeroed();
+    a.qp_context = init.qp_context;
+    a.send_cq = init.send_cq;
+    a.recv_cq = init.recv_cq;
+    a.srq = init.srq;
+    a.cap = init.cap;
+    a.qp_type = init.qp_type;
+    a.sq_sig_all = init.sq_sig_all;
+    // IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS; the ten IBV_QP_EX_WITH_*.
+    a.comp_mask = 1 | (1 << 6);
+    a.pd = pd;
+    a.send_ops_flags = 0x3ff;
+    // SAFETY: the library's op, with a valid attribute.
+    unsafe { (vctx.create_qp_ex.expect("verbs_context.create_qp_ex"))(ctx, &mut a) }
+}
+
 fn qp_init(cq: *mut ibv_cq, qp_type: u32) -> ibv_qp_init_attr {
     ibv_qp_init_attr {
         qp_context: null_mut(),
@@ -380,8 +410,12 @@ fn send_write_atomic_and_the_wr_builders_move_data_between_two_qps() {
         let mut b_buf = vec![0u8; 4096];
         let a_mr = (v.reg_mr)(pd, a_buf.as_mut_ptr().cast(), 4096, 0xf);
         let b_mr = (v.reg_mr)(pd, b_buf.as_mut_ptr().cast(), 4096, 0xf);
-        let (mut ia, mut ib) = (qp_init(cq, RC), qp_init(cq, RC));
-        let (qa, qb) = ((v.create_qp)(pd, &mut ia), (v.create_qp)(pd, &mut ib));
+        let (ia, mut ib) = (qp_init(cq, RC), qp_init(cq, RC));
+        let (qa, qb) = (create_qp_ex(ctx, pd, &ia), (v.create_qp)(pd, &mut ib));
+        assert!(
+            (v.qp_to_qp_ex)(qb).is_null(),
+            "ibv_create_qp's QP has no ibv_qp_ex"
+        );
         connect(&v, ctx, qa, (*qb).qp_num);
         connect(&v, ctx, qb, (*qa).qp_num);
         let mut qattr: ibv_qp_attr = zeroed();
@@ -862,8 +896,8 @@ fn memory_windows_bind_grant_and_revoke_remote_access() {
         // LOCAL_WRITE | MW_BIND: no remote right of its own.
         let b_mr = (v.reg_mr)(pd, b_buf.as_mut_ptr().cast(), 4096, 0x11);
         assert!(!b_mr.is_null(), "errno {}", common::errno());
-        let (mut ia, mut ib) = (qp_init(cq, RC), qp_init(cq, RC));
-        let (qa, qb) = ((v.create_qp)(pd, &mut ia), (v.create_qp)(pd, &mut ib));
+        let (mut ia, ib) = (qp_init(cq, RC), qp_init(cq, RC));
+        let (qa, qb) = ((v.create_qp)(pd, &mut ia), create_qp_ex(ctx, pd, &ib));
         connect(&v, ctx, qa, (*qb).qp_num);
         connect(&v, ctx, qb, (*qa).qp_num);
         let b0 = b_buf.as_ptr() as u64;
@@ -877,7 +911,7 @@ fn memory_windows_bind_grant_and_revoke_remote_access() {
         assert_eq!(rdma(qa, 0, &mut sge, b0, (*b_mr).rkey), 0);
         assert_eq!(poll(cq, 1)[0].status, 10, "REM_ACCESS_ERR");
         // Fresh QPs (the error moved both to ERR).
-        let (qa, qb) = ((v.create_qp)(pd, &mut ia), (v.create_qp)(pd, &mut ib));
+        let (qa, qb) = ((v.create_qp)(pd, &mut ia), create_qp_ex(ctx, pd, &ib));
         connect(&v, ctx, qa, (*qb).qp_num);
         connect(&v, ctx, qb, (*qa).qp_num);
         let _ = poll_all(cq);
@@ -980,7 +1014,7 @@ fn memory_windows_bind_grant_and_revoke_remote_access() {
         let _ = poll_all(cq);
 
         // A bad bind (a window outside the MR) completes with MW_BIND_ERR.
-        let (qa, qb) = ((v.create_qp)(pd, &mut ia), (v.create_qp)(pd, &mut ib));
+        let (qa, qb) = ((v.create_qp)(pd, &mut ia), create_qp_ex(ctx, pd, &ib));
         connect(&v, ctx, qa, (*qb).qp_num);
         connect(&v, ctx, qb, (*qa).qp_num);
         let mw3 = alloc_mw(pd, 2);
@@ -1003,7 +1037,7 @@ fn memory_windows_bind_grant_and_revoke_remote_access() {
         assert_eq!((wc.wr_id, wc.status), (0x55, 6), "IBV_WC_MW_BIND_ERR");
         // A request naming no window is refused at post time.
         wr.ext.bind_mw.mw = null_mut();
-        let (qa2, qb2) = ((v.create_qp)(pd, &mut ia), (v.create_qp)(pd, &mut ib));
+        let (qa2, qb2) = ((v.create_qp)(pd, &mut ia), create_qp_ex(ctx, pd, &ib));
         connect(&v, ctx, qa2, (*qb2).qp_num);
         assert_eq!(post(qa2, &mut wr), libc::EINVAL);
         let _ = (qa, qa2, qb2);
