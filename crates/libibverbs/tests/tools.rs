@@ -8,47 +8,17 @@
 
 mod common;
 
+use common::finish;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 fn need(tool: &str) -> PathBuf {
-    for dir in std::env::var("PATH").unwrap_or_default().split(':') {
-        let p = Path::new(dir).join(tool);
-        if p.exists() {
-            return p;
-        }
-    }
-    panic!("{tool} is not installed (Debian packages ibverbs-utils and perftest)");
+    common::need(tool, "ibverbs-utils and perftest")
 }
 
 fn cmd(tool: &str, args: &[&str]) -> Command {
-    let mut c = Command::new(need(tool));
-    c.args(args)
-        .env("LD_LIBRARY_PATH", common::lib_dir())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    c
-}
-
-/// Waits for `child` up to `limit`, killing it (by its own PID) after that.
-fn finish(mut child: Child, limit: Duration, what: &str) -> Output {
-    let start = Instant::now();
-    loop {
-        if child.try_wait().unwrap().is_some() {
-            return child.wait_with_output().unwrap();
-        }
-        if start.elapsed() > limit {
-            let _ = child.kill();
-            let out = child.wait_with_output().unwrap();
-            panic!(
-                "{what} did not finish in {limit:?}:\n{}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    common::tool_cmd(tool, "ibverbs-utils and perftest", args)
 }
 
 /// True once a socket listens on TCP `port` (read from /proc, without connecting: a

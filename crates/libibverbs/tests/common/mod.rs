@@ -4,8 +4,10 @@
 #![allow(dead_code)]
 
 use std::ffi::{c_void, CString};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
 use std::sync::OnceLock;
+use std::time::{Duration, Instant};
 
 /// The cdylib `cargo test` built with this test (in `target/<profile>/deps`: the copy
 /// next to it in `target/<profile>` is only refreshed by `cargo build`).
@@ -83,4 +85,50 @@ pub fn free_port() -> u16 {
         .local_addr()
         .unwrap()
         .port()
+}
+
+/// `tool` on `PATH`; a test that needs a missing tool fails, naming the `packages`.
+pub fn need(tool: &str, packages: &str) -> PathBuf {
+    for dir in std::env::var("PATH").unwrap_or_default().split(':') {
+        let p = Path::new(dir).join(tool);
+        if p.exists() {
+            return p;
+        }
+    }
+    panic!("{tool} is not installed (Debian packages {packages})");
+}
+
+/// `tool` with `args` on this library (`LD_LIBRARY_PATH`), its output captured.
+pub fn tool_cmd(tool: &str, packages: &str, args: &[&str]) -> Command {
+    let mut c = Command::new(need(tool, packages));
+    c.args(args)
+        .env("LD_LIBRARY_PATH", lib_dir())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    c
+}
+
+/// A finished program's stdout then stderr.
+pub fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// Waits for `child` up to `limit`, killing it (by its own PID) after that.
+pub fn finish(mut child: Child, limit: Duration, what: &str) -> Output {
+    let start = Instant::now();
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            return child.wait_with_output().unwrap();
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!("{what} did not finish in {limit:?}:\n{}", text(&out));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
