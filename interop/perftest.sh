@@ -130,6 +130,15 @@ run_case() {
   elif ! grep -q -- "---------" <<<"$pt"; then
     ok=0; why+=("$tool printed nothing")
   fi
+  # UC and UD recover no lost packet, and the emulated guest drops a few datagrams of a
+  # burst when the host is loaded (in one CI run rxe's ib_send_bw server got 298 of 300
+  # UD messages and waited for the rest): such a case runs once more, and says so.
+  if [ $ok = 0 ] && [ -z "${pt_again:-}" ] && [[ " $extra " == *" -c U"[CD]" "* ]]; then
+    echo "NOTE $name: ${why[*]}; UC/UD lose what the guest drops: once more"
+    rm -f "$rv_log"
+    pt_again=1 run_case "$@"
+    return
+  fi
   record "$name" $ok "${why[@]}" "--- rverbs:" "$(cat "$rv_log")" "--- $tool:" "$pt"
   if [ $ok = 1 ]; then
     echo "  rverbs: $(grep '^{' "$rv_log" | tail -1 | grep -o '"size":[0-9]*,"msgs":[0-9]*\|"gbps":[0-9.e+-]*\|"p50":[0-9.e+-]*' | tr '\n' ' ')"

@@ -306,10 +306,14 @@ impl Conn {
     }
 
     /// The end of a run: the QP to ERR and a DREQ (or the DREP to the peer's), then
-    /// the peer's answer, briefly.
+    /// the client waits for the peer's answer. A DREQ is resent only while its ID
+    /// lives (kernel cm.c cancels it when the ID is destroyed) and the first resend
+    /// comes after the REQ's timeout (about 4.6 s on RoCE), so the wait spans two of
+    /// those: a lost DREQ then still reaches the server, which would otherwise wait
+    /// for a peer that has gone.
     fn close(mut self, server: bool) {
         let _ = self.id.disconnect();
-        let deadline = Instant::now() + Duration::from_secs(2);
+        let deadline = Instant::now() + Duration::from_secs(10);
         while !server && !self.disconnected && Instant::now() < deadline {
             match self.ch.get_event(Some(Duration::from_millis(100))) {
                 Some(e) if e.kind == EventKind::Disconnected => self.disconnected = true,

@@ -3,14 +3,16 @@
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 fn rverbs() -> Command {
     Command::new(env!("CARGO_BIN_EXE_rverbs"))
 }
 
-/// Starts a server; returns it and the address it says it listens on.
-fn server(args: &[&str], faults: Option<&str>) -> (Child, String) {
+/// Starts a server; returns it, the address it says it listens on, and its stderr
+/// (filled while it runs).
+fn server(args: &[&str], faults: Option<&str>) -> (Child, String, Arc<Mutex<String>>) {
     let mut c = rverbs();
     c.args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
     if let Some(f) = faults {
@@ -27,11 +29,16 @@ fn server(args: &[&str], faults: Option<&str>) -> (Child, String) {
         .unwrap_or_else(|| panic!("no address in {line:?}"))
         .to_string();
     // Keep reading its stderr so it never blocks on a full pipe.
+    let text = Arc::new(Mutex::new(String::new()));
+    let t = text.clone();
     std::thread::spawn(move || {
-        let mut rest = String::new();
-        while err.read_line(&mut rest).unwrap_or(0) > 0 {}
+        let mut l = String::new();
+        while err.read_line(&mut l).unwrap_or(0) > 0 {
+            t.lock().unwrap().push_str(&l);
+            l.clear();
+        }
     });
-    (child, addr)
+    (child, addr, text)
 }
 
 fn wait(mut c: Child, limit: Duration) -> std::process::Output {
@@ -59,7 +66,7 @@ fn free_port() -> u16 {
 
 fn rping_pair(faults: Option<&str>, count: &str, size: &str) {
     let port = free_port().to_string();
-    let (srv, addr) = server(&["rping", "-s", "-v", "-p", &port, "-S", size], faults);
+    let (srv, addr, srv_err) = server(&["rping", "-s", "-v", "-p", &port, "-S", size], faults);
     let mut c = rverbs();
     c.args([
         "rping", "-c", "-a", &addr, "-p", &port, "-C", count, "-S", size, "-v", "-V", "--stats",
@@ -81,8 +88,21 @@ fn rping_pair(faults: Option<&str>, count: &str, size: &str) {
     );
     assert!(stderr.contains("rverbs cm: CmStats"), "{stderr}");
     let s = wait(srv, Duration::from_secs(30));
-    assert_eq!(s.status.code(), Some(0));
     let sout = String::from_utf8_lossy(&s.stdout);
+    let serr = srv_err.lock().unwrap().clone();
+    if faults.is_some() && s.status.code() == Some(1) {
+        // The one failure a lossy link may cause after the last ping: the client's
+        // ACK of the server's last SEND and its DREQ both lost. The client's QP is in
+        // ERR by then and drops the resends, whose retries (8 x 0.54 s, the local ACK
+        // timeout rdma_cm sets on RoCE) end before the DREQ's resend (4.6 s): the
+        // SEND completes with RETRY_EXC_ERR, as with the kernel's CM and rxe.
+        assert!(
+            serr.contains("cq completion failed status 12"),
+            "{sout}\n{serr}"
+        );
+    } else {
+        assert_eq!(s.status.code(), Some(0), "{sout}\n{serr}");
+    }
     assert_eq!(
         sout.lines()
             .filter(|l| l.starts_with("server ping data: "))
@@ -106,7 +126,7 @@ fn rping_over_a_lossy_link() {
 #[test]
 fn udaddy_client_and_server_processes() {
     let port = free_port().to_string();
-    let (srv, addr) = server(&["udaddy", "--port", &port, "-C", "5"], None);
+    let (srv, addr, _) = server(&["udaddy", "--port", &port, "-C", "5"], None);
     let out = rverbs()
         .args(["udaddy", "-s", &addr, "--port", &port, "-C", "5"])
         .output()
@@ -142,7 +162,7 @@ fn rping_refusals() {
     assert_eq!(code, Some(1));
     assert!(err.contains("-a"), "{err}");
     // Nobody listens: the peer's CM answers REJ "invalid service ID" (8).
-    let (srv, addr) = server(&["rping", "-s", "-p", &free_port().to_string()], None);
+    let (srv, addr, _) = server(&["rping", "-s", "-p", &free_port().to_string()], None);
     let nobody = free_port().to_string();
     let (code, err) = run(&["rping", "-c", "-a", &addr, "-p", &nobody, "-C", "1"]);
     assert_eq!(code, Some(1));
