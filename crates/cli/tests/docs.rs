@@ -257,7 +257,7 @@ fn fences_are_well_formed_and_the_readme_short() {
         assert!(!open, "{name}: a fenced block is not closed");
         if name == "README.md" {
             let n = text.lines().count();
-            assert!(n <= 250, "README.md has {n} lines: move the depth to docs/");
+            assert!(n <= 140, "README.md has {n} lines: move the depth to docs/");
         }
     }
 }
