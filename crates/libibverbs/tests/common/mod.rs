@@ -19,16 +19,20 @@ pub fn lib_path() -> PathBuf {
 }
 
 /// A directory holding `libibverbs.so.1` and `librdmacm.so.1` (links to [`lib_path`])
-/// for `LD_LIBRARY_PATH`.
+/// for `LD_LIBRARY_PATH`: in the build directory, so it goes with `target/`. Test
+/// binaries running at once share it; each link is replaced by a rename, which is
+/// atomic, so a program starting meanwhile always finds one.
 pub fn lib_dir() -> PathBuf {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
-        let d = std::env::temp_dir().join(format!("rverbs-libibverbs-test-{}", std::process::id()));
+        let so = lib_path();
+        let d = so.parent().expect("deps dir").join("rverbs-c-libs");
         std::fs::create_dir_all(&d).unwrap();
         for name in ["libibverbs.so.1", "librdmacm.so.1"] {
-            let link = d.join(name);
-            let _ = std::fs::remove_file(&link);
-            std::os::unix::fs::symlink(lib_path(), &link).unwrap();
+            let tmp = d.join(format!("{name}.{}", std::process::id()));
+            let _ = std::fs::remove_file(&tmp);
+            std::os::unix::fs::symlink(&so, &tmp).unwrap();
+            std::fs::rename(&tmp, d.join(name)).unwrap();
         }
         d
     })
