@@ -7,27 +7,17 @@
 //!
 //! Without gcc or the header it says SKIPPED, and fails when `RVERBS_NO_SKIP` is set.
 
+mod common;
+
+use common::{check_consts, check_rows, field_size, gcc_and_header, work_dir, Header, Row};
 use rverbs_ibverbs::consts;
 use rverbs_ibverbs::types::*;
-use std::collections::BTreeMap;
 use std::mem::{align_of, offset_of, size_of};
-use std::path::PathBuf;
-use std::process::Command;
 
-/// What one layout line says: the C spelling of the type or field, and its numbers.
-struct Row {
-    /// `struct ibv_wc` for a type, `struct ibv_wc|wr_id` for a field.
-    key: String,
-    /// The C expression(s) that print the same two numbers.
-    c: String,
-    a: usize,
-    b: usize,
-}
-
-/// The size of the field a raw-borrow closure points at.
-fn field_size<T, F>(_: fn(&T) -> *const F) -> usize {
-    size_of::<F>()
-}
+const VERBS_H: Header = Header {
+    include: "<infiniband/verbs.h>",
+    package: "libibverbs-dev",
+};
 
 /// The size of a field: through structs by raw borrow; a union member, whose place
 /// Rust lets safe code name only as the target of a write (before 1.92), by its type
@@ -330,99 +320,14 @@ fn rows() -> Vec<Row> {
     r
 }
 
-/// gcc, if it runs; without it the test says so, and fails under `RVERBS_NO_SKIP`.
-fn gcc_and_header(dir: &std::path::Path) -> bool {
-    let probe = dir.join("probe.c");
-    std::fs::write(
-        &probe,
-        "#include <infiniband/verbs.h>\nint main(void) { return 0; }\n",
-    )
-    .unwrap();
-    let ok = Command::new("gcc")
-        .arg("-fsyntax-only")
-        .arg(&probe)
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        assert!(
-            std::env::var_os("RVERBS_NO_SKIP").is_none(),
-            "gcc or <infiniband/verbs.h> (libibverbs-dev) is missing and RVERBS_NO_SKIP is set"
-        );
-        eprintln!("SKIPPED: needs gcc and libibverbs-dev; the layouts were not checked");
-    }
-    ok
-}
-
-/// A fresh directory for this test's files under cargo's per-target temporary directory.
-fn work_dir(name: &str) -> PathBuf {
-    let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("ibverbs-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-/// Compiles `program` against the installed header and returns what it prints, as
-/// `key -> (a, b)`.
-fn run_c(dir: &std::path::Path, program: &str) -> BTreeMap<String, (i128, i128)> {
-    let src = dir.join("layout.c");
-    let exe = dir.join("layout");
-    std::fs::write(&src, program).unwrap();
-    let o = Command::new("gcc")
-        .args(["-std=gnu11", "-Wall", "-Werror", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .output()
-        .unwrap();
-    assert!(
-        o.status.success(),
-        "gcc failed:\n{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    let o = Command::new(&exe).output().unwrap();
-    assert!(o.status.success());
-    let mut out = BTreeMap::new();
-    for line in String::from_utf8(o.stdout).unwrap().lines() {
-        let mut w = line.rsplitn(3, ' ');
-        let (b, a, key) = (w.next().unwrap(), w.next().unwrap(), w.next().unwrap());
-        out.insert(key.to_string(), (a.parse().unwrap(), b.parse().unwrap()));
-    }
-    out
-}
-
-const PRELUDE: &str = "#include <stddef.h>\n#include <stdio.h>\n#include <infiniband/verbs.h>\n\
-                       int main(void)\n{\n";
-
 #[test]
 fn every_struct_and_field_matches_the_installed_header() {
-    let dir = work_dir("layout");
-    if !gcc_and_header(&dir) {
+    let dir = work_dir("verbs");
+    if !gcc_and_header(&dir, &VERBS_H) {
         return;
     }
     let rows = rows();
-    let mut prog = PRELUDE.to_string();
-    for r in &rows {
-        prog += &format!("\tprintf(\"%s %zu %zu\\n\", \"{}\", {});\n", r.key, r.c);
-    }
-    prog += "\treturn 0;\n}\n";
-    let c = run_c(&dir, &prog);
-    let mut bad = Vec::new();
-    for r in &rows {
-        let rust = (r.a as i128, r.b as i128);
-        match c.get(&r.key) {
-            Some(&got) if got == rust => {}
-            got => bad.push(format!(
-                "{}: C (offset/size, size/align) {got:?}, Rust {rust:?}",
-                r.key
-            )),
-        }
-    }
-    assert!(
-        bad.is_empty(),
-        "layouts differ from <infiniband/verbs.h>:\n{}",
-        bad.join("\n")
-    );
-    assert_eq!(c.len(), rows.len(), "a row printed twice");
+    check_rows(&dir, &VERBS_H, &rows);
     // The structs the brief names are all here, each with its fields.
     let types = rows.iter().filter(|r| !r.key.contains('|')).count();
     assert!(
@@ -434,30 +339,13 @@ fn every_struct_and_field_matches_the_installed_header() {
 
 #[test]
 fn every_constant_matches_the_installed_header() {
-    let dir = work_dir("consts");
-    if !gcc_and_header(&dir) {
+    let dir = work_dir("verbs-consts");
+    if !gcc_and_header(&dir, &VERBS_H) {
         return;
     }
-    let mut prog = PRELUDE.to_string();
-    for (name, _) in consts::ALL {
-        prog += &format!("\tprintf(\"%s %lld 0\\n\", \"{name}\", (long long){name});\n");
-    }
-    prog += "\tprintf(\"VERBS_ABI_IS_EXTENDED %llu 0\\n\", \
-             (unsigned long long)(uintptr_t)__VERBS_ABI_IS_EXTENDED);\n";
-    prog += "\treturn 0;\n}\n";
-    let c = run_c(&dir, &prog);
-    let mut bad = Vec::new();
-    for (name, v) in consts::ALL {
-        match c.get(*name) {
-            Some(&(got, _)) if got == *v => {}
-            got => bad.push(format!("{name}: C {got:?}, Rust {v}")),
-        }
-    }
-    assert!(
-        bad.is_empty(),
-        "constants differ from <infiniband/verbs.h>:\n{}",
-        bad.join("\n")
-    );
+    let extra = "\tprintf(\"VERBS_ABI_IS_EXTENDED %llu 0\\n\", \
+                 (unsigned long long)(uintptr_t)__VERBS_ABI_IS_EXTENDED);\n";
+    let c = check_consts(&dir, &VERBS_H, consts::ALL, extra);
     assert_eq!(
         c["VERBS_ABI_IS_EXTENDED"].0,
         consts::VERBS_ABI_IS_EXTENDED as i128
