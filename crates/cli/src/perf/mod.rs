@@ -144,6 +144,8 @@ pub struct Opts {
     pub transport: rverbs::QpType,
     /// Speak perftest's own exchange (an unmodified perftest tool is the peer).
     pub perftest: bool,
+    /// With `perftest`: connect through the RDMA CM, as perftest's `-R`.
+    pub rdma_cm: bool,
     /// The RC QPs' local ACK timeout exponent (`--ack-timeout`, IBTA 9.7.6.1.3).
     pub ack_timeout: u8,
     /// The RC QPs' retry count (`--retry-count`, 0..=7).
@@ -456,6 +458,9 @@ pub fn run(o: &Opts, out: &mut impl Write) -> Result<Vec<Report>, String> {
     if o.perftest {
         return perftest::run(o, out);
     }
+    if o.rdma_cm {
+        return Err("-R (RDMA CM) is spoken with --perftest only (perftest's -R)".into());
+    }
     if o.qps > 1 {
         return Err(
             "-q is spoken with --perftest only (perftest's multi-QP bandwidth tests)".into(),
@@ -738,6 +743,7 @@ mod tests {
             qps: 1,
             transport: rverbs::QpType::Rc,
             perftest: false,
+            rdma_cm: false,
             ack_timeout: 14,
             retry_count: 7,
             json: false,
