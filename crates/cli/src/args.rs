@@ -346,10 +346,10 @@ pub(crate) enum Command {
         /// -s/-n/-a/-l/-D/-b, as perftest needs.
         #[arg(long)]
         perftest: bool,
-        /// With --perftest: connect through the RDMA CM instead of a TCP socket, as
-        /// perftest's -R (the exchange runs over a CM-connected RC QP, the test's QPs
-        /// are connected by the CM on the same port; the path MTU and ACK timeout are
-        /// then the CM's). RC only.
+        /// Connect through the RDMA CM instead of a TCP socket, as perftest's -R
+        /// (implies --perftest): the exchange runs over a CM-connected RC QP, the
+        /// test's QPs are connected by the CM on the same port (-p), to the peer's
+        /// IPv4 address; the path MTU and ACK timeout are then the CM's. RC only.
         #[arg(short = 'R', long = "rdma-cm")]
         rdma_cm: bool,
         /// Local ACK timeout exponent of the RC QPs (4.096 µs · 2^n), as perftest's -u.

@@ -144,7 +144,7 @@ pub struct Opts {
     pub transport: rverbs::QpType,
     /// Speak perftest's own exchange (an unmodified perftest tool is the peer).
     pub perftest: bool,
-    /// With `perftest`: connect through the RDMA CM, as perftest's `-R`.
+    /// Connect through the RDMA CM, as perftest's `-R` (implies `perftest`).
     pub rdma_cm: bool,
     /// The RC QPs' local ACK timeout exponent (`--ack-timeout`, IBTA 9.7.6.1.3).
     pub ack_timeout: u8,
@@ -455,11 +455,9 @@ pub fn run(o: &Opts, out: &mut impl Write) -> Result<Vec<Report>, String> {
     if o.depth == 0 || o.post_list == 0 || o.post_list > o.depth {
         return Err("need 1 <= post-list (-l) <= depth (-t)".into());
     }
-    if o.perftest {
+    // -R is perftest's mode: it implies its exchange.
+    if o.perftest || o.rdma_cm {
         return perftest::run(o, out);
-    }
-    if o.rdma_cm {
-        return Err("-R (RDMA CM) is spoken with --perftest only (perftest's -R)".into());
     }
     if o.qps > 1 {
         return Err(

@@ -61,8 +61,8 @@ const PAGE: i32 = 4096;
 const CACHE_LINE: i32 = 64;
 /// How long one handshake step of the exchange may wait for the peer (the TCG guest
 /// is slow). A wait for the peer's end of a run has no read timeout (it lasts as long
-/// as the run, e.g. `-D 400`): TCP keepalive ([`keepalive`]) ends it if the peer's
-/// host vanishes.
+/// as the run, e.g. `-D 400`): TCP keepalive, or with `-R` a liveness probe, ends it
+/// if the peer goes.
 const PEER_TIMEOUT: Duration = Duration::from_secs(300);
 /// For tests: the handshake timeout in milliseconds instead of [`PEER_TIMEOUT`].
 pub(super) const PEER_TIMEOUT_ENV: &str = "RVERBS_PERFTEST_PEER_TIMEOUT_MS";
@@ -553,7 +553,7 @@ fn setup(o: &Opts, tool: Tool, max_size: usize) -> Result<Conn, String> {
         match &o.server {
             Some(server) => {
                 let to = rdma_cm::resolve(server, o.port)?;
-                let until = Instant::now() + rdma_cm::CONNECT_FOR;
+                let until = Instant::now() + rdma_cm::connect_for();
                 for _ in 0..n {
                     let (id, qp) = rdma_cm::connect_one(&ctx, &d.ch, to, &param, until, &mk)?;
                     d.ids.push(id);

@@ -26,7 +26,8 @@
 
 use super::{Dest, OUT_READS};
 use rverbs::cm::{CmEvent, CmId, ConnParam, EventChannel, EventKind, PortSpace};
-use rverbs::{AccessFlags, Context, Cq, Gid, Mr, Pd, Qp, QpInitAttr, QpType, SendRequest, Wc};
+use rverbs::{AccessFlags, Context, Cq, Gid, Mr, Pd, Qp, QpInitAttr, QpType, RemoteBuf};
+use rverbs::{SendRequest, Wc};
 use rverbs::{WcOpcode, WcStatus};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
@@ -38,9 +39,18 @@ use std::time::{Duration, Instant};
 pub const DEST_LEN: usize = 56;
 /// perftest's `wr_id` of every control SEND and receive (`SYNC_SPEC_ID`).
 const SYNC_SPEC_ID: u64 = 5;
+/// Our `wr_id` of a liveness probe on the control QP.
+const PROBE_ID: u64 = 6;
+/// How often a wait with no time limit probes the peer.
+const PROBE_EVERY: Duration = Duration::from_secs(5);
 /// How long a client keeps connecting while the server rejects it for not listening
 /// (yet): a server on a slow host listens again only after its handshake.
-pub const CONNECT_FOR: Duration = Duration::from_secs(10);
+const CONNECT_FOR: Duration = Duration::from_secs(10);
+
+/// [`CONNECT_FOR`], or the handshake timeout when that is shorter.
+pub fn connect_for() -> Duration {
+    CONNECT_FOR.min(super::peer_timeout())
+}
 /// Between two connection attempts (perftest's 100 ms).
 const RETRY_GAP: Duration = Duration::from_millis(100);
 /// The most one step of a connection (address, route, the answer to a REQ) may take:
@@ -230,8 +240,11 @@ pub struct CmLink {
     ch: EventChannel,
     _pd: Pd,
     client: bool,
-    /// How long a receive may wait (`None`: until the peer's message or disconnect).
+    /// How long a receive may wait (`None`: until the peer's message or disconnect,
+    /// with liveness probes).
     pub wait: Option<Duration>,
+    /// A liveness probe is outstanding.
+    probing: bool,
 }
 
 /// Both queues of the control QP: one SEND and one receive at a time
@@ -294,7 +307,7 @@ impl CmLink {
             Self::post_recv(&qp, &mr)?;
             Ok(qp)
         };
-        let until = Instant::now() + CONNECT_FOR;
+        let until = Instant::now() + connect_for();
         let (id, qp) = connect_one(ctx, &ch, to, &control_param(retry_count), until, &mk)?;
         Ok(CmLink {
             id,
@@ -306,6 +319,7 @@ impl CmLink {
             _pd: pd,
             client: true,
             wait: None,
+            probing: false,
         })
     }
 
@@ -331,10 +345,11 @@ impl CmLink {
             _pd: pd,
             client: false,
             wait: None,
+            probing: false,
         })
     }
 
-    fn send(&self, mine: &[u8]) -> Result<(), String> {
+    fn send(&mut self, mine: &[u8]) -> Result<(), String> {
         self.mr.write(0, mine);
         self.qp
             .post_send(&SendRequest::send(
@@ -344,7 +359,7 @@ impl CmLink {
             .map_err(|e| format!("-R: control SEND: {e}"))?;
         // A SEND the peer has no receive for is retried (RNR retry 7, forever); the
         // peer's CM disconnect or our time limit ends the wait.
-        let wc = self.one(&self.scq, Some(self.wait.unwrap_or(STEP)))?;
+        let wc = self.one(true, Some(self.wait.unwrap_or(STEP)))?;
         if wc.status != WcStatus::Success || wc.opcode != WcOpcode::Send {
             return Err(format!(
                 "-R: control SEND failed: {:?} ({:?})",
@@ -354,9 +369,14 @@ impl CmLink {
         Ok(())
     }
 
-    fn recv(&self, len: usize) -> Result<Vec<u8>, String> {
-        let wc = self.one(&self.rcq, self.wait)?;
+    fn recv(&mut self, len: usize) -> Result<Vec<u8>, String> {
+        let wc = self.one(false, self.wait)?;
         if wc.status != WcStatus::Success {
+            // A failed probe is why the receive was flushed.
+            let mut p = [Wc::default()];
+            if self.scq.poll(&mut p).map_err(|e| format!("-R: {e}"))? == 1 {
+                self.probe_done(&p[0])?;
+            }
             return Err(format!("-R: control receive failed: {:?}", wc.status));
         }
         if (wc.byte_len as usize) < len {
@@ -371,17 +391,29 @@ impl CmLink {
         Ok(b)
     }
 
-    /// One completion of `cq`, up to `wait`; the peer's disconnect ends the wait.
-    fn one(&self, cq: &Cq, wait: Option<Duration>) -> Result<Wc, String> {
+    /// The next completion of the exchange on the send (`send`) or receive queue, up
+    /// to `wait`; the peer's disconnect ends the wait. A wait with no limit (for the
+    /// peer's end of a run) sends a liveness probe every [`PROBE_EVERY`]: a peer whose
+    /// process died sends no DREQ on a userspace device, and the probe's failure
+    /// (transport retries exhausted) ends the wait instead.
+    fn one(&mut self, send: bool, wait: Option<Duration>) -> Result<Wc, String> {
         let end = wait.map(|w| Instant::now() + w);
+        let mut next_probe = Instant::now() + PROBE_EVERY;
         let mut wc = [Wc::default()];
         loop {
+            if !send && self.scq.poll(&mut wc).map_err(|e| format!("-R: {e}"))? == 1 {
+                self.probe_done(&wc[0])?;
+            }
+            let cq = if send { &self.scq } else { &self.rcq };
             if cq
                 .poll_wait(&mut wc, Duration::from_millis(200))
                 .map_err(|e| format!("-R: {e}"))?
                 == 1
             {
-                return Ok(wc[0]);
+                if wc[0].wr_id != PROBE_ID {
+                    return Ok(wc[0]);
+                }
+                self.probe_done(&wc[0])?;
             }
             if let Some(ev) = self.ch.get_event(Some(Duration::ZERO)) {
                 if ev.id == self.id && ev.kind == EventKind::Disconnected {
@@ -394,7 +426,36 @@ impl CmLink {
                     wait.unwrap_or_default()
                 ));
             }
+            if end.is_none() && !self.probing && Instant::now() >= next_probe {
+                // IBTA C9-88: the responder checks no R_Key or address for a
+                // zero-length RDMA WRITE; it touches no memory and takes no receive.
+                let none = RemoteBuf {
+                    addr: 0,
+                    rkey: 0,
+                    len: 0,
+                };
+                self.qp
+                    .post_send(&SendRequest::write(PROBE_ID, &[], none))
+                    .map_err(|e| format!("-R: liveness probe: {e}"))?;
+                self.probing = true;
+                next_probe = Instant::now() + PROBE_EVERY;
+            }
         }
+    }
+
+    /// A send-queue completion met while waiting: a probe's (an error means the peer
+    /// is gone), or the error of a SEND.
+    fn probe_done(&mut self, wc: &Wc) -> Result<(), String> {
+        if wc.wr_id == PROBE_ID {
+            self.probing = false;
+        }
+        if wc.status != WcStatus::Success {
+            return Err(format!(
+                "-R: the peer is gone (a liveness probe on the control connection: {:?})",
+                wc.status
+            ));
+        }
+        Ok(())
     }
 
     /// One exchange step (`ctx_xchg_data_rdma`): the client sends then receives, the
