@@ -569,6 +569,16 @@ mod tests {
     }
 
     #[test]
+    fn peers_are_ipv4_as_perftest_resolves_them() {
+        assert_eq!(
+            resolve("127.0.0.1", 18515).unwrap(),
+            "127.0.0.1:18515".parse().unwrap()
+        );
+        assert!(resolve("::1", 18515).unwrap_err().contains("IPv4"));
+        assert!(resolve("no such host.invalid", 1).is_err());
+    }
+
+    #[test]
     fn reject_reasons_are_named() {
         assert!(rej_text(8).contains("nobody listens"));
         assert!(rej_text(28).contains("reason 28"));
