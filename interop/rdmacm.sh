@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Interop of the RDMA CM: `rverbs rping` / `udaddy` / `ucmatose`, and Debian's own rping,
-# udaddy, ucmatose and perftest `-R` on rverbs' librdmacm.so.1 (`rverbs exec`), against
-# rdma-core's tools on the kernel's rxe in the guest (../shared/rxe-peer), both roles.
+# Interop of the RDMA CM: `rverbs rping` / `udaddy` / `ucmatose` / `perf -R`, and Debian's
+# own rping, udaddy, ucmatose and perftest `-R` on rverbs' librdmacm.so.1 (`rverbs exec`),
+# against rdma-core's tools and perftest on the kernel's rxe in the guest (../shared/rxe-peer), both roles.
 # The native tools run over IPv4 and IPv6. The connection is made by CM MADs on QP1 (REQ/REP/RTU, DREQ/DREP; SIDR for
 # udaddy; several connections at once for ucmatose); rping then moves its data with RDMA READ and WRITE (-S 5000: 5-packet
 # transfers at the 1024-byte path MTU), checked on the client with -V.
@@ -129,15 +129,17 @@ ucmatose_case() {
 # libibverbs.so.1 on the library path; needs `cargo build --release -p
 # rverbs-libibverbs` beside the rverbs binary) against the same tools on rxe.
 # c_case NAME ROLE(rv-server|rv-client) PORT HOST_SERVER GUEST_CLIENT GUEST_SERVER HOST_CLIENT
-#   (commands; the rverbs side's are run with `rverbs exec --`), with the checks as
-#   grep patterns that both outputs must hold.
+#   WANT [RV_WANT] (commands; the rverbs side's are run with `rverbs exec --`, or with
+#   `rv_exec=` set empty as rverbs subcommands), with the checks as grep patterns: WANT
+#   in both outputs, or WANT in the guest's and RV_WANT in rverbs'.
 c_case() {
-  local name=$1 role=$2 lport=$3 hs=$4 gc=$5 gs=$6 hc=$7 want=$8
+  local name=$1 role=$2 lport=$3 hs=$4 gc=$5 gs=$6 hc=$7 want=$8 rv_want=${9:-$8}
+  local run_as=${rv_exec-exec --}
   [ -n "$filter" ] && [[ $name != *"$filter"* ]] && return
   case_name=$name
   local rv_log=/tmp/interop-rv.$$ vm_log ok=0
   if [ "$role" = rv-server ]; then
-    rv_cmd "$rv_log" 120 exec -- $hs &
+    rv_cmd "$rv_log" 120 $run_as $hs &
     local bg=$!
     # (A listener off the loopback device announces nothing to wait for.)
     sleep 2
@@ -154,7 +156,7 @@ c_case() {
     for attempt in 1 2 3 4 5; do
       guest -b "c$lport" "$gs" >/dev/null 2>&1
       guest_cm_listen "$lport"
-      rv_cmd "$rv_log" 120 exec -- $hc
+      rv_cmd "$rv_log" 120 $run_as $hc
       vm_log=$(guest "p=\$(cat /tmp/bg-c$lport.pid); for i in \$(seq 1 100); do kill -0 \$p 2>/dev/null || break; sleep 0.1; done; cat /tmp/bg-c$lport.log; kill -0 \$p 2>/dev/null && echo still-running; $kill_cm; $kill_leftovers" 2>&1)
       grep -q "REJECTED; error: 8" "$rv_log" || break
       if [ $attempt = 5 ]; then
@@ -167,7 +169,7 @@ c_case() {
     done
   fi
   if grep -q "exit=0" "$rv_log" && ! grep -q still-running <<<"$vm_log" &&
-    grep -q -- "$want" "$rv_log" && grep -q -- "$want" <<<"$vm_log"; then
+    grep -q -- "$rv_want" "$rv_log" && grep -q -- "$want" <<<"$vm_log"; then
     ok=1
   fi
   [ "$role" = rv-server ] && ! grep -q "exit=0" <<<"$vm_log" && ok=0
@@ -207,12 +209,30 @@ c_cases() {
   done
 }
 
+# `rverbs perf -R` (perftest's -R on the Rust CM API) against the guest's perftest -R,
+# both roles. As the client rverbs retries a reject for nobody listening (yet) for 10 s
+# itself, so ib_read_lat's late second listener is waited for.
+perf_r_cases() {
+  local p t op kind
+  for t in ib_send_bw ib_write_bw ib_read_lat; do
+    op=${t#ib_}; kind=${op#*_}; op=${op%_*}
+    p=$((port += 1))
+    rv_exec='' c_case "perf-$t-R-rv-server" rv-server "$p" \
+      "perf $op $kind -R -d rv_rxebr0 -n 100 -p $p" \
+      "$t -d rxe0 -R -n 100 -p $p $host4" "" "" "Data ex. method : rdma_cm" "rverbs counters"
+    p=$((port += 1))
+    rv_exec='' c_case "perf-$t-R-rv-client" rv-client "$p" "" "" "$t -d rxe0 -R -n 100 -p $p" \
+      "perf $op $kind -R -d rv_rxebr0 -n 100 -p $p $vm4" "Data ex. method : rdma_cm" "rverbs counters"
+  done
+}
+
 before=$(counters)
 if [ -e "$(dirname "$bin")/libibverbs.so.1" ] || [ -n "${RVERBS_LIBIBVERBS:-}" ]; then
   c_cases
 else
   echo "NOTE: no libibverbs.so.1 beside $bin: the C tools' cases are not run"
 fi
+perf_r_cases
 for role in rv-client rv-server; do
   for v6 in 0 1; do
     ipv=ip$([ $v6 = 1 ] && echo 6 || echo 4)

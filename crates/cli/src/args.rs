@@ -342,11 +342,16 @@ pub(crate) enum Command {
         /// perftest 6.28+ skips its parameter negotiation. Spoken: RC, one QP, the
         /// default options plus -s, -n (default: perftest's), -a, -t, -l and -Q (bw
         /// tools), -b (bw tools), -D (ib_write_bw, ib_read_bw, ib_atomic_bw), -m, -x,
-        /// -p, -A, -c UC/UD, -q (bw tools). Not spoken: -R
-        /// (rdma_cm). Start both sides with the same -s/-n/-a/-l/-D/-b, as perftest
-        /// needs.
+        /// -p, -A, -c UC/UD, -q (bw tools), -R. Start both sides with the same
+        /// -s/-n/-a/-l/-D/-b, as perftest needs.
         #[arg(long)]
         perftest: bool,
+        /// Connect through the RDMA CM instead of a TCP socket, as perftest's -R
+        /// (implies --perftest): the exchange runs over a CM-connected RC QP, the
+        /// test's QPs are connected by the CM on the same port (-p), to the peer's
+        /// IPv4 address; the path MTU and ACK timeout are then the CM's. RC only.
+        #[arg(short = 'R', long = "rdma-cm")]
+        rdma_cm: bool,
         /// Local ACK timeout exponent of the RC QPs (4.096 µs · 2^n), as perftest's -u.
         #[arg(long = "ack-timeout", default_value_t = 14, value_parser = clap::value_parser!(u8).range(1..=31))]
         ack_timeout: u8,

@@ -228,6 +228,7 @@ fn main() -> ExitCode {
             qps,
             connection,
             perftest,
+            rdma_cm,
             ack_timeout,
             retry_count,
             json,
@@ -245,7 +246,10 @@ fn main() -> ExitCode {
                 size_given: size.is_some(),
                 all,
                 iters: iters.unwrap_or(
-                    match (perftest, rverbs_cli::perf::perftest::Tool::of(op_v, kind)) {
+                    match (
+                        perftest || rdma_cm,
+                        rverbs_cli::perf::perftest::Tool::of(op_v, kind),
+                    ) {
                         // perftest's own default -n for that tool.
                         (true, Some(t)) => t.default_iters(),
                         _ if kind == Kind::Bw => 5000,
@@ -267,7 +271,8 @@ fn main() -> ExitCode {
                     "UD" => rverbs::QpType::Ud,
                     _ => rverbs::QpType::Rc,
                 },
-                perftest,
+                perftest: perftest || rdma_cm,
+                rdma_cm,
                 ack_timeout,
                 retry_count,
                 json,

@@ -466,3 +466,61 @@ fn the_wait_for_the_end_of_a_run_outlasts_the_handshake_timeout() {
     );
     assert!(stderr.contains("perftest exchange"), "{stderr}");
 }
+
+/// `-R` (perftest's RDMA CM mode, which implies `--perftest`): the exchange over a
+/// CM-connected control QP, the test's QPs connected by the CM, in both roles of a
+/// bandwidth tool with several QPs, a sweep, both directions, and the latency tools
+/// (each tool's own closing: `ib_write_lat` has no last exchange).
+#[test]
+fn rdma_cm_mode_in_both_roles() {
+    let r = |args: &[&str]| {
+        let all: Vec<&str> = ["-R"].into_iter().chain(args.iter().copied()).collect();
+        common::perf_pair_lines(&all, common::free_port(), "127.0.0.1")
+    };
+    let (s, c) = r(&["write", "bw", "-q", "2", "-n", "150", "-s", "3000"]);
+    assert_eq!(field(&c[0], "msgs"), "300", "{c:?}");
+    assert_eq!(field(&s[0], "msgs"), "300", "{s:?}");
+    let (s, c) = r(&["send", "bw", "-n", "200", "-s", "3000"]);
+    assert_eq!(field(&c[0], "msgs"), "200", "{c:?}");
+    assert_eq!(field(&s[0], "msgs"), "200", "{s:?}");
+    let (s, c) = r(&["read", "bw", "-b", "-n", "100", "-s", "1000"]);
+    assert_eq!(field(&c[0], "msgs"), "200", "{c:?}");
+    assert_eq!(field(&s[0], "msgs"), "200", "{s:?}");
+    let (s, c) = r(&["send", "bw", "-a", "-n", "5"]);
+    assert_eq!((s.len(), c.len()), (23, 23), "{s:?} {c:?}");
+    for op in ["write", "send", "read", "atomic"] {
+        let (_, c) = r(&[op, "lat", "-n", "100", "-s", "8"]);
+        assert_eq!(c.len(), 1, "{op}: {c:?}");
+        assert!(num(&c[0], "p50") > 0.0, "{op}: {}", c[0]);
+    }
+}
+
+/// `-R` to a port nobody listens on: the CM's reject (reason 8, as the kernel gives),
+/// named, once the client has retried for its (here shortened) time.
+#[test]
+fn rdma_cm_to_a_port_nobody_listens_on_is_rejected() {
+    let start = std::time::Instant::now();
+    let o = Command::new(env!("CARGO_BIN_EXE_rverbs"))
+        .args(["perf", "send", "bw", "-R", "-n", "5", "127.0.0.1"])
+        .args(["-p", &common::free_port_s()])
+        .env("RVERBS_PERFTEST_PEER_TIMEOUT_MS", "1000")
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(text(&o).contains("REJ reason 8"), "{}", text(&o));
+    assert!(
+        start.elapsed() < Duration::from_secs(8),
+        "{:?}",
+        start.elapsed()
+    );
+    // UC and UD are not connected through the CM here (perftest refuses UC with -R).
+    for t in ["UC", "UD"] {
+        let o = Command::new(env!("CARGO_BIN_EXE_rverbs"))
+            .args(["perf", "send", "bw", "-R", "-c", t, "127.0.0.1"])
+            .args(["-p", &common::free_port_s()])
+            .output()
+            .unwrap();
+        assert!(!o.status.success(), "{t}");
+        assert!(text(&o).contains("-R: RC only"), "{t}: {}", text(&o));
+    }
+}

@@ -293,3 +293,71 @@ fn perftest_latency_tests_connect_with_rdma_cm() {
         perftest_r(t);
     }
 }
+
+/// `rverbs perf -R` (the Rust API's CM, no C library) against an unmodified perftest
+/// `tool -R` on this library, each as server and as client; the client connects to
+/// 127.0.0.1 once the server listens.
+fn rverbs_perf_r(tool: &str, op: &str, kind: &str) {
+    let rv = common::rverbs_bin();
+    for perftest_serves in [true, false] {
+        let port = cm_port();
+        let p = port.to_string();
+        let common_args = ["-n", "200", "-s", "1000", "-p", &p];
+        let mut rust = Command::new(&rv);
+        rust.args(["perf", op, kind, "-R", "--json"])
+            .args(common_args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        let mut pt_args = vec!["-d", "rv_lo", "-R"];
+        pt_args.extend_from_slice(&common_args);
+        let what = format!(
+            "{tool} {}",
+            if perftest_serves { "server" } else { "client" }
+        );
+        let (st, ct) = if perftest_serves {
+            let (server, _) = serve(cmd(tool, &pt_args), "0106", port, &what);
+            rust.arg("127.0.0.1");
+            run_pair(server, rust, &what)
+        } else {
+            let (server, _) = serve(rust, "0106", port, &what);
+            pt_args.push("127.0.0.1");
+            run_pair(server, cmd(tool, &pt_args), &what)
+        };
+        let (pt, rv_out) = if perftest_serves {
+            (&st, &ct)
+        } else {
+            (&ct, &st)
+        };
+        assert!(pt.contains("Data ex. method : rdma_cm"), "{what}:\n{pt}");
+        // The client's result: perftest's line (the size, then 200 iterations), or
+        // rverbs' row.
+        if perftest_serves {
+            assert!(ct.contains("\"msgs\":200"), "{what}:\n{ct}");
+        } else {
+            assert!(
+                ct.lines().any(|l| {
+                    let w: Vec<&str> = l.split_whitespace().collect();
+                    w.len() > 2 && w[0] == "1000" && w[1] == "200"
+                }),
+                "{what}:\n{ct}"
+            );
+        }
+        assert!(rv_out.contains("rverbs counters"), "{what}:\n{rv_out}");
+    }
+}
+
+#[test]
+#[ignore = "needs perftest and the rverbs binary (cargo build -p rverbs-cli); CI runs it with --ignored"]
+fn rverbs_perf_r_and_perftest_r_bandwidth_in_both_roles() {
+    rverbs_perf_r("ib_send_bw", "send", "bw");
+    rverbs_perf_r("ib_write_bw", "write", "bw");
+    rverbs_perf_r("ib_read_bw", "read", "bw");
+}
+
+#[test]
+#[ignore = "needs perftest and the rverbs binary (cargo build -p rverbs-cli); CI runs it with --ignored"]
+fn rverbs_perf_r_and_perftest_r_latency_in_both_roles() {
+    rverbs_perf_r("ib_read_lat", "read", "lat");
+    rverbs_perf_r("ib_write_lat", "write", "lat");
+    rverbs_perf_r("ib_send_lat", "send", "lat");
+}

@@ -172,30 +172,10 @@ fn srq_pingpong_polling_and_with_events() {
     pingpong("ibv_srq_pingpong", &["-e"]);
 }
 
-/// The `rverbs` binary: `RVERBS_BIN`, else the one of this build (`cargo build -p
-/// rverbs-cli`; `cargo test --workspace` builds it too).
-fn rverbs_bin() -> PathBuf {
-    if let Some(p) = std::env::var_os("RVERBS_BIN") {
-        return PathBuf::from(p);
-    }
-    let exe = std::env::current_exe().unwrap();
-    let p = exe
-        .parent()
-        .and_then(|d| d.parent())
-        .unwrap()
-        .join("rverbs");
-    assert!(
-        p.exists(),
-        "{} missing: cargo build -p rverbs-cli",
-        p.display()
-    );
-    p
-}
-
 #[test]
 #[ignore = "needs ibverbs-utils and the rverbs binary (cargo build -p rverbs-cli); CI runs it with --ignored"]
 fn c_pingpongs_talk_to_rverbs_pingpong_in_both_roles() {
-    let rv = rverbs_bin();
+    let rv = common::rverbs_bin();
     for t in ["rc", "uc", "ud"] {
         let tool = format!("ibv_{t}_pingpong");
         for c_serves in [true, false] {
@@ -374,7 +354,7 @@ fn c_library_bench_script_prints_every_row() {
     let out = Command::new("bash")
         .arg("bench/c_library.sh")
         .current_dir(root)
-        .env("RVERBS", rverbs_bin())
+        .env("RVERBS", common::rverbs_bin())
         .env("LIBDIR", common::lib_dir())
         .env("DUR", "1")
         .env("ITERS", "300")

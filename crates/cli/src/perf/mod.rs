@@ -144,6 +144,8 @@ pub struct Opts {
     pub transport: rverbs::QpType,
     /// Speak perftest's own exchange (an unmodified perftest tool is the peer).
     pub perftest: bool,
+    /// Connect through the RDMA CM, as perftest's `-R` (implies `perftest`).
+    pub rdma_cm: bool,
     /// The RC QPs' local ACK timeout exponent (`--ack-timeout`, IBTA 9.7.6.1.3).
     pub ack_timeout: u8,
     /// The RC QPs' retry count (`--retry-count`, 0..=7).
@@ -453,7 +455,8 @@ pub fn run(o: &Opts, out: &mut impl Write) -> Result<Vec<Report>, String> {
     if o.depth == 0 || o.post_list == 0 || o.post_list > o.depth {
         return Err("need 1 <= post-list (-l) <= depth (-t)".into());
     }
-    if o.perftest {
+    // -R is perftest's mode: it implies its exchange.
+    if o.perftest || o.rdma_cm {
         return perftest::run(o, out);
     }
     if o.qps > 1 {
@@ -738,6 +741,7 @@ mod tests {
             qps: 1,
             transport: rverbs::QpType::Rc,
             perftest: false,
+            rdma_cm: false,
             ack_timeout: 14,
             retry_count: 7,
             json: false,

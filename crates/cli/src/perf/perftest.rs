@@ -22,15 +22,21 @@
 //! here.
 
 use super::{Kind, Lat, Op, Opts, Report, Side, STALL};
+use rverbs::cm::{CmId, EventChannel};
 use rverbs::{
     device, AccessFlags, Ah, AhAttr, ConnectOpts, Context, Cq, Gid, Mr, Mtu, Pd, PeerInfo, Qp,
     QpInitAttr, QpType, RemoteBuf, SendRequest, Wc, WcOpcode, WcStatus,
 };
-use std::io::{Read, Write};
-use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::io::Write;
+use std::net::IpAddr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+mod oob;
+pub mod rdma_cm;
 mod run_iter;
+use oob::Oob;
+use rdma_cm::{CmLink, DataConns};
 use run_iter::*;
 
 /// The version we announce: one perftest accepts (>= 5.70) and below 6.28, so no peer
@@ -55,8 +61,8 @@ const PAGE: i32 = 4096;
 const CACHE_LINE: i32 = 64;
 /// How long one handshake step of the exchange may wait for the peer (the TCG guest
 /// is slow). A wait for the peer's end of a run has no read timeout (it lasts as long
-/// as the run, e.g. `-D 400`): TCP keepalive ([`keepalive`]) ends it if the peer's
-/// host vanishes.
+/// as the run, e.g. `-D 400`): TCP keepalive, or with `-R` a liveness probe, ends it
+/// if the peer goes.
 const PEER_TIMEOUT: Duration = Duration::from_secs(300);
 /// For tests: the handshake timeout in milliseconds instead of [`PEER_TIMEOUT`].
 pub(super) const PEER_TIMEOUT_ENV: &str = "RVERBS_PERFTEST_PEER_TIMEOUT_MS";
@@ -72,17 +78,6 @@ fn peer_timeout() -> Duration {
     .unwrap_or(PEER_TIMEOUT)
 }
 
-/// TCP keepalive on the exchange socket: a peer host that vanishes while we wait
-/// (untimed) for the end of its run is noticed after about 2 minutes (60 s idle, then
-/// 6 probes 10 s apart).
-fn keepalive(s: &TcpStream) {
-    let k = socket2::TcpKeepalive::new()
-        .with_time(Duration::from_secs(60))
-        .with_interval(Duration::from_secs(10))
-        .with_retries(6);
-    let _ = socket2::SockRef::from(s).set_tcp_keepalive(&k);
-}
-/// perftest's largest `-a` size (`MAX_SIZE`).
 const MAX_SIZE: usize = 1 << 23;
 /// A receive's `wr_id` carries this bit.
 const RECV: u64 = 1 << 63;
@@ -183,7 +178,7 @@ impl Tool {
 }
 
 /// One `pingpong_dest` as perftest prints it with a GID (`KEY_PRINT_FMT_GID`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Dest {
     /// LID (0 on RoCE).
     pub lid: u16,
@@ -378,70 +373,11 @@ impl BwReport {
     }
 }
 
-/// The TCP connection and its role: `ctx_xchg_data_ethernet` writes then reads on the
-/// client and reads then writes on the server.
-struct Oob {
-    s: TcpStream,
-    client: bool,
-}
-
-impl Oob {
-    fn xchg(&mut self, mine: &[u8]) -> Result<Vec<u8>, String> {
-        let err = |e: std::io::Error| format!("perftest exchange: {e}");
-        let mut theirs = vec![0u8; mine.len()];
-        if self.client {
-            self.s.write_all(mine).map_err(err)?;
-            self.s.read_exact(&mut theirs).map_err(err)?;
-        } else {
-            self.s.read_exact(&mut theirs).map_err(err)?;
-            self.s.write_all(mine).map_err(err)?;
-        }
-        Ok(theirs)
-    }
-
-    fn hand_shake(&mut self, me: &Dest) -> Result<Dest, String> {
-        decode(&self.xchg(&encode(me))?)
-    }
-
-    /// Runs `f`, an exchange that waits for the peer's end of a run (which lasts as
-    /// long as the run does), with no read timeout; handshake steps after it have
-    /// theirs again. Keepalive ends the wait if the peer's host vanishes.
-    fn after_run<T>(&mut self, f: impl FnOnce(&mut Oob) -> Result<T, String>) -> Result<T, String> {
-        let _ = self.s.set_read_timeout(None);
-        let r = f(self);
-        let _ = self.s.set_read_timeout(Some(peer_timeout()));
-        r
-    }
-
-    /// `xchg_bw_reports`: ours out, theirs in.
-    fn reports(&mut self, mine: &BwReport) -> Result<BwReport, String> {
-        let mut theirs = [[0u8; 8]; 5];
-        for (t, m) in theirs.iter_mut().zip(mine.fields()) {
-            t.copy_from_slice(&self.xchg(&m)?);
-        }
-        BwReport::from_fields(&theirs)
-    }
-
-    /// `ctx_close_connection`: a handshake, then `"done"` with its NUL (which nobody
-    /// reads).
-    fn close(&mut self, me: &Dest) -> Result<(), String> {
-        self.hand_shake(me)?;
-        let _ = self.s.write_all(b"done\0");
-        Ok(())
-    }
-
-    /// Waits (bounded) until the peer closes the connection: `ib_write_lat` ends with
-    /// no closing exchange, and our QP must answer its last packets until it exits.
-    fn linger(&mut self) {
-        let _ = self.s.set_read_timeout(Some(Duration::from_secs(10)));
-        let mut b = [0u8; 64];
-        while matches!(self.s.read(&mut b), Ok(n) if n > 0) {}
-    }
-}
-
 /// The connected QP, its region and the peer's details.
 struct Conn {
     oob: Oob,
+    /// `-R`: the test QPs' CM connections.
+    data: Option<DataConns>,
     /// The QPs (`-q`; one but for the bandwidth tools), each with both sides' keys.
     lanes: Vec<Lane>,
     /// The size of one area of the region: QP `i` sends from area `i` and the peer
@@ -465,7 +401,7 @@ struct Conn {
 
 /// One QP of the test and both sides' keys for it.
 struct Lane {
-    qp: Qp,
+    qp: Arc<Qp>,
     me: Dest,
     rem: Dest,
     /// UD: the address handle towards the peer's QP (perftest's `ctx->ah[i]`).
@@ -484,48 +420,34 @@ fn v4_mapped(g: &Gid) -> bool {
     o[..10].iter().all(|b| *b == 0) && o[10] == 0xff && o[11] == 0xff
 }
 
-fn open_tcp(o: &Opts) -> Result<(TcpStream, SocketAddr), String> {
-    match &o.server {
-        Some(server) => {
-            let addrs: Vec<SocketAddr> = (server.as_str(), o.port)
-                .to_socket_addrs()
-                .map_err(|e| format!("{server}: {e}"))?
-                .collect();
-            // The perftest server may still be starting: retry for a few seconds.
-            let deadline = Instant::now() + Duration::from_secs(10);
-            loop {
-                for a in &addrs {
-                    if let Ok(s) = TcpStream::connect_timeout(a, Duration::from_secs(2)) {
-                        return Ok((s, *a));
-                    }
-                }
-                if Instant::now() > deadline {
-                    return Err(format!("couldn't connect to {server}:{}", o.port));
-                }
-                std::thread::sleep(Duration::from_millis(100));
-            }
-        }
-        None => {
-            // perftest's client connects over IPv4 (6.06) or either family (newer).
-            let l = TcpListener::bind(("::", o.port))
-                .or_else(|_| TcpListener::bind(("0.0.0.0", o.port)))
-                .map_err(|e| format!("couldn't listen on port {}: {e}", o.port))?;
-            l.accept().map_err(|e| format!("accept: {e}"))
-        }
-    }
-}
-
-/// The steps every tool shares: TCP, versions, system data, MTU, resources, the key
 /// exchange, the QP's connection and the remaining handshakes up to the traffic.
 fn setup(o: &Opts, tool: Tool, max_size: usize) -> Result<Conn, String> {
     let e = |e: rverbs::Error| e.to_string();
-    let (s, peer) = open_tcp(o)?;
-    let _ = s.set_nodelay(true);
-    let _ = s.set_read_timeout(Some(peer_timeout()));
-    keepalive(&s);
-    let mut oob = Oob {
-        s,
-        client: o.server.is_some(),
+    let client = o.server.is_some();
+    let n = o.qps.max(1);
+    let dev = device(o.dev.as_deref()).map_err(e)?;
+    let ctx = dev.open().map_err(e)?;
+    let (mut oob, peer, mut data) = if o.rdma_cm {
+        let link = match &o.server {
+            Some(s) => CmLink::connect(&ctx, rdma_cm::resolve(s, o.port)?, o.retry_count)?,
+            None => CmLink::accept(&ctx, o.port, o.retry_count)?,
+        };
+        let peer = link.peer();
+        // Our server listens for the test's QPs before the client may connect them.
+        let ch = EventChannel::new().map_err(e)?;
+        let listener = match client {
+            true => None,
+            false => Some(rdma_cm::listen(&ctx, &ch, o.port, n as u32)?),
+        };
+        let data = DataConns {
+            ids: Vec::new(),
+            ch,
+            listener,
+        };
+        (Oob::cm(link, client), peer, Some(data))
+    } else {
+        let (oob, peer) = Oob::tcp(o)?;
+        (oob, peer, None)
     };
 
     // exchange_versions + check_version_compatibility
@@ -544,8 +466,6 @@ fn setup(o: &Opts, tool: Tool, max_size: usize) -> Result<Conn, String> {
     let l = oob.xchg(&CACHE_LINE.to_be_bytes())?;
     let (cycle, line) = parse_sys(&c, &l)?;
 
-    let dev = device(o.dev.as_deref()).map_err(e)?;
-    let ctx = dev.open().map_err(e)?;
     // check_mtu: the MTU enum as text in 2 bytes; the path takes the smaller.
     let mine = match o.mtu {
         0 => dev.active_mtu(),
@@ -575,7 +495,6 @@ fn setup(o: &Opts, tool: Tool, max_size: usize) -> Result<Conn, String> {
     // Our region: per QP two areas of BUFF_SIZE rounded to the cache line (INC): QP
     // `i` sends from (or reads into) area `i`, the peer writes / sends / reads area
     // `n + i` (perftest's `ctx->buf[i]`, `set_up_connection`).
-    let n = o.qps.max(1);
     // (A UD receive also holds the 40-byte GRH area in front of the message.)
     let ud = o.transport == QpType::Ud;
     let half = (max_size.max(cycle) + if ud { UD_ADDITION } else { 0 }).div_ceil(line) * line;
@@ -610,12 +529,58 @@ fn setup(o: &Opts, tool: Tool, max_size: usize) -> Result<Conn, String> {
             .ok_or_else(|| format!("no GID of the peer's address family on {}", dev.name))?,
     };
     let gid = ctx.gid(sgid).ok_or("no such GID index")?;
+    let attr = || {
+        let mut a = QpInitAttr::new(qp_type, &cq);
+        a.cap.max_send_wr = o.depth.max(16) as u32 + 1;
+        a.cap.max_recv_wr = rx as u32;
+        a
+    };
+    // -R (`create_rdma_cm_connection`): a handshake of zeroed keys, the test's QPs
+    // connected (and moved) by the CM, another handshake of zeroed keys.
+    let mut cm_qps = Vec::new();
+    if let Some(d) = data.as_mut() {
+        let zero = rdma_cm::encode(&Dest::default());
+        oob.xchg(&zero)?;
+        let reads = matches!(
+            tool,
+            Tool::ReadBw | Tool::ReadLat | Tool::AtomicBw | Tool::AtomicLat
+        );
+        let param = rdma_cm::data_param(reads, o.retry_count);
+        let mk = |id: &CmId| {
+            id.create_qp(&pd, &attr())
+                .map_err(|x| format!("-R: test QP: {x}"))
+        };
+        match &o.server {
+            Some(server) => {
+                let to = rdma_cm::resolve(server, o.port)?;
+                let until = Instant::now() + rdma_cm::connect_for();
+                for _ in 0..n {
+                    let (id, qp) = rdma_cm::connect_one(&ctx, &d.ch, to, &param, until, &mk)?;
+                    d.ids.push(id);
+                    cm_qps.push(qp);
+                }
+            }
+            None => {
+                for _ in 0..n {
+                    let id = rdma_cm::next_request(&d.ch, Some(peer_timeout()))?;
+                    let qp = mk(&id)?;
+                    id.accept(&param)
+                        .map_err(|x| format!("-R: accepting a test QP: {x}"))?;
+                    d.ids.push(id);
+                    cm_qps.push(qp);
+                }
+                d.listener = None;
+            }
+        }
+        oob.xchg(&zero)?;
+    }
+    let mut cm_qps = cm_qps.into_iter();
     let mut lanes = Vec::with_capacity(n);
     for i in 0..n {
-        let mut attr = QpInitAttr::new(qp_type, &cq);
-        attr.cap.max_send_wr = o.depth.max(16) as u32 + 1;
-        attr.cap.max_recv_wr = rx as u32;
-        let qp = pd.create_qp(&attr).map_err(e)?;
+        let qp = match cm_qps.next() {
+            Some(q) => q,
+            None => Arc::new(pd.create_qp(&attr()).map_err(e)?),
+        };
         let me = Dest {
             lid: 0,
             out_reads: OUT_READS,
@@ -635,29 +600,32 @@ fn setup(o: &Opts, tool: Tool, max_size: usize) -> Result<Conn, String> {
         };
         lanes.push(Lane { qp, me, rem, ah });
     }
-    // ctx_check_gid_compatibility: both IPv4-mapped or neither.
-    if v4_mapped(&gid) != v4_mapped(&lanes[0].rem.gid) {
-        return Err("the peer's GID is of the other IP version (pick one with -x)".into());
-    }
-    for l in &lanes {
-        let copts = ConnectOpts {
-            sgid_index: sgid,
-            mtu,
-            psn: l.me.psn,
-            rd_atomic: OUT_READS.min(l.rem.out_reads.max(1)) as u8,
-            timeout: o.ack_timeout,
-            retry_cnt: o.retry_count,
-            ..ConnectOpts::default()
-        };
-        l.qp.connect(
-            &PeerInfo {
-                qpn: l.rem.qpn,
-                psn: l.rem.psn,
-                gid: l.rem.gid,
-            },
-            &copts,
-        )
-        .map_err(e)?;
+    // With -R the CM connected the QPs (perftest checks no GIDs then).
+    if data.is_none() {
+        // ctx_check_gid_compatibility: both IPv4-mapped or neither.
+        if v4_mapped(&gid) != v4_mapped(&lanes[0].rem.gid) {
+            return Err("the peer's GID is of the other IP version (pick one with -x)".into());
+        }
+        for l in &lanes {
+            let copts = ConnectOpts {
+                sgid_index: sgid,
+                mtu,
+                psn: l.me.psn,
+                rd_atomic: OUT_READS.min(l.rem.out_reads.max(1)) as u8,
+                timeout: o.ack_timeout,
+                retry_cnt: o.retry_count,
+                ..ConnectOpts::default()
+            };
+            l.qp.connect(
+                &PeerInfo {
+                    qpn: l.rem.qpn,
+                    psn: l.rem.psn,
+                    gid: l.rem.gid,
+                },
+                &copts,
+            )
+            .map_err(e)?;
+        }
     }
     // The remaining handshakes, the last one after both sides reached RTR: with one
     // QP the tool's count of them; with several (bandwidth tools) one per QP and one
@@ -681,6 +649,7 @@ fn setup(o: &Opts, tool: Tool, max_size: usize) -> Result<Conn, String> {
     }
     Ok(Conn {
         oob,
+        data,
         lanes,
         half,
         mtu,
@@ -774,6 +743,13 @@ pub fn check(o: &Opts) -> Result<Tool, String> {
     }
     if o.transport == QpType::Ud && o.bidir {
         return Err("--perftest: -c UD with -b is not spoken".into());
+    }
+    // perftest: "UC is not supported in librdmacm"; UD over the CM (SIDR) is not
+    // spoken here.
+    if o.rdma_cm && o.transport != QpType::Rc {
+        return Err(
+            "--perftest -R: RC only (perftest refuses UC with -R; UD is not spoken)".into(),
+        );
     }
     Ok(tool)
 }
@@ -871,7 +847,7 @@ pub fn run(o: &Opts, out: &mut impl Write) -> Result<Vec<Report>, String> {
                         tool.name()
                     ))?;
                 }
-                let r = theirs.report();
+                let r = BwReport::from_fields(&theirs)?.report();
                 show(out, &r)?;
                 reports.push(r);
             }
@@ -965,6 +941,12 @@ pub fn run(o: &Opts, out: &mut impl Write) -> Result<Vec<Report>, String> {
             }
         }
     }
+    // -R: the test's connections, then the control connection, end as perftest's do
+    // (`rdma_cm_disconnect_nodes`, then the comm context's).
+    if let Some(d) = &c.data {
+        d.close(client);
+    }
+    c.oob.close_cm();
     // For interop diagnostics: our port counters (ICRC errors, drops, retransmissions).
     let line: Vec<String> = c
         .ctx

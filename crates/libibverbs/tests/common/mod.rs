@@ -136,3 +136,23 @@ pub fn finish(mut child: Child, limit: Duration, what: &str) -> Output {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// The `rverbs` binary: `RVERBS_BIN`, else the one of this build (`cargo build -p
+/// rverbs-cli`; `cargo test --workspace` builds it too).
+pub fn rverbs_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("RVERBS_BIN") {
+        return PathBuf::from(p);
+    }
+    let exe = std::env::current_exe().unwrap();
+    let p = exe
+        .parent()
+        .and_then(|d| d.parent())
+        .unwrap()
+        .join("rverbs");
+    assert!(
+        p.exists(),
+        "{} missing: cargo build -p rverbs-cli",
+        p.display()
+    );
+    p
+}

@@ -161,16 +161,16 @@ impl Conn {
         &mut self,
         f: impl FnOnce(&mut Conn) -> Result<T, String>,
     ) -> Result<T, String> {
-        let _ = self.oob.s.set_read_timeout(None);
+        self.oob.set_wait(None);
         let r = f(self);
-        let _ = self.oob.s.set_read_timeout(Some(peer_timeout()));
+        self.oob.set_wait(Some(peer_timeout()));
         r
     }
 
     /// A bidirectional size's figures: ours (`me`) and the peer's, exchanged as
     /// `xchg_bw_reports` does, together.
     pub(super) fn both_ways(&mut self, size: usize, me: &Side) -> Result<Report, String> {
-        let theirs = self.oob.reports(&BwReport::of(size, me))?;
+        let theirs = BwReport::from_fields(&self.oob.reports(&BwReport::of(size, me))?)?;
         let peer = Side {
             sent: theirs.iters,
             secs: theirs.report().secs,
