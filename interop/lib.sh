@@ -12,7 +12,11 @@ bin=${1:-$here/../target/release/rverbs}
 bin=$(cd "$(dirname "$bin")" && pwd)/$(basename "$bin")
 filter=${2:-}
 host4=10.77.0.1 host6=fd00:77::1 vm4=10.77.0.2 vm6=fd00:77::2
-pass=0 fail=0 failed=()
+pass=0 fail=0 failed=() open=0 opened=()
+# Cases a suite runs but whose failure is a known open problem (an issue names it):
+# `known_open[NAME]=why`. A failure prints OPEN with the reason and the details, is
+# counted apart, and does not fail the suite; a pass is a pass.
+declare -A known_open=()
 suite_start=$(date +%s)
 
 guest() { "$peer/run.sh" -v 1 "$@"; }
@@ -79,6 +83,9 @@ record() { # name ok(0|1) [details...]
   case_t0=$(date +%s.%N)
   if [ "$ok" = 1 ]; then
     pass=$((pass + 1)); echo "PASS $name ($dt)"
+  elif [ -n "${known_open[$name]:-}" ]; then
+    open=$((open + 1)); opened+=("$name")
+    echo "OPEN $name ($dt): failed, a known open problem: ${known_open[$name]}"; printf '%s\n' "$@"
   else
     fail=$((fail + 1)); failed+=("$name"); echo "FAIL $name ($dt)"; printf '%s\n' "$@"
   fi
@@ -255,7 +262,8 @@ guest_netem_stats() { guest "$gtc -s qdisc show dev eth0; $gtc -s qdisc show dev
 
 finish() {
   check_pcaps
-  echo "$pass passed, $fail failed ($(($(date +%s) - suite_start)) s)"
+  echo "$pass passed, $fail failed, $open known open ($(($(date +%s) - suite_start)) s)"
   [ "$fail" = 0 ] || printf '  failed: %s\n' "${failed[@]}"
+  [ "$open" = 0 ] || printf '  known open (failed): %s\n' "${opened[@]}"
   [ "$fail" = 0 ]
 }
