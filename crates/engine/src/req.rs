@@ -84,11 +84,7 @@ impl Qp {
             return None;
         }
         let last = self.sent_psn_end.sub(1);
-        let idx = self
-            .sq
-            .iter()
-            .take_while(|w| w.started)
-            .position(|w| last.in_window(w.first_psn, w.npkts))?;
+        let idx = self.started_wqe_of(last, true)?;
         let w = &self.sq[idx];
         // A READ/atomic asks by itself; a message still being (re)sent asks at its end.
         if w.is_rd_atomic() || !w.fully_sent() || last != w.last_psn() {
