@@ -379,14 +379,32 @@ impl Qp {
     /// for each probe already sent in this stall) while a probe may go out before the
     /// retransmit timer, or stops it.
     pub(crate) fn arm_probe(&mut self, now: Nanos) {
+        let wanted = self.probe_wanted();
+        self.arm_probe_if(wanted, now);
+    }
+
+    /// [`Qp::arm_probe`] right after the requester sent a new SEND/WRITE packet (not
+    /// one sent before) of an RC QP that sent no probe in this stall: the probe is
+    /// then wanted whenever loss recovery is on and the QP may send, as
+    /// [`Qp::probe_wanted`] would find with a search for the last packet's WQE per
+    /// packet sent (that packet is the one just built, its WQE a SEND/WRITE).
+    pub(crate) fn arm_probe_after_new(&mut self, now: Nanos) {
+        if self.probes_sent != 0 {
+            return self.arm_probe(now);
+        }
+        let wanted = self.loss_recovery && self.can_send();
+        debug_assert_eq!(wanted, self.probe_wanted());
+        self.arm_probe_if(wanted, now);
+    }
+
+    fn arm_probe_if(&mut self, wanted: bool, now: Nanos) {
         // Each probe of a stall waits twice as long as the one before; none is due at
         // or after the retransmit timer.
         // Selective repeat probes before the first RTT sample too (from a quarter of
         // the ACK timeout): gaps are recovered by reports, which a probe draws, and
         // the resends they start leave no sample (Karn).
         let sr = self.sr.reports_seen;
-        let at = self
-            .probe_wanted()
+        let at = wanted
             .then(|| {
                 self.rtt
                     .probe_ns(self.attr.timeout)
