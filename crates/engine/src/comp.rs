@@ -326,11 +326,9 @@ impl Qp {
         } else {
             self.comp_psn
         };
-        let idx = self
-            .sq
-            .iter()
-            .take_while(|w| w.started)
-            .position(|w| psn.in_window(w.first_psn, w.npkts))?;
+        // (The last packet sent is in the last started WQE, the oldest unacknowledged
+        // in the first: searched from that end, not across a window of thousands.)
+        let idx = self.started_wqe_of(psn, self.probes_sent == 0)?;
         if !self.sq[idx].is_rd_atomic() {
             return Some((idx, psn));
         }
@@ -350,18 +348,63 @@ impl Qp {
             .last()
     }
 
+    /// The index of the started WQE whose packets include `psn`; `near_end`: it is
+    /// likely the newest (the last packet sent), else the oldest. Started WQEs are a
+    /// prefix of the SQ (a WQE starts only at `sq_next`, after every one before it, and
+    /// stays started until it completes) and their PSN ranges follow each other from
+    /// the front's, so the likely ones are tried first and the rest is a binary search
+    /// on the distance from the front's first PSN: not a walk across a window of
+    /// hundreds of WQEs per packet sent.
+    pub(crate) fn started_wqe_of(&self, psn: Psn, near_end: bool) -> Option<usize> {
+        let has = |w: &crate::qp::SendWqe| w.started && psn.in_window(w.first_psn, w.npkts);
+        let likely = if near_end {
+            [self.sq_next, self.sq_next.wrapping_sub(1)]
+        } else {
+            [0, 0]
+        };
+        if let Some(&i) = likely.iter().find(|&&i| self.sq.get(i).is_some_and(has)) {
+            return Some(i);
+        }
+        let base = self.sq.front().filter(|w| w.started)?.first_psn;
+        let at = psn.forward_from(base);
+        // (True for a prefix: the started WQEs that begin at or before `psn`.)
+        let n = self
+            .sq
+            .partition_point(|w| w.started && w.first_psn.forward_from(base) <= at);
+        let i = n.checked_sub(1)?;
+        has(&self.sq[i]).then_some(i)
+    }
+
     /// (Re)starts the tail-loss probe timer ([`crate::timers::Rtt::probe_ns`], doubled
     /// for each probe already sent in this stall) while a probe may go out before the
     /// retransmit timer, or stops it.
     pub(crate) fn arm_probe(&mut self, now: Nanos) {
+        let wanted = self.probe_wanted();
+        self.arm_probe_if(wanted, now);
+    }
+
+    /// [`Qp::arm_probe`] right after the requester sent a new SEND/WRITE packet (not
+    /// one sent before) of an RC QP that sent no probe in this stall: the probe is
+    /// then wanted whenever loss recovery is on and the QP may send, as
+    /// [`Qp::probe_wanted`] would find with a search for the last packet's WQE per
+    /// packet sent (that packet is the one just built, its WQE a SEND/WRITE).
+    pub(crate) fn arm_probe_after_new(&mut self, now: Nanos) {
+        if self.probes_sent != 0 {
+            return self.arm_probe(now);
+        }
+        let wanted = self.loss_recovery && self.can_send();
+        debug_assert_eq!(wanted, self.probe_wanted());
+        self.arm_probe_if(wanted, now);
+    }
+
+    fn arm_probe_if(&mut self, wanted: bool, now: Nanos) {
         // Each probe of a stall waits twice as long as the one before; none is due at
         // or after the retransmit timer.
         // Selective repeat probes before the first RTT sample too (from a quarter of
         // the ACK timeout): gaps are recovered by reports, which a probe draws, and
         // the resends they start leave no sample (Karn).
         let sr = self.sr.reports_seen;
-        let at = self
-            .probe_wanted()
+        let at = wanted
             .then(|| {
                 self.rtt
                     .probe_ns(self.attr.timeout)

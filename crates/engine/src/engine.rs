@@ -775,9 +775,10 @@ impl Engine {
         if let Some(t) = self.gsi_poll_transmit() {
             return Some(t);
         }
-        while let Some(qpn) = self.active.pop_front() {
+        while let Some(&qpn) = self.active.front() {
             let mut ctx = ctx!(self, now);
             let Some(qp) = self.qps.get_mut(&qpn) else {
+                self.active.pop_front();
                 continue;
             };
             let t = match qp.next_response(&mut ctx) {
@@ -786,12 +787,17 @@ impl Engine {
             };
             match t {
                 Some(t) => {
-                    // Round robin: the QP goes to the back while it has more.
-                    self.active.push_back(qpn);
+                    // Round robin: the QP goes to the back while it has more (alone,
+                    // it stays where it is).
+                    if self.active.len() > 1 {
+                        self.active.pop_front();
+                        self.active.push_back(qpn);
+                    }
                     rearm(&mut self.timers, qpn, qp);
                     return Some(t);
                 }
                 None => {
+                    self.active.pop_front();
                     qp.active = false;
                     rearm(&mut self.timers, qpn, qp);
                 }

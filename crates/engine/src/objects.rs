@@ -81,11 +81,14 @@ pub(crate) struct Mr {
     pub(crate) access: Access,
     pub(crate) key: u32,
     pub(crate) mem: Arc<dyn Memory>,
+    /// `mem.len()`, read once at registration (a region's length never changes, and
+    /// asking [`Memory::len`] takes the memory's lock: twice per packet otherwise).
+    pub(crate) len: u64,
 }
 
 impl Mr {
     pub(crate) fn len(&self) -> u64 {
-        self.mem.len() as u64
+        self.len
     }
 
     /// Offset of `[va, va + len)` inside the region, if it lies inside.
@@ -557,6 +560,7 @@ mod tests {
             access: Access::LOCAL_WRITE | Access::REMOTE_READ,
             key: 0,
             mem: mem.clone(),
+            len: 64,
         });
         let mut rng = 7;
         let key = make_key(slot, &mut rng, None);

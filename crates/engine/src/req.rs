@@ -84,11 +84,7 @@ impl Qp {
             return None;
         }
         let last = self.sent_psn_end.sub(1);
-        let idx = self
-            .sq
-            .iter()
-            .take_while(|w| w.started)
-            .position(|w| last.in_window(w.first_psn, w.npkts))?;
+        let idx = self.started_wqe_of(last, true)?;
         let w = &self.sq[idx];
         // A READ/atomic asks by itself; a message still being (re)sent asks at its end.
         if w.is_rd_atomic() || !w.fully_sent() || last != w.last_psn() {
@@ -305,6 +301,8 @@ impl Qp {
             if rc && self.unacked_since.is_none() {
                 self.unacked_since = Some(ctx.now);
             }
+            // A new SEND/WRITE packet: the last one sent, the first probe's target.
+            let new_plain = !again && !w.is_rd_atomic();
             if w.is_rd_atomic() {
                 // (One piece of a READ is out at a time: the WQE counts once.)
                 w.next_pkt = piece_end;
@@ -324,7 +322,11 @@ impl Qp {
             }
             if rc {
                 // RFC 8985 7.2: the probe timer restarts whenever a packet is sent.
-                self.arm_probe(ctx.now);
+                if new_plain {
+                    self.arm_probe_after_new(ctx.now);
+                } else {
+                    self.arm_probe(ctx.now);
+                }
             }
             if rc && self.timers.get(QpTimer::Retransmit).is_none() {
                 self.timers.set_opt(

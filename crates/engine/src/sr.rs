@@ -271,12 +271,7 @@ impl Qp {
             if p.is_before(self.comp_psn) || !p.is_before(self.sent_psn_end) {
                 continue;
             }
-            let Some(idx) = self
-                .sq
-                .iter()
-                .take_while(|w| w.started)
-                .position(|w| p.in_window(w.first_psn, w.npkts))
-            else {
+            let Some(idx) = self.started_wqe_of(p, false) else {
                 continue;
             };
             let w = &self.sq[idx];

@@ -317,6 +317,7 @@ impl<'a> PacketRepr<'a> {
         let Some(info) = self.bth.opcode.info() else {
             return Err(Error::Unsupported("opcode"));
         };
+        // (One compare of the sets, not one per header: this runs for every packet.)
         let have = [
             (Headers::DETH, self.deth.is_some()),
             (Headers::FETH, self.feth.is_some()),
@@ -326,13 +327,22 @@ impl<'a> PacketRepr<'a> {
             (Headers::ATOMIC_ACK_ETH, self.atomic_ack_eth.is_some()),
             (Headers::IMMDT, self.immediate.is_some()),
             (Headers::IETH, self.ieth_rkey.is_some()),
-        ];
-        for (h, present) in have {
-            if info.headers.contains(h) != present {
-                return Err(Error::Malformed(
-                    "extension headers do not match the opcode",
-                ));
-            }
+        ]
+        .into_iter()
+        .fold(
+            Headers::NONE,
+            |set, (h, present)| {
+                if present {
+                    set.with(h)
+                } else {
+                    set
+                }
+            },
+        );
+        if have != info.headers {
+            return Err(Error::Malformed(
+                "extension headers do not match the opcode",
+            ));
         }
         match info.payload {
             Payload::None if !self.payload.is_empty() => {

@@ -76,6 +76,7 @@ impl Engine {
             iova,
             access,
             key: 0,
+            len: mem.len() as u64,
             mem,
         });
         // A new tag for the slot, never the one of its previous MR, as KEY_TAG_BITS
@@ -206,6 +207,7 @@ impl Engine {
             m.pd = pd.0;
             m.iova = iova;
             m.access = access;
+            m.len = mem.len() as u64;
             m.mem = mem;
         }
         Ok(())
