@@ -154,10 +154,10 @@ pub use rverbs_wire::grh::Gid;
 pub use tap::faults::{FaultStats, Faults};
 pub use verbs::{
     ah_attrs_from_grh, eth_width_speed, grh_ip_version, AccessFlags, Ah, AsyncEvent, CompChannel,
-    ConnectOpts, Context, Cq, DeviceAttr, Flow, LocalBuf, Mr, Pd, PeerInfo, PortAttr, PortState,
-    Qp, QpInitAttr, QpModify, RemoteBuf, RoceV1Stats, SendRequest, Srq, SrqInitAttr,
-    DEVICE_BAD_PKEY_CNTR, DEVICE_BAD_QKEY_CNTR, DEVICE_CAP_NAMES, DEVICE_RC_RNR_NAK_GEN,
-    DEVICE_SYS_IMAGE_GUID, MULTICAST_QPN,
+    ConnectOpts, Context, Cq, DeviceAttr, DeviceAttrEx, Flow, LocalBuf, Mr, Mw, MwType, Pd,
+    PeerInfo, PortAttr, PortState, Qp, QpInitAttr, QpModify, RemoteBuf, RoceV1Stats, SendRequest,
+    Srq, SrqInitAttr, DEVICE_BAD_PKEY_CNTR, DEVICE_BAD_QKEY_CNTR, DEVICE_CAP_NAMES,
+    DEVICE_RC_RNR_NAK_GEN, DEVICE_SYS_IMAGE_GUID, MULTICAST_QPN,
 };
 
 /// The README's Rust examples, compiled and run as doctests.

@@ -1,7 +1,7 @@
 //! Conversions between the verbs' types and libibverbs' C structs (verbs.h's enums and
 //! fields: `ibv_device_attr`, `ibv_port_attr`, `ibv_qp_attr`, `ibv_ah_attr`, `ibv_wc`).
 
-use crate::device::attrs::{DeviceAttr, PortAttr, PortState};
+use crate::device::attrs::{DeviceAttr, DeviceAttrEx, PortAttr, PortState};
 use crate::error::{Error, Result};
 use crate::sys::ibv::consts as c;
 use crate::sys::ibv::types as t;
@@ -67,6 +67,47 @@ pub(crate) fn device_attr(a: &t::ibv_device_attr) -> DeviceAttr {
         max_mcast_grp: u(a.max_mcast_grp),
         max_mcast_qp_attach: u(a.max_mcast_qp_attach),
         max_total_mcast_qp_attach: u(a.max_total_mcast_qp_attach),
+        ex: DeviceAttrEx::default(),
+    }
+}
+
+/// [`device_attr`] with the extended attributes.
+pub(crate) fn device_attr_ex(a: &t::ibv_device_attr_ex) -> DeviceAttr {
+    let o = &a.odp_caps;
+    DeviceAttr {
+        ex: DeviceAttrEx {
+            device_cap_flags_ex: a.device_cap_flags_ex,
+            odp_general_caps: o.general_caps,
+            odp_caps: [
+                o.per_transport_caps.rc_odp_caps,
+                o.per_transport_caps.uc_odp_caps,
+                o.per_transport_caps.ud_odp_caps,
+                a.xrc_odp_caps,
+            ],
+            completion_timestamp_mask: a.completion_timestamp_mask,
+            hca_core_clock: a.hca_core_clock,
+            raw_packet_caps: a.raw_packet_caps,
+            max_tso: a.tso_caps.max_tso,
+            tso_qpts: a.tso_caps.supported_qpts,
+            rss_qpts: a.rss_caps.supported_qpts,
+            max_rwq_indirection_tables: a.rss_caps.max_rwq_indirection_tables,
+            max_rwq_indirection_table_size: a.rss_caps.max_rwq_indirection_table_size,
+            rx_hash_function: a.rss_caps.rx_hash_function,
+            rx_hash_fields_mask: a.rss_caps.rx_hash_fields_mask,
+            max_wq_type_rq: a.max_wq_type_rq,
+            qp_rate_limit_min: a.packet_pacing_caps.qp_rate_limit_min,
+            qp_rate_limit_max: a.packet_pacing_caps.qp_rate_limit_max,
+            pacing_qpts: a.packet_pacing_caps.supported_qpts,
+            tm_max_num_tags: a.tm_caps.max_num_tags,
+            tm_max_rndv_hdr_size: a.tm_caps.max_rndv_hdr_size,
+            tm_flags: a.tm_caps.flags,
+            tm_max_ops: a.tm_caps.max_ops,
+            tm_max_sge: a.tm_caps.max_sge,
+            max_cq_count: a.cq_mod_caps.max_cq_count,
+            max_cq_period: a.cq_mod_caps.max_cq_period,
+            max_dm_size: a.max_dm_size,
+        },
+        ..device_attr(&a.orig_attr)
     }
 }
 
@@ -245,8 +286,7 @@ pub(crate) fn qp_attr_of(c: &t::ibv_qp_attr) -> QpAttr {
     }
 }
 
-/// `IBV_WR_*` of an operation (memory-window binds and local invalidation are not
-/// offered on system devices: EOPNOTSUPP).
+/// `IBV_WR_*` of an operation.
 pub(crate) fn wr_opcode(o: &WrOpcode) -> Result<u32> {
     Ok(match o {
         WrOpcode::RdmaWrite => c::IBV_WR_RDMA_WRITE,
@@ -257,14 +297,8 @@ pub(crate) fn wr_opcode(o: &WrOpcode) -> Result<u32> {
         WrOpcode::AtomicCmpAndSwp => c::IBV_WR_ATOMIC_CMP_AND_SWP,
         WrOpcode::AtomicFetchAndAdd => c::IBV_WR_ATOMIC_FETCH_AND_ADD,
         WrOpcode::SendWithInv => c::IBV_WR_SEND_WITH_INV,
-        _ => {
-            return Err(VerbError::new(
-                "post_send",
-                Errno::NotSupported,
-                "memory windows and local invalidation are soft-device only",
-            )
-            .into())
-        }
+        WrOpcode::BindMw(_) => c::IBV_WR_BIND_MW,
+        WrOpcode::LocalInv => c::IBV_WR_LOCAL_INV,
     })
 }
 
@@ -355,7 +389,7 @@ mod tests {
         assert_eq!(b.ah_attr, a.ah_attr);
         assert_eq!((b.max_dest_rd_atomic, b.min_rnr_timer), (4, 12));
         assert_eq!(qp_type(QpType::Ud), 4);
-        assert!(wr_opcode(&WrOpcode::LocalInv).is_err());
+        assert_eq!(wr_opcode(&WrOpcode::LocalInv).unwrap(), c::IBV_WR_LOCAL_INV);
     }
 
     #[test]
