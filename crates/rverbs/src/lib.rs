@@ -91,9 +91,9 @@
 //! has only soft devices (`device(Some("mlx5_0"))` then fails naming the library). A
 //! program picks one by name, `rverbs::device(Some("rxe0"))?.open()?`, and the rest of
 //! its code is the same. On a system device `query_device` / `query_port` report the
-//! device's limits and verbs fail with its errnos; the soft device's extras (carriers,
-//! fault injection, raw mode, flow steering, management datagrams, memory windows) are
-//! EOPNOTSUPP or `None` there.
+//! device's limits and verbs fail with its errnos; memory windows ([`Mw`]) are the
+//! provider's; the soft device's extras (carriers, fault injection, raw mode, flow
+//! steering, management datagrams) are EOPNOTSUPP or `None` there.
 //! `crates/rverbs/tests/ui/` holds programs the compiler must reject (run by
 //! `tests/compile_fail.rs`).
 //!

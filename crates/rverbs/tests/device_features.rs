@@ -305,7 +305,12 @@ fn completion_events_wake_a_tokio_task() {
 /// One side of UD multicast between two processes (interop/hardware.sh: rxe0 in the
 /// guest and the host's soft device). `RVERBS_TEST_MCAST_ROLE=recv` attaches a UD QP
 /// to the IPv4 group `RVERBS_TEST_MCAST_GROUP`, prints `ready`, and waits up to 20 s
-/// for one of the sender's datagrams; `send` sends 40 of them, 50 ms apart.
+/// for one of the sender's datagrams; `send` sends 80 of them, 100 ms apart.
+/// `RVERBS_TEST_MCAST_JOIN=ADDR` (receiver) also joins the group on the interface of
+/// the IPv4 address ADDR with a UDP socket while it waits: Linux 6.1's rxe adds only a
+/// link-layer address for an attached group (drivers/infiniband/sw/rxe/rxe_mcast.c,
+/// `rxe_mcast_add`, mapped as IPv6's), and the IP layer delivers a group's datagrams
+/// only to a host that is a member.
 #[test]
 #[ignore = "one side of a two-process case: needs RVERBS_TEST_MCAST_ROLE and _GROUP (interop/hardware.sh)"]
 fn multicast_role() {
@@ -322,6 +327,17 @@ fn multicast_role() {
                 u.qp.post_recv(i, &[u.mr.all()]).unwrap();
             }
             u.qp.attach_mcast(&group, 0).unwrap();
+            let _member = std::env::var("RVERBS_TEST_MCAST_JOIN").ok().map(|a| {
+                let ifaddr: std::net::Ipv4Addr =
+                    a.parse().expect("RVERBS_TEST_MCAST_JOIN: an IPv4 address");
+                let g: std::net::Ipv4Addr = std::env::var("RVERBS_TEST_MCAST_GROUP")
+                    .unwrap()
+                    .parse()
+                    .unwrap();
+                let s = std::net::UdpSocket::bind((std::net::Ipv4Addr::UNSPECIFIED, 0)).unwrap();
+                s.join_multicast_v4(&g, &ifaddr).unwrap();
+                s
+            });
             println!("ready qpn {}", u.qp.qp_num());
             let w = wait_long(&u.cq, Duration::from_secs(20));
             assert_eq!(w.status, WcStatus::Success, "{w:?}");
@@ -348,11 +364,11 @@ fn multicast_role() {
                     port_num: 1,
                 })
                 .unwrap();
-            for i in 0..40 {
+            for i in 0..80 {
                 ud_send(&u, &ah, MULTICAST_QPN, format!("mcast-{i:02}").as_bytes());
-                std::thread::sleep(Duration::from_millis(50));
+                std::thread::sleep(Duration::from_millis(100));
             }
-            println!("sent 40 from qpn {}", u.qp.qp_num());
+            println!("sent 80 from qpn {}", u.qp.qp_num());
         }
         r => panic!("RVERBS_TEST_MCAST_ROLE={r}: send or recv"),
     }

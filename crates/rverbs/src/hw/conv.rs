@@ -338,8 +338,34 @@ fn wc_opcode(v: u32) -> WcOpcode {
     }
 }
 
-pub(crate) fn wc(w: &t::ibv_wc) -> Wc {
-    let flags = WcFlags(w.wc_flags);
+/// How a device's completion flags are read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum WcDialect {
+    /// verbs.h's `IBV_WC_*`.
+    Verbs,
+    /// The kernel's rxe: its responder writes the kernel's `IB_WC_WITH_INVALIDATE`
+    /// (bit 2) into a user CQ (drivers/infiniband/sw/rxe/rxe_resp.c, `do_complete`),
+    /// where verbs.h's bit 2 is `IBV_WC_IP_CSUM_OK`, which rxe never sets: bit 2 is
+    /// read as `IBV_WC_WITH_INV`.
+    Rxe,
+}
+
+impl WcDialect {
+    /// rxe by its IDs (`RXE_VENDOR_ID` 0xffffff, part 0: rxe_param.h).
+    pub(crate) fn of(vendor_id: u32, vendor_part_id: u32) -> WcDialect {
+        if (vendor_id, vendor_part_id) == (0xff_ffff, 0) {
+            WcDialect::Rxe
+        } else {
+            WcDialect::Verbs
+        }
+    }
+}
+
+pub(crate) fn wc(w: &t::ibv_wc, dialect: WcDialect) -> Wc {
+    let mut flags = WcFlags(w.wc_flags);
+    if dialect == WcDialect::Rxe && flags.contains(WcFlags::IP_CSUM_OK) {
+        flags = WcFlags(flags.0 & !WcFlags::IP_CSUM_OK.0 | WcFlags::WITH_INV.0);
+    }
     let imm = crate::sys::ibv::wc_imm(w);
     Wc {
         wr_id: w.wr_id,
@@ -399,11 +425,28 @@ mod tests {
         w.opcode = c::IBV_WC_RECV;
         crate::sys::ibv::set_wc_imm(&mut w, 0x1234_5678u32.to_be());
         w.status = 12;
-        let e = wc(&w);
+        let e = wc(&w, WcDialect::Verbs);
         assert_eq!(e.imm_data, 0x1234_5678);
         assert_eq!(
             (e.opcode, e.status),
             (WcOpcode::Recv, WcStatus::RetryExcErr)
         );
+    }
+
+    /// rxe's bit 2 on a receive is an invalidation (its key in host order); elsewhere
+    /// it stays IP_CSUM_OK.
+    #[test]
+    fn rxe_reports_an_invalidation_in_the_kernels_bit() {
+        let mut w = crate::sys::ibv::zeroed_wc();
+        w.wc_flags = 1 | 1 << 2;
+        w.opcode = c::IBV_WC_RECV;
+        crate::sys::ibv::set_wc_imm(&mut w, 0x0800_0439);
+        let e = wc(&w, WcDialect::Rxe);
+        assert_eq!(e.wc_flags.0, WcFlags::GRH.0 | WcFlags::WITH_INV.0);
+        assert_eq!(e.imm_data, 0x0800_0439);
+        let e = wc(&w, WcDialect::Verbs);
+        assert_eq!(e.wc_flags.0, WcFlags::GRH.0 | WcFlags::IP_CSUM_OK.0);
+        assert_eq!(WcDialect::of(0x02c9, 4125), WcDialect::Verbs);
+        assert_eq!(WcDialect::of(0xff_ffff, 0), WcDialect::Rxe);
     }
 }

@@ -153,6 +153,7 @@ pub(crate) struct HwDevice {
     gids: Mutex<GidTable>,
     gids_read: Mutex<Instant>,
     mad: HwMad,
+    dialect: conv::WcDialect,
 }
 
 /// How long a read GID table is used before it is read again.
@@ -166,6 +167,9 @@ impl HwDevice {
             .map_err(|e| Error::io("ibv_open_device", e))?;
         let own = Arc::new(HwChannel::new(&ctx)?);
         let gids = read_gids(&ctx, info.ifindex);
+        let dialect = ctx.query_device().map_or(conv::WcDialect::Verbs, |a| {
+            conv::WcDialect::of(a.vendor_id, a.vendor_part_id)
+        });
         Ok(HwDevice {
             info,
             ctx,
@@ -174,6 +178,7 @@ impl HwDevice {
             gids: Mutex::new(gids),
             gids_read: Mutex::new(Instant::now()),
             mad: HwMad,
+            dialect,
         })
     }
 }
@@ -368,7 +373,7 @@ impl Device for HwDevice {
                 .ok_or_else(|| inval("create_cq", "the channel belongs to another device"))?,
         };
         let id = self.tables.mint();
-        Ok(Box::new(HwCq::new(&self.ctx, cqe, ch, id)?))
+        Ok(Box::new(HwCq::new(&self.ctx, cqe, ch, id, self.dialect)?))
     }
 
     fn create_qp(&self, pd: PdId, init: &QpCreate<'_>) -> Result<Box<dyn DeviceQp>> {

@@ -99,6 +99,7 @@ pub(crate) struct HwCq {
     cq: Arc<ibv::Cq>,
     ch: Arc<HwChannel>,
     id: u32,
+    dialect: conv::WcDialect,
 }
 
 impl HwCq {
@@ -107,6 +108,7 @@ impl HwCq {
         cqe: u32,
         ch: Arc<HwChannel>,
         id: u32,
+        dialect: conv::WcDialect,
     ) -> Result<HwCq> {
         let cq =
             ibv::Cq::new(ctx, cqe, Some(&ch.ch), id.into()).map_err(|e| verr("create_cq", e))?;
@@ -114,6 +116,7 @@ impl HwCq {
             cq: Arc::new(cq),
             ch,
             id,
+            dialect,
         })
     }
 
@@ -160,7 +163,7 @@ impl DeviceCq for HwCq {
                 .poll(&mut buf[..want])
                 .map_err(|e| verr("poll_cq", e))?;
             for (o, w) in out[done..].iter_mut().zip(&buf[..n]) {
-                *o = conv::wc(w);
+                *o = conv::wc(w, self.dialect);
             }
             done += n;
             if n < want {
