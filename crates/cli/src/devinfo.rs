@@ -70,6 +70,141 @@ fn phys_state_str(p: u8) -> &'static str {
     }
 }
 
+/// A flag list as devinfo prints it: one name a line, then the unknown bits.
+fn flags(o: &mut String, v: u64, names: &[(u64, &str)]) {
+    let mut known = 0;
+    for (bit, name) in names {
+        known |= bit;
+        if v & bit != 0 {
+            let _ = writeln!(o, "\t\t\t\t\t{name}");
+        }
+    }
+    if v & !known != 0 {
+        let _ = writeln!(o, "\t\t\t\t\tUnknown flags: 0x{:X}", v & !known);
+    }
+}
+
+/// QP types a TSO / RSS / pacing capability lists (bit n: `IBV_QPT_*` n).
+const QPTS: [(u64, &str); 2] = [(1 << 8, "SUPPORT_RAW_PACKET"), (1 << 4, "SUPPORT_UD")];
+
+/// The extended block of `ibv_devinfo -v` (`ibv_query_device_ex`: on-demand paging,
+/// timestamps, raw packet caps, the capability bits above 31, TSO, RSS, receive WQs,
+/// packet pacing, tag matching, CQ moderation, device memory), in devinfo.c's order
+/// and layout (rdma-core 44's, the rxe guest's).
+fn extended(o: &mut String, x: &rverbs::DeviceAttrEx) {
+    let _ = writeln!(o, "\tgeneral_odp_caps:");
+    flags(
+        o,
+        x.odp_general_caps,
+        &[(1, "ODP_SUPPORT"), (2, "ODP_SUPPORT_IMPLICIT")],
+    );
+    for (t, caps) in ["rc", "uc", "ud", "xrc"].iter().zip(x.odp_caps) {
+        let _ = writeln!(o, "\t{t}_odp_caps:");
+        if caps == 0 {
+            let _ = writeln!(o, "\t\t\t\t\tNO SUPPORT");
+        } else {
+            let names = [
+                (1, "SUPPORT_SEND"),
+                (2, "SUPPORT_RECV"),
+                (4, "SUPPORT_WRITE"),
+                (8, "SUPPORT_READ"),
+                (16, "SUPPORT_ATOMIC"),
+                (32, "SUPPORT_SRQ"),
+            ];
+            flags(o, caps.into(), &names);
+        }
+    }
+    if x.completion_timestamp_mask != 0 {
+        let m = x.completion_timestamp_mask;
+        let _ = writeln!(o, "\tcompletion timestamp_mask:\t\t\t0x{m:016x}");
+    } else {
+        let _ = writeln!(o, "\tcompletion_timestamp_mask not supported");
+    }
+    if x.hca_core_clock != 0 {
+        let _ = writeln!(o, "\thca_core_clock:\t\t\t{}kHZ", x.hca_core_clock);
+    } else {
+        let _ = writeln!(o, "\tcore clock not supported");
+    }
+    if x.raw_packet_caps != 0 {
+        let _ = writeln!(o, "\traw packet caps:");
+        for (bit, name) in [
+            (1, "C-VLAN stripping offload"),
+            (2, "Scatter FCS offload"),
+            (4, "IP csum offload"),
+            (8, "Delay drop"),
+        ] {
+            if x.raw_packet_caps & bit != 0 {
+                let _ = writeln!(o, "\t\t\t\t\t{name}");
+            }
+        }
+    }
+    let _ = writeln!(o, "\tdevice_cap_flags_ex:\t\t0x{:X}", x.device_cap_flags_ex);
+    // Only the bits above 31 are listed here (the others were, under device_cap_flags).
+    flags(
+        o,
+        x.device_cap_flags_ex & !0xffff_ffff,
+        &[
+            (1 << 34, "RAW_SCATTER_FCS"),
+            (1 << 36, "PCI_WRITE_END_PADDING"),
+        ],
+    );
+    let _ = writeln!(o, "\ttso_caps:\n\t\tmax_tso:\t\t\t{}", x.max_tso);
+    if x.max_tso != 0 {
+        let _ = writeln!(o, "\t\tsupported_qp:");
+        flags(o, x.tso_qpts.into(), &QPTS);
+    }
+    let _ = writeln!(o, "\trss_caps:");
+    let _ = writeln!(
+        o,
+        "\t\tmax_rwq_indirection_tables:\t\t\t{}",
+        x.max_rwq_indirection_tables
+    );
+    let _ = writeln!(
+        o,
+        "\t\tmax_rwq_indirection_table_size:\t\t\t{}",
+        x.max_rwq_indirection_table_size
+    );
+    let _ = writeln!(o, "\t\trx_hash_function:\t\t\t\t0x{:x}", x.rx_hash_function);
+    let _ = writeln!(
+        o,
+        "\t\trx_hash_fields_mask:\t\t\t\t0x{:X}",
+        x.rx_hash_fields_mask
+    );
+    if x.rss_qpts != 0 {
+        let _ = writeln!(o, "\t\tsupported_qp:");
+        flags(o, x.rss_qpts.into(), &QPTS);
+    }
+    let _ = writeln!(o, "\tmax_wq_type_rq:\t\t\t{}", x.max_wq_type_rq);
+    let _ = writeln!(o, "\tpacket_pacing_caps:");
+    let _ = writeln!(o, "\t\tqp_rate_limit_min:\t{}kbps", x.qp_rate_limit_min);
+    let _ = writeln!(o, "\t\tqp_rate_limit_max:\t{}kbps", x.qp_rate_limit_max);
+    if x.qp_rate_limit_max != 0 {
+        let _ = writeln!(o, "\t\tsupported_qp:");
+        flags(o, x.pacing_qpts.into(), &QPTS);
+    }
+    if x.tm_max_num_tags != 0 {
+        let _ = writeln!(o, "\tmax_rndv_hdr_size:\t\t{}", x.tm_max_rndv_hdr_size);
+        let _ = writeln!(o, "\tmax_num_tags:\t\t\t{}", x.tm_max_num_tags);
+        let _ = writeln!(o, "\tmax_ops:\t\t\t{}", x.tm_max_ops);
+        let _ = writeln!(o, "\tmax_sge:\t\t\t{}", x.tm_max_sge);
+        let _ = writeln!(o, "\tflags:");
+        if x.tm_flags & 1 != 0 {
+            let _ = writeln!(o, "\t\t\t\t\tIBV_TM_CAP_RC");
+        }
+    } else {
+        let _ = writeln!(o, "\ttag matching not supported");
+    }
+    if x.max_cq_count != 0 && x.max_cq_period != 0 {
+        let _ = writeln!(o, "\n\tcq moderation caps:");
+        let _ = writeln!(o, "\t\tmax_cq_count:\t{}", x.max_cq_count);
+        let _ = writeln!(o, "\t\tmax_cq_period:\t{} us\n", x.max_cq_period);
+    }
+    if x.max_dm_size != 0 {
+        let m = x.max_dm_size;
+        let _ = writeln!(o, "\tmaximum available device memory:\t{m}Bytes\n");
+    }
+}
+
 /// Everything `devinfo` shows about one open device.
 pub struct Snapshot {
     /// The device.
@@ -195,13 +330,7 @@ pub fn text_port(s: &Snapshot, verbose: bool, port: Option<u8>) -> String {
         n(&mut o, "max_srq_sge", 3, d.max_srq_sge.into());
         n(&mut o, "max_pkeys", 3, d.max_pkeys.into());
         n(&mut o, "local_ca_ack_delay", 2, d.local_ca_ack_delay.into());
-        let _ = writeln!(o, "\tgeneral_odp_caps:");
-        for t in ["rc", "uc", "ud", "xrc"] {
-            let _ = writeln!(o, "\t{t}_odp_caps:\n\t\t\t\t\tNO SUPPORT");
-        }
-        let _ = writeln!(o, "\tcompletion_timestamp_mask not supported");
-        let _ = writeln!(o, "\tcore clock not supported");
-        let _ = writeln!(o, "\tdevice_cap_flags_ex:\t\t0x{:X}", d.device_cap_flags);
+        extended(&mut o, &d.ex);
         let _ = writeln!(o, "\tnum_comp_vectors:\t\t1");
     }
     if port.is_some_and(|p| p != 1) {
@@ -429,6 +558,49 @@ mod tests {
             PortState::Down => "PORT_DOWN (1)",
         };
         assert!(line.ends_with(want), "{line}");
+    }
+
+    /// The extended block: rxe's zeros give rxe's lines; set fields give devinfo's
+    /// lists (names, then the unknown bits).
+    #[test]
+    fn extended_block_like_ibv_devinfo() {
+        let reference = include_str!("../../../testdata/rxe/ibv_devinfo-v.txt");
+        let mut o = String::new();
+        extended(
+            &mut o,
+            &rverbs::DeviceAttrEx {
+                device_cap_flags_ex: 0x1223c76,
+                ..Default::default()
+            },
+        );
+        let start = reference.find("\tgeneral_odp_caps:").unwrap();
+        let end = reference.find("\tnum_comp_vectors:").unwrap();
+        assert_eq!(o, reference[start..end]);
+        let mut o = String::new();
+        extended(
+            &mut o,
+            &rverbs::DeviceAttrEx {
+                device_cap_flags_ex: 0x1c0_0122_3c76 | 1 << 34,
+                odp_caps: [1 | 8, 0, 0, 0x40],
+                max_tso: 262_144,
+                tso_qpts: 1 << 8,
+                hca_core_clock: 156_250,
+                tm_max_num_tags: 64,
+                tm_flags: 1,
+                ..Default::default()
+            },
+        );
+        for line in [
+            "\trc_odp_caps:\n\t\t\t\t\tSUPPORT_SEND\n\t\t\t\t\tSUPPORT_READ\n\tuc_odp_caps:\n",
+            "\txrc_odp_caps:\n\t\t\t\t\tUnknown flags: 0x40\n",
+            "\thca_core_clock:\t\t\t156250kHZ\n",
+            "\tdevice_cap_flags_ex:\t\t0x1C401223C76\n\t\t\t\t\tRAW_SCATTER_FCS\n\t\t\t\t\tUnknown flags: 0x1C000000000\n",
+            "\t\tmax_tso:\t\t\t262144\n\t\tsupported_qp:\n\t\t\t\t\tSUPPORT_RAW_PACKET\n\trss_caps:",
+            "\tmax_num_tags:\t\t\t64\n",
+            "\t\t\t\t\tIBV_TM_CAP_RC\n",
+        ] {
+            assert!(o.contains(line), "{line:?} not in:\n{o}");
+        }
     }
 
     #[test]

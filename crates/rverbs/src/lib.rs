@@ -91,9 +91,9 @@
 //! has only soft devices (`device(Some("mlx5_0"))` then fails naming the library). A
 //! program picks one by name, `rverbs::device(Some("rxe0"))?.open()?`, and the rest of
 //! its code is the same. On a system device `query_device` / `query_port` report the
-//! device's limits and verbs fail with its errnos; the soft device's extras (carriers,
-//! fault injection, raw mode, flow steering, management datagrams, memory windows) are
-//! EOPNOTSUPP or `None` there.
+//! device's limits and verbs fail with its errnos; memory windows ([`Mw`]) are the
+//! provider's; the soft device's extras (carriers, fault injection, raw mode, flow
+//! steering, management datagrams) are EOPNOTSUPP or `None` there.
 //! `crates/rverbs/tests/ui/` holds programs the compiler must reject (run by
 //! `tests/compile_fail.rs`).
 //!
@@ -154,10 +154,10 @@ pub use rverbs_wire::grh::Gid;
 pub use tap::faults::{FaultStats, Faults};
 pub use verbs::{
     ah_attrs_from_grh, eth_width_speed, grh_ip_version, AccessFlags, Ah, AsyncEvent, CompChannel,
-    ConnectOpts, Context, Cq, DeviceAttr, Flow, LocalBuf, Mr, Pd, PeerInfo, PortAttr, PortState,
-    Qp, QpInitAttr, QpModify, RemoteBuf, RoceV1Stats, SendRequest, Srq, SrqInitAttr,
-    DEVICE_BAD_PKEY_CNTR, DEVICE_BAD_QKEY_CNTR, DEVICE_CAP_NAMES, DEVICE_RC_RNR_NAK_GEN,
-    DEVICE_SYS_IMAGE_GUID, MULTICAST_QPN,
+    ConnectOpts, Context, Cq, DeviceAttr, DeviceAttrEx, Flow, LocalBuf, Mr, Mw, MwType, Pd,
+    PeerInfo, PortAttr, PortState, Qp, QpInitAttr, QpModify, RemoteBuf, RoceV1Stats, SendRequest,
+    Srq, SrqInitAttr, DEVICE_BAD_PKEY_CNTR, DEVICE_BAD_QKEY_CNTR, DEVICE_CAP_NAMES,
+    DEVICE_RC_RNR_NAK_GEN, DEVICE_SYS_IMAGE_GUID, MULTICAST_QPN,
 };
 
 /// The README's Rust examples, compiled and run as doctests.

@@ -137,6 +137,66 @@ pub struct DeviceAttr {
     pub max_mcast_qp_attach: u32,
     /// QP attachments over all groups (rxe's limit).
     pub max_total_mcast_qp_attach: u32,
+    /// The extended attributes (`ibv_query_device_ex`).
+    pub ex: DeviceAttrEx,
+}
+
+/// The extended attributes (`struct ibv_device_attr_ex` beyond `ibv_device_attr`), as
+/// `ibv_devinfo -v` prints them after the basic limits. A device that lacks a feature
+/// reports 0 for it (the soft device: all 0 but `device_cap_flags_ex`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DeviceAttrEx {
+    /// `IBV_DEVICE_*` capability bits, including those above bit 31.
+    pub device_cap_flags_ex: u64,
+    /// On-demand paging: `IBV_ODP_SUPPORT*` bits.
+    pub odp_general_caps: u64,
+    /// On-demand paging per transport (`IBV_ODP_SUPPORT_SEND`...): RC, UC, UD, XRC.
+    pub odp_caps: [u32; 4],
+    /// Bits of a completion's timestamp (0: no timestamps).
+    pub completion_timestamp_mask: u64,
+    /// The timestamp clock in kHz (0: none).
+    pub hca_core_clock: u64,
+    /// `IBV_RAW_PACKET_CAP_*` bits.
+    pub raw_packet_caps: u32,
+    /// Largest TSO payload (0: no TSO), and the QP types that offer it (bit = QP type).
+    pub max_tso: u32,
+    /// QP types with TSO (bit n: `IBV_QPT_*` n).
+    pub tso_qpts: u32,
+    /// RSS: QP types with it, most indirection tables and their size, the hash
+    /// functions and the fields hashed.
+    pub rss_qpts: u32,
+    /// Most receive-WQ indirection tables.
+    pub max_rwq_indirection_tables: u32,
+    /// Most entries of one.
+    pub max_rwq_indirection_table_size: u32,
+    /// `IBV_RX_HASH_FUNC_*` bits.
+    pub rx_hash_function: u8,
+    /// `IBV_RX_HASH_*` field bits.
+    pub rx_hash_fields_mask: u64,
+    /// Most receive work queues.
+    pub max_wq_type_rq: u32,
+    /// Packet pacing: the rate limits in kbps and the QP types with it.
+    pub qp_rate_limit_min: u32,
+    /// Highest rate limit in kbps.
+    pub qp_rate_limit_max: u32,
+    /// QP types with packet pacing.
+    pub pacing_qpts: u32,
+    /// Tag matching: most tags (0: none), header size, flags, operations, SGEs.
+    pub tm_max_num_tags: u32,
+    /// Largest rendezvous header.
+    pub tm_max_rndv_hdr_size: u32,
+    /// `IBV_TM_CAP_*` bits.
+    pub tm_flags: u32,
+    /// Outstanding tag-list operations.
+    pub tm_max_ops: u32,
+    /// SGEs of a tagged receive.
+    pub tm_max_sge: u32,
+    /// CQ moderation: most completions and longest period (µs); 0: none.
+    pub max_cq_count: u16,
+    /// Longest moderation period (µs).
+    pub max_cq_period: u16,
+    /// Device memory in bytes (0: none).
+    pub max_dm_size: u64,
 }
 
 /// Port state (`enum ibv_port_state`).
@@ -213,7 +273,7 @@ impl DeviceInfo {
 pub(crate) fn device_attr(cfg: &Config) -> DeviceAttr {
     let l = &cfg.limits;
     let guid = cfg.gids.first().map_or(0, |g| g.interface_id());
-    DeviceAttr {
+    let mut d = DeviceAttr {
         fw_ver: env!("CARGO_PKG_VERSION").to_string(),
         node_guid: guid,
         sys_image_guid: guid,
@@ -258,7 +318,10 @@ pub(crate) fn device_attr(cfg: &Config) -> DeviceAttr {
         max_mcast_grp: 8192,
         max_mcast_qp_attach: 56,
         max_total_mcast_qp_attach: 8192 * 56,
-    }
+        ex: DeviceAttrEx::default(),
+    };
+    d.ex.device_cap_flags_ex = d.device_cap_flags;
+    d
 }
 
 pub(crate) fn port_attr(info: &DeviceInfo, cfg: &Config, c: &Counters) -> PortAttr {

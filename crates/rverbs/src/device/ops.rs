@@ -52,7 +52,8 @@ use crate::error::{Error, Result};
 use crate::gid::GidTable;
 use rverbs_engine::modify::{AhAttr, QpAttr, QpAttrMask, QpCap};
 use rverbs_engine::{
-    Access, AhId, AsyncEvent, Counters, CqId, MrKeys, PdId, QpState, QpType, SrqId, Wc,
+    Access, AhId, AsyncEvent, Counters, CqId, MrKeys, MwId, MwType, PdId, QpState, QpType, SrqId,
+    Wc,
 };
 use rverbs_wire::grh::Gid;
 use std::any::Any;
@@ -90,6 +91,11 @@ pub(crate) trait Device: Send + Sync + 'static {
     fn reg_mr(&self, pd: PdId, buf: Vec<u8>, access: Access) -> Result<Registered>;
     /// `ibv_dereg_mr` (from a drop).
     fn dereg_mr(&self, lkey: u32);
+
+    /// `ibv_alloc_mw`: the window's handle and first R_Key.
+    fn alloc_mw(&self, pd: PdId, kind: MwType) -> Result<(MwId, u32)>;
+    /// `ibv_dealloc_mw` (from a drop).
+    fn dealloc_mw(&self, mw: MwId);
 
     /// `ibv_create_ah` (the port number is checked by the caller).
     fn create_ah(&self, pd: PdId, attr: &AhAttr) -> Result<AhId>;
@@ -197,6 +203,9 @@ pub(crate) trait DeviceQp: Send + Sync {
     fn post_send_list(&self, wrs: &[SendRequest<'_>]) -> std::result::Result<(), (usize, Error)>;
     /// `ibv_post_recv` of one request.
     fn post_recv(&self, wr_id: u64, bufs: &[LocalBuf<'_>]) -> Result<()>;
+    /// `ibv_bind_mw` of a type-1 window (`wr` is its BIND_MW request, checked by the
+    /// caller): the window's new R_Key.
+    fn bind_mw(&self, wr: &SendRequest<'_>) -> Result<u32>;
     /// `ibv_attach_mcast`.
     fn attach_mcast(&self, gid: &Gid) -> Result<()>;
     /// `ibv_detach_mcast`.

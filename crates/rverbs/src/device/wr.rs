@@ -4,6 +4,7 @@
 //! below the verbs so a device needs nothing of the handles that post them.
 
 use rverbs_engine::{PdId, SendFlags, SendWr, Sge, UdDest, VecMemory, WrOpcode};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 /// A region's bytes: the soft device's (behind a lock the device takes too), or a
@@ -127,6 +128,8 @@ pub struct SendRequest<'a> {
     pub(crate) compare_add: u64,
     pub(crate) swap: u64,
     pub(crate) ud: Option<UdDest>,
+    /// A BIND_MW request: the window's R_Key, and the one it gets once posted.
+    pub(crate) bind: Option<(&'a AtomicU32, u32)>,
 }
 
 /// A request's local buffers: the usual single one in place (no allocation per
@@ -161,6 +164,14 @@ impl<'a> SendRequest<'a> {
             compare_add: 0,
             swap: 0,
             ud: None,
+            bind: None,
+        }
+    }
+
+    /// Once the device took the request: a bound window has its new R_Key.
+    pub(crate) fn posted(&self) {
+        if let Some((key, new)) = self.bind {
+            key.store(new, Ordering::Relaxed);
         }
     }
 
@@ -205,10 +216,16 @@ impl<'a> SendRequest<'a> {
             rkey: 0,
             len: 0,
         });
+        // A bind names its region in the opcode (the engine's MwBind), not as data.
+        let data = if matches!(self.opcode, WrOpcode::BindMw(_)) {
+            &[][..]
+        } else {
+            self.bufs.as_slice()
+        };
         SendWr {
             wr_id: self.wr_id,
             opcode: self.opcode,
-            sg_list: self.bufs.as_slice().iter().map(LocalBuf::sge).collect(),
+            sg_list: data.iter().map(LocalBuf::sge).collect(),
             flags: self.flags,
             imm_data: self.imm,
             remote_addr: r.addr,

@@ -1,7 +1,7 @@
 //! Conversions between the verbs' types and libibverbs' C structs (verbs.h's enums and
 //! fields: `ibv_device_attr`, `ibv_port_attr`, `ibv_qp_attr`, `ibv_ah_attr`, `ibv_wc`).
 
-use crate::device::attrs::{DeviceAttr, PortAttr, PortState};
+use crate::device::attrs::{DeviceAttr, DeviceAttrEx, PortAttr, PortState};
 use crate::error::{Error, Result};
 use crate::sys::ibv::consts as c;
 use crate::sys::ibv::types as t;
@@ -67,6 +67,47 @@ pub(crate) fn device_attr(a: &t::ibv_device_attr) -> DeviceAttr {
         max_mcast_grp: u(a.max_mcast_grp),
         max_mcast_qp_attach: u(a.max_mcast_qp_attach),
         max_total_mcast_qp_attach: u(a.max_total_mcast_qp_attach),
+        ex: DeviceAttrEx::default(),
+    }
+}
+
+/// [`device_attr`] with the extended attributes.
+pub(crate) fn device_attr_ex(a: &t::ibv_device_attr_ex) -> DeviceAttr {
+    let o = &a.odp_caps;
+    DeviceAttr {
+        ex: DeviceAttrEx {
+            device_cap_flags_ex: a.device_cap_flags_ex,
+            odp_general_caps: o.general_caps,
+            odp_caps: [
+                o.per_transport_caps.rc_odp_caps,
+                o.per_transport_caps.uc_odp_caps,
+                o.per_transport_caps.ud_odp_caps,
+                a.xrc_odp_caps,
+            ],
+            completion_timestamp_mask: a.completion_timestamp_mask,
+            hca_core_clock: a.hca_core_clock,
+            raw_packet_caps: a.raw_packet_caps,
+            max_tso: a.tso_caps.max_tso,
+            tso_qpts: a.tso_caps.supported_qpts,
+            rss_qpts: a.rss_caps.supported_qpts,
+            max_rwq_indirection_tables: a.rss_caps.max_rwq_indirection_tables,
+            max_rwq_indirection_table_size: a.rss_caps.max_rwq_indirection_table_size,
+            rx_hash_function: a.rss_caps.rx_hash_function,
+            rx_hash_fields_mask: a.rss_caps.rx_hash_fields_mask,
+            max_wq_type_rq: a.max_wq_type_rq,
+            qp_rate_limit_min: a.packet_pacing_caps.qp_rate_limit_min,
+            qp_rate_limit_max: a.packet_pacing_caps.qp_rate_limit_max,
+            pacing_qpts: a.packet_pacing_caps.supported_qpts,
+            tm_max_num_tags: a.tm_caps.max_num_tags,
+            tm_max_rndv_hdr_size: a.tm_caps.max_rndv_hdr_size,
+            tm_flags: a.tm_caps.flags,
+            tm_max_ops: a.tm_caps.max_ops,
+            tm_max_sge: a.tm_caps.max_sge,
+            max_cq_count: a.cq_mod_caps.max_cq_count,
+            max_cq_period: a.cq_mod_caps.max_cq_period,
+            max_dm_size: a.max_dm_size,
+        },
+        ..device_attr(&a.orig_attr)
     }
 }
 
@@ -245,8 +286,7 @@ pub(crate) fn qp_attr_of(c: &t::ibv_qp_attr) -> QpAttr {
     }
 }
 
-/// `IBV_WR_*` of an operation (memory-window binds and local invalidation are not
-/// offered on system devices: EOPNOTSUPP).
+/// `IBV_WR_*` of an operation.
 pub(crate) fn wr_opcode(o: &WrOpcode) -> Result<u32> {
     Ok(match o {
         WrOpcode::RdmaWrite => c::IBV_WR_RDMA_WRITE,
@@ -257,14 +297,8 @@ pub(crate) fn wr_opcode(o: &WrOpcode) -> Result<u32> {
         WrOpcode::AtomicCmpAndSwp => c::IBV_WR_ATOMIC_CMP_AND_SWP,
         WrOpcode::AtomicFetchAndAdd => c::IBV_WR_ATOMIC_FETCH_AND_ADD,
         WrOpcode::SendWithInv => c::IBV_WR_SEND_WITH_INV,
-        _ => {
-            return Err(VerbError::new(
-                "post_send",
-                Errno::NotSupported,
-                "memory windows and local invalidation are soft-device only",
-            )
-            .into())
-        }
+        WrOpcode::BindMw(_) => c::IBV_WR_BIND_MW,
+        WrOpcode::LocalInv => c::IBV_WR_LOCAL_INV,
     })
 }
 
@@ -304,8 +338,34 @@ fn wc_opcode(v: u32) -> WcOpcode {
     }
 }
 
-pub(crate) fn wc(w: &t::ibv_wc) -> Wc {
-    let flags = WcFlags(w.wc_flags);
+/// How a device's completion flags are read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum WcDialect {
+    /// verbs.h's `IBV_WC_*`.
+    Verbs,
+    /// The kernel's rxe: its responder writes the kernel's `IB_WC_WITH_INVALIDATE`
+    /// (bit 2) into a user CQ (drivers/infiniband/sw/rxe/rxe_resp.c, `do_complete`),
+    /// where verbs.h's bit 2 is `IBV_WC_IP_CSUM_OK`, which rxe never sets: bit 2 is
+    /// read as `IBV_WC_WITH_INV`.
+    Rxe,
+}
+
+impl WcDialect {
+    /// rxe by its IDs (`RXE_VENDOR_ID` 0xffffff, part 0: rxe_param.h).
+    pub(crate) fn of(vendor_id: u32, vendor_part_id: u32) -> WcDialect {
+        if (vendor_id, vendor_part_id) == (0xff_ffff, 0) {
+            WcDialect::Rxe
+        } else {
+            WcDialect::Verbs
+        }
+    }
+}
+
+pub(crate) fn wc(w: &t::ibv_wc, dialect: WcDialect) -> Wc {
+    let mut flags = WcFlags(w.wc_flags);
+    if dialect == WcDialect::Rxe && flags.contains(WcFlags::IP_CSUM_OK) {
+        flags = WcFlags(flags.0 & !WcFlags::IP_CSUM_OK.0 | WcFlags::WITH_INV.0);
+    }
     let imm = crate::sys::ibv::wc_imm(w);
     Wc {
         wr_id: w.wr_id,
@@ -355,7 +415,7 @@ mod tests {
         assert_eq!(b.ah_attr, a.ah_attr);
         assert_eq!((b.max_dest_rd_atomic, b.min_rnr_timer), (4, 12));
         assert_eq!(qp_type(QpType::Ud), 4);
-        assert!(wr_opcode(&WrOpcode::LocalInv).is_err());
+        assert_eq!(wr_opcode(&WrOpcode::LocalInv).unwrap(), c::IBV_WR_LOCAL_INV);
     }
 
     #[test]
@@ -365,11 +425,28 @@ mod tests {
         w.opcode = c::IBV_WC_RECV;
         crate::sys::ibv::set_wc_imm(&mut w, 0x1234_5678u32.to_be());
         w.status = 12;
-        let e = wc(&w);
+        let e = wc(&w, WcDialect::Verbs);
         assert_eq!(e.imm_data, 0x1234_5678);
         assert_eq!(
             (e.opcode, e.status),
             (WcOpcode::Recv, WcStatus::RetryExcErr)
         );
+    }
+
+    /// rxe's bit 2 on a receive is an invalidation (its key in host order); elsewhere
+    /// it stays IP_CSUM_OK.
+    #[test]
+    fn rxe_reports_an_invalidation_in_the_kernels_bit() {
+        let mut w = crate::sys::ibv::zeroed_wc();
+        w.wc_flags = 1 | 1 << 2;
+        w.opcode = c::IBV_WC_RECV;
+        crate::sys::ibv::set_wc_imm(&mut w, 0x0800_0439);
+        let e = wc(&w, WcDialect::Rxe);
+        assert_eq!(e.wc_flags.0, WcFlags::GRH.0 | WcFlags::WITH_INV.0);
+        assert_eq!(e.imm_data, 0x0800_0439);
+        let e = wc(&w, WcDialect::Verbs);
+        assert_eq!(e.wc_flags.0, WcFlags::GRH.0 | WcFlags::IP_CSUM_OK.0);
+        assert_eq!(WcDialect::of(0x02c9, 4125), WcDialect::Verbs);
+        assert_eq!(WcDialect::of(0xff_ffff, 0), WcDialect::Rxe);
     }
 }

@@ -13,7 +13,9 @@
 //! without a lock, copied volatile-ly (`device::wr::Region`); there are no carriers,
 //! faults or raw mode; management datagrams (the GSI agents, `process_mad`) and flow
 //! steering are not offered (EOPNOTSUPP): they go through libibumad and
-//! `ibv_create_flow` on such devices.
+//! `ibv_create_flow` on such devices. Memory windows are the provider's (`alloc_mw`,
+//! `bind_mw`, BIND_MW / LOCAL_INV requests); a window keeps the region it was last
+//! bound to registered (`rverbs_sys::ibv::Mw`).
 
 mod conv;
 mod queues;
@@ -30,7 +32,7 @@ use crate::sys::ibv;
 use conv::{inval, verr};
 use queues::{HwChannel, HwCq, HwMad, HwQp};
 use rverbs_engine::modify::AhAttr;
-use rverbs_engine::{Access, AhId, AsyncEvent, Counters, CqId, MrKeys, PdId, SrqId};
+use rverbs_engine::{Access, AhId, AsyncEvent, Counters, CqId, MrKeys, MwId, MwType, PdId, SrqId};
 use rverbs_wire::grh::Gid;
 use std::any::Any;
 use std::collections::HashMap;
@@ -100,6 +102,7 @@ pub(crate) struct Tables {
     pds: Mutex<HashMap<u32, Arc<ibv::Pd>>>,
     ahs: Mutex<HashMap<u32, Arc<ibv::AhHandle>>>,
     srqs: Mutex<HashMap<u32, Arc<ibv::Srq>>>,
+    mws: Mutex<HashMap<u32, Arc<ibv::Mw>>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -125,6 +128,13 @@ impl Tables {
             .ok_or_else(|| inval("post_send", "no such address handle"))
     }
 
+    pub(crate) fn mw(&self, mw: MwId, verb: &'static str) -> Result<Arc<ibv::Mw>> {
+        lock(&self.mws)
+            .get(&mw.0)
+            .cloned()
+            .ok_or_else(|| inval(verb, "no such memory window"))
+    }
+
     pub(crate) fn srq(&self, srq: SrqId, verb: &'static str) -> Result<Arc<ibv::Srq>> {
         lock(&self.srqs)
             .get(&srq.raw())
@@ -143,6 +153,7 @@ pub(crate) struct HwDevice {
     gids: Mutex<GidTable>,
     gids_read: Mutex<Instant>,
     mad: HwMad,
+    dialect: conv::WcDialect,
 }
 
 /// How long a read GID table is used before it is read again.
@@ -156,6 +167,9 @@ impl HwDevice {
             .map_err(|e| Error::io("ibv_open_device", e))?;
         let own = Arc::new(HwChannel::new(&ctx)?);
         let gids = read_gids(&ctx, info.ifindex);
+        let dialect = ctx.query_device().map_or(conv::WcDialect::Verbs, |a| {
+            conv::WcDialect::of(a.vendor_id, a.vendor_part_id)
+        });
         Ok(HwDevice {
             info,
             ctx,
@@ -164,6 +178,7 @@ impl HwDevice {
             gids: Mutex::new(gids),
             gids_read: Mutex::new(Instant::now()),
             mad: HwMad,
+            dialect,
         })
     }
 }
@@ -210,9 +225,9 @@ impl Device for HwDevice {
     fn query_device(&self) -> Result<DeviceAttr> {
         let a = self
             .ctx
-            .query_device()
+            .query_device_ex()
             .map_err(|e| verr("query_device", e))?;
-        Ok(conv::device_attr(&a))
+        Ok(conv::device_attr_ex(&a))
     }
 
     fn query_port(&self, port: u8) -> Result<PortAttr> {
@@ -299,6 +314,20 @@ impl Device for HwDevice {
         lock(&self.tables.ahs).remove(&ah.raw());
     }
 
+    fn alloc_mw(&self, pd: PdId, kind: MwType) -> Result<(MwId, u32)> {
+        let p = self.tables.pd(pd, "alloc_mw")?;
+        let mw = ibv::Mw::alloc(&p, kind == MwType::Type2).map_err(|e| verr("alloc_mw", e))?;
+        let id = self.tables.mint();
+        let rkey = mw.rkey();
+        lock(&self.tables.mws).insert(id, mw);
+        Ok((MwId(id), rkey))
+    }
+
+    fn dealloc_mw(&self, mw: MwId) {
+        // Deallocated with its last user (a bind request in flight holds an Arc).
+        lock(&self.tables.mws).remove(&mw.0);
+    }
+
     fn create_srq(&self, pd: PdId, max_wr: u32, max_sge: u32) -> Result<SrqId> {
         let p = self.tables.pd(pd, "create_srq")?;
         let id = self.tables.mint();
@@ -344,7 +373,7 @@ impl Device for HwDevice {
                 .ok_or_else(|| inval("create_cq", "the channel belongs to another device"))?,
         };
         let id = self.tables.mint();
-        Ok(Box::new(HwCq::new(&self.ctx, cqe, ch, id)?))
+        Ok(Box::new(HwCq::new(&self.ctx, cqe, ch, id, self.dialect)?))
     }
 
     fn create_qp(&self, pd: PdId, init: &QpCreate<'_>) -> Result<Box<dyn DeviceQp>> {

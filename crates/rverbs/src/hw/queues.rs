@@ -99,6 +99,7 @@ pub(crate) struct HwCq {
     cq: Arc<ibv::Cq>,
     ch: Arc<HwChannel>,
     id: u32,
+    dialect: conv::WcDialect,
 }
 
 impl HwCq {
@@ -107,6 +108,7 @@ impl HwCq {
         cqe: u32,
         ch: Arc<HwChannel>,
         id: u32,
+        dialect: conv::WcDialect,
     ) -> Result<HwCq> {
         let cq =
             ibv::Cq::new(ctx, cqe, Some(&ch.ch), id.into()).map_err(|e| verr("create_cq", e))?;
@@ -114,6 +116,7 @@ impl HwCq {
             cq: Arc::new(cq),
             ch,
             id,
+            dialect,
         })
     }
 
@@ -160,7 +163,7 @@ impl DeviceCq for HwCq {
                 .poll(&mut buf[..want])
                 .map_err(|e| verr("poll_cq", e))?;
             for (o, w) in out[done..].iter_mut().zip(&buf[..n]) {
-                *o = conv::wc(w);
+                *o = conv::wc(w, self.dialect);
             }
             done += n;
             if n < want {
@@ -243,8 +246,19 @@ impl HwQp {
                 _ => None,
             });
         }
+        let mws = wrs
+            .iter()
+            .enumerate()
+            .map(|(i, w)| {
+                match w.opcode {
+                    WrOpcode::BindMw(b) => self.tables.mw(b.mw, "post_send").map(Some),
+                    _ => Ok(None),
+                }
+                .map_err(|e| (i, e))
+            })
+            .collect::<std::result::Result<Vec<_>, _>>()?;
         let mut c = Vec::with_capacity(wrs.len());
-        for (i, ((w, list), ah)) in wrs.iter().zip(&lists).zip(&ahs).enumerate() {
+        for (i, (((w, list), ah), mw)) in wrs.iter().zip(&lists).zip(&ahs).zip(&mws).enumerate() {
             let opcode = conv::wr_opcode(&w.opcode).map_err(|e| (i, e))?;
             let r = w.remote.unwrap_or(crate::RemoteBuf {
                 addr: 0,
@@ -252,6 +266,9 @@ impl HwQp {
                 len: 0,
             });
             let remote = match (&w.opcode, ah, &w.ud) {
+                (WrOpcode::BindMw(b), _, _) => {
+                    ibv::Remote::Bind(bind_of(mw, list, b).map_err(|e| (i, e))?)
+                }
                 (_, Some(ah), Some(d)) => ibv::Remote::Ud {
                     ah,
                     qpn: d.remote_qpn,
@@ -277,13 +294,19 @@ impl HwQp {
                 wr_id: w.wr_id,
                 opcode,
                 flags: w.flags.0,
-                // verbs.h: imm_data is big-endian, invalidate_rkey host order.
-                imm_be: if matches!(w.opcode, WrOpcode::SendWithInv) {
-                    w.imm
+                // verbs.h: imm_data is big-endian, invalidate_rkey host order (the
+                // key is the request's RemoteBuf's, as the engine's `SendWr::rkey`).
+                imm_be: if matches!(w.opcode, WrOpcode::SendWithInv | WrOpcode::LocalInv) {
+                    r.rkey
                 } else {
                     w.imm.to_be()
                 },
-                sges: list,
+                // A bind's buffer is its range (in `remote`), not data.
+                sges: if matches!(remote, ibv::Remote::Bind(_)) {
+                    &[]
+                } else {
+                    list
+                },
                 remote,
             });
         }
@@ -330,6 +353,17 @@ impl DeviceQp for HwQp {
         self.post(wrs)
     }
 
+    fn bind_mw(&self, wr: &SendRequest<'_>) -> Result<u32> {
+        let WrOpcode::BindMw(b) = wr.opcode else {
+            return Err(inval("bind_mw", "not a bind request"));
+        };
+        let mw = self.tables.mw(b.mw, "bind_mw")?;
+        let list = sges("bind_mw", wr.bufs.as_slice())?;
+        let range = list.first().copied();
+        mw.bind(&self.qp, wr.wr_id, wr.flags.0, range, b.access.0)
+            .map_err(|e| verr("bind_mw", e))
+    }
+
     fn post_recv(&self, wr_id: u64, bufs: &[LocalBuf<'_>]) -> Result<()> {
         let s = sges("post_recv", bufs)?;
         self.qp
@@ -355,6 +389,24 @@ impl DeviceQp for HwQp {
             "flow steering is offered on the soft device only",
         ))
     }
+}
+
+/// The BIND_MW part of a request: its window (looked up by `post`), the range of its
+/// one buffer and the rights.
+fn bind_of<'a>(
+    mw: &'a Option<Arc<ibv::Mw>>,
+    list: &'a [ibv::Sge<'a>],
+    b: &rverbs_engine::MwBind,
+) -> Result<ibv::MwBind<'a>> {
+    let mw = mw
+        .as_deref()
+        .ok_or_else(|| inval("post_send", "no such memory window"))?;
+    Ok(ibv::MwBind {
+        mw,
+        rkey: (mw.rkey() & !0xff) | u32::from(b.key),
+        range: list.first().copied(),
+        access: b.access.0,
+    })
 }
 
 /// Management datagrams are not offered on a system device (its GSI QP belongs to the

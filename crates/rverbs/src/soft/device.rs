@@ -18,7 +18,7 @@ use rverbs_engine::mad::gsi::{AgentId, GsiDest, GsiRecv, Registration};
 use rverbs_engine::mad::{GrhArea, Mad, MadResult, MadStats, Trap};
 use rverbs_engine::modify::AhAttr;
 use rverbs_engine::{
-    Access, AhId, AsyncEvent, Counters, PdId, QpType, RecvWr, SrqId, VecMemory, Wc,
+    Access, AhId, AsyncEvent, Counters, MwId, MwType, PdId, QpType, RecvWr, SrqId, VecMemory, Wc,
 };
 use std::any::Any;
 use std::os::fd::BorrowedFd;
@@ -157,6 +157,16 @@ impl Device for SoftDevice {
     fn destroy_ah(&self, ah: AhId) {
         self.shared.destroy(move |_, e| {
             let _ = e.destroy_ah(ah);
+        });
+    }
+
+    fn alloc_mw(&self, pd: PdId, kind: MwType) -> Result<(MwId, u32)> {
+        Ok(self.shared.lock_verb("alloc_mw")?.alloc_mw(pd, kind)?)
+    }
+
+    fn dealloc_mw(&self, mw: MwId) {
+        self.shared.destroy(move |_, e| {
+            let _ = e.dealloc_mw(mw);
         });
     }
 

@@ -207,6 +207,12 @@ impl DeviceQp for SoftQp {
         failed.map_or(Ok(()), Err)
     }
 
+    fn bind_mw(&self, wr: &SendRequest<'_>) -> Result<u32> {
+        // As rdma-core's rxe provider: the bind is a BIND_MW request with the next key.
+        self.post_send(wr)?;
+        Ok(wr.bind.map_or(0, |(_, k)| k))
+    }
+
     fn post_recv(&self, wr_id: u64, bufs: &[LocalBuf<'_>]) -> Result<()> {
         sge_lens_fit("post_recv", bufs.iter().map(|b| b.len))?;
         let s = &self.shared;

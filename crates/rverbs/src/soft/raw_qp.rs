@@ -324,6 +324,11 @@ impl DeviceQp for SoftRawQp {
         Ok(())
     }
 
+    fn bind_mw(&self, _wr: &SendRequest<'_>) -> Result<u32> {
+        let why = "a RAW_PACKET QP binds no memory windows";
+        Err(rverbs_engine::VerbError::new("bind_mw", rverbs_engine::Errno::Inval, why).into())
+    }
+
     fn post_recv(&self, wr_id: u64, bufs: &[LocalBuf<'_>]) -> Result<()> {
         let r = self.raw();
         check_not_in_with("post_recv")?;

@@ -147,6 +147,17 @@ impl Device for FakeDevice {
     fn destroy_ah(&self, ah: AhId) {
         self.log.push(format!("destroy_ah {}", ah.raw()));
     }
+    fn alloc_mw(
+        &self,
+        pd: PdId,
+        kind: rverbs_engine::MwType,
+    ) -> Result<(rverbs_engine::MwId, u32)> {
+        self.log.push(format!("alloc_mw pd {} {kind:?}", pd.raw()));
+        Ok((rverbs_engine::MwId(3), 0x0300))
+    }
+    fn dealloc_mw(&self, mw: rverbs_engine::MwId) {
+        self.log.push(format!("dealloc_mw {}", mw.0));
+    }
     fn create_srq(&self, pd: PdId, max_wr: u32, max_sge: u32) -> Result<SrqId> {
         self.log
             .push(format!("create_srq pd {} {max_wr} {max_sge}", pd.raw()));
@@ -297,6 +308,12 @@ impl DeviceQp for FakeQp {
     fn post_send_list(&self, wrs: &[SendRequest<'_>]) -> std::result::Result<(), (usize, Error)> {
         self.log.push(format!("post_send_list {}", wrs.len()));
         Err((1, unsupported("post_send")))
+    }
+    fn bind_mw(&self, wr: &SendRequest<'_>) -> Result<u32> {
+        let k = wr.bind.map_or(0, |(_, k)| k);
+        self.log
+            .push(format!("bind_mw wr {} rkey {k:#x}", wr.wr_id));
+        Ok(k)
     }
     fn post_recv(&self, wr_id: u64, bufs: &[LocalBuf<'_>]) -> Result<()> {
         self.log

@@ -28,6 +28,7 @@ mod flow;
 mod gids;
 mod mcast;
 mod mr;
+mod mw;
 mod pd;
 mod qp;
 mod qp_attr;
@@ -35,8 +36,8 @@ mod srq;
 mod wr;
 
 pub use crate::device::attrs::{
-    eth_width_speed, DeviceAttr, PortAttr, PortState, DEVICE_BAD_PKEY_CNTR, DEVICE_BAD_QKEY_CNTR,
-    DEVICE_CAP_NAMES, DEVICE_RC_RNR_NAK_GEN, DEVICE_SYS_IMAGE_GUID,
+    eth_width_speed, DeviceAttr, DeviceAttrEx, PortAttr, PortState, DEVICE_BAD_PKEY_CNTR,
+    DEVICE_BAD_QKEY_CNTR, DEVICE_CAP_NAMES, DEVICE_RC_RNR_NAK_GEN, DEVICE_SYS_IMAGE_GUID,
 };
 pub use crate::device::wr::{LocalBuf, RemoteBuf, SendRequest};
 pub use ah::Ah;
@@ -48,6 +49,7 @@ pub(crate) use cq::CqInner;
 pub use flow::Flow;
 pub use mcast::MULTICAST_QPN;
 pub use mr::{AccessFlags, Mr};
+pub use mw::{Mw, MwType};
 pub use pd::Pd;
 pub(crate) use pd::PdInner;
 pub use qp::{ConnectOpts, PeerInfo, Qp, QpInitAttr};

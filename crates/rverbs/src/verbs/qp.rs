@@ -323,7 +323,9 @@ impl Qp {
     /// completes successfully, as on a NIC). Other opcodes are EINVAL; a frame over
     /// [`rverbs_raw::MAX_FRAME`] bytes completes with LOC_LEN_ERR.
     pub fn post_send(&self, wr: &SendRequest<'_>) -> Result<()> {
-        self.dev.post_send(wr)
+        self.dev.post_send(wr)?;
+        wr.posted();
+        Ok(())
     }
 
     /// `ibv_post_send` of a chain of requests: the device is entered once and the
@@ -337,7 +339,12 @@ impl Qp {
         &self,
         wrs: &[SendRequest<'_>],
     ) -> std::result::Result<(), (usize, Error)> {
-        self.dev.post_send_list(wrs)
+        let r = self.dev.post_send_list(wrs);
+        let taken = r.as_ref().err().map_or(wrs.len(), |(i, _)| *i);
+        wrs[..taken.min(wrs.len())]
+            .iter()
+            .for_each(SendRequest::posted);
+        r
     }
 
     /// `ibv_post_recv` of one request.

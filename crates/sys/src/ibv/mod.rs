@@ -25,8 +25,10 @@
 //! (`ibv_create_qp@IBVERBS_1.0`, ...: see `crates/libibverbs/abi/exports.txt`), which
 //! tells the two apart: [`LoadError::OwnLibrary`].
 
+mod mw;
 mod objects;
 
+pub use mw::*;
 pub use objects::*;
 
 use rverbs_ibverbs::types as t;
@@ -407,6 +409,59 @@ impl Context {
         Ok(a)
     }
 
+    /// `ibv_query_device_ex` as verbs.h's inline does it: the `verbs_context` op when
+    /// the provider has it (and does not answer EOPNOTSUPP / ENOSYS), else
+    /// `ibv_query_device` with the extended fields zero.
+    pub fn query_device_ex(&self) -> io::Result<t::ibv_device_attr_ex> {
+        let mut a: t::ibv_device_attr_ex = zeroed();
+        if let Some(op) = self.vctx_query_device_ex() {
+            let input = t::ibv_query_device_ex_input { comp_mask: 0 };
+            // SAFETY: the provider's op, on its live context, with an input and an out
+            // struct of the size passed.
+            let rc = unsafe { op(self.ptr, &input, &mut a, std::mem::size_of_val(&a)) };
+            match check(rc) {
+                Ok(()) => return Ok(a),
+                Err(e) if matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP | libc::ENOSYS)) => {
+                    a = zeroed();
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        a.orig_attr = self.query_device()?;
+        Ok(a)
+    }
+
+    fn vctx(&self) -> Option<&t::verbs_context> {
+        if self.ctx().abi_compat as usize != consts::VERBS_ABI_IS_EXTENDED {
+            return None;
+        }
+        let off = std::mem::offset_of!(t::verbs_context, context);
+        // SAFETY: abi_compat says a verbs_context surrounds the ibv_context (verbs.h's
+        // verbs_get_ctx), so stepping back `off` bytes stays inside that allocation.
+        Some(unsafe { &*(self.ptr as *const u8).sub(off).cast::<t::verbs_context>() })
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn vctx_query_device_ex(
+        &self,
+    ) -> Option<
+        unsafe extern "C" fn(
+            *mut t::ibv_context,
+            *const t::ibv_query_device_ex_input,
+            *mut t::ibv_device_attr_ex,
+            usize,
+        ) -> c_int,
+    > {
+        let v = self.vctx()?;
+        let need = std::mem::size_of::<t::verbs_context>()
+            - std::mem::offset_of!(t::verbs_context, query_device_ex);
+        // verbs.h's verbs_get_ctx_op: the op exists only if `sz` covers it.
+        if v.sz < need {
+            return None;
+        }
+        v.query_device_ex
+    }
+
     /// `ibv_query_port` as verbs.h's inline does it: the `verbs_context` op with the
     /// struct's size when the provider has it, else the exported function.
     pub fn query_port(&self, port: u8) -> io::Result<t::ibv_port_attr> {
@@ -427,13 +482,7 @@ impl Context {
         &self,
     ) -> Option<unsafe extern "C" fn(*mut t::ibv_context, u8, *mut t::ibv_port_attr, usize) -> c_int>
     {
-        if self.ctx().abi_compat as usize != consts::VERBS_ABI_IS_EXTENDED {
-            return None;
-        }
-        let off = std::mem::offset_of!(t::verbs_context, context);
-        // SAFETY: abi_compat says a verbs_context surrounds the ibv_context (verbs.h's
-        // verbs_get_ctx), so stepping back `off` bytes stays inside that allocation.
-        let v = unsafe { &*(self.ptr as *const u8).sub(off).cast::<t::verbs_context>() };
+        let v = self.vctx()?;
         let need = std::mem::size_of::<t::verbs_context>()
             - std::mem::offset_of!(t::verbs_context, query_port);
         // verbs.h's verbs_get_ctx_op: the op exists only if `sz` covers it.

@@ -99,17 +99,17 @@ fn obj(ctx: &Context) -> &ObjApi {
     &ctx.api.obj
 }
 
-fn ops(ctx: &Context) -> &t::ibv_context_ops {
+pub(super) fn ops(ctx: &Context) -> &t::ibv_context_ops {
     // SAFETY: the context is live while `ctx` is; `ops` is set by the provider at open
     // and never changes.
     unsafe { &(*ctx.ptr).ops }
 }
 
-fn nonnull<T>(p: *mut T) -> io::Result<NonNull<T>> {
+pub(super) fn nonnull<T>(p: *mut T) -> io::Result<NonNull<T>> {
     NonNull::new(p).ok_or_else(io::Error::last_os_error)
 }
 
-fn einval() -> io::Error {
+pub(super) fn einval() -> io::Error {
     io::Error::from_raw_os_error(libc::EINVAL)
 }
 
@@ -117,8 +117,8 @@ macro_rules! owned {
     ($(#[$m:meta])* $name:ident, $c:ty) => {
         $(#[$m])*
         pub struct $name {
-            ptr: NonNull<$c>,
-            ctx: Arc<Context>,
+            pub(super) ptr: NonNull<$c>,
+            pub(super) ctx: Arc<Context>,
         }
         // SAFETY: the object is owned by this value (destroyed once in Drop) and
         // libibverbs' verbs on it are thread-safe.
@@ -270,9 +270,9 @@ impl DmaMem {
 
 /// A memory region (`struct ibv_mr`) over a [`DmaMem`], which it keeps alive.
 pub struct Mr {
-    ptr: NonNull<t::ibv_mr>,
+    pub(super) ptr: NonNull<t::ibv_mr>,
     mem: Arc<DmaMem>,
-    pd: Arc<Pd>,
+    pub(super) pd: Arc<Pd>,
 }
 
 // SAFETY: owned (deregistered once in Drop); verbs on it are thread-safe.
@@ -556,14 +556,14 @@ impl Srq {
 #[derive(Clone, Copy)]
 pub struct Sge<'a> {
     /// The region.
-    pub mr: &'a Mr,
+    pub mr: &'a Arc<Mr>,
     /// Start, from the region's first byte.
     pub offset: usize,
     /// Length.
     pub len: usize,
 }
 
-fn to_sges(bufs: &[Sge<'_>]) -> io::Result<Vec<t::ibv_sge>> {
+pub(super) fn to_sges(bufs: &[Sge<'_>]) -> io::Result<Vec<t::ibv_sge>> {
     bufs.iter()
         .map(|b| {
             let end = b.offset.checked_add(b.len).ok_or_else(einval)?;
@@ -590,8 +590,11 @@ fn recv_wr(wr_id: u64, sges: &mut [t::ibv_sge]) -> t::ibv_recv_wr {
 /// Where a send goes beyond the QP's connection.
 #[derive(Clone, Copy)]
 pub enum Remote<'a> {
-    /// SEND on a connected QP.
+    /// SEND on a connected QP; LOCAL_INV and SEND_WITH_INV carry their R_Key in
+    /// [`SendWr::imm_be`] (host order: the union's `invalidate_rkey`).
     None,
+    /// BIND_MW: the window, its new R_Key and what it grants.
+    Bind(super::MwBind<'a>),
     /// RDMA WRITE / READ: the peer's address and key.
     Rdma {
         /// Virtual address.
@@ -639,8 +642,8 @@ pub struct SendWr<'a> {
 
 /// A queue pair (`struct ibv_qp`).
 pub struct Qp {
-    ptr: NonNull<t::ibv_qp>,
-    pd: Arc<Pd>,
+    pub(super) ptr: NonNull<t::ibv_qp>,
+    pub(super) pd: Arc<Pd>,
     _cqs: [Arc<Cq>; 2],
     _srq: Option<Arc<Srq>>,
 }
@@ -751,12 +754,27 @@ impl Qp {
                 // only regions of this QP's PD, whose ranges were checked.
                 return Err((i, einval()));
             }
+            // The provider reads `wr.bind_mw` for a BIND_MW opcode and only then
+            // (verbs.h's union): the two must agree, and a bind carries no data
+            // (rxe's provider refuses SGEs on it).
+            if let Remote::Bind(b) = w.remote {
+                if w.opcode != IBV_WR_BIND_MW || !w.sges.is_empty() {
+                    return Err((i, einval()));
+                }
+                if !Arc::ptr_eq(&b.mw.pd.ctx, &self.pd.ctx) {
+                    return Err((i, einval()));
+                }
+            } else if w.opcode == IBV_WR_BIND_MW {
+                return Err((i, einval()));
+            }
             sges.push(to_sges(w.sges).map_err(|e| (i, e))?);
         }
+        let mut binding = super::mw::Binding::new(wrs);
         let mut c: Vec<t::ibv_send_wr> = wrs
             .iter()
             .zip(sges.iter_mut())
-            .map(|(w, s)| {
+            .enumerate()
+            .map(|(i, (w, s))| {
                 let mut wr: t::ibv_send_wr = zeroed();
                 wr.wr_id = w.wr_id;
                 wr.sg_list = s.as_mut_ptr();
@@ -792,10 +810,17 @@ impl Qp {
                             remote_qkey: qkey,
                         }
                     }
+                    Remote::Bind(b) => {
+                        wr.ext.bind_mw = t::ibv_send_wr_bind_mw {
+                            mw: b.mw.ptr.as_ptr(),
+                            rkey: b.rkey,
+                            bind_info: binding.info(&b).map_err(|e| (i, e))?,
+                        }
+                    }
                 }
-                wr
+                Ok(wr)
             })
-            .collect();
+            .collect::<Result<_, (usize, io::Error)>>()?;
         for i in 1..c.len() {
             let next: *mut t::ibv_send_wr = &mut c[i];
             c[i - 1].next = next;
@@ -808,6 +833,7 @@ impl Qp {
         // and its AHs (alive through the borrows in `wrs`) live across the call.
         let rc = unsafe { f(self.ptr.as_ptr(), first, &mut bad) };
         if rc == 0 {
+            binding.posted(wrs);
             return Ok(());
         }
         let base = c.as_ptr();
@@ -818,6 +844,7 @@ impl Qp {
             // chain it was given).
             usize::try_from(unsafe { bad.offset_from(base) }).unwrap_or(0)
         };
+        binding.posted(&wrs[..idx.min(wrs.len())]);
         let e = if rc == -1 {
             io::Error::last_os_error()
         } else {
