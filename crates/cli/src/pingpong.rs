@@ -413,7 +413,7 @@ pub fn run<W: Write>(o: &Opts, out: &mut W) -> Result<(), String> {
             }
             cq.req_notify(false).map_err(e)?;
         }
-        let ne = cq.poll(&mut wcs).map_err(e)?;
+        let mut ne = cq.poll(&mut wcs).map_err(e)?;
         if ne == 0 {
             let idle = last_progress.elapsed();
             if idle > Duration::from_secs(30) {
@@ -428,13 +428,22 @@ pub fn run<W: Write>(o: &Opts, out: &mut W) -> Result<(), String> {
                 ));
             }
             // A ping-pong answers within microseconds; a peer quiet for longer is
-            // waited for without spinning a core.
+            // waited for without spinning a core: asleep on the device (`Cq::wait`),
+            // which wakes for a datagram and for the device's own timers. A blind
+            // sleep left both waiting: a lossy link's recovery (a tail-loss probe, a
+            // resend on the peer's report) went out at the end of the sleep, and on
+            // the soft device nobody received meanwhile (its driver thread leaves the
+            // sockets to a thread that polls).
             if idle > Duration::from_millis(2) {
-                std::thread::sleep(Duration::from_micros(500));
+                ne = cq
+                    .wait(&mut wcs, Duration::ZERO, Duration::from_micros(500))
+                    .map_err(e)?;
             } else {
                 std::thread::yield_now();
             }
-            continue;
+            if ne == 0 {
+                continue;
+            }
         }
         last_progress = Instant::now();
         for wc in &wcs[..ne] {

@@ -521,18 +521,28 @@ impl Qp {
                 .is_some_and(|w| w.started && !w.is_rd_atomic());
         if lost && self.state != QpState::Err {
             ctx.counters.probe_retries += 1;
+            ctx.counters.probe_retry_wait_ns += self.stall_ns(ctx.now);
             self.shrink_window(false);
             self.nak_retry = true;
             self.resend_from_gap(ctx);
         }
     }
 
+    /// How long the requester has gone without progress at `now`: since the last ACK
+    /// that moved past something, or since the oldest unacknowledged packet went
+    /// out (the recovery waits of `Counters`, e.g. `nak_retry_wait_ns`).
+    pub(crate) fn stall_ns(&self, now: Nanos) -> Nanos {
+        self.unacked_since.map_or(0, |u| now.saturating_sub(u))
+    }
+
     /// A retry after a timeout, a sequence NAK or an implied NAK: spends one unit of
     /// retry_cnt, or fails the oldest WQE with RETRY_EXC_ERR.
     pub(crate) fn retry(&mut self, ctx: &mut Ctx<'_>, why: Retry) {
         self.timers.stop(QpTimer::Reorder);
+        let waited = self.stall_ns(ctx.now);
         if why == Retry::Timeout {
             ctx.counters.retransmit_timeouts += 1;
+            ctx.counters.timeout_wait_ns += waited;
             self.nak_retry = false;
             // A new stall: probes again after the resend.
             self.probes_sent = 0;
@@ -548,9 +558,13 @@ impl Qp {
             return;
         }
         match why {
-            Retry::SeqNak => ctx.counters.nak_retries += 1,
+            Retry::SeqNak => {
+                ctx.counters.nak_retries += 1;
+                ctx.counters.nak_retry_wait_ns += waited;
+            }
             Retry::ImpliedNak => {
                 ctx.counters.reorder_retries += 1;
+                ctx.counters.reorder_retry_wait_ns += waited;
                 self.reorder_retry_at = Some((self.comp_psn, ctx.now));
             }
             Retry::Timeout => {}

@@ -121,6 +121,26 @@ counters! {
     /// Packets whose payload the driver was to send straight from registered memory
     /// (`Config::lend_payloads`, `Transmit::body`) instead of a copy in the datagram.
     tx_payloads_in_place,
+    /// QP deadlines handled by [`crate::Engine::handle_timeout`].
+    timer_fires,
+    /// Nanoseconds from each of those deadlines to the call that handled it, summed:
+    /// how late the driver ran the timers (a sleep past a deadline shows here).
+    timer_late_ns,
+    /// The recovery waits: nanoseconds from the requester's last progress (the ACK
+    /// that last moved past something, or the send of the oldest unacknowledged
+    /// packet) to each recovery event, summed per kind. Divided by the event's
+    /// count, the stall a loss costs. For `nak_retries`.
+    nak_retry_wait_ns,
+    /// The recovery wait (see `nak_retry_wait_ns`) of `reorder_retries`.
+    reorder_retry_wait_ns,
+    /// The recovery wait of `tail_loss_probes`.
+    probe_wait_ns,
+    /// The recovery wait of `probe_retries`.
+    probe_retry_wait_ns,
+    /// The recovery wait of `retransmit_timeouts`.
+    timeout_wait_ns,
+    /// The recovery wait of `selective_retransmits`.
+    selective_wait_ns,
 }
 
 #[cfg(test)]
@@ -132,6 +152,6 @@ mod tests {
             ..Default::default()
         };
         assert!(c.iter().any(|(n, v)| n == "rx_icrc_errors" && v == 3));
-        assert_eq!(c.iter().count(), 42);
+        assert_eq!(c.iter().count(), 50);
     }
 }

@@ -846,6 +846,8 @@ impl Engine {
             let Some(qp) = self.qps.get_mut(&t.qpn) else {
                 continue;
             };
+            ctx.counters.timer_fires += 1;
+            ctx.counters.timer_late_ns += now - t.at;
             qp.timer_at = None;
             let wake = qp.on_timer(&mut ctx);
             rearm(&mut self.timers, t.qpn, qp);

@@ -121,6 +121,7 @@ impl Qp {
         self.rtt_sample = None;
         self.arm_probe(ctx.now);
         ctx.counters.tail_loss_probes += 1;
+        ctx.counters.probe_wait_ns += self.stall_ns(ctx.now);
         ctx.counters.tx_packets += 1;
         ctx.counters.tx_bytes += t.len() as u64;
         ctx.counters.tx_payloads_in_place += u64::from(t.body.is_some());

@@ -289,6 +289,7 @@ impl Qp {
             // Karn: no RTT sample from what is sent again.
             self.rtt_sample = None;
             ctx.counters.selective_retransmits += 1;
+            ctx.counters.selective_wait_ns += self.stall_ns(ctx.now);
             ctx.counters.retransmitted_packets += 1;
             ctx.counters.tx_packets += 1;
             ctx.counters.tx_bytes += t.len() as u64;

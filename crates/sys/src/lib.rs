@@ -45,7 +45,7 @@ pub use msg::{
     enable_recv_meta, parse_recv_meta, recv_error_queue, send_control, send_with_meta,
     set_recv_meta, IpMeta, RecvMeta, SendControl, RECV_CONTROL_LEN,
 };
-pub use poll::{poll_ms, poll_readable};
+pub use poll::{poll_ms, poll_readable, poll_readable_ns, MAX_POLL_NS};
 pub use udp::{
     drop_from_interface, force_recv_buffer, recv_batch, recv_batch_wait, send_batch,
     set_pmtudisc_do, set_tx_loop, set_udp_gro, set_udp_no_check6_rx, Outgoing, Received,

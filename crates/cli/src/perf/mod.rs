@@ -678,6 +678,9 @@ mod tests {
             recovery: Recovery {
                 nak: 1,
                 probe: 2,
+                wait_ns: [300_000, 0, 2_000_000, 0, 0, 0],
+                timer_fires: 4,
+                timer_late_ns: 40_000,
                 ..Recovery::default()
             },
         };
@@ -691,6 +694,7 @@ mod tests {
             recovery: Recovery {
                 nak: 5,
                 timeout: 1,
+                wait_ns: [900_000, 0, 0, 0, 70_000_000, 0],
                 ..Recovery::default()
             },
         };
@@ -700,6 +704,19 @@ mod tests {
             (r.recovery.nak, r.recovery.probe, r.recovery.timeout),
             (6, 2, 1)
         );
+        // Mean waits of both sides: (0.3 + 0.9) ms over 6 NAK retries, 1 ms per
+        // probe, 70 ms for the timeout; the timers 10 us late.
+        assert_eq!(
+            r.recovery.mean_wait_us(),
+            [200.0, 0.0, 1000.0, 0.0, 70_000.0, 0.0]
+        );
+        assert_eq!(r.recovery.timer_late_us(), 10.0);
+        assert_eq!(
+            r.recovery.to_string(),
+            "nak=6 (wait 200 us) reorder=0 probe=2 (wait 1000 us) probe_resend=0 \
+             timeout=1 (wait 70000 us) selective=0; timers 4, late 10 us"
+        );
+        assert_eq!(r.recovery.since(me.recovery), peer.recovery);
         assert_eq!(r.bytes, 1_000_000_000);
         assert_eq!(r.gbps(), 16.0);
         assert_eq!(r.mpps(), 0.002);
@@ -715,6 +732,10 @@ mod tests {
             .with("wall", 0.5);
         assert_eq!(Side::from_msg(&old).unwrap().resent, 0);
         assert!(!Side::from_msg(&old).unwrap().recovery.any());
+        // A malformed wait list reads as no waits.
+        let bad = old.clone().with("rec_nak", 2).with("rec_wait_ns", "1,2,x");
+        let rec = Side::from_msg(&bad).unwrap().recovery;
+        assert_eq!((rec.nak, rec.wait_ns), (2, [0; 6]));
     }
 
     /// A write bandwidth test's options, for tests to adjust.

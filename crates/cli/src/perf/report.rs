@@ -3,7 +3,9 @@
 
 use super::*;
 
-/// The RC requester's loss-recovery events of one side (the engine's `Counters`).
+/// The RC requester's loss-recovery events of one side (the engine's `Counters`), and
+/// how long each kind waited: the stall from the requester's last progress to the
+/// event (the engine's `*_wait_ns`), and how late the timers ran.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Recovery {
     /// Go-back-N resends started by a NAK sequence error (`nak_retries`).
@@ -20,6 +22,12 @@ pub struct Recovery {
     /// Packets resent selectively, on a selective-repeat peer's report
     /// (`selective_retransmits`; `RVERBS_SELECTIVE_REPEAT=1` on both sides).
     pub selective: u64,
+    /// The summed waits of the six kinds above, in nanoseconds, in that order.
+    pub wait_ns: [u64; 6],
+    /// QP timer deadlines handled (`timer_fires`).
+    pub timer_fires: u64,
+    /// Nanoseconds those deadlines were handled late, summed (`timer_late_ns`).
+    pub timer_late_ns: u64,
 }
 
 impl Recovery {
@@ -31,42 +39,104 @@ impl Recovery {
             probe_resend: c.probe_retries,
             timeout: c.retransmit_timeouts,
             selective: c.selective_retransmits,
+            wait_ns: [
+                c.nak_retry_wait_ns,
+                c.reorder_retry_wait_ns,
+                c.probe_wait_ns,
+                c.probe_retry_wait_ns,
+                c.timeout_wait_ns,
+                c.selective_wait_ns,
+            ],
+            timer_fires: c.timer_fires,
+            timer_late_ns: c.timer_late_ns,
+        }
+    }
+
+    /// The six event counts, in the order of [`Recovery::wait_ns`], with their names.
+    fn events(&self) -> [(&'static str, u64); 6] {
+        [
+            ("nak", self.nak),
+            ("reorder", self.reorder),
+            ("probe", self.probe),
+            ("probe_resend", self.probe_resend),
+            ("timeout", self.timeout),
+            ("selective", self.selective),
+        ]
+    }
+
+    /// Every field combined with `o`'s by `f`.
+    fn zip(self, o: Recovery, f: impl Fn(u64, u64) -> u64) -> Recovery {
+        let mut wait_ns = self.wait_ns;
+        for (w, b) in wait_ns.iter_mut().zip(o.wait_ns) {
+            *w = f(*w, b);
+        }
+        Recovery {
+            nak: f(self.nak, o.nak),
+            reorder: f(self.reorder, o.reorder),
+            probe: f(self.probe, o.probe),
+            probe_resend: f(self.probe_resend, o.probe_resend),
+            timeout: f(self.timeout, o.timeout),
+            selective: f(self.selective, o.selective),
+            wait_ns,
+            timer_fires: f(self.timer_fires, o.timer_fires),
+            timer_late_ns: f(self.timer_late_ns, o.timer_late_ns),
         }
     }
 
     pub(super) fn since(self, before: Recovery) -> Recovery {
-        Recovery {
-            nak: self.nak.saturating_sub(before.nak),
-            reorder: self.reorder.saturating_sub(before.reorder),
-            probe: self.probe.saturating_sub(before.probe),
-            probe_resend: self.probe_resend.saturating_sub(before.probe_resend),
-            timeout: self.timeout.saturating_sub(before.timeout),
-            selective: self.selective.saturating_sub(before.selective),
-        }
+        self.zip(before, u64::saturating_sub)
     }
 
     pub(super) fn plus(self, o: Recovery) -> Recovery {
-        Recovery {
-            nak: self.nak + o.nak,
-            reorder: self.reorder + o.reorder,
-            probe: self.probe + o.probe,
-            probe_resend: self.probe_resend + o.probe_resend,
-            timeout: self.timeout + o.timeout,
-            selective: self.selective + o.selective,
-        }
+        self.zip(o, u64::saturating_add)
     }
 
+    /// Any recovery event (timers alone, which run without loss too, are not one).
     pub(super) fn any(&self) -> bool {
-        *self != Recovery::default()
+        self.events().iter().any(|&(_, n)| n > 0)
+    }
+
+    /// The mean wait of each kind in microseconds (0 for a kind that did not occur),
+    /// in the order of [`Recovery::wait_ns`].
+    pub fn mean_wait_us(&self) -> [f64; 6] {
+        let ev = self.events();
+        std::array::from_fn(|i| mean_us(self.wait_ns[i], ev[i].1))
+    }
+
+    /// The mean lateness of the timers in microseconds.
+    pub fn timer_late_us(&self) -> f64 {
+        mean_us(self.timer_late_ns, self.timer_fires)
+    }
+}
+
+/// `ns / n` in microseconds, 0 when `n` is 0.
+fn mean_us(ns: u64, n: u64) -> f64 {
+    if n == 0 {
+        0.0
+    } else {
+        ns as f64 / n as f64 / 1e3
     }
 }
 
 impl std::fmt::Display for Recovery {
+    /// `nak=3 (wait 120 us) ... timeout=0; timers 40, late 15 us`: each kind's count
+    /// and, where it occurred, its mean wait since the last progress.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let waits = self.mean_wait_us();
+        for (i, (name, n)) in self.events().into_iter().enumerate() {
+            if i > 0 {
+                f.write_str(" ")?;
+            }
+            write!(f, "{name}={n}")?;
+            if n > 0 {
+                write!(f, " (wait {:.0} us)", waits[i])?;
+            }
+        }
         write!(
             f,
-            "nak={} reorder={} probe={} probe_resend={} timeout={} selective={}",
-            self.nak, self.reorder, self.probe, self.probe_resend, self.timeout, self.selective
+            "; timers {}, late {:.0} us",
+            self.timer_fires,
+            self.timer_late_us()
         )
     }
 }
@@ -106,6 +176,9 @@ impl Side {
             .with("rec_probe_resend", self.recovery.probe_resend)
             .with("rec_timeout", self.recovery.timeout)
             .with("rec_selective", self.recovery.selective)
+            .with("rec_wait_ns", wait_list(&self.recovery.wait_ns))
+            .with("rec_timer_fires", self.recovery.timer_fires)
+            .with("rec_timer_late_ns", self.recovery.timer_late_ns)
     }
 
     pub(super) fn from_msg(m: &Msg) -> Result<Side, String> {
@@ -124,9 +197,31 @@ impl Side {
                 probe_resend: m.u64("rec_probe_resend").unwrap_or(0),
                 timeout: m.u64("rec_timeout").unwrap_or(0),
                 selective: m.u64("rec_selective").unwrap_or(0),
+                // (Absent from an older peer's report, as the waits are.)
+                wait_ns: m
+                    .str("rec_wait_ns")
+                    .ok()
+                    .and_then(parse_wait_list)
+                    .unwrap_or_default(),
+                timer_fires: m.u64("rec_timer_fires").unwrap_or(0),
+                timer_late_ns: m.u64("rec_timer_late_ns").unwrap_or(0),
             },
         })
     }
+}
+
+/// The six recovery waits as one control-message value: `1,2,3,4,5,6`.
+fn wait_list(w: &[u64; 6]) -> String {
+    w.iter().map(u64::to_string).collect::<Vec<_>>().join(",")
+}
+
+/// [`wait_list`]'s value back; `None` unless it is six numbers.
+fn parse_wait_list(s: &str) -> Option<[u64; 6]> {
+    let v: Vec<u64> = s
+        .split(',')
+        .map(|x| x.parse().ok())
+        .collect::<Option<_>>()?;
+    v.try_into().ok()
 }
 
 /// Latency percentiles in microseconds.
@@ -274,7 +369,19 @@ impl Report {
                     .with("probe", self.recovery.probe)
                     .with("probe_resend", self.recovery.probe_resend)
                     .with("timeout", self.recovery.timeout)
-                    .with("selective", self.recovery.selective),
+                    .with("selective", self.recovery.selective)
+                    .with("wait_us", {
+                        let w = self.recovery.mean_wait_us();
+                        Json::obj()
+                            .with("nak", w[0])
+                            .with("reorder", w[1])
+                            .with("probe", w[2])
+                            .with("probe_resend", w[3])
+                            .with("timeout", w[4])
+                            .with("selective", w[5])
+                    })
+                    .with("timer_fires", self.recovery.timer_fires)
+                    .with("timer_late_us", self.recovery.timer_late_us()),
             );
         if let Some(l) = &self.lat {
             j = j.with(

@@ -199,14 +199,13 @@ impl DeviceCq for SoftCq {
                 // Raw mode: the engine's packets come from the RoCE socket (the UDP
                 // sockets only carry this host's own traffic); `poll` reads it. A CQ
                 // of RAW_PACKET QPs only leaves the sockets to the driver thread.
-                let ms = crate::sys::poll_ms(sleep);
                 let mut fds = Vec::new();
                 if self.carries_roce() {
                     shared.app_poll_at.store(now + sleep, Ordering::Relaxed);
                     shared.watch_fds(&mut fds);
                 }
                 let mut woke = Vec::new();
-                let _ = crate::sys::poll_readable(&fds, ms, &mut woke);
+                let _ = crate::sys::poll_readable_ns(&fds, Some(sleep), &mut woke);
                 return self.poll(out);
             }
             shared.app_poll_at.store(now + sleep, Ordering::Relaxed);
@@ -214,11 +213,11 @@ impl DeviceCq for SoftCq {
             // per wake-up); otherwise, or when another thread is receiving, in
             // poll(2), which returns at once when a datagram is already waiting.
             if sleep < super::progress::SLEEP_RECV_NS || shared.sleep_receive().is_none() {
-                let ms = crate::sys::poll_ms(sleep);
                 let mut ready = Vec::new();
                 let mut fds = Vec::new();
                 shared.watch_fds(&mut fds);
-                let _ = shared.poll_wait(&fds, ms, &mut ready);
+                // (To the nanosecond: the engine's next timer may be a 200 µs probe.)
+                let _ = shared.poll_wait(&fds, sleep.min(crate::sys::MAX_POLL_NS), &mut ready);
             }
             return self.poll(out);
         }

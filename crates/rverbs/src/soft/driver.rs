@@ -102,11 +102,15 @@ pub(crate) fn driver(shared: Arc<Shared>) {
                 false,
             ),
         };
-        let ms = sys::poll_ms(until.saturating_sub(shared.now()));
+        let left = until.saturating_sub(shared.now());
         let polled = if standing_off {
-            sys::poll_readable(watch, ms, &mut ready)
+            // (Whole milliseconds: the polling thread runs the timers meanwhile, and
+            // each look takes a core from it.)
+            sys::poll_readable(watch, sys::poll_ms(left), &mut ready)
         } else {
-            shared.poll_wait(watch, ms, &mut ready)
+            // To the nanosecond (`ppoll`): a timer due in 200 µs (a tail-loss probe)
+            // fires then, not at the next whole millisecond.
+            shared.poll_wait(watch, left.min(sys::MAX_POLL_NS), &mut ready)
         };
         if polled.is_err() {
             std::thread::sleep(std::time::Duration::from_millis(1));

@@ -181,7 +181,7 @@ impl ChannelInner {
             fds.push(self.events.fd.as_raw_fd());
             shared.watch_fds(&mut fds);
             if shared
-                .poll_wait(&fds, sys::poll_ms(sleep), &mut ready)
+                .poll_wait(&fds, sleep.min(sys::MAX_POLL_NS), &mut ready)
                 .is_err()
             {
                 std::thread::sleep(Duration::from_millis(1));

@@ -328,17 +328,17 @@ impl Shared {
     pub(crate) fn poll_wait(
         &self,
         fds: &[RawFd],
-        ms: i32,
+        ns: Nanos,
         ready: &mut Vec<bool>,
     ) -> std::io::Result<()> {
         let Some(bell) = self.carrier.bell() else {
-            return sys::poll_readable(fds, ms, ready);
+            return sys::poll_readable_ns(fds, Some(ns), ready);
         };
-        let ms = if self.carrier.arm() { 0 } else { ms };
+        let ns = if self.carrier.arm() { 0 } else { ns };
         let mut all = Vec::with_capacity(fds.len() + 1);
         all.extend_from_slice(fds);
         all.push(bell);
-        let r = sys::poll_readable(&all, ms, ready);
+        let r = sys::poll_readable_ns(&all, Some(ns), ready);
         let rung = ready.get(fds.len()).copied().unwrap_or(false);
         self.carrier.disarm(rung);
         ready.truncate(fds.len());

@@ -28,8 +28,8 @@
 //! receiver handles first), and the peer wakes once instead of twice — or, when the
 //! poll found no completion, at once. If the application makes no further call, the
 //! driver thread sends it when it next looks (it sleeps at most [`DEFER_NS`] while it
-//! knows of one — rounded up to `poll(2)`'s millisecond — and at most the stand-off
-//! otherwise: one deferred after the driver went to sleep waits for its next look).
+//! knows of one — in the stand-off rounded up to `poll(2)`'s millisecond — and at most
+//! the stand-off otherwise: one deferred after the driver went to sleep waits for its next look).
 //! ACKs are cumulative (IBTA 9.7.5.1.1 allows coalescing them), so a
 //! late ACK only delays the requester's completions, never loses anything.
 //!
