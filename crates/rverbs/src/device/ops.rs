@@ -206,15 +206,18 @@ pub(crate) trait DeviceQp: Send + Sync {
     /// `ibv_post_send` of one request whose buffers are named by key and address (the
     /// C library's), on a QP the engine does not run (RAW_PACKET); the engine's own QPs
     /// take such requests directly (`crate::ffi`).
+    #[cfg(feature = "ffi")]
     fn post_send_keyed(&self, _wr: &rverbs_engine::SendWr) -> Result<()> {
         Err(keyed_unsupported("post_send"))
     }
     /// `ibv_post_recv` of one request named by keys, as [`DeviceQp::post_send_keyed`].
+    #[cfg(feature = "ffi")]
     fn post_recv_keyed(&self, _wr: &rverbs_engine::RecvWr) -> Result<()> {
         Err(keyed_unsupported("post_recv"))
     }
 }
 
+#[cfg(feature = "ffi")]
 fn keyed_unsupported(verb: &'static str) -> Error {
     rverbs_engine::VerbError::new(
         verb,

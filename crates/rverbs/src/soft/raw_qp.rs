@@ -10,7 +10,9 @@ use crate::device::wr::{LocalBuf, SendRequest};
 use crate::error::{Error, Result};
 use crate::raw::RawQpInner;
 use rverbs_engine::modify::{QpAttr, QpAttrMask};
-use rverbs_engine::{PdId, QpState, QpType, RecvWr, SendFlags, SendWr, Wc, WrOpcode};
+use rverbs_engine::{PdId, QpState, QpType, SendFlags, Wc, WrOpcode};
+#[cfg(feature = "ffi")]
+use rverbs_engine::{RecvWr, SendWr};
 use rverbs_wire::grh::Gid;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -434,6 +436,7 @@ impl DeviceQp for SoftRawQp {
         self.post_targets(wr_id, targets)
     }
 
+    #[cfg(feature = "ffi")]
     fn post_send_keyed(&self, wr: &SendWr) -> Result<()> {
         self.check_send(
             wr.opcode,
@@ -465,6 +468,7 @@ impl DeviceQp for SoftRawQp {
         self.send_frame(wr.wr_id, wr.flags, len, frame)
     }
 
+    #[cfg(feature = "ffi")]
     fn post_recv_keyed(&self, wr: &RecvWr) -> Result<()> {
         self.check_recv_sges(wr.sg_list.len())?;
         let targets = {
