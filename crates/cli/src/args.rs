@@ -311,6 +311,11 @@ pub(crate) enum Command {
         /// Both sides send (bw).
         #[arg(short = 'b', long)]
         bidirectional: bool,
+        /// SEND and WRITE messages of at most this many bytes go INLINE, as perftest's
+        /// -I (0: none; perftest sends none on a device it does not know, this one
+        /// included).
+        #[arg(short = 'I', long = "inline-size", default_value_t = 256, value_parser = clap::value_parser!(u32).range(0..=512))]
+        inline_size: u32,
         /// Path MTU: 256, 512, 1024, 2048 or 4096 (default: the port's active MTU, as
         /// perftest).
         #[arg(short = 'm', long, default_value_t = 0, value_parser = mtu_or_0_parser)]

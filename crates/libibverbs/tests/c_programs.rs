@@ -45,7 +45,12 @@ fn build(name: &str) -> Option<PathBuf> {
 /// Builds and runs `tests/c/<name>.c`; it must print OK and exit 0.
 fn run(name: &str) {
     let Some(exe) = build(name) else { return };
-    let mut child = Command::new(&exe)
+    finish(name, Command::new(&exe));
+}
+
+/// Runs `cmd` (a test program on this library); it must print OK and exit 0 within 60 s.
+fn finish(name: &str, mut cmd: Command) {
+    let mut child = cmd
         .env("LD_LIBRARY_PATH", common::lib_dir())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -91,4 +96,75 @@ fn bad_qp_attributes_caps_and_requests_get_libibverbs_errno() {
 #[ignore = "needs root (CAP_NET_RAW for ibv_create_flow); CI runs it with --ignored"]
 fn flow_steering_from_c_steers_ud_datagrams() {
     run("flow");
+}
+
+/// A RAW_PACKET QP on a context not in raw mode: EOPNOTSUPP with CAP_NET_RAW, EPERM
+/// without (uverbs checks the capability before the driver).
+#[test]
+fn raw_packet_qp_without_raw_mode_gets_libibverbs_errno() {
+    let Some(exe) = build("raw") else { return };
+    let want = if rverbs_raw::has_cap_net_raw() {
+        libc::EOPNOTSUPP
+    } else {
+        libc::EPERM
+    };
+    let mut cmd = Command::new(&exe);
+    cmd.args(["unsupported", &want.to_string()])
+        .env_remove("RVERBS_RAW_IF");
+    finish("raw unsupported", cmd);
+}
+
+/// Fails (no veth pair) when run without root.
+#[test]
+#[ignore = "needs root (network namespaces, CAP_NET_RAW); CI runs it with --ignored"]
+fn raw_packet_qps_from_c_send_frames_and_receive_through_flows() {
+    use std::io::BufRead;
+    let Some(exe) = build("raw") else { return };
+    let pair =
+        rverbs_raw::netns::VethPair::new().expect("needs root: network namespaces and CAP_NET_RAW");
+    let in_ns = |ns: &str, ifname: &str, role: &str| {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", ns])
+            .arg(&exe)
+            .arg(role)
+            .env("RVERBS_RAW_IF", ifname);
+        c
+    };
+    let mut rx = in_ns(&pair.ns_b, &pair.if_b, "recv")
+        .env("LD_LIBRARY_PATH", common::lib_dir())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // READY once both QPs wait behind their rules, then OK.
+    let (tx, lines) = std::sync::mpsc::channel();
+    let out = rx.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for l in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+            let _ = tx.send(l);
+        }
+    });
+    let ready = lines.recv_timeout(Duration::from_secs(30));
+    if ready.as_deref() != Ok("READY") {
+        let _ = rx.kill();
+        let o = rx.wait_with_output().unwrap();
+        panic!(
+            "the receiver did not get ready ({ready:?}): {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    finish("raw send", in_ns(&pair.ns_a, &pair.if_a, "send"));
+    let start = Instant::now();
+    while rx.try_wait().unwrap().is_none() && start.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = rx.kill();
+    let o = rx.wait_with_output().unwrap();
+    let last = lines.recv_timeout(Duration::from_secs(1));
+    assert!(
+        o.status.success() && last.as_deref() == Ok("OK"),
+        "raw recv: {} ({last:?}); stderr:\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stderr)
+    );
 }

@@ -5,7 +5,7 @@
 
 use crate::error::{Error, Result};
 use crate::verbs::{Ah, Pd, PdInner, Qp, Srq};
-use rverbs_engine::{Access, AhId, Memory, MwId, MwType, RecvWr, SendWr};
+use rverbs_engine::{Access, AhId, Memory, MwId, MwType, QpType, RecvWr, SendWr};
 use std::sync::Arc;
 
 /// The soft device behind `ctx`: the C library is built over it (EOPNOTSUPP on
@@ -160,6 +160,14 @@ pub fn post_send(
     wrs: impl IntoIterator<Item = Result<SendWr>>,
 ) -> std::result::Result<(), (usize, Error)> {
     let s = soft(&qp.pd.ctx).map_err(|e| (0, e))?;
+    if qp.qp_type == QpType::RawPacket {
+        // The raw device's queue, not the engine's: one request at a time.
+        for (i, wr) in wrs.into_iter().enumerate() {
+            wr.and_then(|wr| qp.dev.post_send_keyed(&wr))
+                .map_err(|e| (i, e))?;
+        }
+        return Ok(());
+    }
     let mut e = s.lock_verb("post_send").map_err(|e| (0, e))?;
     let now = s.now();
     let mut failed = None;
@@ -177,6 +185,9 @@ pub fn post_send(
 /// `ibv_post_recv` of one request.
 pub fn post_recv(qp: &Qp, wr: RecvWr) -> Result<()> {
     let s = soft(&qp.pd.ctx)?;
+    if qp.qp_type == QpType::RawPacket {
+        return qp.dev.post_recv_keyed(&wr);
+    }
     let mut e = s.lock_verb("post_recv")?;
     // As `Qp::post_recv`: the deferred time stands for the clock while answers wait.
     let now = match s.flush_pending.load(std::sync::atomic::Ordering::Relaxed) {

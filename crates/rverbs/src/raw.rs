@@ -15,7 +15,7 @@
 use crate::carrier::raw::v1::V1Port;
 use crate::carrier::raw::NetPort;
 use crate::error::Result;
-use rverbs_engine::{CqId, Engine, QpState, VecMemory, Wc, WcFlags, WcOpcode, WcStatus};
+use rverbs_engine::{CqId, Engine, Memory, QpState, Wc, WcFlags, WcOpcode, WcStatus};
 use rverbs_raw::{RawDevice, RawQp, RawRecvWr, RawWc, RawWcOpcode, RawWcStatus};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -87,7 +87,9 @@ pub(crate) struct Target {
     /// The region's key when posted: a receive whose region was deregistered since
     /// completes with LOC_PROT_ERR and writes nothing (rule 4 of the crate docs).
     pub(crate) lkey: u32,
-    pub(crate) region: Arc<VecMemory>,
+    /// The region's memory; `None` when the key or range named none when posted (the
+    /// receive then completes with LOC_PROT_ERR, as rxe finds a bad SGE on arrival).
+    pub(crate) region: Option<Arc<dyn Memory>>,
     pub(crate) offset: usize,
     pub(crate) len: usize,
 }
@@ -207,7 +209,12 @@ impl RawQpInner {
                 let mut wc = wc;
                 if w.status == RawWcStatus::Success {
                     let ok = |t: &Target| {
-                        engine.lkey_allows(t.lkey, self.pd, rverbs_engine::Access::LOCAL_WRITE)
+                        t.region.is_some()
+                            && engine.lkey_allows(
+                                t.lkey,
+                                self.pd,
+                                rverbs_engine::Access::LOCAL_WRITE,
+                            )
                     };
                     if targets.iter().all(ok) {
                         scatter(&w.buf[..w.byte_len as usize], &targets);
@@ -284,8 +291,9 @@ fn scatter(mut frame: &[u8], targets: &[Target]) {
             break;
         }
         let n = t.len.min(frame.len());
-        t.region
-            .with(|b| b[t.offset..t.offset + n].copy_from_slice(&frame[..n]));
+        if let Some(r) = &t.region {
+            r.write(t.offset, &frame[..n]);
+        }
         frame = &frame[n..];
     }
 }

@@ -126,6 +126,8 @@ pub struct Opts {
     pub cq_mod: Option<usize>,
     /// Both sides send (`-b`, bandwidth tests).
     pub bidir: bool,
+    /// SEND and WRITE messages of at most this size go INLINE (`-I`, 0: none).
+    pub inline_size: usize,
     /// Path MTU in bytes (`-m`; 0: the port's active MTU).
     pub mtu: usize,
     /// GID index (`-x`); default: one of the peer's address family.
@@ -755,6 +757,7 @@ mod tests {
             post_list: 1,
             cq_mod: None,
             bidir: false,
+            inline_size: 256,
             mtu: 1024,
             gid_idx: None,
             spin: Duration::ZERO,

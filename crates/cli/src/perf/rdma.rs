@@ -19,6 +19,8 @@ pub struct Rdma {
     cq_mod: Option<usize>,
     /// The latency tests' completion moderation (`Opts::lat_cq_mod`).
     lat_cq_mod: u64,
+    /// SEND and WRITE messages of at most this size go INLINE (`Opts::inline_size`).
+    inline_size: usize,
     spin: Duration,
     /// Atomics are compare-and-swap (`Opts::cmp_swap`).
     cmp_swap: bool,
@@ -83,6 +85,7 @@ impl Rdma {
         attr.cap.max_recv_wr = rx_depth as u32;
         attr.cap.max_send_sge = 1;
         attr.cap.max_recv_sge = 1;
+        attr.cap.max_inline_data = attr.cap.max_inline_data.max(o.inline_size as u32);
         let qp = pd.create_qp(&attr).map_err(e)?;
         let psn = std::process::id() & 0xff_ffff;
         let ipv6 = |a: IpAddr| match a {
@@ -138,6 +141,7 @@ impl Rdma {
             post_list: o.post_list,
             cq_mod: o.cq_mod,
             lat_cq_mod: o.lat_cq_mod(),
+            inline_size: o.inline_size,
             spin: o.spin,
             cmp_swap: o.cmp_swap,
             half,
@@ -237,7 +241,7 @@ impl Bench for Rdma {
             Some(q) => l * (q.min(self.depth) / l).max(1),
             None => l * (self.depth / (4 * l)).clamp(1, 16),
         };
-        let inline = matches!(self.op, Op::Send | Op::Write) && plan.size <= 256;
+        let inline = matches!(self.op, Op::Send | Op::Write) && plan.size <= self.inline_size;
         let meter = super::Meter::start();
         let (mut posted, mut completed, mut rx) = (0u64, 0u64, 0u64);
         let mut send_secs = 0.0;
@@ -341,7 +345,7 @@ impl Bench for Rdma {
         let meter = super::Meter::start();
         let mut wcs = vec![Wc::default(); 16];
         let mut samples = Vec::with_capacity(plan.iters.unwrap_or(100_000) as usize);
-        let inline = matches!(self.op, Op::Send | Op::Write) && size <= 256;
+        let inline = matches!(self.op, Op::Send | Op::Write) && size <= self.inline_size;
         let e = |e: rverbs::Error| e.to_string();
         // perftest's completion moderation (`run_iter_lat_send`): SEND and WRITE
         // ping-pongs signal every `cq_mod`-th request and the last; READs and atomics

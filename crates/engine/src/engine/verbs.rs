@@ -229,6 +229,23 @@ impl Engine {
             .is_some_and(|m| m.key == lkey && m.pd == pd.0 && m.access.contains(need))
     }
 
+    /// The memory and offset an SGE names (key, address and length inside the region),
+    /// when its region is of `pd` and allows `need`: for work rverbs runs outside the
+    /// engine on buffers named by key (RAW_PACKET posts from the C library).
+    pub fn local_region(
+        &self,
+        sge: &crate::Sge,
+        pd: PdId,
+        need: Access,
+    ) -> Option<(Arc<dyn Memory>, usize)> {
+        let m = self.mrs.get(key_slot(sge.lkey))?;
+        if m.key != sge.lkey || m.pd != pd.0 || !m.access.contains(need) {
+            return None;
+        }
+        let off = m.offset_of(sge.addr, u64::from(sge.length))?;
+        Some((m.mem.clone(), off))
+    }
+
     /// `ibv_create_cq` with room for `cqe` completions.
     pub fn create_cq(&mut self, cqe: u32) -> VerbResult<CqId> {
         if cqe == 0 || cqe > self.cfg.max_cqe {

@@ -212,6 +212,28 @@ pub(crate) trait DeviceQp: Send + Sync {
     fn detach_mcast(&self, gid: &Gid) -> Result<()>;
     /// `ibv_create_flow` (the attributes are validated by the caller).
     fn create_flow(&self, attr: &rverbs_flow::attr::FlowAttr) -> Result<Box<dyn DeviceFlow>>;
+    /// `ibv_post_send` of one request whose buffers are named by key and address (the
+    /// C library's), on a QP the engine does not run (RAW_PACKET); the engine's own QPs
+    /// take such requests directly (`crate::ffi`).
+    #[cfg(feature = "ffi")]
+    fn post_send_keyed(&self, _wr: &rverbs_engine::SendWr) -> Result<()> {
+        Err(keyed_unsupported("post_send"))
+    }
+    /// `ibv_post_recv` of one request named by keys, as [`DeviceQp::post_send_keyed`].
+    #[cfg(feature = "ffi")]
+    fn post_recv_keyed(&self, _wr: &rverbs_engine::RecvWr) -> Result<()> {
+        Err(keyed_unsupported("post_recv"))
+    }
+}
+
+#[cfg(feature = "ffi")]
+fn keyed_unsupported(verb: &'static str) -> Error {
+    rverbs_engine::VerbError::new(
+        verb,
+        rverbs_engine::Errno::NotSupported,
+        "requests named by key go to the engine for this QP",
+    )
+    .into()
 }
 
 /// A steering rule (`struct ibv_flow`). Dropping it destroys it.

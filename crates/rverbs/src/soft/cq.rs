@@ -176,16 +176,25 @@ impl DeviceCq for SoftCq {
         // showed in its profile.
         let start = shared.now();
         let mut now = start;
+        let seen = shared.activity.load(Ordering::Acquire);
         loop {
             let n = self.poll_ready(out)?;
             if n > 0 {
                 return Ok(n);
             }
             let waited = now - start;
-            if waited < spin {
+            // The spin ends with the timeout: a caller that also watches memory (a
+            // WRITE ping-pong's marker) waits at most `timeout` between its looks.
+            if waited < spin.min(timeout) {
                 let n = self.poll_progress(out, now)?;
                 if n > 0 {
                     return Ok(n);
+                }
+                // Datagrams that completed nothing (an incoming RDMA WRITE, received
+                // here or by the driver thread) end the wait, as they end the sleep
+                // below.
+                if shared.activity.load(Ordering::Acquire) != seen {
+                    return Ok(0);
                 }
                 std::hint::spin_loop();
                 now = shared.now();

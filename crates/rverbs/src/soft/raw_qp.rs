@@ -11,6 +11,8 @@ use crate::error::{Error, Result};
 use crate::raw::RawQpInner;
 use rverbs_engine::modify::{QpAttr, QpAttrMask};
 use rverbs_engine::{PdId, QpState, QpType, SendFlags, Wc, WrOpcode};
+#[cfg(feature = "ffi")]
+use rverbs_engine::{RecvWr, SendWr};
 use rverbs_wire::grh::Gid;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -154,6 +156,26 @@ impl SoftRawQp {
     }
 
     fn post_send_one(&self, wr: &SendRequest<'_>) -> Result<()> {
+        let bufs = wr.bufs.as_slice();
+        self.check_send(
+            wr.opcode,
+            wr.remote.is_some() || wr.ud.is_some(),
+            bufs.len(),
+        )?;
+        // Buffers of another PD (IBTA 10.6.3.1; rxe's `copy_data` looks the key up in
+        // the QP's PD): the request completes with a local protection error and
+        // nothing is sent (an error completes whether signaled or not).
+        let len = bufs.iter().map(LocalBuf::byte_len).sum();
+        let frame = if bufs.iter().any(|b| b.mr.pd != self.pd) {
+            None
+        } else {
+            Some(bufs.iter().flat_map(LocalBuf::bytes).collect())
+        };
+        self.send_frame(wr.wr_id, wr.flags, len, frame)
+    }
+
+    /// What a SEND on a RAW_PACKET QP must be before its buffers are read.
+    fn check_send(&self, opcode: WrOpcode, addressed: bool, sges: usize) -> Result<()> {
         let r = self.raw();
         check_not_in_with("post_send")?;
         let inval = |why| -> Error {
@@ -162,44 +184,42 @@ impl SoftRawQp {
         if r.lock().state != QpState::Rts {
             return Err(inval("the QP is not in RTS"));
         }
-        if wr.opcode != WrOpcode::Send || wr.remote.is_some() || wr.ud.is_some() {
+        if opcode != WrOpcode::Send || addressed {
             return Err(inval("a RAW_PACKET QP sends frames with SEND only"));
         }
-        let over = |why, asked: usize, max: u32, unit| -> Error {
-            rverbs_engine::VerbError::new("post_send", rverbs_engine::Errno::Inval, why)
-                .with_limit(asked as u64, max.into(), unit, "the QP takes at most")
-                .into()
-        };
-        if wr.bufs.as_slice().len() > r.cap.max_send_sge as usize {
+        if sges > r.cap.max_send_sge as usize {
             return Err(over(
                 "more SGEs than cap.max_send_sge",
-                wr.bufs.as_slice().len(),
+                sges,
                 r.cap.max_send_sge,
                 "SGEs",
             ));
         }
-        let frame: Vec<u8> = wr
-            .bufs
-            .as_slice()
-            .iter()
-            .flat_map(LocalBuf::bytes)
-            .collect();
-        if wr.flags.contains(SendFlags::INLINE) && frame.len() > r.cap.max_inline_data as usize {
+        Ok(())
+    }
+
+    /// Sends one whole frame of `len` bytes (`None`: its buffers failed the protection
+    /// check, and the request completes with LOC_PROT_ERR, sending nothing).
+    fn send_frame(
+        &self,
+        wr_id: u64,
+        flags: SendFlags,
+        len: usize,
+        frame: Option<Vec<u8>>,
+    ) -> Result<()> {
+        let r = self.raw();
+        let s = &self.shared;
+        if flags.contains(SendFlags::INLINE) && len > r.cap.max_inline_data as usize {
             return Err(over(
                 "inline data beyond cap.max_inline_data",
-                frame.len(),
+                len,
                 r.cap.max_inline_data,
                 "bytes",
             ));
         }
-        let signaled = r.sq_sig_all || wr.flags.contains(SendFlags::SIGNALED);
-        let s = &self.shared;
-        // Buffers of another PD (IBTA 10.6.3.1; rxe's `copy_data` looks the key up in
-        // the QP's PD): the request completes with a local protection error and
-        // nothing is sent (an error completes whether signaled or not).
-        if wr.bufs.as_slice().iter().any(|b| b.mr.pd != self.pd) {
+        let Some(frame) = frame else {
             let wc = Wc {
-                wr_id: wr.wr_id,
+                wr_id,
                 status: rverbs_engine::WcStatus::LocProtErr,
                 opcode: rverbs_engine::WcOpcode::Send,
                 qp_num: self.qpn,
@@ -211,9 +231,10 @@ impl SoftRawQp {
             let now = s.now();
             s.flush(&mut e, now);
             return Ok(());
-        }
+        };
+        let signaled = r.sq_sig_all || flags.contains(SendFlags::SIGNALED);
         r.raw
-            .post_send_wr(wr.wr_id, &[&frame], signaled)
+            .post_send_wr(wr_id, &[&frame], signaled)
             .map_err(|e| Error::io("sending a raw frame", e))?;
         let mut e = s.lock_verb("post_send")?;
         if s.drain_raw_qps(&mut e) {
@@ -222,6 +243,73 @@ impl SoftRawQp {
         }
         Ok(())
     }
+
+    /// Queues a receive of scatter list `targets` (checked for its length and SGE
+    /// count), as the QP's state allows.
+    fn post_targets(&self, wr_id: u64, targets: Vec<crate::raw::Target>) -> Result<()> {
+        let r = self.raw();
+        let err =
+            |errno, why| -> Error { rverbs_engine::VerbError::new("post_recv", errno, why).into() };
+        let mut st = r.lock();
+        match st.state {
+            QpState::Reset => {
+                return Err(err(rverbs_engine::Errno::Inval, "the QP is in RESET"));
+            }
+            QpState::Err => {
+                st.local.push_back((
+                    r.recv_cq,
+                    Wc {
+                        wr_id,
+                        status: rverbs_engine::WcStatus::WrFlushErr,
+                        opcode: rverbs_engine::WcOpcode::Recv,
+                        qp_num: self.qpn,
+                        ..Wc::default()
+                    },
+                ));
+                drop(st);
+                let s = &self.shared;
+                s.activity.fetch_add(1, Ordering::Release);
+                s.wake();
+                return Ok(());
+            }
+            _ => {}
+        }
+        if st.held.len() + st.posted.len() >= r.max_recv_wr {
+            return Err(err(
+                rverbs_engine::Errno::NoMem,
+                "the receive queue is full",
+            ));
+        }
+        if targets.iter().map(|t| t.len).sum::<usize>() == 0 {
+            return Err(err(rverbs_engine::Errno::Inval, "no receive buffer"));
+        }
+        if st.state == QpState::Init {
+            st.held.push_back((wr_id, targets));
+            return Ok(());
+        }
+        r.post_to_device(&mut st, wr_id, targets)
+            .map_err(|e| Error::io("posting a raw receive", e))
+    }
+
+    fn check_recv_sges(&self, n: usize) -> Result<()> {
+        check_not_in_with("post_recv")?;
+        if n > self.raw().cap.max_recv_sge as usize {
+            return Err(rverbs_engine::VerbError::new(
+                "post_recv",
+                rverbs_engine::Errno::Inval,
+                "more SGEs than cap.max_recv_sge",
+            )
+            .into());
+        }
+        Ok(())
+    }
+}
+
+/// EINVAL for a request over one of the QP's caps.
+fn over(why: &'static str, asked: usize, max: u32, unit: &'static str) -> Error {
+    rverbs_engine::VerbError::new("post_send", rverbs_engine::Errno::Inval, why)
+        .with_limit(asked as u64, max.into(), unit, "the QP takes at most")
+        .into()
 }
 
 impl DeviceQp for SoftRawQp {
@@ -330,71 +418,80 @@ impl DeviceQp for SoftRawQp {
     }
 
     fn post_recv(&self, wr_id: u64, bufs: &[LocalBuf<'_>]) -> Result<()> {
-        let r = self.raw();
-        check_not_in_with("post_recv")?;
-        let err =
-            |errno, why| -> Error { rverbs_engine::VerbError::new("post_recv", errno, why).into() };
-        if bufs.len() > r.cap.max_recv_sge as usize {
-            return Err(err(
-                rverbs_engine::Errno::Inval,
-                "more SGEs than cap.max_recv_sge",
-            ));
-        }
+        self.check_recv_sges(bufs.len())?;
         let targets: Vec<crate::raw::Target> = bufs
             .iter()
             .map(|b| {
+                let region = b.mr.region.soft().cloned().ok_or_else(|| -> Error {
+                    rverbs_engine::VerbError::new(
+                        "post_recv",
+                        rverbs_engine::Errno::Inval,
+                        "a region of a system device, not of this soft device",
+                    )
+                    .into()
+                })?;
                 Ok(crate::raw::Target {
                     lkey: b.mr.lkey,
-                    region: b.mr.region.soft().cloned().ok_or_else(|| {
-                        err(
-                            rverbs_engine::Errno::Inval,
-                            "a region of a system device, not of this soft device",
-                        )
-                    })?,
+                    region: Some(region),
                     offset: b.offset,
                     len: b.len,
                 })
             })
             .collect::<Result<_>>()?;
-        let mut st = r.lock();
-        match st.state {
-            QpState::Reset => {
-                return Err(err(rverbs_engine::Errno::Inval, "the QP is in RESET"));
+        self.post_targets(wr_id, targets)
+    }
+
+    #[cfg(feature = "ffi")]
+    fn post_send_keyed(&self, wr: &SendWr) -> Result<()> {
+        self.check_send(
+            wr.opcode,
+            wr.ud.is_some() || wr.remote_addr != 0 || wr.rkey != 0,
+            wr.sg_list.len(),
+        )?;
+        // Each SGE's bytes, when its key names a region of the QP's PD that holds the
+        // range (else LOC_PROT_ERR, as rxe's `copy_data`).
+        let frame = {
+            let e = self.shared.lock_verb("post_send")?;
+            let mut f = Vec::new();
+            let mut ok = true;
+            for g in wr.sg_list.iter() {
+                match e.local_region(g, self.pd, rverbs_engine::Access(0)) {
+                    Some((mem, off)) => {
+                        let at = f.len();
+                        f.resize(at + g.length as usize, 0);
+                        mem.read(off, &mut f[at..]);
+                    }
+                    None => {
+                        ok = false;
+                        break;
+                    }
+                }
             }
-            QpState::Err => {
-                st.local.push_back((
-                    r.recv_cq,
-                    Wc {
-                        wr_id,
-                        status: rverbs_engine::WcStatus::WrFlushErr,
-                        opcode: rverbs_engine::WcOpcode::Recv,
-                        qp_num: self.qpn,
-                        ..Wc::default()
-                    },
-                ));
-                drop(st);
-                let s = &self.shared;
-                s.activity.fetch_add(1, Ordering::Release);
-                s.wake();
-                return Ok(());
-            }
-            _ => {}
-        }
-        if st.held.len() + st.posted.len() >= r.max_recv_wr {
-            return Err(err(
-                rverbs_engine::Errno::NoMem,
-                "the receive queue is full",
-            ));
-        }
-        if targets.iter().map(|t| t.len).sum::<usize>() == 0 {
-            return Err(err(rverbs_engine::Errno::Inval, "no receive buffer"));
-        }
-        if st.state == QpState::Init {
-            st.held.push_back((wr_id, targets));
-            return Ok(());
-        }
-        r.post_to_device(&mut st, wr_id, targets)
-            .map_err(|e| Error::io("posting a raw receive", e))
+            ok.then_some(f)
+        };
+        let len = wr.sg_list.iter().map(|g| g.length as usize).sum();
+        self.send_frame(wr.wr_id, wr.flags, len, frame)
+    }
+
+    #[cfg(feature = "ffi")]
+    fn post_recv_keyed(&self, wr: &RecvWr) -> Result<()> {
+        self.check_recv_sges(wr.sg_list.len())?;
+        let targets = {
+            let e = self.shared.lock_verb("post_recv")?;
+            wr.sg_list
+                .iter()
+                .map(|g| {
+                    let found = e.local_region(g, self.pd, rverbs_engine::Access::LOCAL_WRITE);
+                    crate::raw::Target {
+                        lkey: g.lkey,
+                        offset: found.as_ref().map_or(0, |f| f.1),
+                        region: found.map(|f| f.0),
+                        len: g.length as usize,
+                    }
+                })
+                .collect()
+        };
+        self.post_targets(wr.wr_id, targets)
     }
 
     fn attach_mcast(&self, gid: &Gid) -> Result<()> {

@@ -121,11 +121,11 @@ impl Cq {
 
 impl Cq {
     /// Waits for completions with a spin-then-sleep policy: polls (receiving on this
-    /// thread) for up to `spin`, then sleeps once in `poll(2)` on the device's sockets
-    /// until a datagram arrives, the engine's next timer is due or `timeout` passes,
-    /// and polls again. Returns how many completions were written to `out`; 0 means
-    /// nothing completed in that time (a datagram that completed nothing, such as an
-    /// incoming RDMA WRITE, also ends the sleep), so callers loop.
+    /// thread) for up to `spin` (at most `timeout`), then sleeps once in `poll(2)` on
+    /// the device's sockets until a datagram arrives, the engine's next timer is due or
+    /// `timeout` passes, and polls again. Returns how many completions were written to
+    /// `out`; 0 means nothing completed in that time (datagrams that completed nothing,
+    /// such as an incoming RDMA WRITE, also end the spin or the sleep), so callers loop.
     ///
     /// A spin of zero sleeps at once: the right choice when cores are fewer than busy
     /// threads, where spinning only delays the thread that would produce the
