@@ -23,17 +23,7 @@ fn rights() -> AccessFlags {
 
 /// An RC endpoint whose region may have windows bound to it.
 fn mw_end(ctx: Context) -> End {
-    let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(64).unwrap();
-    let mr = pd.reg_mr(4096, rights()).unwrap();
-    let qp = pd.create_qp(&QpInitAttr::new(QpType::Rc, &cq)).unwrap();
-    End {
-        qp,
-        mr,
-        cq,
-        pd,
-        ctx,
-    }
+    end_with(ctx, 4096, rights())
 }
 
 fn mw_pair() -> (End, End) {

@@ -15,9 +15,14 @@ pub struct End {
 
 /// An RC endpoint on `ctx` with a `mr_len`-byte region open to everything.
 pub fn end(ctx: Context, mr_len: usize) -> End {
+    end_with(ctx, mr_len, AccessFlags::ALL)
+}
+
+/// An RC endpoint on `ctx` with a `mr_len`-byte region of `access`.
+pub fn end_with(ctx: Context, mr_len: usize, access: AccessFlags) -> End {
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(1024).unwrap();
-    let mr = pd.reg_mr(mr_len, AccessFlags::ALL).unwrap();
+    let mr = pd.reg_mr(mr_len, access).unwrap();
     let qp = pd.create_qp(&QpInitAttr::new(QpType::Rc, &cq)).unwrap();
     End {
         qp,
