@@ -22,7 +22,7 @@
 #             create_ah_from_wc, multicast attach/detach, the SRQ-limit event, completion
 #             events on a tokio runtime
 #   mcast     UD multicast between rxe0 and the host's soft device, both directions
-#             (device_features' multicast_role, one process on each side)
+#             (device_features' multicast_role_child, one process on each side)
 #
 # Needs: the rxe-peer guest running (rxe-peer/start.sh) and cargo (to build the examples
 # and the xproc test in release mode unless HW_EXAMPLES / HW_XPROC point at them).
@@ -230,11 +230,11 @@ feature multicast_attach_detach_and_delivery RVERBS_TEST_MCAST_LOCAL=0
 
 # mcast DIRECTION(rxe0-to-soft|soft-to-rxe0) [ENV...]: UD multicast between rxe0 in the
 # guest and the soft device on the host (netns), one process each
-# (device_features' multicast_role); the receiver must get one of the sender's datagrams.
+# (device_features' multicast_role_child); the receiver must get one of the sender's datagrams.
 mcast() {
   local dir=$1 name="mcast-$1" log=/tmp/interop-hw-mc.$$ out ok=0 bg i; shift
   local grp="239.78.$((RANDOM % 250)).$((RANDOM % 250 + 1))"
-  local t="--exact multicast_role --ignored --nocapture --test-threads=1"
+  local t="--exact multicast_role_child --ignored --nocapture --test-threads=1"
   want "$name" || return 0
   port=$((port + 1))
   : >"$log"
