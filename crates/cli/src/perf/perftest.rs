@@ -437,7 +437,7 @@ fn setup(o: &Opts, tool: Tool, max_size: usize) -> Result<Conn, String> {
         let ch = EventChannel::new().map_err(e)?;
         let listener = match client {
             true => None,
-            false => Some(rdma_cm::listen(&ctx, &ch, o.port, n as u32)?),
+            false => Some(rdma_cm::listen_again(&ctx, &ch, o.port, n as u32)?),
         };
         let data = DataConns {
             ids: Vec::new(),

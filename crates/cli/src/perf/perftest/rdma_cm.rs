@@ -212,6 +212,32 @@ pub fn listen(ctx: &Context, ch: &EventChannel, port: u16, backlog: u32) -> Resu
     Ok(id)
 }
 
+/// [`listen`] on the port this process's control listener had: that listener is
+/// destroyed when its last reference goes, which the CM's own thread may hold for a
+/// moment (a retransmitted REQ it is dispatching), so EADDRINUSE is tried again for up
+/// to two seconds before it is an error.
+pub fn listen_again(
+    ctx: &Context,
+    ch: &EventChannel,
+    port: u16,
+    backlog: u32,
+) -> Result<CmId, String> {
+    const EADDRINUSE: i32 = 98; // Linux
+    let until = Instant::now() + Duration::from_secs(2);
+    loop {
+        let id = CmId::create_on(ch, ctx, PortSpace::Tcp).map_err(|e| format!("-R: {e}"))?;
+        id.bind_addr(SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), port))
+            .map_err(|e| format!("-R: cannot listen on port {port}: {e}"))?;
+        match id.listen(backlog) {
+            Ok(()) => return Ok(id),
+            Err(e) if e.errno() == EADDRINUSE && Instant::now() < until => {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err(e) => return Err(format!("-R: cannot listen on port {port}: {e}")),
+        }
+    }
+}
+
 /// The next connect request to the listener on `ch`, up to `wait` (`None`: as long as
 /// it takes, as perftest's server waits for its client).
 pub fn next_request(ch: &EventChannel, wait: Option<Duration>) -> Result<CmId, String> {
