@@ -204,12 +204,23 @@ pub fn connect_one(
 /// A listener on `port` of every address of `ctx`'s device (perftest binds
 /// `INADDR_ANY`), taking `backlog` requests.
 pub fn listen(ctx: &Context, ch: &EventChannel, port: u16, backlog: u32) -> Result<CmId, String> {
-    let id = CmId::create_on(ch, ctx, PortSpace::Tcp).map_err(|e| format!("-R: {e}"))?;
-    id.bind_addr(SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), port))
-        .map_err(|e| format!("-R: cannot listen on port {port}: {e}"))?;
-    id.listen(backlog)
-        .map_err(|e| format!("-R: cannot listen on port {port}: {e}"))?;
+    try_listen(ctx, ch, port, backlog).map_err(|e| listen_err(port, e))
+}
+
+fn try_listen(
+    ctx: &Context,
+    ch: &EventChannel,
+    port: u16,
+    backlog: u32,
+) -> Result<CmId, rverbs::Error> {
+    let id = CmId::create_on(ch, ctx, PortSpace::Tcp)?;
+    id.bind_addr(SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), port))?;
+    id.listen(backlog)?;
     Ok(id)
+}
+
+fn listen_err(port: u16, e: rverbs::Error) -> String {
+    format!("-R: cannot listen on port {port}: {e}")
 }
 
 /// [`listen`] on the port this process's control listener had: that listener is
@@ -225,15 +236,12 @@ pub fn listen_again(
     const EADDRINUSE: i32 = 98; // Linux
     let until = Instant::now() + Duration::from_secs(2);
     loop {
-        let id = CmId::create_on(ch, ctx, PortSpace::Tcp).map_err(|e| format!("-R: {e}"))?;
-        id.bind_addr(SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), port))
-            .map_err(|e| format!("-R: cannot listen on port {port}: {e}"))?;
-        match id.listen(backlog) {
-            Ok(()) => return Ok(id),
+        match try_listen(ctx, ch, port, backlog) {
+            Ok(id) => return Ok(id),
             Err(e) if e.errno() == EADDRINUSE && Instant::now() < until => {
                 std::thread::sleep(Duration::from_millis(10));
             }
-            Err(e) => return Err(format!("-R: cannot listen on port {port}: {e}")),
+            Err(e) => return Err(listen_err(port, e)),
         }
     }
 }
