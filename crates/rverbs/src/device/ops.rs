@@ -214,7 +214,7 @@ pub(crate) trait DeviceQp: Send + Sync {
     fn create_flow(&self, attr: &rverbs_flow::attr::FlowAttr) -> Result<Box<dyn DeviceFlow>>;
     /// `ibv_post_send` of one request whose buffers are named by key and address (the
     /// C library's), on a QP the engine does not run (RAW_PACKET); the engine's own QPs
-    /// take such requests directly (`crate::ffi`).
+    /// take such requests directly (the C hooks of the `ffi` module).
     #[cfg(feature = "ffi")]
     fn post_send_keyed(&self, _wr: &rverbs_engine::SendWr) -> Result<()> {
         Err(keyed_unsupported("post_send"))

@@ -35,6 +35,7 @@ use rverbs_ibverbs::types as t;
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::fmt;
 use std::io;
+use std::ptr::NonNull;
 use std::sync::{Arc, OnceLock};
 
 pub use rverbs_ibverbs::consts;
@@ -621,4 +622,19 @@ fn async_element(ty: u32, el: &t::ibv_async_event_element) -> AsyncElement {
         }
         _ => AsyncElement::Other,
     }
+}
+
+/// The context's inline-verb table (`ibv_context.ops`).
+fn ops(ctx: &Context) -> &t::ibv_context_ops {
+    // SAFETY: the context is live while `ctx` is; `ops` is set by the provider at open
+    // and never changes.
+    unsafe { &(*ctx.ptr).ops }
+}
+
+fn nonnull<T>(p: *mut T) -> io::Result<NonNull<T>> {
+    NonNull::new(p).ok_or_else(io::Error::last_os_error)
+}
+
+fn einval() -> io::Error {
+    io::Error::from_raw_os_error(libc::EINVAL)
 }

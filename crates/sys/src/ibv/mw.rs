@@ -7,8 +7,7 @@
 //! [`Mr`], whose [`super::DmaMem`] it keeps mapped) until it is bound elsewhere or
 //! deallocated: the region's memory cannot be freed while a key to it may be valid.
 
-use super::objects::{einval, nonnull, ops};
-use super::{check_rc as check, Mr, Pd, Qp, Sge};
+use super::{check_rc as check, einval, nonnull, ops, Mr, Pd, Qp, Sge};
 use rverbs_ibverbs::consts::*;
 use rverbs_ibverbs::types as t;
 use std::ffi::c_uint;

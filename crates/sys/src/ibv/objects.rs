@@ -1,7 +1,7 @@
 //! The objects of an open [`Context`]: PD, device memory and MR, completion channel,
 //! CQ, QP, AH, SRQ, and the data path (post, poll, notify) through the context's ops.
 
-use super::{check_rc as check, need, zeroed, Context, LoadError};
+use super::{check_rc as check, einval, need, nonnull, ops, zeroed, Context, LoadError};
 use rverbs_ibverbs::consts::*;
 use rverbs_ibverbs::types as t;
 use std::ffi::{c_int, c_void};
@@ -97,20 +97,6 @@ impl ObjApi {
 
 fn obj(ctx: &Context) -> &ObjApi {
     &ctx.api.obj
-}
-
-pub(super) fn ops(ctx: &Context) -> &t::ibv_context_ops {
-    // SAFETY: the context is live while `ctx` is; `ops` is set by the provider at open
-    // and never changes.
-    unsafe { &(*ctx.ptr).ops }
-}
-
-pub(super) fn nonnull<T>(p: *mut T) -> io::Result<NonNull<T>> {
-    NonNull::new(p).ok_or_else(io::Error::last_os_error)
-}
-
-pub(super) fn einval() -> io::Error {
-    io::Error::from_raw_os_error(libc::EINVAL)
 }
 
 macro_rules! owned {
