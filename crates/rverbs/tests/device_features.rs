@@ -341,19 +341,7 @@ fn multicast_role_child() {
             u.qp.detach_mcast(&group, 0).unwrap();
         }
         "send" => {
-            let sgid = u.ctx.gid_index_for(false).unwrap();
-            let ah =
-                u.pd.create_ah(&AhAttr {
-                    av: AddressVector {
-                        dgid: group,
-                        sgid_index: sgid,
-                        hop_limit: 2,
-                        traffic_class: 0,
-                        flow_label: 0,
-                    },
-                    port_num: 1,
-                })
-                .unwrap();
+            let ah = mcast_ah(&u.ctx, &u.pd, group);
             for i in 0..80 {
                 ud_send(&u, &ah, MULTICAST_QPN, format!("mcast-{i:02}").as_bytes());
                 std::thread::sleep(Duration::from_millis(100));

@@ -66,23 +66,7 @@ fn run(dev: DeviceInfo, group: Gid) {
     // Two QPs of one context and one of another context join.
     let b2 = join_two(&b, &group);
     c.qp.attach_mcast(&group, 0).unwrap();
-    let sgid = if group.to_ipv4_mapped().is_some() {
-        a.ctx.gid_index_for(false).unwrap()
-    } else {
-        a.ctx.gid_index_for(true).unwrap()
-    };
-    let ah =
-        a.pd.create_ah(&AhAttr {
-            av: AddressVector {
-                dgid: group,
-                sgid_index: sgid,
-                hop_limit: 2,
-                traffic_class: 0,
-                flow_label: 0,
-            },
-            port_num: 1,
-        })
-        .unwrap();
+    let ah = mcast_ah(&a.ctx, &a.pd, group);
     // The driver threads pick up the new group sockets on their next wake-up.
     std::thread::sleep(Duration::from_millis(100));
     send(&a, &ah, b"one");
@@ -122,8 +106,12 @@ fn run(dev: DeviceInfo, group: Gid) {
     assert_eq!(b.qp.detach_mcast(&group, 0).unwrap_err().errno(), 22);
     b.qp.attach_mcast(&group, 0).unwrap();
     // Errors: a unicast GID, a non-UD QP.
+    let unicast = a
+        .ctx
+        .gid_index_for(group.to_ipv4_mapped().is_none())
+        .unwrap();
     assert_eq!(
-        b.qp.attach_mcast(&a.ctx.gid(sgid).unwrap(), 0)
+        b.qp.attach_mcast(&a.ctx.gid(unicast).unwrap(), 0)
             .unwrap_err()
             .errno(),
         22

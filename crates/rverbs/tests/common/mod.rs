@@ -198,3 +198,20 @@ pub fn ping_pong_in_order(a: End, b: End, rounds: u64) {
     }
     server.join().unwrap();
 }
+
+/// An address handle to multicast `group` from `ctx`'s GID of the group's family (hop
+/// limit 2).
+pub fn mcast_ah(ctx: &Context, pd: &Pd, group: Gid) -> Ah {
+    let sgid = ctx.gid_index_for(group.to_ipv4_mapped().is_none()).unwrap();
+    pd.create_ah(&AhAttr {
+        av: AddressVector {
+            dgid: group,
+            sgid_index: sgid,
+            hop_limit: 2,
+            traffic_class: 0,
+            flow_label: 0,
+        },
+        port_num: 1,
+    })
+    .unwrap()
+}
