@@ -327,6 +327,27 @@ impl CmLink {
         Ok((pd, scq, rcq, mr))
     }
 
+    fn link(
+        id: CmId,
+        qp: Arc<Qp>,
+        (pd, scq, rcq, mr): (Pd, Cq, Cq, Mr),
+        ch: EventChannel,
+        client: bool,
+    ) -> CmLink {
+        CmLink {
+            id,
+            qp,
+            mr,
+            scq,
+            rcq,
+            ch,
+            _pd: pd,
+            client,
+            wait: None,
+            probing: false,
+        }
+    }
+
     fn post_recv(qp: &Qp, mr: &Mr) -> Result<(), String> {
         qp.post_recv(SYNC_SPEC_ID, &[mr.slice(64..64 + DEST_LEN)])
             .map_err(|e| format!("-R: control receive: {e}"))
@@ -343,18 +364,7 @@ impl CmLink {
         };
         let until = Instant::now() + connect_for();
         let (id, qp) = connect_one(ctx, &ch, to, &control_param(retry_count), until, &mk)?;
-        Ok(CmLink {
-            id,
-            qp,
-            mr,
-            scq,
-            rcq,
-            ch,
-            _pd: pd,
-            client: true,
-            wait: None,
-            probing: false,
-        })
+        Ok(Self::link(id, qp, (pd, scq, rcq, mr), ch, true))
     }
 
     /// The server's control connection on `port` (`rdma_server_connect`): the first
@@ -369,18 +379,7 @@ impl CmLink {
         Self::post_recv(&qp, &mr)?;
         id.accept(&control_param(retry_count))
             .map_err(|e| format!("-R: accepting the control connection: {e}"))?;
-        Ok(CmLink {
-            id,
-            qp,
-            mr,
-            scq,
-            rcq,
-            ch,
-            _pd: pd,
-            client: false,
-            wait: None,
-            probing: false,
-        })
+        Ok(Self::link(id, qp, (pd, scq, rcq, mr), ch, false))
     }
 
     fn send(&mut self, mine: &[u8]) -> Result<(), String> {
