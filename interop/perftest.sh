@@ -139,6 +139,17 @@ run_case() {
     pt_again=1 run_case "$@"
     return
   fi
+  # RC recovers losses, but not a guest that stops answering: under a loaded host the
+  # emulated guest has gone silent for longer than perftest's retry budget (7 resends,
+  # 67 ms apart; RETRY_EXC_ERR at rverbs). Such a case runs once more, says so, and the
+  # count is printed at the end; a second failure fails the suite.
+  if [ $ok = 0 ] && [ -z "${pt_again:-}" ] && grep -q 'completed with RetryExcErr' "$rv_log"; then
+    echo "NOTE $name: ${why[*]}; rverbs exhausted its retries (the guest stopped answering): once more"
+    rc_again=$((rc_again + 1))
+    rm -f "$rv_log"
+    pt_again=1 run_case "$@"
+    return
+  fi
   record "$name" $ok "${why[@]}" "--- rverbs:" "$(cat "$rv_log")" "--- $tool:" "$pt"
   if [ $ok = 1 ]; then
     echo "  rverbs: $(grep '^{' "$rv_log" | tail -1 | grep -o '"size":[0-9]*,"msgs":[0-9]*\|"gbps":[0-9.e+-]*\|"p50":[0-9.e+-]*' | tr '\n' ' ')"
@@ -171,6 +182,7 @@ run_case() {
 before=$(counters)
 last_counters=$before
 lost_on_the_way=0
+rc_again=0
 for role in rv-client rv-server; do
   # The bandwidth tools at perftest's default size (65536; -n small: TCG is slow).
   for tool in write_bw send_bw read_bw atomic_bw; do
@@ -286,5 +298,6 @@ if [ "$((${oos_total:-0} - lost_on_the_way))" -gt 0 ]; then
 elif [ "${oos_total:-0}" != 0 ]; then
   echo "NOTE rxe counted $oos_total out-of-sequence request(s), each a packet lost on the way (the captures show every PSN sent in order)"
 fi
+[ "$rc_again" = 0 ] || echo "NOTE $rc_again RC case(s) ran a second time after RETRY_EXC_ERR (the guest stopped answering)"
 print_rv_totals
 finish
