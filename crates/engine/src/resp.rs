@@ -138,6 +138,7 @@ impl Qp {
                         .info()
                         .filter(|i| matches!(i.kind, OpKind::Send | OpKind::RdmaWrite))
                         .map(|_| psn);
+                    self.sr.recycle(bytes);
                 }
                 Err(f) => {
                     // An RNR or error NAK: the requester goes back to it, and sends

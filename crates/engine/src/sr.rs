@@ -68,7 +68,7 @@ impl Qp {
         if self.sr.held.len() <= k {
             self.sr.held.resize_with(k + 1, || None);
         }
-        self.sr.held[k] = Some(bytes.to_vec());
+        self.sr.held[k] = Some(self.sr.keep(bytes));
         self.sr.held_bytes += bytes.len();
         ctx.counters.rx_selective_held += 1;
         if self.sr.held[k - 1].is_some() {
@@ -116,6 +116,7 @@ impl Qp {
             if let Some(b) = self.sr.held.pop_front().flatten() {
                 // Inside a READ's response PSNs: no request of the peer's can be there.
                 self.sr.held_bytes -= b.len();
+                self.sr.recycle(b);
                 ctx.counters.rx_ghost_responses += 1;
             }
         }

@@ -176,6 +176,12 @@ pub(crate) trait Carrier: Send + Sync {
         Seal::Pass
     }
 
+    /// Whether this carrier sends `t` as frames it builds and taps itself
+    /// ([`Seal::Frames`]), as [`Carrier::seal`] would find, without sealing it.
+    fn frames(&self, _t: &Transmit) -> bool {
+        false
+    }
+
     /// Hands up to `budget` waiting datagrams to `sink` without blocking; how many.
     fn receive(&self, budget: usize, sink: &mut dyn Sink) -> usize;
 
@@ -301,6 +307,10 @@ impl Carrier for Chain {
         Seal::Pass
     }
 
+    fn frames(&self, t: &Transmit) -> bool {
+        self.carriers.iter().any(|c| c.frames(t))
+    }
+
     fn watch(&self, fds: &mut Vec<RawFd>) {
         for c in &self.carriers {
             c.watch(fds);
@@ -350,6 +360,9 @@ macro_rules! forward {
             }
             fn seal(&self, t: &mut Transmit) -> Seal {
                 (**self).seal(t)
+            }
+            fn frames(&self, t: &Transmit) -> bool {
+                (**self).frames(t)
             }
             fn receive(&self, budget: usize, sink: &mut dyn Sink) -> usize {
                 (**self).receive(budget, sink)

@@ -116,6 +116,26 @@ pub(crate) struct Verdict {
     pub(crate) copies: u32,
     /// Delay in nanoseconds.
     pub(crate) delay_ns: u64,
+    /// The bit to flip, as a draw to take modulo the datagram's bits
+    /// ([`Verdict::corrupt`]); `None`: not corrupted.
+    flip: Option<u64>,
+}
+
+impl Verdict {
+    /// Delivered once, at once, unchanged: the datagram needs no bytes of its own
+    /// (a carrier may send it on its batched path, its payload still in its region).
+    pub(crate) fn untouched(&self) -> bool {
+        self.copies == 1 && self.delay_ns == 0 && self.flip.is_none()
+    }
+
+    /// Applies the corruption chosen (if any) to the datagram's final `bytes`, of the
+    /// length the verdict was made for.
+    pub(crate) fn corrupt(&self, bytes: &mut [u8]) {
+        if let Some(draw) = self.flip.filter(|_| !bytes.is_empty()) {
+            let bit = (draw % (bytes.len() as u64 * 8)) as usize;
+            bytes[bit / 8] ^= 1 << (bit % 8);
+        }
+    }
 }
 
 impl FaultState {
@@ -143,16 +163,26 @@ impl FaultState {
 
     /// Decides the fate of one datagram; corrupts `bytes` in place if so chosen.
     pub(crate) fn judge(&mut self, bytes: &mut [u8], outgoing: bool) -> Verdict {
+        let v = self.decide(bytes.len(), outgoing);
+        v.corrupt(bytes);
+        v
+    }
+
+    /// Decides the fate of one datagram of `len` bytes without touching them (the
+    /// same draws as [`FaultState::judge`]): the sender judges a datagram before it
+    /// has its final bytes, and builds them only when the verdict changes them.
+    pub(crate) fn decide(&mut self, len: usize, outgoing: bool) -> Verdict {
         if self.chance(self.f.loss) {
             self.stats.lost += 1;
             return Verdict {
                 copies: 0,
                 delay_ns: 0,
+                flip: None,
             };
         }
-        if !bytes.is_empty() && self.chance(self.f.corrupt) {
-            let bit = (self.next() % (bytes.len() as u64 * 8)) as usize;
-            bytes[bit / 8] ^= 1 << (bit % 8);
+        let mut flip = None;
+        if len > 0 && self.chance(self.f.corrupt) {
+            flip = Some(self.next());
             self.stats.corrupted += 1;
         }
         let copies = if self.chance(self.f.dup) {
@@ -173,7 +203,11 @@ impl FaultState {
                 self.stats.delayed += 1;
             }
         }
-        Verdict { copies, delay_ns }
+        Verdict {
+            copies,
+            delay_ns,
+            flip,
+        }
     }
 
     pub(crate) fn hold(

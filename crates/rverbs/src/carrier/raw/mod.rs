@@ -832,6 +832,10 @@ impl RawNet {
 }
 
 impl Carrier for RawNet {
+    fn frames(&self, t: &Transmit) -> bool {
+        self.takes(t)
+    }
+
     fn seal(&self, t: &mut Transmit) -> Seal {
         // (Frames keep the engine's ICRC, the QP's entropy port, as rxe sends.)
         if self.takes(t) {
