@@ -207,6 +207,16 @@ c_cases() {
     c_case "c-$t-R-rv-client" rv-client "$p" "" "" "$t -d rxe0 -R -n 100 -p $p" \
       "$t -d rv_rxebr0 -R -n 100 -p $p $vm4" "Data ex. method : rdma_cm"
   done
+  # -R -c UD: the test's QPs found by SIDR (port space UDP), the accept naming its QP
+  # (conn_param.qp_num); the latency server learns the client's QP from its first SEND.
+  for t in ib_send_bw ib_send_lat; do
+    p=$((port += 1))
+    c_case "c-$t-R-UD-rv-server" rv-server "$p" "$t -d rv_rxebr0 -R -c UD -n 100 -p $p" \
+      "$t -d rxe0 -R -c UD -n 100 -p $p $host4" "" "" "Data ex. method : rdma_cm"
+    p=$((port += 1))
+    c_case "c-$t-R-UD-rv-client" rv-client "$p" "" "" "$t -d rxe0 -R -c UD -n 100 -p $p" \
+      "$t -d rv_rxebr0 -R -c UD -n 100 -p $p $vm4" "Data ex. method : rdma_cm"
+  done
 }
 
 # `rverbs perf -R` (perftest's -R on the Rust CM API) against the guest's perftest -R,
@@ -228,6 +238,17 @@ perf_r_cases() {
     p=$((port += 1))
     rv_exec='' c_case "perf-$t-R-rv-client" rv-client "$p" "" "" "$t -d rxe0 -R -n 100 -p $p" \
       "perf $op $kind -R -d rv_rxebr0 -n 100 -p $p $vm4" "Data ex. method : rdma_cm" "rverbs counters"
+  done
+  # UD (SIDR): perftest's -R -c UD, the SEND tools.
+  for t in ib_send_bw ib_send_lat; do
+    kind=${t##*_}
+    p=$((port += 1))
+    rv_exec='' c_case "perf-$t-R-UD-rv-server" rv-server "$p" \
+      "perf send $kind -R -c UD -d rv_rxebr0 -n 100 -p $p" \
+      "$t -d rxe0 -R -c UD -n 100 -p $p $host4" "" "" "Data ex. method : rdma_cm" "rverbs counters"
+    p=$((port += 1))
+    rv_exec='' c_case "perf-$t-R-UD-rv-client" rv-client "$p" "" "" "$t -d rxe0 -R -c UD -n 100 -p $p" \
+      "perf send $kind -R -c UD -d rv_rxebr0 -n 100 -p $p $vm4" "Data ex. method : rdma_cm" "rverbs counters"
   done
 }
 
