@@ -18,6 +18,12 @@
 //!    connects each (`_rdma_cm_client_connection`), offering READ/atomic depth only for
 //!    the READ and atomic tools, with RNR retries = its retry count. The CM moves the
 //!    QPs; the QP numbers and PSNs of the later key handshakes are not used.
+//! 3. with `-c UD` the test's QPs are UD, in the UDP port space: the client resolves
+//!    each with SIDR and sends to the QPN and Q_Key of the SIDR reply
+//!    (`rdma_cm_establish_ud_connection`); in a latency test it first sends the server
+//!    its QPN as immediate data, for which the server posted a receive before
+//!    accepting (`rdma_cm_request_ud_connection_parameters`,
+//!    `rdma_cm_initialize_ud_connection_parameters`); nothing is disconnected.
 //!
 //! perftest's server listens again only after its half of the first zeroed handshake,
 //! so a client may come too early and be rejected (reason 8): we retry for a while
@@ -175,9 +181,8 @@ pub struct Connected {
 /// The active side of one connection: a new ID of port space `ps` on `ctx` and `ch`,
 /// its address and route resolved, its QP made by `mk_qp`, a REQ (UDP: a SIDR_REQ)
 /// with `param`, until the peer accepts. A rejection for nobody listening (reason 8;
-/// for SIDR the status "unsupported" (1), which is the kernel's answer then) is tried
-/// again, every [`RETRY_GAP`],
-/// up to `until`; every other failure is an error at once.
+/// for SIDR the status "unsupported" (1), the kernel's answer then) is tried again,
+/// every [`RETRY_GAP`], up to `until`; every other failure is an error at once.
 pub fn connect_one(
     ctx: &Context,
     ch: &EventChannel,
