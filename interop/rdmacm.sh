@@ -147,18 +147,18 @@ c_case() {
     wait $bg
   else
     # perftest connects twice, its server listening again only after the parameter
-    # exchange: a client quicker than the (emulated) guest is rejected with reason 8,
-    # and perftest 4.5-0.17 then retries with the IDs it destroyed and crashes (fixed
-    # upstream). That outcome is tried again, up to five times in all (against the
-    # emulated guest it comes in most tries); five of them skip the case with a line
-    # that says so.
+    # exchange: a client quicker than the (emulated) guest is rejected with reason 8
+    # (over UD, SIDR: unreachable, status 1), and perftest 4.5-0.17 then retries with
+    # the IDs it destroyed and crashes (fixed upstream). That outcome is tried again,
+    # up to five times in all (against the emulated guest it comes in most tries);
+    # five of them skip the case with a line that says so.
     local attempt
     for attempt in 1 2 3 4 5; do
       guest -b "c$lport" "$gs" >/dev/null 2>&1
       guest_cm_listen "$lport"
       rv_cmd "$rv_log" 120 $run_as $hc
       vm_log=$(guest "p=\$(cat /tmp/bg-c$lport.pid); for i in \$(seq 1 100); do kill -0 \$p 2>/dev/null || break; sleep 0.1; done; cat /tmp/bg-c$lport.log; kill -0 \$p 2>/dev/null && echo still-running; $kill_cm; $kill_leftovers" 2>&1)
-      grep -q "REJECTED; error: 8" "$rv_log" || break
+      grep -q "REJECTED; error: 8\|UNREACHABLE; error: 1\." "$rv_log" || break
       if [ $attempt = 5 ]; then
         # Lost to perftest's own race every time: not a result of rverbs either way.
         echo "SKIPPED $name: perftest's client came before its emulated server listened again, 5 times"
