@@ -224,11 +224,6 @@ c_cases() {
 # itself, so ib_read_lat's late second listener is waited for.
 perf_r_cases() {
   local p t op kind
-  # Open (issue 29): as the bandwidth client against the emulated guest, rverbs' own -R
-  # client fails in most runs (rxe answers a few messages, then none, even resends), while
-  # Debian's perftest on our library (c-ib_*_bw-R-rv-client) passes the same exchange.
-  known_open[perf-ib_send_bw-R-rv-client]="rverbs perf -R as bandwidth client vs the emulated guest (issue 29)"
-  known_open[perf-ib_write_bw-R-rv-client]=${known_open[perf-ib_send_bw-R-rv-client]}
   for t in ib_send_bw ib_write_bw ib_read_lat; do
     op=${t#ib_}; kind=${op#*_}; op=${op%_*}
     p=$((port += 1))
