@@ -513,14 +513,72 @@ fn rdma_cm_to_a_port_nobody_listens_on_is_rejected() {
         "{:?}",
         start.elapsed()
     );
-    // UC and UD are not connected through the CM here (perftest refuses UC with -R).
-    for t in ["UC", "UD"] {
-        let o = Command::new(env!("CARGO_BIN_EXE_rverbs"))
-            .args(["perf", "send", "bw", "-R", "-c", t, "127.0.0.1"])
-            .args(["-p", &common::free_port_s()])
-            .output()
-            .unwrap();
-        assert!(!o.status.success(), "{t}");
-        assert!(text(&o).contains("-R: RC only"), "{t}: {}", text(&o));
-    }
+    // perftest refuses UC with -R, and so do we.
+    let o = Command::new(env!("CARGO_BIN_EXE_rverbs"))
+        .args(["perf", "send", "bw", "-R", "-c", "UC", "127.0.0.1"])
+        .args(["-p", &common::free_port_s()])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(text(&o).contains("refuses UC with -R"), "{}", text(&o));
+}
+
+/// `-R -c UD`: the test's QPs found by SIDR (port space UDP), sending to the QPN and
+/// Q_Key of the SIDR reply; in a latency test the server learns the client's QP
+/// from its first SEND (the QPN as immediate data). Both roles, several QPs, a sweep.
+#[test]
+fn rdma_cm_mode_over_ud_in_both_roles() {
+    let r = |args: &[&str]| {
+        let all: Vec<&str> = ["-R", "-c", "UD"]
+            .into_iter()
+            .chain(args.iter().copied())
+            .collect();
+        common::perf_pair_lines(&all, common::free_port(), "127.0.0.1")
+    };
+    let (s, c) = r(&["send", "bw", "-n", "200", "-s", "1000"]);
+    assert_eq!(field(&c[0], "msgs"), "200", "{c:?}");
+    assert_eq!(field(&s[0], "msgs"), "200", "{s:?}");
+    let (s, c) = r(&["send", "bw", "-q", "2", "-n", "50", "-s", "100"]);
+    assert_eq!(field(&s[0], "msgs"), "100", "{s:?} {c:?}");
+    let (_, c) = r(&["send", "bw", "-a", "-n", "20"]);
+    assert_eq!(c.len(), 12, "{c:?}");
+    let (s, c) = r(&["send", "lat", "-n", "100", "-s", "64"]);
+    assert_eq!(field(&c[0], "msgs"), "100", "{c:?}");
+    assert!(num(&c[0], "p50") > 0.0, "{}", c[0]);
+    assert_eq!(s.len(), 1, "{s:?}");
+}
+
+/// `-R -c UD` to a port nobody listens on: the control connection is RC in either
+/// case (perftest's), so the CM's reject names reason 8; UD stays SEND only.
+#[test]
+fn rdma_cm_over_ud_to_a_port_nobody_listens_on_is_rejected() {
+    let o = Command::new(env!("CARGO_BIN_EXE_rverbs"))
+        .args([
+            "perf",
+            "send",
+            "bw",
+            "-R",
+            "-c",
+            "UD",
+            "-n",
+            "5",
+            "127.0.0.1",
+        ])
+        .args(["-p", &common::free_port_s()])
+        .env("RVERBS_PERFTEST_PEER_TIMEOUT_MS", "1000")
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(text(&o).contains("REJ reason 8"), "{}", text(&o));
+    let o = Command::new(env!("CARGO_BIN_EXE_rverbs"))
+        .args(["perf", "write", "bw", "-R", "-c", "UD", "127.0.0.1"])
+        .args(["-p", &common::free_port_s()])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(
+        text(&o).contains("-c UD is for the SEND tools"),
+        "{}",
+        text(&o)
+    );
 }

@@ -478,3 +478,103 @@ fn two_ids_connect_through_the_c_calls() {
         (c.destroy_event_channel)(ch);
     }
 }
+
+/// `rdma_destroy_id` of a listener frees its port before it returns, even while a
+/// connect request for it waits unread on its channel: listening again on the port at
+/// once succeeds, 200 times (a request waiting every 5th time, then rejected with
+/// reason 28, never delivered).
+#[test]
+fn a_destroyed_listener_frees_its_port_at_once() {
+    let c = cm();
+    // SAFETY: the library's functions, called as C calls them.
+    unsafe {
+        let (sch, cch) = ((c.create_event_channel)(), (c.create_event_channel)());
+        for ch in [sch, cch] {
+            let fd = (*ch).fd;
+            libc::fcntl(
+                fd,
+                libc::F_SETFL,
+                libc::fcntl(fd, libc::F_GETFL) | libc::O_NONBLOCK,
+            );
+        }
+        let p = port();
+        let listen_on = |id: &mut Id, round: usize| {
+            assert_eq!((c.create_id)(sch, id, null_mut(), RDMA_PS_TCP), 0);
+            let mut any = sin([0, 0, 0, 0], p);
+            assert_eq!((c.bind_addr)(*id, sa(&mut any)), 0, "round {round}");
+            let r = (c.listen)(*id, 8);
+            assert_eq!(r, 0, "round {round}: errno {}", common::errno());
+        };
+        let mut server: Id = null_mut();
+        listen_on(&mut server, 0);
+        let (mut pd, mut cq): (*mut ibv_pd, *mut ibv_cq) = (null_mut(), null_mut());
+        let mut clients = Vec::new();
+        // The clients' next event of `kind`, counting the rejections met on the way.
+        let rejected = std::cell::Cell::new(0);
+        let client_event = |kind: u32| loop {
+            let ev = next(&c, cch);
+            let (e, st) = ((*ev).event, (*ev).status);
+            assert_eq!((c.ack_cm_event)(ev), 0);
+            if e == kind {
+                return;
+            }
+            assert_eq!((e, st), (RDMA_CM_EVENT_REJECTED, 28));
+            rejected.set(rejected.get() + 1);
+        };
+        for round in 0..200 {
+            if round % 5 == 0 {
+                let mut client: Id = null_mut();
+                assert_eq!((c.create_id)(cch, &mut client, null_mut(), RDMA_PS_TCP), 0);
+                let mut to = sin([127, 0, 0, 1], p);
+                assert_eq!((c.resolve_addr)(client, null_mut(), sa(&mut to), 2000), 0);
+                client_event(RDMA_CM_EVENT_ADDR_RESOLVED);
+                assert_eq!((c.resolve_route)(client, 2000), 0);
+                client_event(RDMA_CM_EVENT_ROUTE_RESOLVED);
+                if pd.is_null() {
+                    pd = (c.alloc_pd)((*client).verbs);
+                    cq = (c.create_cq)((*client).verbs, 256, null_mut(), null_mut(), 0);
+                }
+                // SAFETY: ibv_qp_init_attr is plain data.
+                let mut attr: ibv_qp_init_attr = std::mem::zeroed();
+                (attr.send_cq, attr.recv_cq, attr.qp_type) = (cq, cq, 2);
+                attr.cap.max_send_wr = 1;
+                attr.cap.max_recv_wr = 1;
+                assert_eq!((c.create_qp)(client, pd, &mut attr), 0);
+                // SAFETY: rdma_conn_param is plain data.
+                let mut cp: rdma_conn_param = std::mem::zeroed();
+                cp.retry_count = 7;
+                assert_eq!((c.connect)(client, &mut cp), 0);
+                // The request is queued on the listener's channel, unread.
+                let mut pfd = libc::pollfd {
+                    fd: (*sch).fd,
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
+                assert_eq!(
+                    libc::poll(&mut pfd, 1, 5000),
+                    1,
+                    "round {round}: no request"
+                );
+                clients.push(client);
+            }
+            assert_eq!((c.destroy_id)(server), 0);
+            listen_on(&mut server, round);
+        }
+        // Every waiting request went with its listener: rejected, none delivered.
+        while rejected.get() < clients.len() {
+            client_event(RDMA_CM_EVENT_REJECTED);
+            rejected.set(rejected.get() + 1);
+        }
+        let mut ev: *mut rdma_cm_event = null_mut();
+        fails(
+            (c.get_cm_event)(sch, &mut ev),
+            libc::EAGAIN,
+            "no request delivered",
+        );
+        for id in clients.into_iter().chain([server]) {
+            assert_eq!((c.destroy_id)(id), 0);
+        }
+        (c.destroy_event_channel)(sch);
+        (c.destroy_event_channel)(cch);
+    }
+}

@@ -235,11 +235,12 @@ fn rdma_server_and_client_use_create_ep_and_the_verbs_inlines() {
 /// listens yet), as it would be on any device. perftest 4.5-0.17 (Debian 12) then
 /// retries with the IDs it destroyed and crashes (fixed upstream by making new ones),
 /// so that one outcome is run again, up to three times.
-fn perftest_r(tool: &str) {
+fn perftest_r(tool: &str, extra: &[&str]) {
     for attempt in 1..=3 {
         let port = cm_port();
         let p = port.to_string();
-        let args = ["-d", "rv_lo", "-R", "-n", "200", "-p", &p];
+        let mut args = vec!["-d", "rv_lo", "-R", "-n", "200", "-p", &p];
+        args.extend_from_slice(extra);
         let (mut server, _) = serve(cmd(tool, &args), "0106", port, tool);
         let mut cargs = args.to_vec();
         cargs.push("127.0.0.1");
@@ -277,7 +278,18 @@ fn perftest_r(tool: &str) {
 #[ignore = "needs perftest; CI runs it with --ignored"]
 fn perftest_bandwidth_tests_connect_with_rdma_cm() {
     for t in ["ib_send_bw", "ib_write_bw", "ib_read_bw", "ib_atomic_bw"] {
-        perftest_r(t);
+        perftest_r(t, &[]);
+    }
+}
+
+/// perftest's `-R -c UD` on this library both sides: the test's QPs found by SIDR
+/// (port space UDP, `conn_param.qp_num` in the accept), the latency server learning
+/// the client's QP from its first SEND.
+#[test]
+#[ignore = "needs perftest; CI runs it with --ignored"]
+fn perftest_ud_tests_connect_with_rdma_cm() {
+    for t in ["ib_send_bw", "ib_send_lat"] {
+        perftest_r(t, &["-c", "UD"]);
     }
 }
 
@@ -290,22 +302,23 @@ fn perftest_latency_tests_connect_with_rdma_cm() {
         "ib_read_lat",
         "ib_atomic_lat",
     ] {
-        perftest_r(t);
+        perftest_r(t, &[]);
     }
 }
 
 /// `rverbs perf -R` (the Rust API's CM, no C library) against an unmodified perftest
 /// `tool -R` on this library, each as server and as client; the client connects to
 /// 127.0.0.1 once the server listens.
-fn rverbs_perf_r(tool: &str, op: &str, kind: &str) {
+fn rverbs_perf_r(tool: &str, op: &str, kind: &str, extra: &[&str]) {
     let rv = common::rverbs_bin();
     for perftest_serves in [true, false] {
         let port = cm_port();
         let p = port.to_string();
-        let common_args = ["-n", "200", "-s", "1000", "-p", &p];
+        let mut common_args = vec!["-n", "200", "-s", "1000", "-p", &p];
+        common_args.extend_from_slice(extra);
         let mut rust = Command::new(&rv);
         rust.args(["perf", op, kind, "-R", "--json"])
-            .args(common_args)
+            .args(&common_args)
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped());
         let mut pt_args = vec!["-d", "rv_lo", "-R"];
@@ -349,15 +362,23 @@ fn rverbs_perf_r(tool: &str, op: &str, kind: &str) {
 #[test]
 #[ignore = "needs perftest and the rverbs binary (cargo build -p rverbs-cli); CI runs it with --ignored"]
 fn rverbs_perf_r_and_perftest_r_bandwidth_in_both_roles() {
-    rverbs_perf_r("ib_send_bw", "send", "bw");
-    rverbs_perf_r("ib_write_bw", "write", "bw");
-    rverbs_perf_r("ib_read_bw", "read", "bw");
+    rverbs_perf_r("ib_send_bw", "send", "bw", &[]);
+    rverbs_perf_r("ib_write_bw", "write", "bw", &[]);
+    rverbs_perf_r("ib_read_bw", "read", "bw", &[]);
+}
+
+/// `-R -c UD` between `rverbs perf` and perftest on this library, both roles.
+#[test]
+#[ignore = "needs perftest and the rverbs binary (cargo build -p rverbs-cli); CI runs it with --ignored"]
+fn rverbs_perf_r_and_perftest_r_over_ud_in_both_roles() {
+    rverbs_perf_r("ib_send_bw", "send", "bw", &["-c", "UD"]);
+    rverbs_perf_r("ib_send_lat", "send", "lat", &["-c", "UD"]);
 }
 
 #[test]
 #[ignore = "needs perftest and the rverbs binary (cargo build -p rverbs-cli); CI runs it with --ignored"]
 fn rverbs_perf_r_and_perftest_r_latency_in_both_roles() {
-    rverbs_perf_r("ib_read_lat", "read", "lat");
-    rverbs_perf_r("ib_write_lat", "write", "lat");
-    rverbs_perf_r("ib_send_lat", "send", "lat");
+    rverbs_perf_r("ib_read_lat", "read", "lat", &[]);
+    rverbs_perf_r("ib_write_lat", "write", "lat", &[]);
+    rverbs_perf_r("ib_send_lat", "send", "lat", &[]);
 }

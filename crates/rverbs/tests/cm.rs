@@ -629,3 +629,54 @@ fn a_dropped_listener_stops_listening() {
     again.bind_addr(addr).unwrap();
     again.listen(0).unwrap();
 }
+
+#[test]
+fn a_dropped_listener_frees_its_port_before_the_drop_returns() {
+    // kernel `rdma_destroy_id`: the port is free when the call returns, even while the
+    // CM still holds the listener (here: a request queued on its channel, undelivered,
+    // names it). Every 5th round a client's REQ waits in the queue when the listener
+    // goes; that request is rejected (consumer, 28) and its event never delivered.
+    let (sctx, cctx) = (ctx(), ctx());
+    let sch = EventChannel::new().unwrap();
+    let (first, _, addr) = listen(&sctx, PortSpace::Tcp, 0);
+    first.migrate(&sch);
+    let (cpd, ccq) = (cctx.alloc_pd().unwrap(), cctx.create_cq(256).unwrap());
+    let mut l = first;
+    let mut clients = Vec::new();
+    for round in 0..200 {
+        if round % 5 == 0 {
+            let (c, cch) = client(&cctx, PortSpace::Tcp, addr);
+            c.create_qp(&cpd, &QpInitAttr::new(QpType::Rc, &ccq))
+                .unwrap();
+            let rx = l.cm_stats().unwrap().rx;
+            c.connect(&ConnParam::default()).unwrap();
+            let t0 = std::time::Instant::now();
+            while l.cm_stats().unwrap().rx == rx {
+                assert!(t0.elapsed() < D, "round {round}: the REQ never came");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            clients.push((c, cch));
+        }
+        drop(l);
+        l = CmId::create_on(&sch, &sctx, PortSpace::Tcp).unwrap();
+        l.bind_addr(addr).unwrap();
+        if let Err(e) = l.listen(0) {
+            panic!("round {round}: listening again on {addr}: {e}");
+        }
+    }
+    for (i, (_, cch)) in clients.iter().enumerate() {
+        let e = expect(cch, EventKind::Rejected);
+        assert_eq!(e.status, 28, "client {i}");
+    }
+    // No request of a destroyed listener is delivered.
+    assert!(sch.try_get_event().is_none());
+    // The listener of the last round works.
+    let (c, cch) = client(&cctx, PortSpace::Tcp, addr);
+    c.create_qp(&cpd, &QpInitAttr::new(QpType::Rc, &ccq))
+        .unwrap();
+    c.connect(&ConnParam::default()).unwrap();
+    let req = expect(&sch, EventKind::ConnectRequest);
+    assert_eq!(req.listen_id.as_ref(), Some(&l));
+    req.id.reject(&[]).unwrap();
+    assert_eq!(expect(&cch, EventKind::Rejected).status, 28);
+}

@@ -22,10 +22,10 @@
 //! here.
 
 use super::{Kind, Lat, Op, Opts, Report, Side, STALL};
-use rverbs::cm::{CmId, EventChannel};
+use rverbs::cm::{CmId, EventChannel, PortSpace};
 use rverbs::{
     device, AccessFlags, Ah, AhAttr, ConnectOpts, Context, Cq, Gid, Mr, Mtu, Pd, PeerInfo, Qp,
-    QpInitAttr, QpType, RemoteBuf, SendRequest, Wc, WcOpcode, WcStatus,
+    QpInitAttr, QpType, RemoteBuf, SendRequest, Wc, WcFlags, WcOpcode, WcStatus,
 };
 use std::io::Write;
 use std::net::IpAddr;
@@ -406,6 +406,17 @@ struct Lane {
     rem: Dest,
     /// UD: the address handle towards the peer's QP (perftest's `ctx->ah[i]`).
     ah: Option<Ah>,
+    /// UD: the peer's QP and Q_Key its SENDs go to (`ctx->rem_qpn[i]`, `remote_qkey`):
+    /// from the key exchange and `DEF_QKEY`, or with `-R` from the CM.
+    ud_dest: (u32, u32),
+}
+
+/// A UD peer as the CM made it known (`struct cma_node`'s `remote_qpn`,
+/// `remote_qkey` and `ctx->ah[i]`).
+struct UdPeer {
+    ah: Ah,
+    qpn: u32,
+    qkey: u32,
 }
 
 fn is_ipv6(a: IpAddr) -> bool {
@@ -427,6 +438,11 @@ fn setup(o: &Opts, tool: Tool, max_size: usize) -> Result<Conn, String> {
     let n = o.qps.max(1);
     let dev = device(o.dev.as_deref()).map_err(e)?;
     let ctx = dev.open().map_err(e)?;
+    // -R: the test's QPs are of port space UDP over UD (SIDR), TCP otherwise.
+    let data_ps = match o.transport {
+        QpType::Ud => PortSpace::Udp,
+        _ => PortSpace::Tcp,
+    };
     let (mut oob, peer, mut data) = if o.rdma_cm {
         let link = match &o.server {
             Some(s) => CmLink::connect(&ctx, rdma_cm::resolve(s, o.port)?, o.retry_count)?,
@@ -437,12 +453,13 @@ fn setup(o: &Opts, tool: Tool, max_size: usize) -> Result<Conn, String> {
         let ch = EventChannel::new().map_err(e)?;
         let listener = match client {
             true => None,
-            false => Some(rdma_cm::listen_again(&ctx, &ch, o.port, n as u32)?),
+            false => Some(rdma_cm::listen(&ctx, &ch, data_ps, o.port, n as u32)?),
         };
         let data = DataConns {
             ids: Vec::new(),
             ch,
             listener,
+            ud: o.transport == QpType::Ud,
         };
         (Oob::cm(link, client), peer, Some(data))
     } else {
@@ -550,24 +567,52 @@ fn setup(o: &Opts, tool: Tool, max_size: usize) -> Result<Conn, String> {
             id.create_qp(&pd, &attr())
                 .map_err(|x| format!("-R: test QP: {x}"))
         };
+        // UD (`rdma_cm_request_ud_connection_parameters` and the two after it): in a
+        // latency test the server learns the client's QP from the client's first
+        // SEND, with its QPN as immediate data, received before any other.
+        let qpn_msg = ud && o.kind == Kind::Lat;
         match &o.server {
             Some(server) => {
                 let to = rdma_cm::resolve(server, o.port)?;
                 let until = Instant::now() + rdma_cm::connect_for();
                 for _ in 0..n {
-                    let (id, qp) = rdma_cm::connect_one(&ctx, &d.ch, to, &param, until, &mk)?;
-                    d.ids.push(id);
-                    cm_qps.push(qp);
+                    let c = rdma_cm::connect_one(&ctx, &d.ch, to, data_ps, &param, until, &mk)?;
+                    let peer = match c.ud {
+                        Some(u) => {
+                            let ah = pd.create_ah(&u.ah_attr).map_err(e)?;
+                            if qpn_msg {
+                                send_qpn(&c.qp, &cq, &mr, &ah, u.qp_num, u.qkey)?;
+                            }
+                            Some(UdPeer {
+                                ah,
+                                qpn: u.qp_num,
+                                qkey: u.qkey,
+                            })
+                        }
+                        None => None,
+                    };
+                    d.ids.push(c.id);
+                    cm_qps.push((c.qp, peer));
                 }
             }
             None => {
-                for _ in 0..n {
+                for i in 0..n {
                     let id = rdma_cm::next_request(&d.ch, Some(peer_timeout()))?;
                     let qp = mk(&id)?;
+                    // Into the QP's receive area, which the test's receives use later.
+                    let area = (n + i) * half;
+                    if qpn_msg {
+                        qp.post_recv(0, &[mr.slice(area..area + UD_ADDITION + 4)])
+                            .map_err(|x| format!("-R: the receive for the peer's QPN: {x}"))?;
+                    }
                     id.accept(&param)
                         .map_err(|x| format!("-R: accepting a test QP: {x}"))?;
+                    let peer = match qpn_msg {
+                        true => Some(recv_qpn(&qp, &cq, &pd, &mr, area)?),
+                        false => None,
+                    };
                     d.ids.push(id);
-                    cm_qps.push(qp);
+                    cm_qps.push((qp, peer));
                 }
                 d.listener = None;
             }
@@ -577,9 +622,9 @@ fn setup(o: &Opts, tool: Tool, max_size: usize) -> Result<Conn, String> {
     let mut cm_qps = cm_qps.into_iter();
     let mut lanes = Vec::with_capacity(n);
     for i in 0..n {
-        let qp = match cm_qps.next() {
+        let (qp, cm_peer) = match cm_qps.next() {
             Some(q) => q,
-            None => Arc::new(pd.create_qp(&attr()).map_err(e)?),
+            None => (Arc::new(pd.create_qp(&attr()).map_err(e)?), None),
         };
         let me = Dest {
             lid: 0,
@@ -593,12 +638,21 @@ fn setup(o: &Opts, tool: Tool, max_size: usize) -> Result<Conn, String> {
         };
         // The first key exchange, one per QP.
         let rem = oob.hand_shake(&me)?;
-        let ah = if ud {
-            Some(pd.create_ah(&AhAttr::to(rem.gid, sgid)).map_err(e)?)
-        } else {
-            None
+        let (ah, ud_dest) = match cm_peer {
+            Some(p) => (Some(p.ah), (p.qpn, p.qkey)),
+            None if ud => (
+                Some(pd.create_ah(&AhAttr::to(rem.gid, sgid)).map_err(e)?),
+                (rem.qpn, DEF_QKEY),
+            ),
+            None => (None, (rem.qpn, DEF_QKEY)),
         };
-        lanes.push(Lane { qp, me, rem, ah });
+        lanes.push(Lane {
+            qp,
+            me,
+            rem,
+            ah,
+            ud_dest,
+        });
     }
     // With -R the CM connected the QPs (perftest checks no GIDs then).
     if data.is_none() {
@@ -662,6 +716,69 @@ fn setup(o: &Opts, tool: Tool, max_size: usize) -> Result<Conn, String> {
         _pd: pd,
         ctx,
     })
+}
+
+/// `rdma_cm_send_ud_connection_parameters`: a signaled SEND with our QPN as
+/// immediate data (4 bytes of the QP's send area) to the UD peer the CM resolved,
+/// waited for.
+fn send_qpn(qp: &Qp, cq: &Cq, mr: &Mr, ah: &Ah, qpn: u32, qkey: u32) -> Result<(), String> {
+    let wr = SendRequest::send(0, &[mr.slice(0..4)])
+        .imm(qp.qp_num())
+        .to(ah, qpn, qkey)
+        .signaled(true);
+    qp.post_send(&wr)
+        .map_err(|x| format!("-R: sending our QPN to the UD peer: {x}"))?;
+    let wc = one_wc(cq, "the SEND of our QPN")?;
+    if wc.status != WcStatus::Success || wc.opcode != WcOpcode::Send {
+        return Err(format!(
+            "-R: the SEND of our QPN to the UD peer: {:?} ({:?})",
+            wc.status, wc.opcode
+        ));
+    }
+    Ok(())
+}
+
+/// `rdma_cm_initialize_ud_connection_parameters`: the receive posted at `area` before
+/// the accept brings the peer's QPN as immediate data; its network header gives the
+/// AH back, and the Q_Key is our QP's (rdma_cm's, on both sides).
+fn recv_qpn(qp: &Qp, cq: &Cq, pd: &Pd, mr: &Mr, area: usize) -> Result<UdPeer, String> {
+    let wc = one_wc(cq, "the UD peer's QPN")?;
+    if wc.status != WcStatus::Success
+        || wc.opcode != WcOpcode::Recv
+        || wc.wc_flags.0 & WcFlags::WITH_IMM.0 == 0
+    {
+        return Err(format!(
+            "-R: the UD peer's first message is not its QPN: {:?} ({:?}, {} bytes)",
+            wc.status, wc.opcode, wc.byte_len
+        ));
+    }
+    let mut grh = [0u8; UD_ADDITION];
+    mr.read(area, &mut grh);
+    let ah = pd
+        .create_ah_from_wc(1, &wc, &grh)
+        .map_err(|x| format!("-R: an AH to the UD peer from its message: {x}"))?;
+    let qkey = qp
+        .query()
+        .map_err(|x| format!("-R: our QP's Q_Key: {x}"))?
+        .qkey;
+    Ok(UdPeer {
+        ah,
+        qpn: wc.imm_data & 0xff_ffff,
+        qkey,
+    })
+}
+
+/// The next completion on `cq`, waited for up to the peer timeout.
+fn one_wc(cq: &Cq, what: &str) -> Result<Wc, String> {
+    let mut wc = [Wc::default()];
+    match cq.poll_wait(&mut wc, peer_timeout()) {
+        Ok(1) => Ok(wc[0]),
+        Ok(_) => Err(format!(
+            "-R: no completion of {what} within {:?}",
+            peer_timeout()
+        )),
+        Err(x) => Err(format!("-R: {x}")),
+    }
 }
 
 /// Checks the options `--perftest` speaks.
@@ -744,12 +861,9 @@ pub fn check(o: &Opts) -> Result<Tool, String> {
     if o.transport == QpType::Ud && o.bidir {
         return Err("--perftest: -c UD with -b is not spoken".into());
     }
-    // perftest: "UC is not supported in librdmacm"; UD over the CM (SIDR) is not
-    // spoken here.
-    if o.rdma_cm && o.transport != QpType::Rc {
-        return Err(
-            "--perftest -R: RC only (perftest refuses UC with -R; UD is not spoken)".into(),
-        );
+    // perftest: "UC is not supported in librdmacm".
+    if o.rdma_cm && o.transport == QpType::Uc {
+        return Err("--perftest -R: RC or UD (perftest refuses UC with -R)".into());
     }
     Ok(tool)
 }

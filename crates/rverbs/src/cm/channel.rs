@@ -76,6 +76,23 @@ impl ChanRef {
         }
     }
 
+    /// Takes the events queued for `me` (or for a listener `me`, its requests) off
+    /// the channel, for the caller to drop outside the queue's lock.
+    pub(super) fn purge(&self, me: &Arc<IdInner>) -> Vec<RawEvent> {
+        let Some(c) = self.get() else {
+            return Vec::new();
+        };
+        let mut q = lock(&c.q);
+        let (mine, rest): (VecDeque<_>, VecDeque<_>) = q.drain(..).partition(|e| {
+            Arc::ptr_eq(&e.id, me) || e.listen_id.as_ref().is_some_and(|l| Arc::ptr_eq(l, me))
+        });
+        *q = rest;
+        if q.is_empty() && !mine.is_empty() {
+            crate::sys::eventfd_drain(&c.fd);
+        }
+        mine.into_iter().collect()
+    }
+
     /// Points the ID `me` at `to`, moving the events for it still queued on its old
     /// channel along (as the kernel's `ucma_migrate_id` moves them).
     pub(super) fn migrate(&self, me: &Arc<IdInner>, to: &EventChannel) {
@@ -132,9 +149,21 @@ impl EventChannel {
     /// (`rdma_get_cm_event`; the event needs no acknowledgement).
     pub fn get_event(&self, timeout: Option<Duration>) -> Option<CmEvent> {
         let deadline = timeout.map(|t| Instant::now() + t);
+        // Events of destroyed IDs, dropped after the queue's lock (a queue is a leaf).
+        let mut stale = Vec::new();
         let mut q = lock(&self.inner.q);
         let raw = loop {
             if let Some(e) = q.pop_front() {
+                // rdma_destroy_id drops the events of the ID (and the requests to a
+                // listener) not yet delivered (ucma: `ucma_cleanup_ctx_events`); a
+                // dropped request's new ID is rejected.
+                if e.id.is_destroyed() || e.listen_id.as_ref().is_some_and(|l| l.is_destroyed()) {
+                    if q.is_empty() {
+                        crate::sys::eventfd_drain(&self.inner.fd);
+                    }
+                    stale.push(e);
+                    continue;
+                }
                 break e;
             }
             match deadline {
@@ -195,8 +224,8 @@ impl EventChannel {
         }
         CmEvent {
             kind: raw.kind,
-            id: CmId { inner: raw.id },
-            listen_id: raw.listen_id.map(|inner| CmId { inner }),
+            id: CmId::hold(raw.id),
+            listen_id: raw.listen_id.map(CmId::hold),
             status: raw.status,
             private_data: raw.private_data,
             ud: raw.ud,

@@ -91,11 +91,13 @@ use rverbs_cm::{consts, CmId as RawId, ConnectParams, Path, ReqInfo, SidrParams}
 use std::collections::VecDeque;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 pub use rverbs_cm::cma::PortSpace;
 pub use rverbs_cm::consts::rej as reject_reason;
+pub use rverbs_cm::consts::sidr_status;
 
 /// How long a connection to `127.0.0.1` on the loopback device waits for a listener
 /// to be announced (see `localhost.rs`).
@@ -222,6 +224,11 @@ pub(crate) struct IdInner {
     chan: ChanRef,
     ps: PortSpace,
     st: Mutex<IdState>,
+    /// The program's handles ([`CmId`]s); the CM's own references (a queued event, a
+    /// dispatch in progress) are not counted. The last handle destroys the ID.
+    users: AtomicUsize,
+    /// Destroyed by its last handle: its events are no longer delivered.
+    destroyed: AtomicBool,
 }
 
 impl Drop for IdInner {
@@ -234,6 +241,33 @@ impl Drop for IdInner {
 }
 
 impl IdInner {
+    /// `rdma_destroy_id`: the CM forgets the ID before this returns (a listener's port
+    /// is free at once, a connection's REJ / DREQ is sent, as the kernel's
+    /// `cm_destroy_id`), whatever references the CM itself still holds.
+    fn destroy_now(self: &Arc<Self>) {
+        self.destroyed.store(true, Ordering::Release);
+        let (port, cm, announced) = {
+            let mut s = lock(&self.st);
+            (s.port.clone(), s.cm.take(), s.announced.take())
+        };
+        drop(announced);
+        let Some(p) = port else { return };
+        if let Some(id) = cm {
+            p.doom(id);
+            // A turn destroys what is doomed before anything else.
+            p.with(|_, _| ());
+        }
+        // Its events not yet delivered go (ucma `ucma_cleanup_ctx_events`): the new
+        // IDs of requests to a listener are destroyed (rejected) with them.
+        drop(self.chan.purge(self));
+        p.with(|_, _| ());
+        lock(&self.st).port = None;
+    }
+
+    pub(super) fn is_destroyed(&self) -> bool {
+        self.destroyed.load(Ordering::Acquire)
+    }
+
     fn qp_arc(&self) -> Option<Arc<Qp>> {
         lock(&self.st).qp.clone()
     }
@@ -268,6 +302,8 @@ impl IdInner {
                 psn: port::random_psn(),
                 ..IdState::default()
             }),
+            users: AtomicUsize::new(0),
+            destroyed: AtomicBool::new(false),
         })
     }
 
@@ -286,6 +322,8 @@ impl IdInner {
                 psn: port::random_psn(),
                 ..IdState::default()
             }),
+            users: AtomicUsize::new(0),
+            destroyed: AtomicBool::new(false),
         })
     }
 
@@ -299,10 +337,32 @@ impl IdInner {
 
 /// A communication identifier (`struct rdma_cm_id`). Cheap to clone; the ID is
 /// destroyed (telling the peer: a REJ, DREQ or DREP as the kernel's
-/// `cm_destroy_id`) when the last clone goes.
-#[derive(Clone)]
+/// `cm_destroy_id`; a listener's port free for the next listen) when the last clone
+/// goes, before that drop returns.
 pub struct CmId {
     inner: Arc<IdInner>,
+}
+
+impl CmId {
+    /// A handle of the program's on `inner`.
+    pub(super) fn hold(inner: Arc<IdInner>) -> CmId {
+        inner.users.fetch_add(1, Ordering::AcqRel);
+        CmId { inner }
+    }
+}
+
+impl Clone for CmId {
+    fn clone(&self) -> CmId {
+        CmId::hold(self.inner.clone())
+    }
+}
+
+impl Drop for CmId {
+    fn drop(&mut self) {
+        if self.inner.users.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.inner.destroy_now();
+        }
+    }
 }
 
 impl std::fmt::Debug for CmId {
@@ -348,13 +408,13 @@ impl CmId {
         if !matches!(ps, PortSpace::Tcp | PortSpace::Udp) {
             return Err(errno("rdma_create_id", libc::EPROTONOSUPPORT));
         }
-        Ok(CmId {
-            inner: Arc::new(IdInner {
-                chan: ChanRef::new(chan),
-                ps,
-                st: Mutex::new(IdState::default()),
-            }),
-        })
+        Ok(CmId::hold(Arc::new(IdInner {
+            chan: ChanRef::new(chan),
+            ps,
+            st: Mutex::new(IdState::default()),
+            users: AtomicUsize::new(0),
+            destroyed: AtomicBool::new(false),
+        })))
     }
 
     /// A new ID bound to a context (its device and addresses).

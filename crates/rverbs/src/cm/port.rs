@@ -160,15 +160,20 @@ impl Port {
     fn turn(&self, st: &mut PortState, now: Nanos, graveyard: &mut Vec<Arc<IdInner>>) {
         st.cm.handle_timeout(now);
         loop {
-            while let Some(t) = st.cm.poll_transmit() {
-                // A send fails only for a destination without a source GID of its
-                // family; the CM's retries and timeout then report it.
-                let _ = self.agent.send_as_is(self.dest(t.dest), &t.mad);
-            }
+            self.flush(st);
             let Some(ev) = st.cm.poll_event_held() else {
                 break;
             };
             self.dispatch(st, now, ev, graveyard);
+        }
+    }
+
+    /// Sends what the CM queued.
+    fn flush(&self, st: &mut PortState) {
+        while let Some(t) = st.cm.poll_transmit() {
+            // A send fails only for a destination without a source GID of its
+            // family; the CM's retries and timeout then report it.
+            let _ = self.agent.send_as_is(self.dest(t.dest), &t.mad);
         }
     }
 
@@ -253,6 +258,11 @@ impl Port {
                 match moved {
                     Ok(()) => {
                         let _ = st.cm.rtu(now, id, &[]);
+                        // The RTU is on the wire before the program hears ESTABLISHED
+                        // and may post (librdmacm reports it after ucma's accept, whose
+                        // `ib_send_cm_rtu` has posted the RTU, cm.c): a passive peer
+                        // enters ESTABLISHED before our first request reaches its QP.
+                        self.flush(st);
                         i.chan.push(RawEvent::new(
                             EventKind::Established,
                             i.clone(),

@@ -18,6 +18,12 @@
 //!    connects each (`_rdma_cm_client_connection`), offering READ/atomic depth only for
 //!    the READ and atomic tools, with RNR retries = its retry count. The CM moves the
 //!    QPs; the QP numbers and PSNs of the later key handshakes are not used.
+//! 3. with `-c UD` the test's QPs are UD, in the UDP port space: the client resolves
+//!    each with SIDR and sends to the QPN and Q_Key of the SIDR reply
+//!    (`rdma_cm_establish_ud_connection`); in a latency test it first sends the server
+//!    its QPN as immediate data, for which the server posted a receive before
+//!    accepting (`rdma_cm_request_ud_connection_parameters`,
+//!    `rdma_cm_initialize_ud_connection_parameters`); nothing is disconnected.
 //!
 //! perftest's server listens again only after its half of the first zeroed handshake,
 //! so a client may come too early and be rejected (reason 8): we retry for a while
@@ -25,7 +31,7 @@
 //! Our server listens again before that handshake, so a client never comes too early.
 
 use super::{Dest, OUT_READS};
-use rverbs::cm::{CmEvent, CmId, ConnParam, EventChannel, EventKind, PortSpace};
+use rverbs::cm::{CmEvent, CmId, ConnParam, EventChannel, EventKind, PortSpace, UdParam};
 use rverbs::{AccessFlags, Context, Cq, Gid, Mr, Pd, Qp, QpInitAttr, QpType, RemoteBuf};
 use rverbs::{SendRequest, Wc};
 use rverbs::{WcOpcode, WcStatus};
@@ -153,26 +159,42 @@ fn event_of(ch: &EventChannel, id: &CmId, wait: Duration, what: &str) -> Result<
 fn unexpected(e: &CmEvent, what: &str, to: SocketAddr) -> String {
     match e.kind {
         EventKind::Rejected => format!("-R: {what} to {to}: {}", rej_text(e.status)),
+        EventKind::Unreachable if e.status > 0 => {
+            format!("-R: {what} to {to}: SIDR reply status {}", e.status)
+        }
         EventKind::Unreachable => format!("-R: {what} to {to}: the peer did not answer"),
         k => format!("-R: {what} to {to}: {k:?} (status {})", e.status),
     }
 }
 
-/// The active side of one connection: a new ID on `ctx` and `ch`, its address and
-/// route resolved, its QP made by `mk_qp`, a REQ with `param`, until the peer
-/// accepts. A rejection for nobody listening (reason 8) is tried again, every
-/// [`RETRY_GAP`], up to `until`; every other failure is an error at once.
+/// One connection the active side made: its ID, its QP, and for UD where the peer's
+/// QP is (the SIDR reply's QPN and Q_Key, and the path to it).
+pub struct Connected {
+    /// The connection's ID.
+    pub id: CmId,
+    /// Its QP, moved to RTS by the CM.
+    pub qp: Arc<Qp>,
+    /// UD: the peer's QP, Q_Key and the AH attributes towards it.
+    pub ud: Option<UdParam>,
+}
+
+/// The active side of one connection: a new ID of port space `ps` on `ctx` and `ch`,
+/// its address and route resolved, its QP made by `mk_qp`, a REQ (UDP: a SIDR_REQ)
+/// with `param`, until the peer accepts. A rejection for nobody listening (reason 8;
+/// for SIDR the status "unsupported" (1), the kernel's answer then) is tried again,
+/// every [`RETRY_GAP`], up to `until`; every other failure is an error at once.
 pub fn connect_one(
     ctx: &Context,
     ch: &EventChannel,
     to: SocketAddr,
+    ps: PortSpace,
     param: &ConnParam,
     until: Instant,
     mk_qp: &dyn Fn(&CmId) -> Result<Arc<Qp>, String>,
-) -> Result<(CmId, Arc<Qp>), String> {
+) -> Result<Connected, String> {
     let e = |what: &str, err: rverbs::Error| format!("-R: {what} {to}: {err}");
     loop {
-        let id = CmId::create_on(ch, ctx, PortSpace::Tcp).map_err(|x| e("a CM ID for", x))?;
+        let id = CmId::create_on(ch, ctx, ps).map_err(|x| e("a CM ID for", x))?;
         id.resolve_addr(None, to, Duration::from_secs(2))
             .map_err(|x| e("resolving", x))?;
         let ev = event_of(ch, &id, STEP, "the address resolution")?;
@@ -188,12 +210,21 @@ pub fn connect_one(
         let qp = mk_qp(&id)?;
         id.connect(param).map_err(|x| e("connecting to", x))?;
         let ev = event_of(ch, &id, STEP, "the connection request")?;
+        let nobody = match (ps, ev.kind) {
+            (PortSpace::Udp, EventKind::Unreachable) => {
+                ev.status == i32::from(rverbs::cm::sidr_status::UNSUPPORTED)
+            }
+            (_, EventKind::Rejected) => {
+                ev.status == i32::from(rverbs::cm::reject_reason::INVALID_SERVICE_ID)
+            }
+            _ => false,
+        };
         match ev.kind {
-            EventKind::Established => return Ok((id, qp)),
-            EventKind::Rejected
-                if ev.status == i32::from(rverbs::cm::reject_reason::INVALID_SERVICE_ID)
-                    && Instant::now() + RETRY_GAP < until =>
-            {
+            EventKind::Established if ps == PortSpace::Udp && ev.ud.is_none() => {
+                return Err(format!("-R: the SIDR reply from {to} names no QP"))
+            }
+            EventKind::Established => return Ok(Connected { id, qp, ud: ev.ud }),
+            _ if nobody && Instant::now() + RETRY_GAP < until => {
                 std::thread::sleep(RETRY_GAP);
             }
             _ => return Err(unexpected(&ev, "connecting", to)),
@@ -201,49 +232,24 @@ pub fn connect_one(
     }
 }
 
-/// A listener on `port` of every address of `ctx`'s device (perftest binds
-/// `INADDR_ANY`), taking `backlog` requests.
-pub fn listen(ctx: &Context, ch: &EventChannel, port: u16, backlog: u32) -> Result<CmId, String> {
-    try_listen(ctx, ch, port, backlog).map_err(|e| listen_err(port, e))
-}
-
-fn try_listen(
+/// A listener of port space `ps` on `port` of every address of `ctx`'s device
+/// (perftest binds `INADDR_ANY`), taking `backlog` requests.
+pub fn listen(
     ctx: &Context,
     ch: &EventChannel,
+    ps: PortSpace,
     port: u16,
     backlog: u32,
-) -> Result<CmId, rverbs::Error> {
-    let id = CmId::create_on(ch, ctx, PortSpace::Tcp)?;
-    id.bind_addr(SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), port))?;
-    id.listen(backlog)?;
+) -> Result<CmId, String> {
+    let id = CmId::create_on(ch, ctx, ps).map_err(|e| listen_err(port, e))?;
+    id.bind_addr(SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), port))
+        .map_err(|e| listen_err(port, e))?;
+    id.listen(backlog).map_err(|e| listen_err(port, e))?;
     Ok(id)
 }
 
 fn listen_err(port: u16, e: rverbs::Error) -> String {
     format!("-R: cannot listen on port {port}: {e}")
-}
-
-/// [`listen`] on the port this process's control listener had: that listener is
-/// destroyed when its last reference goes, which the CM's own thread may hold for a
-/// moment (a retransmitted REQ it is dispatching), so EADDRINUSE is tried again for up
-/// to two seconds before it is an error.
-pub fn listen_again(
-    ctx: &Context,
-    ch: &EventChannel,
-    port: u16,
-    backlog: u32,
-) -> Result<CmId, String> {
-    const EADDRINUSE: i32 = 98; // Linux
-    let until = Instant::now() + Duration::from_secs(2);
-    loop {
-        match try_listen(ctx, ch, port, backlog) {
-            Ok(id) => return Ok(id),
-            Err(e) if e.errno() == EADDRINUSE && Instant::now() < until => {
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            Err(e) => return Err(listen_err(port, e)),
-        }
-    }
 }
 
 /// The next connect request to the listener on `ch`, up to `wait` (`None`: as long as
@@ -363,8 +369,9 @@ impl CmLink {
             Ok(qp)
         };
         let until = Instant::now() + connect_for();
-        let (id, qp) = connect_one(ctx, &ch, to, &control_param(retry_count), until, &mk)?;
-        Ok(Self::link(id, qp, (pd, scq, rcq, mr), ch, true))
+        let param = control_param(retry_count);
+        let c = connect_one(ctx, &ch, to, PortSpace::Tcp, &param, until, &mk)?;
+        Ok(Self::link(c.id, c.qp, (pd, scq, rcq, mr), ch, true))
     }
 
     /// The server's control connection on `port` (`rdma_server_connect`): the first
@@ -372,7 +379,7 @@ impl CmLink {
     pub fn accept(ctx: &Context, port: u16, retry_count: u8) -> Result<CmLink, String> {
         let (pd, scq, rcq, mr) = Self::parts(ctx)?;
         let ch = EventChannel::new().map_err(|e| format!("-R: {e}"))?;
-        let listener = listen(ctx, &ch, port, 1)?;
+        let listener = listen(ctx, &ch, PortSpace::Tcp, port, 1)?;
         let id = next_request(&ch, None)?;
         drop(listener);
         let qp = control_qp(&id, &pd, &scq, &rcq)?;
@@ -534,6 +541,8 @@ pub struct DataConns {
     pub ch: EventChannel,
     /// A listener made before the first handshake of zeroed keys (server).
     pub listener: Option<CmId>,
+    /// UD (SIDR): nothing to disconnect (`rdma_cm_disconnect_nodes` skips UD).
+    pub ud: bool,
 }
 
 impl DataConns {
@@ -541,6 +550,9 @@ impl DataConns {
     /// `rdma_cm_disconnect_nodes`), the server first waits for the client to (up to
     /// [`CLOSE_WAIT`]: its QPs answer the client's last packets meanwhile).
     pub fn close(&self, client: bool) {
+        if self.ud {
+            return;
+        }
         let wait = if client { Duration::ZERO } else { CLOSE_WAIT };
         close_ids(&self.ch, &self.ids, wait, Duration::from_secs(2));
     }

@@ -65,8 +65,8 @@ impl Conn {
             Tool::SendBw | Tool::SendLat => {
                 let l = &self.lanes[lane];
                 match &l.ah {
-                    // `ctx_set_send_reg_wrs` for UD: the AH, the peer's QPN, DEF_QKEY.
-                    Some(ah) => SendRequest::send(id, &[local]).to(ah, l.rem.qpn, DEF_QKEY),
+                    // `ctx_set_send_reg_wrs` for UD: the AH, the peer's QPN and Q_Key.
+                    Some(ah) => SendRequest::send(id, &[local]).to(ah, l.ud_dest.0, l.ud_dest.1),
                     None => SendRequest::send(id, &[local]),
                 }
             }
