@@ -671,3 +671,53 @@ fn sealed_datagrams_are_copied_whole_and_checked() {
     assert!(a.ctx.fault_stats().corrupted > 0, "nothing corrupted");
     assert!(b.ctx.counters().rx_icrc_errors > 0, "no ICRC error caught");
 }
+
+/// A long UD SEND is placed from the ring behind the receive's GRH area, which the
+/// engine fills itself.
+#[test]
+fn a_long_ud_send_is_placed_behind_its_grh_area() {
+    let make = || {
+        let ctx = open(true);
+        let pd = ctx.alloc_pd().unwrap();
+        let cq = ctx.create_cq(4).unwrap();
+        let qp = pd.create_qp(&QpInitAttr::new(QpType::Ud, &cq)).unwrap();
+        let mr = pd.reg_mr(40 + 4096, AccessFlags::LOCAL_WRITE).unwrap();
+        connect_nobody(&qp);
+        (ctx, pd, cq, qp, mr)
+    };
+    let (ca, pda, cqa, qpa, mra) = make();
+    let (cb, _pdb, cqb, qpb, mrb) = make();
+    let len = 3001;
+    let data = pattern(3, len);
+    mra.write(0, &data);
+    mrb.write(0, &[0xcc; 40 + 4096]);
+    qpb.post_recv(1, &[mrb.all()]).unwrap();
+    let ah = pda
+        .create_ah(&AhAttr {
+            av: AddressVector {
+                dgid: cb.gid(1).unwrap(),
+                sgid_index: 1,
+                hop_limit: 64,
+                traffic_class: 0,
+                flow_label: 0,
+            },
+            port_num: 1,
+        })
+        .unwrap();
+    qpa.post_send(&SendRequest::send(2, &[mra.slice(0..len)]).to(&ah, qpb.qp_num(), 0x1111_1111))
+        .unwrap();
+    assert_eq!(wait(&cqa).status, WcStatus::Success);
+    let wc = wait(&cqb);
+    assert_eq!(
+        (wc.status, wc.byte_len as usize),
+        (WcStatus::Success, 40 + len)
+    );
+    let got = mrb.with(|m| m.to_vec());
+    // The GRH area as the engine writes it (IPv4: 20 zero bytes, then the header),
+    // the payload from the ring, and nothing past it.
+    assert_eq!(&got[..20], &[0u8; 20]);
+    assert_eq!(&got[40..40 + len], &data[..]);
+    assert!(got[40 + len..].iter().all(|&b| b == 0xcc));
+    assert_eq!(stats(&cb).rx_in_place, 1, "{:?}", stats(&cb));
+    drop(ca);
+}
