@@ -804,6 +804,22 @@ mod tests {
         w.publish();
         let got = read_all(&r).unwrap();
         assert_eq!(got[0].1, long);
+        // A writer that is gone (its process ended: its mapping and descriptor
+        // closed) leaves its records readable, in place too: the reader's own
+        // mapping keeps the ring.
+        let (mut w, r) = pair(1 << 20);
+        w.push(&elided, &long);
+        w.publish();
+        drop(w);
+        let mut placed = 0;
+        r.drain(usize::MAX, &mut buf, true, |_, p, src| {
+            let mut whole = vec![0u8; p.len()];
+            src.expect("placed from the ring").copy_to(0, &mut whole);
+            assert_eq!(whole, long);
+            placed += 1;
+        })
+        .unwrap();
+        assert_eq!(placed, 1);
     }
 
     #[test]
