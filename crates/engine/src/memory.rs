@@ -109,6 +109,15 @@ impl<'a> Placing<'a> {
         }
     }
 
+    /// The whole datagram `datagram` (the buffer handed with this source) with its
+    /// real payload: for a packet kept to be carried out later (selective repeat
+    /// holds requests past a gap), when this source is gone.
+    pub(crate) fn whole(&self, datagram: &[u8]) -> Vec<u8> {
+        let mut v = datagram.to_vec();
+        self.copy_part(datagram, &mut v);
+        v
+    }
+
     /// Copies into `dst` what `part` (a piece of the datagram's buffer) stands for.
     fn copy_part(&self, part: &[u8], dst: &mut [u8]) {
         let off = (part.as_ptr() as usize).wrapping_sub(self.base);

@@ -117,6 +117,9 @@ impl Qp {
     /// ATOMIC ACKs acknowledge by themselves), so the requester completes what the
     /// reports told it had arrived.
     fn carry_out_held(&mut self, mut from: Psn, ctx: &mut Ctx<'_>) -> Wake {
+        // Held packets are whole copies (`sr_hold`): the datagram being handled, whose
+        // payload `ctx.placing` may stand for, is done.
+        ctx.placing = None;
         let wake = Wake {
             transmit: true,
             timers: false,

@@ -68,7 +68,13 @@ impl Qp {
         if self.sr.held.len() <= k {
             self.sr.held.resize_with(k + 1, || None);
         }
-        self.sr.held[k] = Some(bytes.to_vec());
+        // (A payload left where its carrier received it is copied in now: that place
+        // is reused once this datagram is handled.)
+        let kept = match ctx.placing {
+            Some(p) => p.whole(bytes),
+            None => bytes.to_vec(),
+        };
+        self.sr.held[k] = Some(kept);
         self.sr.held_bytes += bytes.len();
         ctx.counters.rx_selective_held += 1;
         if self.sr.held[k - 1].is_some() {
