@@ -85,7 +85,8 @@ pub trait Memory: Send + Sync {
 /// it into the datagram's buffer (the same-host rings leave it in the ring): the
 /// engine's placement of a SEND, WRITE or READ response payload copies from here
 /// straight into the region, once, instead of from the buffer, whose payload bytes
-/// are then not the packet's. The engine reads a payload only to place it.
+/// are then not the packet's. The engine reads a payload only to place it, or to keep
+/// a whole copy of a request that selective repeat holds past a gap.
 pub trait PayloadSource {
     /// Copies the datagram's bytes at `offset..offset + dst.len()` (offsets in the
     /// datagram handed with this source) into `dst`.
