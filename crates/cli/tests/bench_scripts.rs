@@ -373,3 +373,43 @@ fn hop_cost_script_counts_both_halves_of_a_round_trip() {
     // script's arithmetic, which a swapped or mismatched pair of counts would break.
     assert!((0.8..=1.25).contains(&ratio), "{stdout}");
 }
+
+/// `bench/copy_floor.c` (the copy costs behind the same-host carrier's one copy per
+/// side) builds without warnings and prints every way of copying, in both spans,
+/// with a figure.
+#[test]
+fn copy_floor_prints_every_way() {
+    if !have("gcc") {
+        return;
+    }
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+    let bin = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("copy_floor_test");
+    let st = Command::new("gcc")
+        .args(["-O2", "-Wall", "-Wextra", "-Werror", "-o"])
+        .arg(&bin)
+        .arg(format!("{root}/bench/copy_floor.c"))
+        .status()
+        .unwrap();
+    assert!(st.success(), "gcc failed");
+    let out = Command::new(&bin).arg("20").output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8(out.stdout).unwrap();
+    let mut rows = 0;
+    for way in ["memcpy", "cma-4k", "cma-64k-16iov", "cma-64k"] {
+        for span in ["64KiB", "8MiB"] {
+            let line = text
+                .lines()
+                .find(|l| l.split_whitespace().take(2).eq([way, span]))
+                .unwrap_or_else(|| panic!("no {way} {span} row in:\n{text}"));
+            // (process_vm_readv may be refused here, as by a container's seccomp
+            // filter; a copy never is.)
+            let figure = line.split_whitespace().nth(2).unwrap();
+            match figure.parse::<f64>() {
+                Ok(gbs) => assert!(gbs > 0.0, "{line}"),
+                Err(_) => assert!(way != "memcpy" && figure == "unavailable", "{line}"),
+            }
+            rows += 1;
+        }
+    }
+    assert_eq!(text.lines().count(), rows, "{text}");
+}

@@ -209,7 +209,7 @@ impl Qp {
                     // adaptive routing (rdma-core `mlx5dv_create_qp(3)`,
                     // MLX5DV_QP_CREATE_OOO_DP); the wire protocol is unchanged.
                     if let Some(d) = &w.data {
-                        d.write(off, data);
+                        d.place(off, data, ctx.placing);
                     }
                     if ahead > 0 {
                         ctx.counters.rx_read_out_of_order += 1;

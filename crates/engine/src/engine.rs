@@ -6,6 +6,7 @@ mod verbs;
 
 use crate::config::{AckPolicy, Config, QpInit, FIRST_QPN};
 use crate::counters::Counters;
+use crate::memory::Placing;
 use crate::modify::{check_cap, check_modify, QpAttr, QpAttrMask};
 use crate::net::{self, Datagram, Transmit};
 use crate::objects::*;
@@ -126,6 +127,7 @@ macro_rules! ctx {
             spare: &$s.spare,
             icrc: &$s.icrc,
             dead: &mut $s.dead,
+            placing: None,
         }
     };
 }
@@ -636,6 +638,24 @@ impl Engine {
 
     /// Feeds one received datagram. Bad packets are dropped and counted, never fatal.
     pub fn handle_datagram(&mut self, now: Nanos, d: &Datagram<'_>) {
+        self.handle_placed(now, d, None)
+    }
+
+    /// [`Engine::handle_datagram`] for a datagram whose payload bytes are not in
+    /// `d.payload` but where `placing` says (a carrier that leaves payloads in its
+    /// own memory): a SEND, WRITE or READ response payload is copied from there
+    /// straight into its region. The ICRC must be trusted (`icrc_checked`): it
+    /// covers bytes the buffer does not hold. A datagram for the GSI QP, whose MADs
+    /// are read, not placed, is dropped (counted as malformed).
+    pub fn handle_datagram_placed(&mut self, now: Nanos, d: &Datagram<'_>, placing: Placing<'_>) {
+        if !d.icrc_checked {
+            self.counters.rx_malformed += 1;
+            return;
+        }
+        self.handle_placed(now, d, Some(placing))
+    }
+
+    fn handle_placed(&mut self, now: Nanos, d: &Datagram<'_>, placing: Option<Placing<'_>>) {
         if !d.icrc_checked && !net::icrc_ok_cached(self.icrc.get_mut(), d) {
             self.counters.rx_icrc_errors += 1;
             return;
@@ -655,6 +675,10 @@ impl Engine {
         }
         let qpn = bth.dest_qp();
         if qpn == crate::mad::gsi::GSI_QPN {
+            if placing.is_some() {
+                self.counters.rx_malformed += 1;
+                return;
+            }
             self.gsi_datagram(now, &pkt, d);
             return;
         }
@@ -665,11 +689,11 @@ impl Engine {
                 self.counters.rx_unknown_qp += 1;
             }
             for m in members {
-                self.deliver(now, m, &pkt, d);
+                self.deliver(now, m, &pkt, d, placing);
             }
             return;
         }
-        self.deliver(now, qpn, &pkt, d);
+        self.deliver(now, qpn, &pkt, d, placing);
     }
 
     /// Checks a received datagram's ICRC once, before it is classified and handed to
@@ -706,12 +730,19 @@ impl Engine {
         match pkt.info() {
             None => self.counters.rx_malformed += 1,
             Some(i) if i.transport != Transport::Ud => self.counters.rx_wrong_transport += 1,
-            Some(_) => self.deliver(now, qpn, &pkt, d),
+            Some(_) => self.deliver(now, qpn, &pkt, d, None),
         }
     }
 
     /// The per-QP part of [`Engine::handle_datagram`].
-    fn deliver(&mut self, now: Nanos, qpn: u32, pkt: &Packet<&[u8]>, d: &Datagram<'_>) {
+    fn deliver(
+        &mut self,
+        now: Nanos,
+        qpn: u32,
+        pkt: &Packet<&[u8]>,
+        d: &Datagram<'_>,
+        placing: Option<Placing<'_>>,
+    ) {
         let bth = pkt.bth();
         let Some(info) = pkt.info() else {
             return;
@@ -751,6 +782,7 @@ impl Engine {
             }
         }
         let mut ctx = ctx!(self, now);
+        ctx.placing = placing;
         let wake = if info.is_request {
             qp.on_request(pkt, d, &mut ctx)
         } else if qp.qp_type == QpType::Rc

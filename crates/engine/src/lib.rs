@@ -38,7 +38,7 @@ pub mod types;
 pub use config::{AckPolicy, Config, MrKeys, QpInit, LEND_MIN};
 pub use counters::Counters;
 pub use engine::{Engine, SPARE_BUFFERS};
-pub use memory::{AtomicOp, Lent, Memory, VecMemory};
+pub use memory::{AtomicOp, Lent, Memory, PayloadSource, Placing, VecMemory};
 pub use net::{Body, Datagram, Transmit};
 pub use objects::{KEY_TAG_BITS, MAX_MR, MAX_MW};
 pub use qp::{MAX_PKT_PER_ACK, MAX_UNACKED_PSNS, MIN_QP_WINDOW, MIN_UNACKED_PSNS};

@@ -65,6 +65,74 @@ pub trait Memory: Send + Sync {
     fn lend(&self) -> Option<Lent<'_>> {
         None
     }
+    /// Writes `len` bytes at `offset` that `fill` produces in place: it is handed
+    /// pieces of the destination in order, each with its position from `offset`
+    /// (a receive places a payload left in the carrier's memory this way,
+    /// [`PayloadSource`]). The default fills a stack buffer per piece and writes it.
+    fn fill(&self, offset: usize, len: usize, fill: &mut dyn FnMut(usize, &mut [u8])) {
+        let mut piece = [0u8; 4096];
+        let mut at = 0;
+        while at < len {
+            let n = (len - at).min(piece.len());
+            fill(at, &mut piece[..n]);
+            self.write(offset + at, &piece[..n]);
+            at += n;
+        }
+    }
+}
+
+/// Where the payload of a received datagram really is when its carrier did not copy
+/// it into the datagram's buffer (the same-host rings leave it in the ring): the
+/// engine's placement of a SEND, WRITE or READ response payload copies from here
+/// straight into the region, once, instead of from the buffer, whose payload bytes
+/// are then not the packet's. The engine reads a payload only to place it, or to keep
+/// a whole copy of a request that selective repeat holds past a gap.
+pub trait PayloadSource {
+    /// Copies the datagram's bytes at `offset..offset + dst.len()` (offsets in the
+    /// datagram handed with this source) into `dst`.
+    fn copy_to(&self, offset: usize, dst: &mut [u8]);
+}
+
+/// A received datagram's payload source and the address of the datagram's buffer
+/// (a payload slice's offset in the datagram is its address minus this).
+#[derive(Clone, Copy)]
+pub struct Placing<'a> {
+    src: &'a dyn PayloadSource,
+    base: usize,
+}
+
+impl<'a> Placing<'a> {
+    /// `src` stands for the payload bytes of `datagram` (the slice the engine gets).
+    pub fn new(src: &'a dyn PayloadSource, datagram: &[u8]) -> Self {
+        Placing {
+            src,
+            base: datagram.as_ptr() as usize,
+        }
+    }
+
+    /// Makes `kept`, a copy of the datagram's buffer, the whole datagram with its real
+    /// payload: for a packet kept to be carried out later (selective repeat holds
+    /// requests past a gap), when this source is gone.
+    pub(crate) fn copy_whole(&self, datagram: &[u8], kept: &mut [u8]) {
+        self.copy_part(datagram, kept);
+    }
+
+    /// Copies into `dst` what `part` (a piece of the datagram's buffer) stands for.
+    fn copy_part(&self, part: &[u8], dst: &mut [u8]) {
+        let off = (part.as_ptr() as usize).wrapping_sub(self.base);
+        self.src.copy_to(off, dst);
+    }
+}
+
+/// Writes a received `payload` to `mem` at `offset`: from the buffer, or from where
+/// `placing` says its bytes are.
+pub(crate) fn place(mem: &dyn Memory, offset: usize, payload: &[u8], placing: Option<Placing<'_>>) {
+    match placing {
+        None => mem.write(offset, payload),
+        Some(p) => mem.fill(offset, payload.len(), &mut |at, dst| {
+            p.copy_part(&payload[at..at + dst.len()], dst)
+        }),
+    }
 }
 
 /// A region's bytes lent for reading in place ([`Memory::lend`]).
@@ -161,6 +229,10 @@ impl Memory for VecMemory {
     fn lend(&self) -> Option<Lent<'_>> {
         Some(Lent::new(VecLent(self.lock())))
     }
+
+    fn fill(&self, offset: usize, len: usize, fill: &mut dyn FnMut(usize, &mut [u8])) {
+        fill(0, &mut self.lock()[offset..offset + len]);
+    }
 }
 
 #[cfg(test)]
@@ -235,5 +307,50 @@ mod tests {
             }
         }
         assert!(NoLend.lend().is_none(), "by default a memory does not lend");
+    }
+
+    /// The payload's real bytes: the datagram's offset `i` holds `i % 251`.
+    struct Real;
+    impl PayloadSource for Real {
+        fn copy_to(&self, offset: usize, dst: &mut [u8]) {
+            for (k, b) in dst.iter_mut().enumerate() {
+                *b = ((offset + k) % 251) as u8;
+            }
+        }
+    }
+
+    #[test]
+    fn a_placed_payload_comes_from_its_source_not_the_buffer() {
+        // A datagram buffer whose payload bytes (from 40) are stale.
+        let datagram = vec![0xeeu8; 40 + 9000 + 4];
+        let payload = &datagram[40..40 + 9000];
+        let p = Placing::new(&Real, &datagram);
+        let want: Vec<u8> = (40..40 + 9000).map(|i| (i % 251) as u8).collect();
+        // A region that fills in place, and one with only read and write (the
+        // default `fill`, in pieces).
+        let v = VecMemory::zeroed(10_000);
+        place(&v, 500, payload, Some(p));
+        assert_eq!(v.snapshot()[500..9500], want[..]);
+        struct Plain(VecMemory);
+        impl Memory for Plain {
+            fn len(&self) -> usize {
+                self.0.len()
+            }
+            fn read(&self, o: usize, d: &mut [u8]) {
+                self.0.read(o, d)
+            }
+            fn write(&self, o: usize, s: &[u8]) {
+                self.0.write(o, s)
+            }
+            fn atomic(&self, o: usize, op: AtomicOp) -> u64 {
+                self.0.atomic(o, op)
+            }
+        }
+        let plain = Plain(VecMemory::zeroed(10_000));
+        place(&plain, 1, &payload[100..], Some(p));
+        assert_eq!(plain.0.snapshot()[1..8901], want[100..]);
+        // Without a source, the buffer's bytes.
+        place(&v, 0, payload, None);
+        assert!(v.snapshot()[..9000].iter().all(|&b| b == 0xee));
     }
 }

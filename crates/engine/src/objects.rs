@@ -278,7 +278,18 @@ impl Data {
     }
 
     /// Scatters `src` starting at offset `off`.
-    pub(crate) fn write(&self, mut off: usize, mut src: &[u8]) {
+    pub(crate) fn write(&self, off: usize, src: &[u8]) {
+        self.place(off, src, None)
+    }
+
+    /// Scatters a received payload starting at offset `off`: from `src`, or from
+    /// where `placing` says its bytes are.
+    pub(crate) fn place(
+        &self,
+        mut off: usize,
+        mut src: &[u8],
+        placing: Option<crate::memory::Placing<'_>>,
+    ) {
         let Data::Segs(segs) = self else { return };
         for s in segs.iter() {
             if src.is_empty() {
@@ -289,7 +300,7 @@ impl Data {
                 continue;
             }
             let n = (s.len - off).min(src.len());
-            s.mem.write(s.offset + off, &src[..n]);
+            crate::memory::place(&*s.mem, s.offset + off, &src[..n], placing);
             src = &src[n..];
             off = 0;
         }

@@ -93,6 +93,9 @@ pub(crate) struct Ctx<'a> {
     pub(crate) icrc: &'a std::cell::RefCell<rverbs_wire::icrc::PrefixCache>,
     /// Finished work requests whose memory is freed later ([`crate::Engine::reclaim`]).
     pub(crate) dead: &'a mut Vec<Dead>,
+    /// Where a received datagram's payload really is, when its carrier left it in
+    /// place ([`crate::Placing`]): placements copy from there.
+    pub(crate) placing: Option<crate::Placing<'a>>,
 }
 
 /// A work request the engine is done with, kept until [`crate::Engine::reclaim`] so

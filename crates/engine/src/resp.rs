@@ -117,6 +117,9 @@ impl Qp {
     /// ATOMIC ACKs acknowledge by themselves), so the requester completes what the
     /// reports told it had arrived.
     fn carry_out_held(&mut self, mut from: Psn, ctx: &mut Ctx<'_>) -> Wake {
+        // Held packets are whole copies (`sr_hold`): the datagram being handled, whose
+        // payload `ctx.placing` may stand for, is done.
+        ctx.placing = None;
         let wake = Wake {
             transmit: true,
             timers: false,
@@ -314,7 +317,7 @@ impl Qp {
                         Some(WcStatus::LocLenErr),
                     ));
                 }
-                data.write(*offset, payload);
+                data.place(*offset, payload, ctx.placing);
                 *offset += payload.len();
                 if info.ends_message {
                     if let Some(rkey) = pkt.ieth_rkey().filter(|&k| crate::objects::is_mw_key(k)) {
@@ -385,7 +388,7 @@ impl Qp {
                     return Err(Fail::Fatal(NakCode::InvalidRequest, None));
                 }
                 if let Some(s) = seg {
-                    s.mem.write(s.offset + *offset, payload);
+                    crate::memory::place(&*s.mem, s.offset + *offset, payload, ctx.placing);
                 }
                 *offset += payload.len();
             }
@@ -824,7 +827,7 @@ impl Qp {
             // covers BTH through ICRC with the pad bytes (IBTA 9.3.1.3, pad to 4).
             &grh_area(d, d.payload.len()),
         );
-        data.write(GRH_AREA, payload);
+        data.place(GRH_AREA, payload, ctx.placing);
         let mut wc = self.recv_wc(wqe.wr_id, WcStatus::Success, WcOpcode::Recv, total as u32);
         wc.src_qp = deth.src_qp();
         wc.wc_flags = WcFlags::GRH;

@@ -68,7 +68,13 @@ impl Qp {
         if self.sr.held.len() <= k {
             self.sr.held.resize_with(k + 1, || None);
         }
-        self.sr.held[k] = Some(self.sr.keep(bytes));
+        // (A payload left where its carrier received it is copied in now: that place
+        // is reused once this datagram is handled.)
+        let mut kept = self.sr.keep(bytes);
+        if let Some(p) = ctx.placing {
+            p.copy_whole(bytes, &mut kept);
+        }
+        self.sr.held[k] = Some(kept);
         self.sr.held_bytes += bytes.len();
         ctx.counters.rx_selective_held += 1;
         if self.sr.held[k - 1].is_some() {

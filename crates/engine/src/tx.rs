@@ -222,6 +222,7 @@ mod tests {
             spare: &std::cell::RefCell::new(Vec::new()),
             icrc: &Default::default(),
             dead: &mut Vec::new(),
+            placing: None,
         };
         let av = AddressVector {
             dgid: Gid::from(std::net::Ipv4Addr::new(10, 0, 0, 2)),

@@ -28,7 +28,7 @@ pub(crate) mod same_host;
 pub(crate) mod udp;
 
 use crate::sys::IpMeta;
-use rverbs_engine::{Datagram, Nanos, Transmit};
+use rverbs_engine::{Datagram, Nanos, PayloadSource, Transmit};
 use std::net::IpAddr;
 use std::os::fd::{OwnedFd, RawFd};
 use std::sync::Arc;
@@ -75,6 +75,11 @@ pub(crate) struct Arrival<'a> {
     pub(crate) framed: bool,
     /// BTH through ICRC (taps may change them: corruption).
     pub(crate) bytes: &'a mut [u8],
+    /// Where the payload bytes really are when the carrier left them in its own
+    /// memory (the same-host rings): `bytes` then holds the headers and trailer
+    /// only, and the engine places the payload from here
+    /// ([`rverbs_engine::Engine::handle_datagram_placed`]).
+    pub(crate) source: Option<&'a dyn PayloadSource>,
 }
 
 impl Arrival<'_> {
@@ -83,6 +88,14 @@ impl Arrival<'_> {
         Arrival {
             bytes: &mut *self.bytes,
             ..*self
+        }
+    }
+
+    /// Copies what the source holds into `bytes`, which then hold the whole
+    /// datagram: for whoever reads more than the headers (taps, flow steering).
+    pub(crate) fn materialize(&mut self) {
+        if let Some(src) = self.source.take() {
+            src.copy_to(0, self.bytes);
         }
     }
 

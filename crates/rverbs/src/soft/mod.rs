@@ -128,15 +128,25 @@ struct EngineSink<'a> {
 }
 
 impl Sink for EngineSink<'_> {
-    fn deliver(&mut self, a: Arrival<'_>) {
+    fn deliver(&mut self, mut a: Arrival<'_>) {
+        let s = &self.shared.ud_steering;
+        if s.is_active() {
+            // (Steering reads and copies whole datagrams.)
+            a.materialize();
+        }
         let d = a.datagram();
+        if let Some(src) = a.source {
+            // The payload is placed from where the carrier left it.
+            let placing = rverbs_engine::Placing::new(src, d.payload);
+            self.engine.handle_datagram_placed(self.now, &d, placing);
+            return;
+        }
         if a.roce_v1 {
             // (RoCE v1 is not steered: UD flows match RoCE v2's outer headers.)
             self.engine.handle_datagram(self.now, &d);
             return;
         }
         // Through the UD flow-steering classifier (`ud_steer.rs`), then the engine.
-        let s = &self.shared.ud_steering;
         if s.is_active() && s.steer(self.engine, self.now, &d) {
             return;
         }

@@ -248,6 +248,7 @@ impl Sink for FaultySink<'_> {
             return self.inner.deliver(a);
         }
         let mut a = a;
+        a.materialize();
         let copies = lock(self.state).judge(a.bytes, false).copies;
         for _ in 0..copies {
             self.inner.deliver(a.reborrow());
@@ -341,8 +342,9 @@ struct CapturedSink<'a> {
 }
 
 impl Sink for CapturedSink<'_> {
-    fn deliver(&mut self, a: Arrival<'_>) {
+    fn deliver(&mut self, mut a: Arrival<'_>) {
         if !a.framed {
+            a.materialize();
             lock(self.pcap).write(a.src, a.dst, (a.src_port, ROCE_PORT), a.ip, a.bytes);
         }
         self.inner.deliver(a)

@@ -711,6 +711,7 @@ impl RawNet {
             icrc_checked: true,
             framed: true,
             bytes: &mut f[range],
+            source: None,
         });
         true
     }

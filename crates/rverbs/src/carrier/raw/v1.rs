@@ -140,6 +140,7 @@ impl V1Port {
             icrc_checked: true,
             framed: true,
             bytes: &mut frame[range],
+            source: None,
         });
         true
     }

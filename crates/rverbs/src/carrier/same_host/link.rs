@@ -22,6 +22,10 @@ pub struct SameHostStats {
     pub tx_datagrams: u64,
     /// Datagrams read from inbound rings.
     pub rx_datagrams: u64,
+    /// Of those, datagrams whose payload the engine placed straight from the ring
+    /// into its region (one copy on the receiving side; none while a capture or
+    /// fault injection needs whole datagrams).
+    pub rx_in_place: u64,
     /// Datagrams dropped because their ring was full (the transport retransmits).
     pub tx_ring_full: u64,
     /// Doorbells written (the receiver slept).
@@ -38,6 +42,7 @@ struct Stats {
     links_in: AtomicU64,
     tx: AtomicU64,
     rx: AtomicU64,
+    in_place: AtomicU64,
     full: AtomicU64,
     doorbells: AtomicU64,
     refused: AtomicU64,
@@ -300,6 +305,7 @@ impl SameHost {
             links_in: l(&s.links_in),
             tx_datagrams: l(&s.tx),
             rx_datagrams: l(&s.rx),
+            rx_in_place: l(&s.in_place),
             tx_ring_full: l(&s.full),
             doorbells: l(&s.doorbells),
             refused: l(&s.refused),
@@ -322,9 +328,13 @@ impl SameHost {
         self.common.gen.load(Ordering::Acquire)
     }
 
-    /// Counts `n` datagrams read.
-    pub(crate) fn count_rx(&self, n: usize) {
-        self.common.stats.rx.fetch_add(n as u64, Ordering::Relaxed);
+    /// Counts `n` datagrams read, `placed` of them placed from the ring.
+    pub(crate) fn count_rx(&self, n: usize, placed: usize) {
+        let s = &self.common.stats;
+        s.rx.fetch_add(n as u64, Ordering::Relaxed);
+        if placed > 0 {
+            s.in_place.fetch_add(placed as u64, Ordering::Relaxed);
+        }
     }
 
     /// Ends an inbound ring (read to its end, or corrupt).
@@ -607,7 +617,9 @@ mod tests {
     fn read_all(r: &Reader) -> Result<Vec<(RecordMeta, Vec<u8>)>, Corrupt> {
         let mut buf = vec![0u8; MAX_PAYLOAD];
         let mut got = Vec::new();
-        r.drain(usize::MAX, &mut buf, |m, p| got.push((*m, p.to_vec())))?;
+        r.drain(usize::MAX, &mut buf, false, |m, p, _| {
+            got.push((*m, p.to_vec()))
+        })?;
         Ok(got)
     }
 
@@ -732,6 +744,82 @@ mod tests {
         let (mut w, r) = pair(4096);
         poke(&mut w, HEAD, &7u64.to_le_bytes());
         assert!(read_all(&r).is_err());
+    }
+
+    /// A RC SEND ONLY to QP `qpn` with `len` payload bytes (padded), its ICRC left 0.
+    fn send_only(qpn: u32, len: usize) -> Vec<u8> {
+        let pad = (4 - len % 4) % 4;
+        let mut p = vec![0x04, (pad as u8) << 4, 0xff, 0xff, 0];
+        p.extend_from_slice(&qpn.to_be_bytes()[1..]);
+        p.extend_from_slice(&[0, 0, 0, 1]);
+        p.extend((0..len).map(|i| (i % 253) as u8));
+        p.resize(p.len() + pad + 4, 0xee);
+        p
+    }
+
+    #[test]
+    fn long_payloads_stay_in_the_ring_for_the_engine_to_place() {
+        let (mut w, r) = pair(1 << 20);
+        let elided = meta(1);
+        let sealed = meta(2);
+        let long = send_only(0x11, 3001);
+        w.push(&elided, &long);
+        w.push(&elided, &send_only(0x11, 100));
+        w.push(&elided, &send_only(1, 3000));
+        w.push(&sealed, &long);
+        w.publish();
+        let mut buf = vec![0x77u8; MAX_PAYLOAD];
+        let mut seen = Vec::new();
+        r.drain(usize::MAX, &mut buf, true, |_, p, src| {
+            let Some(src) = src else {
+                seen.push((false, p.to_vec() == long));
+                return;
+            };
+            // Headers and trailer copied, the payload left where it was.
+            assert_eq!(p.len(), long.len());
+            assert_eq!(p[..64], long[..64]);
+            assert_eq!(p[12 + 3001..], long[12 + 3001..]);
+            assert!(p[64..12 + 3001].iter().all(|&b| b == 0x77));
+            let mut whole = vec![0u8; p.len()];
+            src.copy_to(0, &mut whole);
+            assert_eq!(whole, long);
+            let mut part = [0u8; 10];
+            src.copy_to(12 + 2991, &mut part);
+            assert_eq!(part[..], long[12 + 2991..12 + 3001]);
+            // Past the datagram: zeros, never other bytes of the ring.
+            let mut past = [1u8; 8];
+            src.copy_to(p.len() - 4, &mut past);
+            assert_eq!(past, [0u8; 8]);
+            seen.push((true, true));
+        })
+        .unwrap();
+        // Short, to the GSI QP, or sealed with its ICRC: copied whole.
+        assert_eq!(
+            seen,
+            [(true, true), (false, false), (false, false), (false, true)]
+        );
+        // Without in-place placement, every record is copied whole.
+        let (mut w, r) = pair(1 << 20);
+        w.push(&elided, &long);
+        w.publish();
+        let got = read_all(&r).unwrap();
+        assert_eq!(got[0].1, long);
+        // A writer that is gone (its process ended: its mapping and descriptor
+        // closed) leaves its records readable, in place too: the reader's own
+        // mapping keeps the ring.
+        let (mut w, r) = pair(1 << 20);
+        w.push(&elided, &long);
+        w.publish();
+        drop(w);
+        let mut placed = 0;
+        r.drain(usize::MAX, &mut buf, true, |_, p, src| {
+            let mut whole = vec![0u8; p.len()];
+            src.expect("placed from the ring").copy_to(0, &mut whole);
+            assert_eq!(whole, long);
+            placed += 1;
+        })
+        .unwrap();
+        assert_eq!(placed, 1);
     }
 
     #[test]

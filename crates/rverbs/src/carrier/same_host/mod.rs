@@ -36,10 +36,24 @@
 //! TOS / traffic class, flow label) and the UDP payload, 8-byte aligned. A record
 //! never wraps: the writer marks the end's leftover as skipped. The reader trusts
 //! nothing in the ring: positions and lengths out of bounds end the link (counted in
-//! [`SameHostStats::corrupt_links`]), it copies every record out before it reads it,
-//! and it maps the memfd only when the writer sealed its size (`F_SEAL_SHRINK`), so
-//! a peer cannot make it fault. A full ring drops the datagram (counted), as a full
-//! socket buffer would; the transport retransmits.
+//! [`SameHostStats::corrupt_links`]), it copies every record's headers out before it
+//! parses them, and it maps the memfd only when the writer sealed its size
+//! (`F_SEAL_SHRINK`), so a peer cannot make it fault. A full ring drops the datagram
+//! (counted), as a full socket buffer would; the transport retransmits.
+//!
+//! **One copy per side.** A long SEND, WRITE or READ response payload without an ICRC
+//! to check is not copied out with its headers: the engine places it from the ring
+//! straight into its destination region (`rverbs_engine::PayloadSource`), so a byte
+//! is copied once by the sender (region to ring) and once by the receiver (ring to
+//! region), where it was copied twice on the receiving side. The record stays in the
+//! ring until the engine is done with it (the reader's position moves after), and
+//! the payload is only copied, never interpreted, so a writer that changes it
+//! meanwhile changes nothing but the data it sent. Taps see whole datagrams: with a
+//! capture or fault injection on, records are copied whole as before. A cross-memory
+//! read from the sender's region (`process_vm_readv`, UCX's `cma`) would save the
+//! sender's copy, but costs a system call and a page walk per placement: on the
+//! 2-core VM the figures were measured on, 1-3 GB/s against 11 GB/s for a copy
+//! (`bench/copy_floor.c`, docs/benchmarks.md).
 //!
 //! **Doorbells.** A receiver about to sleep in `poll(2)` marks every inbound ring
 //! asleep and looks once more; a writer that publishes into a ring marked asleep
@@ -210,26 +224,33 @@ impl Carrier for Rings {
             // (Each ring a share, so one busy ring does not starve the others.)
             let share = (budget / links.len()).max(MIN_SHARE);
             let taps = self.taps;
-            let r = link.reader.drain(share.min(budget - got), buf, |m, bytes| {
-                // Without its ICRC: trusted as the peer's engine built it, unless
-                // taps see it, which get a real RoCE v2 datagram (the ICRC as from
-                // the peer's port, IPv4 ID 0), checked after them as any other.
-                let trusted = m.no_icrc && !taps;
-                if m.no_icrc && taps {
-                    rverbs_engine::net::fill_icrc(m.src, link.local, m.src_port, bytes);
-                }
-                sink.deliver(Arrival {
-                    src: m.src,
-                    src_port: m.src_port,
-                    dst: link.local,
-                    ip: m.ip,
-                    ipv4_id: None,
-                    roce_v1: false,
-                    icrc_checked: trusted,
-                    framed: false,
-                    bytes,
-                })
-            });
+            let mut placed = 0;
+            // Without taps, a long payload stays in the ring until the engine
+            // places it (one copy on this side); taps see whole datagrams.
+            let r = link
+                .reader
+                .drain(share.min(budget - got), buf, !taps, |m, bytes, source| {
+                    // Without its ICRC: trusted as the peer's engine built it, unless
+                    // taps see it, which get a real RoCE v2 datagram (the ICRC as from
+                    // the peer's port, IPv4 ID 0), checked after them as any other.
+                    let trusted = m.no_icrc && !taps;
+                    placed += usize::from(source.is_some());
+                    if m.no_icrc && taps {
+                        rverbs_engine::net::fill_icrc(m.src, link.local, m.src_port, bytes);
+                    }
+                    sink.deliver(Arrival {
+                        src: m.src,
+                        src_port: m.src_port,
+                        dst: link.local,
+                        ip: m.ip,
+                        ipv4_id: None,
+                        roce_v1: false,
+                        icrc_checked: trusted,
+                        framed: false,
+                        bytes,
+                        source,
+                    })
+                });
             let n = match r {
                 Ok(n) => n,
                 Err(_) => {
@@ -237,7 +258,7 @@ impl Carrier for Rings {
                     continue;
                 }
             };
-            self.sh.count_rx(n);
+            self.sh.count_rx(n, placed);
             got += n;
             if n > 0 {
                 sink.batch_end(n, n >= MIN_SHARE);

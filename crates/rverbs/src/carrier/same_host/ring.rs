@@ -7,13 +7,15 @@
 //! address, source port, TTL / hop limit, TOS / traffic class, flow label) and the UDP
 //! payload, 8-byte aligned. A record never wraps: the writer marks the end's leftover
 //! as skipped. The reader trusts nothing in the ring: positions and lengths out of
-//! bounds end the link, it copies every record out before it reads it, and it maps
+//! bounds end the link, it copies every record's headers out before it parses them
+//! (a long payload may stay for the engine to place: [`Reader::drain`]), and it maps
 //! the memfd only when the writer sealed its size (`F_SEAL_SHRINK`), so a peer cannot
 //! make it fault. A full ring drops the datagram (counted), as a full socket buffer
 //! would; the transport retransmits.
 
 use crate::sys::mem::SharedMap;
 use crate::sys::IpMeta;
+use rverbs_engine::PayloadSource;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 
@@ -233,6 +235,55 @@ impl Writer {
     }
 }
 
+/// Shortest datagram whose payload [`Reader::drain`] may leave in the ring (shorter
+/// ones are copied whole: the engine's placement costs more than the copy saved).
+pub(crate) const IN_PLACE_MIN: usize = 512;
+/// Bytes of a datagram copied before it is parsed for [`Reader::drain`]'s in-place
+/// placement: BTH and the longest extension headers of a SEND, WRITE or READ
+/// response (RETH and ImmDt, or DETH and ImmDt: 32 bytes) fit.
+const HEAD_COPY: usize = 64;
+
+/// Where the payload of `pkt` ends, when its headers lie in its first
+/// [`HEAD_COPY`] bytes and its payload may be placed from the ring: a SEND, WRITE or
+/// READ response, not to the GSI QP (whose MADs the engine reads) nor to the
+/// multicast QPN (IBTA 10.5.2.4: steered and copied), of at least
+/// [`IN_PLACE_MIN`] bytes. `None`: copy it whole.
+fn placeable(pkt: &[u8]) -> Option<usize> {
+    use rverbs_wire::opcode::OpKind;
+    let p = rverbs_wire::packet::Packet::new_checked(pkt).ok()?;
+    let info = p.info()?;
+    let qpn = p.bth().dest_qp();
+    let kind_ok = matches!(
+        info.kind,
+        OpKind::Send | OpKind::RdmaWrite | OpKind::RdmaReadResponse
+    );
+    let r = p.payload_range();
+    let fits = r.start <= HEAD_COPY && r.len() >= IN_PLACE_MIN;
+    (kind_ok && fits && qpn != 1 && qpn != 0xff_ffff).then_some(r.end)
+}
+
+/// A datagram left in the ring: its bytes at data offset `at`, `len` long, which
+/// stay put until the reader's position passes them.
+struct InRing<'r> {
+    ring: &'r Ring,
+    at: usize,
+    len: usize,
+}
+
+impl PayloadSource for InRing<'_> {
+    fn copy_to(&self, offset: usize, dst: &mut [u8]) {
+        // (The record was checked to lie inside the ring; the engine asks only for
+        // bytes of the datagram. Anything else gets zeros, never other bytes.)
+        let ok = offset
+            .checked_add(dst.len())
+            .is_some_and(|end| end <= self.len)
+            && self.ring.get(self.at + offset, dst);
+        if !ok {
+            dst.fill(0);
+        }
+    }
+}
+
 /// What was wrong with a ring (the link ends).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Corrupt(pub(crate) &'static str);
@@ -284,11 +335,20 @@ impl Reader {
     /// Reads up to `budget` records, handing each to `f` with its payload copied into
     /// `buf` (at least [`MAX_PAYLOAD`] bytes). Returns how many were read, or what was
     /// wrong with the ring (the records before it were handed over).
+    ///
+    /// `in_place`: a record without its ICRC ([`ELIDED`]) that carries a SEND, WRITE
+    /// or READ response payload of at least [`IN_PLACE_MIN`] bytes has only its
+    /// headers and trailer copied into `buf`; its payload stays in the ring and `f`
+    /// gets a source that copies it from there (the engine places it straight into
+    /// the destination region: one copy on this side instead of two). The headers
+    /// are parsed from the copy, so the writer cannot change them under the engine;
+    /// the payload bytes between them in `buf` are not the packet's.
     pub(crate) fn drain(
         &self,
         budget: usize,
         buf: &mut [u8],
-        mut f: impl FnMut(&RecordMeta, &mut [u8]),
+        in_place: bool,
+        mut f: impl FnMut(&RecordMeta, &mut [u8], Option<&dyn PayloadSource>),
     ) -> Result<usize, Corrupt> {
         let cap = self.ring.cap as u64;
         let (Some(head_word), Some(tail_word)) = (self.ring.word64(HEAD), self.ring.word64(TAIL))
@@ -353,13 +413,39 @@ impl Reader {
                 },
                 no_icrc: family & ELIDED != 0,
             };
-            if !self.ring.get(pos + REC, &mut buf[..len]) {
+            let at = pos + REC;
+            let placed = if in_place && m.no_icrc && len >= HEAD_COPY + IN_PLACE_MIN {
+                // The headers first (all of them lie in the first `HEAD_COPY` bytes
+                // of a packet that may be placed), then the trailer if it is one.
+                if !self.ring.get(at, &mut buf[..HEAD_COPY]) {
+                    result = Err(Corrupt("a record outside the ring"));
+                    break;
+                }
+                placeable(&buf[..len])
+            } else {
+                None
+            };
+            let copied = match placed {
+                Some(end) => self.ring.get(at + end, &mut buf[end..len]),
+                None => self.ring.get(at, &mut buf[..len]),
+            };
+            if !copied {
                 result = Err(Corrupt("a record outside the ring"));
                 break;
             }
             tail += need as u64;
             n += 1;
-            f(&m, &mut buf[..len]);
+            match placed {
+                Some(_) => {
+                    let src = InRing {
+                        ring: &self.ring,
+                        at,
+                        len,
+                    };
+                    f(&m, &mut buf[..len], Some(&src));
+                }
+                None => f(&m, &mut buf[..len], None),
+            }
         }
         self.tail.store(tail, Ordering::Relaxed);
         tail_word.store(tail, Ordering::Release);
@@ -384,7 +470,7 @@ pub fn fuzz_ring(bytes: &[u8]) -> usize {
     let mut buf = vec![0u8; MAX_PAYLOAD];
     let mut n = 0;
     for _ in 0..4 {
-        match r.drain(64, &mut buf, |_, p| n += p.len()) {
+        match r.drain(64, &mut buf, true, |_, p, _| n += p.len()) {
             Ok(0) | Err(_) => break,
             Ok(_) => {}
         }

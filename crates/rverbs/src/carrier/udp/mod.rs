@@ -574,6 +574,7 @@ impl Udp {
                     icrc_checked: false,
                     framed: false,
                     bytes: &mut buf[d],
+                    source: None,
                 });
             }
         }
