@@ -390,6 +390,60 @@ pub(crate) fn wc(w: &t::ibv_wc, dialect: WcDialect) -> Wc {
     }
 }
 
+/// A validated rule in libibverbs' layout: its head and its specs back to back. The
+/// specs are the kernel's (`rverbs_flow::uverbs::encode_flow_attr`) but for the two
+/// that libibverbs lays out differently (rdma-core `ib_spec_to_kern_spec`, read
+/// backwards): IPV4_EXT, which the kernel gets as IPV4 with a 12-byte filter, and the
+/// tag action, 12 bytes in `struct ibv_flow_spec_action_tag`. Counter and action
+/// handles name objects of the soft device: EINVAL.
+pub(crate) fn flow_rule(
+    a: &rverbs_flow::attr::FlowAttr,
+) -> Result<(crate::sys::ibv::FlowHead, Vec<u8>)> {
+    use rverbs_flow::attr::{spec_type, FlowSpec};
+    use rverbs_flow::uverbs::{encode_flow_attr, FLOW_ATTR_LEN, SPEC_HDR_LEN};
+    if a.specs
+        .iter()
+        .any(|s| matches!(s, FlowSpec::Count(_) | FlowSpec::ActionHandle(_)))
+    {
+        return Err(inval(
+            "create_flow",
+            "a counters or action handle of another device",
+        ));
+    }
+    let kern = encode_flow_attr(a);
+    let mut out = Vec::with_capacity(kern.len());
+    let mut at = FLOW_ATTR_LEN;
+    while at + SPEC_HDR_LEN <= kern.len() {
+        let ty = u32::from_ne_bytes(kern[at..at + 4].try_into().expect("4 bytes"));
+        let size = usize::from(u16::from_ne_bytes(
+            kern[at + 4..at + 6].try_into().expect("2 bytes"),
+        ));
+        let spec = kern
+            .get(at..at + size)
+            .filter(|_| size >= SPEC_HDR_LEN)
+            .ok_or_else(|| inval("create_flow", "spec length"))?;
+        let start = out.len();
+        if ty & !spec_type::INNER == spec_type::IPV4 && size == 32 {
+            out.extend_from_slice(spec);
+            let user = (ty & spec_type::INNER) | spec_type::IPV4_EXT;
+            out[start..start + 4].copy_from_slice(&user.to_ne_bytes());
+        } else if ty == spec_type::ACTION_TAG {
+            out.extend_from_slice(&spec[..12]);
+            out[start + 4..start + 6].copy_from_slice(&12u16.to_ne_bytes());
+        } else {
+            out.extend_from_slice(spec);
+        }
+        at += size;
+    }
+    let head = crate::sys::ibv::FlowHead {
+        attr_type: a.attr_type as u32,
+        priority: a.priority,
+        port: a.port,
+        flags: a.flags.bits(),
+    };
+    Ok((head, out))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -486,58 +540,4 @@ mod tests {
         assert_eq!(WcDialect::of(0x02c9, 4125), WcDialect::Verbs);
         assert_eq!(WcDialect::of(0xff_ffff, 0), WcDialect::Rxe);
     }
-}
-
-/// A validated rule in libibverbs' layout: its head and its specs back to back. The
-/// specs are the kernel's (`rverbs_flow::uverbs::encode_flow_attr`) but for the two
-/// that libibverbs lays out differently (rdma-core `ib_spec_to_kern_spec`, read
-/// backwards): IPV4_EXT, which the kernel gets as IPV4 with a 12-byte filter, and the
-/// tag action, 12 bytes in `struct ibv_flow_spec_action_tag`. Counter and action
-/// handles name objects of the soft device: EINVAL.
-pub(crate) fn flow_rule(
-    a: &rverbs_flow::attr::FlowAttr,
-) -> Result<(crate::sys::ibv::FlowHead, Vec<u8>)> {
-    use rverbs_flow::attr::{spec_type, FlowSpec};
-    use rverbs_flow::uverbs::{encode_flow_attr, FLOW_ATTR_LEN, SPEC_HDR_LEN};
-    if a.specs
-        .iter()
-        .any(|s| matches!(s, FlowSpec::Count(_) | FlowSpec::ActionHandle(_)))
-    {
-        return Err(inval(
-            "create_flow",
-            "a counters or action handle of another device",
-        ));
-    }
-    let kern = encode_flow_attr(a);
-    let mut out = Vec::with_capacity(kern.len());
-    let mut at = FLOW_ATTR_LEN;
-    while at + SPEC_HDR_LEN <= kern.len() {
-        let ty = u32::from_ne_bytes(kern[at..at + 4].try_into().expect("4 bytes"));
-        let size = usize::from(u16::from_ne_bytes(
-            kern[at + 4..at + 6].try_into().expect("2 bytes"),
-        ));
-        let spec = kern
-            .get(at..at + size)
-            .filter(|_| size >= SPEC_HDR_LEN)
-            .ok_or_else(|| inval("create_flow", "spec length"))?;
-        let start = out.len();
-        if ty & !spec_type::INNER == spec_type::IPV4 && size == 32 {
-            out.extend_from_slice(spec);
-            let user = (ty & spec_type::INNER) | spec_type::IPV4_EXT;
-            out[start..start + 4].copy_from_slice(&user.to_ne_bytes());
-        } else if ty == spec_type::ACTION_TAG {
-            out.extend_from_slice(&spec[..12]);
-            out[start + 4..start + 6].copy_from_slice(&12u16.to_ne_bytes());
-        } else {
-            out.extend_from_slice(spec);
-        }
-        at += size;
-    }
-    let head = crate::sys::ibv::FlowHead {
-        attr_type: a.attr_type as u32,
-        priority: a.priority,
-        port: a.port,
-        flags: a.flags.bits(),
-    };
-    Ok((head, out))
 }
