@@ -615,3 +615,38 @@ impl CmIdHandle {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn socket_addresses_survive_the_c_storage() {
+        for a in [
+            "10.77.0.2:7174",
+            "0.0.0.0:0",
+            "[fd00:77::2]:18515",
+            "[::]:1",
+        ] {
+            let a: SocketAddr = a.parse().unwrap();
+            let (ss, len) = storage(&a);
+            assert_eq!(crate::udp::from_storage(&ss), Some(a));
+            let want = if a.is_ipv4() {
+                std::mem::size_of::<libc::sockaddr_in>()
+            } else {
+                std::mem::size_of::<libc::sockaddr_in6>()
+            };
+            assert_eq!(len as usize, want);
+        }
+    }
+
+    #[test]
+    fn the_load_errors_name_the_library() {
+        let e = CmLoadError::NotFound("no such file".into()).to_string();
+        assert!(e.contains(CM_SONAME) && e.contains("no such file"), "{e}");
+        assert!(CmLoadError::MissingSymbol("rdma_establish")
+            .to_string()
+            .contains("rdma_establish"));
+        assert!(CmLoadError::OwnLibrary.to_string().contains("rverbs' own"));
+    }
+}
