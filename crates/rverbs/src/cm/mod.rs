@@ -677,14 +677,15 @@ impl CmId {
     /// `rdma_resolve_addr`: picks the device that reaches `dst` (from `src`, or the
     /// address the host routes from) and queues [`EventKind::AddrResolved`], or
     /// [`EventKind::AddrError`] when no device has an address of the family.
-    /// EINVAL for an unspecified or multicast destination or mixed families. The
-    /// answer is immediate (a GID is the IP address; the carrier resolves neighbours
-    /// itself), so the timeout is never reached.
+    /// EINVAL for an unspecified or multicast destination or mixed families. On the
+    /// soft device the answer is immediate (a GID is the IP address; the carrier
+    /// resolves neighbours itself), so the timeout is never reached; on a system device
+    /// the kernel resolves the neighbour within it.
     pub fn resolve_addr(
         &self,
         src: Option<IpAddr>,
         dst: SocketAddr,
-        _timeout: Duration,
+        timeout: Duration,
     ) -> Result<()> {
         const VERB: &str = "rdma_resolve_addr";
         let d = dst.ip();
@@ -698,7 +699,7 @@ impl CmId {
             self.system_for(from)?;
         }
         if let Some(s) = self.sys() {
-            return system::resolve_addr(self, &s, src, dst, _timeout);
+            return system::resolve_addr(self, &s, src, dst, timeout);
         }
         let has_port = lock(&self.inner.st).port.is_some();
         let port = if has_port {
@@ -743,9 +744,9 @@ impl CmId {
     /// device's path MTU and rdma_cm's packet life time. Queues
     /// [`EventKind::RouteResolved`] or [`EventKind::RouteError`] (a source address
     /// not in the GID table). EINVAL before [`CmId::resolve_addr`].
-    pub fn resolve_route(&self, _timeout: Duration) -> Result<()> {
+    pub fn resolve_route(&self, timeout: Duration) -> Result<()> {
         if let Some(s) = self.sys() {
-            return system::resolve_route(&s, _timeout);
+            return system::resolve_route(&s, timeout);
         }
         let (port, local, remote) = {
             let s = lock(&self.inner.st);
