@@ -23,6 +23,17 @@
 #             events on a tokio runtime
 #   mcast     UD multicast between rxe0 and the host's soft device, both directions
 #             (device_features' multicast_role_child, one process on each side)
+#   cm        the RDMA CM on rxe0 through the guest's librdmacm: crates/rverbs/tests/
+#             cm_device.rs (RVERBS_TEST_DEVICE=rxe0: connect / accept / reject with
+#             private data, disconnect, UD over the UDP port space, the error without
+#             librdmacm); `rverbs rping` (by address and with --dev), `udaddy` and
+#             `ucmatose` against rdma-core's in the same guest, both roles, and rping /
+#             udaddy against a second guest
+#   flow      device_features' flow_steering_is_the_devices_answer: rxe0's own
+#             EOPNOTSUPP from ibv_create_flow
+#   port      device_features' port_events_follow_the_netdev: eth0 down and up gives
+#             PORT_ERR and PORT_ACTIVE through Context::get_async_event (last: it
+#             flaps the guest's link)
 #
 # Needs: the rxe-peer guest running (rxe-peer/start.sh) and cargo (to build the examples
 # and the xproc test in release mode unless HW_EXAMPLES / HW_XPROC point at them).
@@ -56,6 +67,12 @@ if [ -z "$xproc" ]; then
     grep -o '"executable":"[^"]*xproc[^"]*"' | tail -1 | cut -d'"' -f4)
   [ -n "$xproc" ] || { echo "building the xproc test failed"; exit 1; }
 fi
+cmdev=${HW_CM:-}
+if [ -z "$cmdev" ]; then
+  cmdev=$(cd "$repo" && cargo test -q --release -p rverbs --test cm_device --no-run --message-format=json 2>/dev/null |
+    grep -o '"executable":"[^"]*cm_device[^"]*"' | tail -1 | cut -d'"' -f4)
+  [ -n "$cmdev" ] || { echo "building the cm_device test failed"; exit 1; }
+fi
 features=${HW_FEATURES:-}
 if [ -z "$features" ]; then
   features=$(cd "$repo" && cargo test -q --release -p rverbs --features tokio --test device_features --no-run --message-format=json 2>/dev/null |
@@ -66,6 +83,7 @@ mkdir -p "$share"
 cp -f "$bin" "$share/rverbs"
 cp -f "$xproc" "$share/xproc"
 cp -f "$features" "$share/device_features"
+cp -f "$cmdev" "$share/cm_device"
 for e in rc_send_recv rdma_write_read atomics ud; do cp -f "$examples/$e" "$share/$e"; done
 
 if want devinfo; then
@@ -227,6 +245,7 @@ feature completion_events_wake_a_tokio_task
 # multicast packet out through the netdev): attach, send and detach are checked here,
 # delivery in the mcast cases below.
 feature multicast_attach_detach_and_delivery RVERBS_TEST_MCAST_LOCAL=0
+feature flow_steering_is_the_devices_answer
 
 # mcast DIRECTION(rxe0-to-soft|soft-to-rxe0) [ENV...]: UD multicast between rxe0 in the
 # guest and the soft device on the host (netns), one process each
@@ -268,11 +287,91 @@ mcast rxe0-to-soft
 # receiver also joins the group on eth0 with a UDP socket, as a program on rxe must.
 mcast soft-to-rxe0 RVERBS_TEST_MCAST_JOIN=$vm4
 
+# The RDMA CM on rxe0 (the kernel's rdma_cm through the guest's librdmacm.so.1).
+if want cm-test; then
+  out=$(guest -t 200 "cd /tmp && RVERBS_TEST_DEVICE=rxe0 timeout 180 $g/cm_device --test-threads=1 2>&1 | tail -30" 2>&1)
+  ok=0
+  grep -q '^test result: ok\. 5 passed' <<<"$out" && ok=1
+  record cm-test-rxe0 $ok "$out"
+fi
+
+kill_cm='for p in $(ps | grep -E "rping|udaddy|ucmatose" | grep -v grep | awk "{print \$1}"); do kill -9 $p; done; true'
+guest_n() { "$peer/run.sh" -v "$@"; }
+# cm_pair NAME PORT SRV_VM SERVER CLI_VM CLIENT PATTERN COUNT: an RDMA CM server (started
+# first, in the background, and waited for: `rdma res show cm_id` lists its LISTEN) and
+# its client, each in guest 1 or 2, both on rxe0. Passes when both exit 0 and PATTERN
+# appears COUNT times in their output together.
+cm_pair() {
+  local name=$1 p=$2 sv=$3 srv=$4 cv=$5 cli=$6 pat=$7 count=$8 outs outc ok=0
+  want "$name" || return 0
+  guest_n "$sv" "rm -f /tmp/bg-cm$p.log" >/dev/null 2>&1
+  guest_n "$sv" -b "cm$p" "timeout 100 $srv; echo exit=\$?" >/dev/null 2>&1
+  guest_n "$sv" "for i in \$(seq 1 300); do rdma res show cm_id 2>/dev/null | grep -q 'LISTEN.*:$p\b' && exit 0; sleep 0.1; done; exit 1" >/dev/null 2>&1
+  outc=$(guest_n "$cv" -t 100 "timeout 90 $cli; echo exit=\$?" 2>&1)
+  outs=$(guest_n "$sv" "p=\$(cat /tmp/bg-cm$p.pid); for i in \$(seq 1 100); do kill -0 \$p 2>/dev/null || break; sleep 0.1; done; cat /tmp/bg-cm$p.log; $kill_cm" 2>&1)
+  [ "$(grep -c '^exit=0$' <<<"$outs")" = 1 ] && [ "$(grep -c '^exit=0$' <<<"$outc")" = 1 ] &&
+    [ "$(printf '%s\n%s\n' "$outs" "$outc" | grep -c "$pat")" = "$count" ] && ok=1
+  record "$name" $ok "--- server (VM$sv): $srv" "$outs" "--- client (VM$cv): $cli" "$outc"
+}
+rv="$g/rverbs"
+# rping: 10 pings of 5000 bytes (RDMA READ and WRITE), checked (-V); "ping data" lines
+# are the client's 10 and the server's 10. rverbs finds rxe0 by the address, or --dev.
+port=$((port + 1))
+cm_pair rping-rxe0-rv-server $port 1 "$rv rping -s -a $vm4 -p $port -S 5000 -v" \
+  1 "rping -c -a $vm4 -p $port -S 5000 -C 10 -v -V" "ping data: rdma-ping-" 20
+port=$((port + 1))
+cm_pair rping-rxe0-rv-client $port 1 "rping -s -a $vm4 -p $port -S 5000 -v" \
+  1 "$rv rping -c --dev rxe0 -a $vm4 -p $port -S 5000 -C 10 -v -V" "ping data: rdma-ping-" 20
+# udaddy (UD through the UDP port space, SIDR; its port is fixed): "return status 0" on
+# both sides.
+cm_pair udaddy-rxe0-rv-server 7174 1 "$rv udaddy --dev rxe0 -b $vm4 -C 10" \
+  1 "udaddy -s $vm4 -C 10" "return status 0" 2
+cm_pair udaddy-rxe0-rv-client 7174 1 "udaddy -b $vm4 -C 10" \
+  1 "$rv udaddy --dev rxe0 -s $vm4 -C 10" "return status 0" 2
+port=$((port + 1))
+cm_pair ucmatose-rxe0-rv-server $port 1 "$rv ucmatose --dev rxe0 -b $vm4 -c 2 -C 10 -p $port" \
+  1 "ucmatose -s $vm4 -c 2 -C 10 -p $port" "return status 0" 2
+port=$((port + 1))
+cm_pair ucmatose-rxe0-rv-client $port 1 "ucmatose -b $vm4 -c 2 -C 10 -p $port" \
+  1 "$rv ucmatose --dev rxe0 -s $vm4 -c 2 -C 10 -p $port" "return status 0" 2
+# Against the second guest: the CM's MADs and the data on the wire.
+if [ "${HW_VM2:-1}" != 0 ] && guest2 true >/dev/null 2>&1; then
+  port=$((port + 1))
+  cm_pair rping-vm2-rv-server $port 1 "$rv rping -s -a $vm4 -p $port -S 5000 -v" \
+    2 "rping -c -a $vm4 -p $port -S 5000 -C 10 -v -V" "ping data: rdma-ping-" 20
+  port=$((port + 1))
+  cm_pair rping-vm2-rv-client $port 2 "rping -s -a 10.77.0.3 -p $port -S 5000 -v" \
+    1 "$rv rping -c -a 10.77.0.3 -p $port -S 5000 -C 10 -v -V" "ping data: rdma-ping-" 20
+  cm_pair udaddy-vm2-rv-server 7174 1 "$rv udaddy --dev rxe0 -b $vm4 -C 10" \
+    2 "udaddy -s $vm4 -C 10" "return status 0" 2
+  cm_pair udaddy-vm2-rv-client 7174 2 "udaddy -b 10.77.0.3 -C 10" \
+    1 "$rv udaddy --dev rxe0 -s 10.77.0.3 -C 10" "return status 0" 2
+else
+  want rping-vm2 && echo "SKIP rping-vm2-*, udaddy-vm2-*: no second guest"
+fi
+# Without the system's librdmacm the CM on rxe0 fails and names it.
+if want cm-no-librdmacm; then
+  out=$(guest -t 60 "RVERBS_LIBRDMACM=/nonexistent/librdmacm.so.1 timeout 30 $rv rping -s --dev rxe0 -p 1; echo exit=\$?" 2>&1)
+  ok=0
+  grep -q '^exit=1$' <<<"$out" && grep -q 'librdmacm.so.1' <<<"$out" && ok=1
+  record cm-no-librdmacm-rxe0 $ok "$out"
+fi
+
 if want xproc; then
   out=$(guest -t 900 "cd /tmp && XPROC_HW_DEVICE=rxe0 timeout 850 $g/xproc 2>&1 | tail -20" 2>&1)
   ok=0
   grep -q '^test result: ok\. [1-9]' <<<"$out" && ok=1
   record xproc-rxe0 $ok "$out"
+fi
+
+# Last: it sets the guest's eth0 down and up (rxe0's port events).
+if want feature-port; then
+  out=$(guest -t 120 "cd /tmp && RVERBS_TEST_DEVICE=rxe0 RVERBS_TEST_PORT_FLAP=eth0 timeout 100 $g/device_features --exact port_events_follow_the_netdev --ignored --nocapture --test-threads=1 2>&1 | tail -30" 2>&1)
+  ok=0
+  # A link down flushes eth0's static IPv6 address: put it back.
+  guest "ip -6 addr add $vm6/64 dev eth0 nodad 2>/dev/null; true" >/dev/null 2>&1
+  grep -q '^test result: ok\. 1 passed' <<<"$out" && ok=1
+  record feature-port_events_follow_the_netdev-rxe0 $ok "$out"
 fi
 
 finish

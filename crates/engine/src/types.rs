@@ -789,6 +789,30 @@ pub enum AsyncEvent {
     SrqLimitReached(SrqId),
     /// The last WQE of a QP attached to an SRQ was consumed (QP in error).
     QpLastWqeReached(u32),
+    /// Something happened to a port (by number): raised by devices that watch their
+    /// ports (a system device's kernel driver); the engine raises none.
+    Port(PortEvent, u8),
+    /// `IBV_EVENT_DEVICE_FATAL`: the device is unusable (a system device's driver).
+    DeviceFatal,
+}
+
+/// What happened to a port (`enum ibv_event_type`'s port events).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PortEvent {
+    /// `IBV_EVENT_PORT_ACTIVE`: the port is up.
+    Active,
+    /// `IBV_EVENT_PORT_ERR`: the port went down.
+    Err,
+    /// `IBV_EVENT_LID_CHANGE`.
+    LidChange,
+    /// `IBV_EVENT_PKEY_CHANGE`.
+    PkeyChange,
+    /// `IBV_EVENT_SM_CHANGE`.
+    SmChange,
+    /// `IBV_EVENT_CLIENT_REREGISTER`.
+    ClientReregister,
+    /// `IBV_EVENT_GID_CHANGE`: the GID table changed (an address came or went).
+    GidChange,
 }
 
 #[cfg(test)]

@@ -39,6 +39,12 @@ use crate::fields::*;
 pub struct FlowId(u64);
 
 impl FlowId {
+    /// A handle numbered by a device other than the classifier (a system device's
+    /// rule: the kernel's handle).
+    pub fn from_raw(raw: u64) -> FlowId {
+        FlowId(raw)
+    }
+
     /// The raw value (slot and generation), for listings.
     pub fn raw(self) -> u64 {
         self.0

@@ -258,6 +258,107 @@ fn an_srq_below_its_limit_raises_the_async_event() {
     }
 }
 
+/// Flow steering is the device's answer: the soft device installs a rule on a UD QP;
+/// a system device passes it to its provider (`ibv_create_flow`), and rxe, which has
+/// no flow steering, answers EOPNOTSUPP (a ConnectX installs it). Without CAP_NET_RAW
+/// the rule is refused before the device (EPERM, as the kernel's `ib_uverbs_ex_create_flow`).
+#[test]
+fn flow_steering_is_the_devices_answer() {
+    let d = dev();
+    let u = ud_end(d.open().unwrap(), 8);
+    let rule = rverbs::flow::text::parse_rule("prio 1 eth type 0x0800 udp dport 4791").unwrap();
+    let r = u.qp.create_flow(&rule);
+    if !rverbs_raw::has_cap_net_raw() {
+        assert_eq!(r.unwrap_err().errno(), libc::EPERM);
+        return;
+    }
+    let without_steering =
+        d.kind == DeviceKind::System && (d.name.starts_with("rxe") || d.name.starts_with("siw"));
+    if without_steering {
+        let e = r.unwrap_err();
+        assert_eq!(e.errno(), libc::EOPNOTSUPP, "{e}");
+        // The provider's answer, not a refusal of rverbs'.
+        assert!(e.to_string().contains("ibv_create_flow"), "{e}");
+    } else {
+        r.unwrap().destroy().unwrap();
+    }
+}
+
+/// The events of `ctx` within `t`, until one is `want` (included).
+fn events_until(ctx: &Context, want: AsyncEvent, t: Duration) -> Vec<AsyncEvent> {
+    let end = std::time::Instant::now() + t;
+    let mut seen = Vec::new();
+    while let Some(e) = ctx.get_async_event(Some(
+        end.saturating_duration_since(std::time::Instant::now()),
+    )) {
+        seen.push(e);
+        if e == want {
+            break;
+        }
+    }
+    seen
+}
+
+/// A system device's port events through the context's async events: its netdev set
+/// down gives PORT_ERR, set up PORT_ACTIVE (rxe: rxe_net.c's netdev notifier), and the
+/// GID table comes back as it was.
+#[test]
+#[ignore = "needs root, a system device (RVERBS_TEST_DEVICE) and RVERBS_TEST_PORT_FLAP=<its netdev>, which it sets down and up"]
+fn port_events_follow_the_netdev() {
+    let ifname = std::env::var("RVERBS_TEST_PORT_FLAP")
+        .expect("RVERBS_TEST_PORT_FLAP names the device's netdev");
+    let d = dev();
+    assert_eq!(
+        d.kind,
+        DeviceKind::System,
+        "{} is not a system device",
+        d.name
+    );
+    let ctx = d.open().unwrap();
+    let before = ctx.gids();
+    while ctx.try_get_async_event().is_some() {}
+    let link = |state: &str| {
+        let st = std::process::Command::new("ip")
+            .args(["link", "set", &ifname, state])
+            .status()
+            .expect("running ip");
+        assert!(st.success(), "ip link set {ifname} {state}: {st}");
+    };
+    link("down");
+    let down = events_until(
+        &ctx,
+        AsyncEvent::PortErr { port: 1 },
+        Duration::from_secs(10),
+    );
+    let state_down = ctx.query_port(1).map(|p| p.state);
+    link("up");
+    let up = events_until(
+        &ctx,
+        AsyncEvent::PortActive { port: 1 },
+        Duration::from_secs(10),
+    );
+    println!("down: {down:?} ({state_down:?}); up: {up:?}");
+    assert!(down.contains(&AsyncEvent::PortErr { port: 1 }), "{down:?}");
+    assert_ne!(state_down.unwrap(), PortState::Active);
+    assert!(up.contains(&AsyncEvent::PortActive { port: 1 }), "{up:?}");
+    assert_eq!(ctx.query_port(1).unwrap().state, PortState::Active);
+    // The GIDs of the addresses Linux keeps over a down / up come back: the IPv4 ones
+    // and the link-local one (static IPv6 addresses are flushed on down unless
+    // `keep_addr_on_down` is set; the caller puts its own back).
+    let kept: Vec<Gid> = before
+        .iter()
+        .filter(|g| g.to_ipv4_mapped().is_some() || g.0[..2] == [0xfe, 0x80])
+        .copied()
+        .collect();
+    assert!(!kept.is_empty(), "{before:?}");
+    let end = std::time::Instant::now() + Duration::from_secs(15);
+    let back = || kept.iter().all(|g| ctx.gids().contains(g));
+    while !back() && std::time::Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(back(), "{:?} lacks some of {kept:?}", ctx.gids());
+}
+
 /// A CQ on its own channel wakes a tokio task through the channel's fd.
 #[cfg(feature = "tokio")]
 #[test]

@@ -74,7 +74,7 @@ pub fn set_udp_no_check6_rx(fd: &impl AsRawFd) -> io::Result<()> {
 }
 
 /// Converts a kernel socket address to a `SocketAddr` (IPv4 or IPv6 only).
-fn from_storage(ss: &libc::sockaddr_storage) -> Option<std::net::SocketAddr> {
+pub(crate) fn from_storage(ss: &libc::sockaddr_storage) -> Option<std::net::SocketAddr> {
     use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4, SocketAddrV6};
     match i32::from(ss.ss_family) {
         libc::AF_INET => {

@@ -34,6 +34,8 @@ pub(super) struct ChanInner {
     pub(super) q: Mutex<VecDeque<RawEvent>>,
     pub(super) cv: Condvar,
     pub(super) fd: OwnedFd,
+    /// The system's CM channel behind it, once an ID on a system device uses it.
+    pub(super) sys: Mutex<Option<Arc<crate::sys::ibv::CmChannel>>>,
 }
 
 impl ChanInner {
@@ -141,6 +143,7 @@ impl EventChannel {
                 q: Mutex::new(VecDeque::new()),
                 cv: Condvar::new(),
                 fd,
+                sys: Mutex::new(None),
             }),
         })
     }

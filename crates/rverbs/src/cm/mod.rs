@@ -14,7 +14,11 @@
 //! * [`CmId::create_ep`] (`rdma_create_ep`): address and route resolved in one call.
 //! * [`close`]: a program's last step, as its exit closes no context.
 //!
-//! The protocol itself is the sans-IO `rverbs-cm` crate; this module drives it with
+//! On a system device (the kernel's rxe, a ConnectX) the same calls run on the kernel's
+//! rdma_cm through the system's `librdmacm.so.1` (`system.rs`); the QP stays on the
+//! program's context and is moved with the kernel's attributes.
+//!
+//! The soft device's protocol is the sans-IO `rverbs-cm` crate; this module drives it with
 //! the CM MADs of the context's GSI (QP1, through a [`crate::mad::MadAgent`] for class
 //! 0x07) and a thread per context for its timers. It lives in `rverbs` rather than a
 //! crate above it because the IDs create and move QPs and reach the context's MAD
@@ -77,6 +81,7 @@ mod channel;
 mod localhost;
 mod open;
 mod port;
+mod system;
 
 use crate::error::{Error, Result};
 use crate::verbs::Context;
@@ -218,6 +223,13 @@ struct IdState {
     timeouts: Option<(u8, u8)>,
     /// A loopback listener's announcement, so `127.0.0.1` reaches it.
     announced: Option<std::os::unix::net::UnixDatagram>,
+    /// On a system device: the ID of the system's CM (then `port` is `None`).
+    sys: Option<Arc<system::SysId>>,
+    /// System device, passive side: what the peer's REQ offered.
+    sys_req: Option<ConnParam>,
+    /// System device: completing the connection failed locally, so the REJ or DREQ
+    /// that follows is not reported (librdmacm's `connect_error`).
+    sys_failed: bool,
 }
 
 pub(crate) struct IdInner {
@@ -236,6 +248,9 @@ impl Drop for IdInner {
         let s = self.st.get_mut().unwrap_or_else(|e| e.into_inner());
         if let (Some(p), Some(id)) = (s.port.take(), s.cm.take()) {
             p.doom(id);
+        }
+        if let Some(sys) = s.sys.take() {
+            system::forget(sys.h.key());
         }
     }
 }
@@ -420,7 +435,11 @@ impl CmId {
     /// A new ID bound to a context (its device and addresses).
     pub fn create_on(chan: &EventChannel, ctx: &Context, ps: PortSpace) -> Result<CmId> {
         let id = CmId::create(chan, ps)?;
-        lock(&id.inner.st).port = Some(Port::of(ctx)?);
+        if ctx.device().kind == crate::DeviceKind::System {
+            system::bind_context(&id, ctx)?;
+        } else {
+            lock(&id.inner.st).port = Some(Port::of(ctx)?);
+        }
         Ok(id)
     }
 
@@ -471,14 +490,41 @@ impl CmId {
         self.inner.chan.get().map(|inner| EventChannel { inner })
     }
 
-    /// `rdma_migrate_id`: the ID (and its queued events) moves to `chan`.
+    /// `rdma_migrate_id`: the ID (and its queued events) moves to `chan`. On a system
+    /// device a failure of the system's `rdma_migrate_id` leaves it where it was: see
+    /// [`CmId::try_migrate`].
     pub fn migrate(&self, chan: &EventChannel) {
-        self.inner.chan.migrate(&self.inner, chan);
+        let _ = self.try_migrate(chan);
+    }
+
+    /// [`CmId::migrate`], with the system CM's error (the soft device's never fails).
+    pub fn try_migrate(&self, chan: &EventChannel) -> Result<()> {
+        match self.sys() {
+            Some(s) => system::migrate(self, &s, chan),
+            None => {
+                self.inner.chan.migrate(&self.inner, chan);
+                Ok(())
+            }
+        }
+    }
+
+    fn sys(&self) -> Option<Arc<system::SysId>> {
+        lock(&self.inner.st).sys.clone()
     }
 
     /// The context the ID is on (once bound or resolved).
     pub fn context(&self) -> Option<Context> {
-        lock(&self.inner.st).port.as_ref().map(|p| p.ctx.clone())
+        let s = lock(&self.inner.st);
+        match (&s.port, &s.sys) {
+            (Some(p), _) => Some(p.ctx.clone()),
+            (None, Some(sys)) => Some(sys.ctx.clone()),
+            (None, None) => None,
+        }
+    }
+
+    /// Whether the ID runs on the system's RDMA CM (a system device's ID).
+    pub fn is_system(&self) -> bool {
+        self.sys().is_some()
     }
 
     /// The port space.
@@ -488,11 +534,21 @@ impl CmId {
 
     /// The local address (after bind, resolve or on a connect request).
     pub fn local_addr(&self) -> Option<SocketAddr> {
+        if let Some(s) = self.sys() {
+            if let Some(a) = s.h.local_addr() {
+                return Some(a);
+            }
+        }
         lock(&self.inner.st).local
     }
 
     /// The peer's address.
     pub fn peer_addr(&self) -> Option<SocketAddr> {
+        if let Some(a) = self.sys().and_then(|s| s.h.peer_addr()) {
+            if !a.ip().is_unspecified() {
+                return Some(a);
+            }
+        }
         lock(&self.inner.st).remote
     }
 
@@ -501,6 +557,9 @@ impl CmId {
     /// `rdma_cm_event.param.conn`.
     pub fn request_params(&self) -> Option<ConnParam> {
         let s = lock(&self.inner.st);
+        if let Some(p) = &s.sys_req {
+            return Some(p.clone());
+        }
         let r = s.req.as_ref()?;
         Some(ConnParam {
             private_data: Vec::new(),
@@ -518,12 +577,34 @@ impl CmId {
 
     /// Sets the CM response timeout (4.096 µs · 2^`timeout`) and the resends of an
     /// unanswered REQ / SIDR_REQ; rdma_cm's are 20 (4.3 s) and 15.
+    /// On a system device the kernel's CM keeps its own (EOPNOTSUPP).
     pub fn set_cm_timeouts(&self, timeout: u8, retries: u8) -> Result<()> {
         if timeout > 31 || retries > 15 {
             return Err(errno("rdma_set_option", libc::EINVAL));
         }
+        if self.is_system() {
+            return Err(errno("rdma_set_option", libc::EOPNOTSUPP));
+        }
         lock(&self.inner.st).timeouts = Some((timeout, retries));
         Ok(())
+    }
+
+    /// An ID with no device yet, whose address `ip` belongs to a system device (the
+    /// kernel's rdma_cm would pick that device), becomes an ID of the system's CM on a
+    /// context of it; otherwise nothing changes.
+    fn system_for(&self, ip: IpAddr) -> Result<()> {
+        {
+            let s = lock(&self.inner.st);
+            if s.port.is_some() || s.sys.is_some() {
+                return Ok(());
+            }
+        }
+        match device_for(ip) {
+            Ok(d) if d.kind == crate::DeviceKind::System => {
+                system::bind_context(self, &auto_context(&d)?)
+            }
+            _ => Ok(()),
+        }
     }
 
     fn ensure_port(&self, ip: IpAddr) -> Result<Arc<Port>> {
@@ -548,6 +629,12 @@ impl CmId {
         const VERB: &str = "rdma_bind_addr";
         if lock(&self.inner.st).local.is_some() {
             return Err(errno(VERB, libc::EINVAL));
+        }
+        if !addr.ip().is_unspecified() {
+            self.system_for(addr.ip())?;
+        }
+        if let Some(s) = self.sys() {
+            return system::bind_addr(self, &s, addr);
         }
         let bound = lock(&self.inner.st).port.clone();
         let port = match bound {
@@ -593,6 +680,9 @@ impl CmId {
     /// listens on the port of this port space.
     pub fn listen(&self, backlog: u32) -> Result<()> {
         const VERB: &str = "rdma_listen";
+        if let Some(s) = self.sys() {
+            return system::listen(self, &s, backlog);
+        }
         if lock(&self.inner.st).local.is_none() {
             self.bind_addr("0.0.0.0:0".parse().expect("literal"))?;
         }
@@ -647,14 +737,15 @@ impl CmId {
     /// `rdma_resolve_addr`: picks the device that reaches `dst` (from `src`, or the
     /// address the host routes from) and queues [`EventKind::AddrResolved`], or
     /// [`EventKind::AddrError`] when no device has an address of the family.
-    /// EINVAL for an unspecified or multicast destination or mixed families. The
-    /// answer is immediate (a GID is the IP address; the carrier resolves neighbours
-    /// itself), so the timeout is never reached.
+    /// EINVAL for an unspecified or multicast destination or mixed families. On the
+    /// soft device the answer is immediate (a GID is the IP address; the carrier
+    /// resolves neighbours itself), so the timeout is never reached; on a system device
+    /// the kernel resolves the neighbour within it.
     pub fn resolve_addr(
         &self,
         src: Option<IpAddr>,
         dst: SocketAddr,
-        _timeout: Duration,
+        timeout: Duration,
     ) -> Result<()> {
         const VERB: &str = "rdma_resolve_addr";
         let d = dst.ip();
@@ -663,6 +754,12 @@ impl CmId {
         }
         if src.is_some_and(|s| s.is_ipv6() != d.is_ipv6()) {
             return Err(errno(VERB, libc::EINVAL));
+        }
+        if let Some(from) = src.or_else(|| route_source(d).ok()) {
+            self.system_for(from)?;
+        }
+        if let Some(s) = self.sys() {
+            return system::resolve_addr(self, &s, src, dst, timeout);
         }
         let has_port = lock(&self.inner.st).port.is_some();
         let port = if has_port {
@@ -707,7 +804,10 @@ impl CmId {
     /// device's path MTU and rdma_cm's packet life time. Queues
     /// [`EventKind::RouteResolved`] or [`EventKind::RouteError`] (a source address
     /// not in the GID table). EINVAL before [`CmId::resolve_addr`].
-    pub fn resolve_route(&self, _timeout: Duration) -> Result<()> {
+    pub fn resolve_route(&self, timeout: Duration) -> Result<()> {
+        if let Some(s) = self.sys() {
+            return system::resolve_route(&s, timeout);
+        }
         let (port, local, remote) = {
             let s = lock(&self.inner.st);
             (s.port.clone(), s.local, s.remote)
@@ -733,11 +833,8 @@ impl CmId {
     /// it on.
     pub fn create_qp(&self, pd: &Pd, attr: &QpInitAttr<'_>) -> Result<Arc<Qp>> {
         const VERB: &str = "rdma_create_qp";
-        let port = lock(&self.inner.st)
-            .port
-            .clone()
-            .ok_or(errno(VERB, libc::EINVAL))?;
-        if !Arc::ptr_eq(&pd.context().inner, &port.ctx.inner) {
+        let ctx = self.context().ok_or(errno(VERB, libc::EINVAL))?;
+        if !Arc::ptr_eq(&pd.context().inner, &ctx.inner) {
             return Err(errno(VERB, libc::EINVAL));
         }
         if lock(&self.inner.st).qp.is_some() {
@@ -763,6 +860,14 @@ impl CmId {
     /// context) the ID's, moved as [`CmId::create_qp`] moves its own.
     pub fn attach_qp(&self, qp: Arc<Qp>) -> Result<()> {
         const VERB: &str = "rdma_create_qp";
+        if let Some(s) = self.sys() {
+            if lock(&self.inner.st).qp.is_some() || qp.qp_type != self.qp_type() {
+                return Err(errno(VERB, libc::EINVAL));
+            }
+            system::init_qp(&s, &qp, self.qp_type() == QpType::Ud)?;
+            lock(&self.inner.st).qp = Some(qp);
+            return Ok(());
+        }
         let port = lock(&self.inner.st)
             .port
             .clone()
@@ -798,6 +903,9 @@ impl CmId {
     /// [`EventKind::Rejected`], [`EventKind::Unreachable`]).
     pub fn connect(&self, p: &ConnParam) -> Result<()> {
         const VERB: &str = "rdma_connect";
+        if let Some(s) = self.sys() {
+            return system::connect(self, &s, p);
+        }
         let (port, local, remote, route, qp, psn, timeouts) = {
             let s = lock(&self.inner.st);
             if s.cm.is_some() {
@@ -918,6 +1026,9 @@ impl CmId {
     /// SIDR_REQ with the QP's number and Q_Key.
     pub fn accept(&self, p: &ConnParam) -> Result<()> {
         const VERB: &str = "rdma_accept";
+        if let Some(s) = self.sys() {
+            return system::accept(self, &s, p);
+        }
         let (port, id) = self.port_and_id(VERB)?;
         let (qp, psn, sidr, req) = {
             let s = lock(&self.inner.st);
@@ -970,6 +1081,9 @@ impl CmId {
     /// SIDR reply "rejected" for UD.
     pub fn reject(&self, private_data: &[u8]) -> Result<()> {
         const VERB: &str = "rdma_reject";
+        if let Some(s) = self.sys() {
+            return system::reject(&s, private_data);
+        }
         let (port, id) = self.port_and_id(VERB)?;
         let sidr = lock(&self.inner.st).sidr;
         let pd = private_data.to_vec();
@@ -989,6 +1103,9 @@ impl CmId {
     /// `rdma_disconnect`: the QP to ERR, then a DREQ (or the DREP to the peer's DREQ).
     pub fn disconnect(&self) -> Result<()> {
         const VERB: &str = "rdma_disconnect";
+        if let Some(s) = self.sys() {
+            return system::disconnect(self, &s);
+        }
         let (port, id) = self.port_and_id(VERB)?;
         self.inner.qp_to_error();
         port.with(|st, now| st.cm.disconnect(now, id, &[]).map_err(|e| cm_err(VERB, e)))

@@ -6,9 +6,18 @@
 use super::*;
 
 /// An rverbs device whose address table holds `ip`, or the loopback device for a
-/// loopback address.
+/// loopback address. A system device holding it comes first when the system's RDMA CM
+/// is there: the kernel's rdma_cm would pick that device, and its RoCE port on the
+/// address is the kernel's, not a soft device's.
 pub(super) fn device_for(ip: IpAddr) -> Result<crate::DeviceInfo> {
     let devs = crate::devices()?;
+    let system_cm = super::system::load().is_ok();
+    if let Some(d) = devs
+        .iter()
+        .find(|d| system_cm && d.kind == crate::DeviceKind::System && d.addrs.contains(&ip))
+    {
+        return Ok(d.clone());
+    }
     if let Some(d) = devs.iter().find(|d| d.addrs.contains(&ip)) {
         return Ok(d.clone());
     }

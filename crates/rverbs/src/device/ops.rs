@@ -212,6 +212,21 @@ pub(crate) trait DeviceQp: Send + Sync {
     fn detach_mcast(&self, gid: &Gid) -> Result<()>;
     /// `ibv_create_flow` (the attributes are validated by the caller).
     fn create_flow(&self, attr: &rverbs_flow::attr::FlowAttr) -> Result<Box<dyn DeviceFlow>>;
+    /// `ibv_modify_qp` with the attributes the kernel's RDMA CM computed
+    /// (`rdma_init_qp_attr`), as they came: a QP of a system device, moved by the
+    /// system's CM. Other devices refuse (EOPNOTSUPP).
+    fn modify_from_cm(
+        &self,
+        _attr: &crate::sys::ibv::types::ibv_qp_attr,
+        _mask: u32,
+    ) -> Result<()> {
+        Err(rverbs_engine::VerbError::new(
+            "modify_qp",
+            rverbs_engine::Errno::NotSupported,
+            "attributes of the system's RDMA CM on a QP of another device",
+        )
+        .into())
+    }
     /// `ibv_post_send` of one request whose buffers are named by key and address (the
     /// C library's), on a QP the engine does not run (RAW_PACKET); the engine's own QPs
     /// take such requests directly (the C hooks of the `ffi` module).

@@ -23,7 +23,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 ///
 /// (`RVERBS_DEVICES`, the device list, is read by [`crate::devices`], and so are
 /// `RVERBS_SYSTEM_DEVICES` (`0`: list no device of the system's libibverbs) and
-/// `RVERBS_LIBIBVERBS` (the library to load instead of `libibverbs.so.1`); `RVERBS_RAW_RX`,
+/// `RVERBS_LIBIBVERBS` (the library to load instead of `libibverbs.so.1`), and by an RDMA CM
+/// ID on a system device `RVERBS_LIBRDMACM` (instead of `librdmacm.so.1`); `RVERBS_RAW_RX`,
 /// `ring` or `plain`, by a raw-mode open.) A variable set to the empty string counts as
 /// unset; any other value it does not accept fails with [`Error::Config`] naming it.
 #[derive(Debug, Clone, Default)]
@@ -136,6 +137,12 @@ pub(crate) fn system_devices_enabled() -> Result<bool> {
 /// `RVERBS_LIBIBVERBS`: the library loaded for system devices instead of the soname.
 pub(crate) fn libibverbs_path() -> Option<String> {
     var("RVERBS_LIBIBVERBS")
+}
+
+/// `RVERBS_LIBRDMACM`: the library loaded for the RDMA CM of system devices instead of
+/// `librdmacm.so.1`.
+pub(crate) fn librdmacm_path() -> Option<String> {
+    var("RVERBS_LIBRDMACM")
 }
 
 pub(crate) fn var(name: &str) -> Option<String> {

@@ -211,7 +211,7 @@ pub(crate) fn ah_attr(a: &AhAttr) -> t::ibv_ah_attr {
     c
 }
 
-fn ah_attr_of(c: &t::ibv_ah_attr) -> AhAttr {
+pub(crate) fn ah_attr_of(c: &t::ibv_ah_attr) -> AhAttr {
     AhAttr {
         av: AddressVector {
             dgid: Gid(crate::sys::ibv::gid_bytes(&c.grh.dgid)),
@@ -390,9 +390,100 @@ pub(crate) fn wc(w: &t::ibv_wc, dialect: WcDialect) -> Wc {
     }
 }
 
+/// A validated rule in libibverbs' layout: its head and its specs back to back. The
+/// specs are the kernel's (`rverbs_flow::uverbs::encode_flow_attr`) but for the two
+/// that libibverbs lays out differently (rdma-core `ib_spec_to_kern_spec`, read
+/// backwards): IPV4_EXT, which the kernel gets as IPV4 with a 12-byte filter, and the
+/// tag action, 12 bytes in `struct ibv_flow_spec_action_tag`. Counter and action
+/// handles name objects of the soft device: EINVAL.
+pub(crate) fn flow_rule(
+    a: &rverbs_flow::attr::FlowAttr,
+) -> Result<(crate::sys::ibv::FlowHead, Vec<u8>)> {
+    use rverbs_flow::attr::{spec_type, FlowSpec};
+    use rverbs_flow::uverbs::{encode_flow_attr, FLOW_ATTR_LEN, SPEC_HDR_LEN};
+    if a.specs
+        .iter()
+        .any(|s| matches!(s, FlowSpec::Count(_) | FlowSpec::ActionHandle(_)))
+    {
+        return Err(inval(
+            "create_flow",
+            "a counters or action handle of another device",
+        ));
+    }
+    let kern = encode_flow_attr(a);
+    let mut out = Vec::with_capacity(kern.len());
+    let mut at = FLOW_ATTR_LEN;
+    while at + SPEC_HDR_LEN <= kern.len() {
+        let ty = u32::from_ne_bytes(kern[at..at + 4].try_into().expect("4 bytes"));
+        let size = usize::from(u16::from_ne_bytes(
+            kern[at + 4..at + 6].try_into().expect("2 bytes"),
+        ));
+        let spec = kern
+            .get(at..at + size)
+            .filter(|_| size >= SPEC_HDR_LEN)
+            .ok_or_else(|| inval("create_flow", "spec length"))?;
+        let start = out.len();
+        if ty & !spec_type::INNER == spec_type::IPV4 && size == 32 {
+            out.extend_from_slice(spec);
+            let user = (ty & spec_type::INNER) | spec_type::IPV4_EXT;
+            out[start..start + 4].copy_from_slice(&user.to_ne_bytes());
+        } else if ty == spec_type::ACTION_TAG {
+            out.extend_from_slice(&spec[..12]);
+            out[start + 4..start + 6].copy_from_slice(&12u16.to_ne_bytes());
+        } else {
+            out.extend_from_slice(spec);
+        }
+        at += size;
+    }
+    let head = crate::sys::ibv::FlowHead {
+        attr_type: a.attr_type as u32,
+        priority: a.priority,
+        port: a.port,
+        flags: a.flags.bits(),
+    };
+    Ok((head, out))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The specs of a rule in libibverbs' layout: (type, size) of each, walked by size.
+    fn walk(b: &[u8]) -> Vec<(u32, usize)> {
+        let mut out = Vec::new();
+        let mut at = 0;
+        while at < b.len() {
+            let ty = u32::from_ne_bytes(b[at..at + 4].try_into().unwrap());
+            let size = usize::from(u16::from_ne_bytes(b[at + 4..at + 6].try_into().unwrap()));
+            out.push((ty, size));
+            at += size;
+        }
+        out
+    }
+
+    #[test]
+    fn a_flow_rule_is_laid_out_as_libibverbs_structs() {
+        use rverbs_flow::text::parse_rule;
+        let r = parse_rule("prio 3 eth type 0x0800 ipv4 src 10.0.0.1 ttl 64 udp dport 4791 tag 9")
+            .unwrap();
+        let (head, specs) = flow_rule(&r).unwrap();
+        assert_eq!((head.priority, head.port, head.attr_type), (3, 1, 0));
+        // ETH 40, IPV4_EXT (0x32, not the kernel's 0x30) 32, UDP 16, the tag 12.
+        assert_eq!(
+            walk(&specs),
+            [(0x20, 40), (0x32, 32), (0x41, 16), (0x1000, 12)]
+        );
+        let tag_at = 40 + 32 + 16;
+        assert_eq!(specs[tag_at + 8..tag_at + 12], 9u32.to_ne_bytes());
+        // Plain IPv4 stays 0x30 (24 bytes); a counters spec names a soft object.
+        let (_, specs) = flow_rule(&parse_rule("ipv4 dst 10.0.0.2").unwrap()).unwrap();
+        assert_eq!(walk(&specs), [(0x30, 24)]);
+        let mut c = parse_rule("udp dport 4791 drop").unwrap();
+        c.specs.push(rverbs_flow::attr::FlowSpec::Count(
+            rverbs_flow::attr::Counters::new(),
+        ));
+        assert_eq!(flow_rule(&c).unwrap_err().errno(), libc::EINVAL);
+    }
 
     #[test]
     fn qp_attributes_survive_the_c_struct() {

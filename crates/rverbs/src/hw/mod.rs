@@ -11,9 +11,11 @@
 //! What differs from the soft device: the limits are the device's (`query_device`),
 //! its errors are the provider's errnos; a region's bytes are memory the NIC writes
 //! without a lock, copied volatile-ly (`device::wr::Region`); there are no carriers,
-//! faults or raw mode; management datagrams (the GSI agents, `process_mad`) and flow
-//! steering are not offered (EOPNOTSUPP): they go through libibumad and
-//! `ibv_create_flow` on such devices. Memory windows are the provider's (`alloc_mw`,
+//! faults or raw mode; management datagrams (the GSI agents, `process_mad`) are not
+//! offered (EOPNOTSUPP: they go through libibumad on such devices); flow steering is
+//! the provider's `ibv_create_flow`, and the RDMA CM the kernel's, through the system's
+//! librdmacm (`crate::cm`). Port and device async events are delivered as the verbs'
+//! `AsyncEvent`s. Memory windows are the provider's (`alloc_mw`,
 //! `bind_mw`, BIND_MW / LOCAL_INV requests); a window keeps the region it was last
 //! bound to registered (`rverbs_sys::ibv::Mw`).
 
@@ -180,6 +182,17 @@ impl HwDevice {
             mad: HwMad,
             dialect,
         })
+    }
+}
+
+impl HwDevice {
+    /// A GID_CHANGE makes the next look at the GID table read it again.
+    fn saw(&self, e: &AsyncEvent) {
+        if let AsyncEvent::Port(rverbs_engine::PortEvent::GidChange, _) = e {
+            if let Some(past) = Instant::now().checked_sub(GID_REFRESH) {
+                *lock(&self.gids_read) = past;
+            }
+        }
     }
 }
 
@@ -421,6 +434,7 @@ impl Device for HwDevice {
             });
             let ev = self.ctx.get_async_event(ms);
             if let Some(e) = ev.and_then(async_event) {
+                self.saw(&e);
                 return Some(e);
             }
             if until.is_some_and(|u| Instant::now() >= u) {
@@ -430,9 +444,10 @@ impl Device for HwDevice {
     }
 
     fn try_get_async_event(&self) -> Option<AsyncEvent> {
-        // Events the verbs do not name (port and device events) are skipped.
+        // Events the verbs do not name (a WQ's, an SRQ error) are skipped.
         while let Some(e) = self.ctx.get_async_event(0) {
             if let Some(e) = async_event(e) {
+                self.saw(&e);
                 return Some(e);
             }
         }
@@ -463,8 +478,28 @@ fn async_event(e: ibv::AsyncEvent) -> Option<AsyncEvent> {
         (IBV_EVENT_SRQ_LIMIT_REACHED, El::Srq(id)) => {
             AsyncEvent::SrqLimitReached(SrqId::from_raw(id as u32))
         }
+        (ty, El::Port(port)) => {
+            use rverbs_engine::PortEvent as P;
+            let kind = match ty {
+                IBV_EVENT_PORT_ACTIVE => P::Active,
+                IBV_EVENT_PORT_ERR => P::Err,
+                IBV_EVENT_LID_CHANGE => P::LidChange,
+                IBV_EVENT_PKEY_CHANGE => P::PkeyChange,
+                IBV_EVENT_SM_CHANGE => P::SmChange,
+                IBV_EVENT_CLIENT_REREGISTER => P::ClientReregister,
+                IBV_EVENT_GID_CHANGE => P::GidChange,
+                _ => return None,
+            };
+            AsyncEvent::Port(kind, port)
+        }
+        (IBV_EVENT_DEVICE_FATAL, _) => AsyncEvent::DeviceFatal,
         _ => return None,
     })
+}
+
+/// The AH attributes of a C `ibv_ah_attr` (a UD peer the system's RDMA CM resolved).
+pub(crate) fn ah_attr_from_c(a: &ibv::types::ibv_ah_attr) -> AhAttr {
+    conv::ah_attr_of(a)
 }
 
 /// Checks shared by the posts: the SGE lengths fit 32 bits.

@@ -213,7 +213,8 @@ pub(crate) fn sges<'a>(verb: &'static str, bufs: &[LocalBuf<'a>]) -> Result<Vec<
 
 /// A QP of a system device.
 pub(crate) struct HwQp {
-    qp: ibv::Qp,
+    /// Shared with its flow rules, which the kernel wants gone before the QP.
+    qp: Arc<ibv::Qp>,
     qpn: u32,
     tables: Arc<Tables>,
     qp_type: QpType,
@@ -224,7 +225,7 @@ impl HwQp {
     pub(crate) fn new(qp: ibv::Qp, tables: Arc<Tables>, qp_type: QpType, cap: QpCap) -> HwQp {
         HwQp {
             qpn: qp.qp_num(),
-            qp,
+            qp: Arc::new(qp),
             tables,
             qp_type,
             cap,
@@ -383,11 +384,28 @@ impl DeviceQp for HwQp {
             .map_err(|e| verr("detach_mcast", e))
     }
 
-    fn create_flow(&self, _attr: &rverbs_flow::attr::FlowAttr) -> Result<Box<dyn DeviceFlow>> {
-        Err(unsupported(
-            "create_flow",
-            "flow steering is offered on the soft device only",
-        ))
+    fn modify_from_cm(&self, attr: &ibv::types::ibv_qp_attr, mask: u32) -> Result<()> {
+        self.qp.modify(attr, mask).map_err(|e| verr("modify_qp", e))
+    }
+
+    fn create_flow(&self, attr: &rverbs_flow::attr::FlowAttr) -> Result<Box<dyn DeviceFlow>> {
+        let (head, specs) = conv::flow_rule(attr)?;
+        let rule = ibv::FlowRule::create(&self.qp, &head, &specs)
+            .map_err(|e| verr("ibv_create_flow", e))?;
+        Ok(Box::new(HwFlow(rule)))
+    }
+}
+
+/// A flow rule of a system device (the provider's).
+struct HwFlow(ibv::FlowRule);
+
+impl DeviceFlow for HwFlow {
+    fn id(&self) -> rverbs_flow::classify::FlowId {
+        rverbs_flow::classify::FlowId::from_raw(self.0.handle().into())
+    }
+
+    fn destroy(self: Box<Self>) -> Result<()> {
+        self.0.destroy().map_err(|e| verr("ibv_destroy_flow", e))
     }
 }
 

@@ -134,6 +134,46 @@ pub enum AsyncEvent {
         /// The QP number.
         qpn: u32,
     },
+    /// `IBV_EVENT_PORT_ACTIVE`: the port came up (a system device's; the soft device
+    /// raises no port events).
+    PortActive {
+        /// The port number.
+        port: u8,
+    },
+    /// `IBV_EVENT_PORT_ERR`: the port went down (its netdev lost its link, or was set
+    /// down).
+    PortErr {
+        /// The port number.
+        port: u8,
+    },
+    /// `IBV_EVENT_LID_CHANGE`.
+    LidChange {
+        /// The port number.
+        port: u8,
+    },
+    /// `IBV_EVENT_PKEY_CHANGE`.
+    PkeyChange {
+        /// The port number.
+        port: u8,
+    },
+    /// `IBV_EVENT_SM_CHANGE`.
+    SmChange {
+        /// The port number.
+        port: u8,
+    },
+    /// `IBV_EVENT_CLIENT_REREGISTER`.
+    ClientReregister {
+        /// The port number.
+        port: u8,
+    },
+    /// `IBV_EVENT_GID_CHANGE`: the port's GID table changed (an address of its netdev
+    /// came or went; [`Context::gids`] reads the new table).
+    GidChange {
+        /// The port number.
+        port: u8,
+    },
+    /// `IBV_EVENT_DEVICE_FATAL`: the device is unusable.
+    DeviceFatal,
 }
 
 impl AsyncEvent {
@@ -146,6 +186,19 @@ impl AsyncEvent {
             E::SqDrained(qpn) => AsyncEvent::SqDrained { qpn },
             E::SrqLimitReached(s) => AsyncEvent::SrqLimitReached { srq: s.raw() },
             E::QpLastWqeReached(qpn) => AsyncEvent::QpLastWqeReached { qpn },
+            E::Port(kind, port) => {
+                use rverbs_engine::PortEvent as P;
+                match kind {
+                    P::Active => AsyncEvent::PortActive { port },
+                    P::Err => AsyncEvent::PortErr { port },
+                    P::LidChange => AsyncEvent::LidChange { port },
+                    P::PkeyChange => AsyncEvent::PkeyChange { port },
+                    P::SmChange => AsyncEvent::SmChange { port },
+                    P::ClientReregister => AsyncEvent::ClientReregister { port },
+                    P::GidChange => AsyncEvent::GidChange { port },
+                }
+            }
+            E::DeviceFatal => AsyncEvent::DeviceFatal,
         }
     }
 }

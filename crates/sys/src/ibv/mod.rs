@@ -25,9 +25,13 @@
 //! (`ibv_create_qp@IBVERBS_1.0`, ...: see `crates/libibverbs/abi/exports.txt`), which
 //! tells the two apart: [`LoadError::OwnLibrary`].
 
+mod cm;
+mod flow;
 mod mw;
 mod objects;
 
+pub use cm::*;
+pub use flow::*;
 pub use mw::*;
 pub use objects::*;
 
@@ -152,7 +156,7 @@ pub(crate) fn api() -> Result<&'static Api, LoadError> {
     api_with(None)
 }
 
-fn dlerror() -> String {
+pub(crate) fn dlerror() -> String {
     // SAFETY: dlerror returns null or a C string valid until the next dl* call of this
     // thread, copied at once.
     let p = unsafe { libc::dlerror() };
