@@ -261,13 +261,23 @@ impl IdInner {
     /// `cm_destroy_id`), whatever references the CM itself still holds.
     fn destroy_now(self: &Arc<Self>) {
         self.destroyed.store(true, Ordering::Release);
-        let (port, cm, announced) = {
+        let (port, cm, announced, sys) = {
             let mut s = lock(&self.st);
-            (s.port.clone(), s.cm.take(), s.announced.take())
+            (
+                s.port.clone(),
+                s.cm.take(),
+                s.announced.take(),
+                s.sys.take(),
+            )
         };
         drop(announced);
-        let Some(p) = port else { return };
-        if let Some(id) = cm {
+        // A system ID: the system's `rdma_destroy_id` runs when its last reference
+        // goes, which is here unless a call on it is still running.
+        if let Some(sys) = sys {
+            system::forget(sys.h.key());
+            drop(sys);
+        }
+        if let (Some(p), Some(id)) = (&port, cm) {
             p.doom(id);
             // A turn destroys what is doomed before anything else.
             p.with(|_, _| ());
@@ -275,8 +285,10 @@ impl IdInner {
         // Its events not yet delivered go (ucma `ucma_cleanup_ctx_events`): the new
         // IDs of requests to a listener are destroyed (rejected) with them.
         drop(self.chan.purge(self));
-        p.with(|_, _| ());
-        lock(&self.st).port = None;
+        if let Some(p) = port {
+            p.with(|_, _| ());
+            lock(&self.st).port = None;
+        }
     }
 
     pub(super) fn is_destroyed(&self) -> bool {

@@ -75,11 +75,24 @@ impl Port {
         {
             return Ok(p);
         }
-        let agent = ctx.register_mad_agent(Some(Registration {
+        let reg = Registration {
             mgmt_class: class::CM,
             class_version: rverbs_wire::mad::cm::CM_CLASS_VERSION,
             methods: 1 << method::SEND,
-        }))?;
+        };
+        // The context's previous port may still be dropping on another thread (its
+        // last reference went there, e.g. the port thread's): its agent, which holds
+        // the CM class, goes when that drop ends.
+        let mut tries = 0;
+        let agent = loop {
+            match ctx.register_mad_agent(Some(reg)) {
+                Err(crate::Error::Verb(v)) if v.errno == crate::Errno::Inval && tries < 500 => {
+                    tries += 1;
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                r => break r?,
+            }
+        };
         let gids = ctx.gids();
         let guid = ctx.query_device().map(|a| a.node_guid).unwrap_or(0);
         let mut cm = Cm::new(Config {

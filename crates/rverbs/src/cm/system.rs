@@ -386,6 +386,8 @@ fn request(mut ev: CmEventData) {
             psn: port::random_psn(),
             ..IdState::default()
         }),
+        users: AtomicUsize::new(0),
+        destroyed: AtomicBool::new(false),
     });
     lock(registry()).insert(key, Arc::downgrade(&child));
     let mut raw = RawEvent::new(
