@@ -2,13 +2,13 @@
 //! their GSIs, move data, reject, disconnect; and the failure paths (no listener, a
 //! port taken twice, a full backlog, a dead or lossy link, bad arguments).
 
-use rverbs::cm::{CmEvent, CmId, ConnParam, EventChannel, EventKind, PortSpace};
+use rverbs::cm::{CmId, ConnParam, EventChannel, EventKind, PortSpace};
 use rverbs::{AccessFlags, Context, Faults, OpenOptions, QpInitAttr, QpType, SendRequest, Wc};
 use std::net::SocketAddr;
 use std::time::Duration;
 
-const T: Option<Duration> = Some(Duration::from_secs(10));
-const D: Duration = Duration::from_secs(2);
+mod cm_common;
+use cm_common::*;
 
 fn ctx() -> Context {
     rverbs::device(None).unwrap().open().unwrap()
@@ -20,39 +20,6 @@ fn lossy(spec: &str) -> Context {
         ..OpenOptions::default()
     };
     rverbs::Context::open_with(rverbs::device(None).unwrap(), &opts).unwrap()
-}
-
-fn next(ch: &EventChannel) -> CmEvent {
-    ch.get_event(T).expect("an event within 10 s")
-}
-
-fn expect(ch: &EventChannel, kind: EventKind) -> CmEvent {
-    let e = next(ch);
-    assert_eq!(e.kind, kind, "{e:?}");
-    e
-}
-
-/// A listener on `ctx`'s address, any free port; returns it, its channel and the
-/// address clients use.
-fn listen(ctx: &Context, ps: PortSpace, backlog: u32) -> (CmId, EventChannel, SocketAddr) {
-    let ch = EventChannel::new().unwrap();
-    let l = CmId::create_on(&ch, ctx, ps).unwrap();
-    let ip = rverbs::cm::local_ip(ctx, false).unwrap();
-    l.bind_addr(SocketAddr::new(ip, 0)).unwrap();
-    l.listen(backlog).unwrap();
-    let addr = l.local_addr().unwrap();
-    (l, ch, addr)
-}
-
-/// A client ID on `ctx` with address and route to `addr` resolved.
-fn client(ctx: &Context, ps: PortSpace, addr: SocketAddr) -> (CmId, EventChannel) {
-    let ch = EventChannel::new().unwrap();
-    let id = CmId::create_on(&ch, ctx, ps).unwrap();
-    id.resolve_addr(None, addr, D).unwrap();
-    expect(&ch, EventKind::AddrResolved);
-    id.resolve_route(D).unwrap();
-    expect(&ch, EventKind::RouteResolved);
-    (id, ch)
 }
 
 struct Conn {

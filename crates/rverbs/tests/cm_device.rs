@@ -5,51 +5,18 @@
 //! the system's libibverbs) on two contexts of that device, through the system's
 //! librdmacm (interop/hardware.sh runs them in the rxe guest).
 
-use rverbs::cm::{CmEvent, CmId, ConnParam, EventChannel, EventKind, PortSpace};
+use rverbs::cm::{CmId, ConnParam, EventChannel, EventKind, PortSpace};
 use rverbs::*;
-use std::net::SocketAddr;
 use std::time::Duration;
 
-const T: Option<Duration> = Some(Duration::from_secs(15));
-const D: Duration = Duration::from_secs(5);
+mod cm_common;
+use cm_common::*;
 
 fn dev() -> DeviceInfo {
     match std::env::var("RVERBS_TEST_DEVICE") {
         Ok(name) if !name.is_empty() => device(Some(&name)).unwrap(),
         _ => device(None).unwrap(),
     }
-}
-
-fn expect(ch: &EventChannel, kind: EventKind) -> CmEvent {
-    let e = ch.get_event(T).expect("an event within 15 s");
-    assert_eq!(e.kind, kind, "{e:?}");
-    e
-}
-
-/// A listener on `ctx`'s IPv4 address, any free port: it, its channel, its address.
-fn listen(ctx: &Context, ps: PortSpace) -> (CmId, EventChannel, SocketAddr) {
-    let ch = EventChannel::new().unwrap();
-    let l = CmId::create_on(&ch, ctx, ps).unwrap();
-    let ip = rverbs::cm::local_ip(ctx, false).expect("an IPv4 address GID");
-    l.bind_addr(SocketAddr::new(ip, 0)).unwrap();
-    l.listen(8).unwrap();
-    let addr = l.local_addr().unwrap();
-    assert_eq!(addr.ip(), ip);
-    assert_ne!(addr.port(), 0);
-    (l, ch, addr)
-}
-
-/// A client ID on `ctx` with address and route to `addr` resolved.
-fn client(ctx: &Context, ps: PortSpace, addr: SocketAddr) -> (CmId, EventChannel) {
-    let ch = EventChannel::new().unwrap();
-    let id = CmId::create_on(&ch, ctx, ps).unwrap();
-    id.resolve_addr(None, addr, D).unwrap();
-    expect(&ch, EventKind::AddrResolved);
-    id.resolve_route(D).unwrap();
-    expect(&ch, EventKind::RouteResolved);
-    assert_eq!(id.peer_addr(), Some(addr));
-    assert_eq!(id.context().unwrap().device().name, ctx.device().name);
-    (id, ch)
 }
 
 fn param(data: &[u8]) -> ConnParam {
@@ -70,7 +37,7 @@ fn poll_one(cq: &Cq) -> Wc {
 fn connect_accept_with_private_data_moves_data_and_disconnects() {
     let d = dev();
     let (sctx, cctx) = (d.open().unwrap(), d.open().unwrap());
-    let (_l, sch, addr) = listen(&sctx, PortSpace::Tcp);
+    let (_l, sch, addr) = listen(&sctx, PortSpace::Tcp, 8);
     let (c, cch) = client(&cctx, PortSpace::Tcp, addr);
     let (cpd, ccq) = (cctx.alloc_pd().unwrap(), cctx.create_cq(16).unwrap());
     let cqp = c
@@ -148,7 +115,7 @@ fn connect_accept_with_private_data_moves_data_and_disconnects() {
 fn a_reject_carries_its_private_data() {
     let d = dev();
     let (sctx, cctx) = (d.open().unwrap(), d.open().unwrap());
-    let (_l, sch, addr) = listen(&sctx, PortSpace::Tcp);
+    let (_l, sch, addr) = listen(&sctx, PortSpace::Tcp, 8);
     let (c, cch) = client(&cctx, PortSpace::Tcp, addr);
     let (cpd, ccq) = (cctx.alloc_pd().unwrap(), cctx.create_cq(4).unwrap());
     let cqp = c
@@ -175,9 +142,9 @@ fn a_request_nobody_listens_for_is_rejected() {
     let (sctx, cctx) = (d.open().unwrap(), d.open().unwrap());
     // A port that was listened on and is free again, on a context whose CM runs (the
     // soft device's runs while an ID of the context lives; the kernel's always).
-    let _other = listen(&sctx, PortSpace::Tcp);
+    let _other = listen(&sctx, PortSpace::Tcp, 8);
     let addr = {
-        let (l, _ch, addr) = listen(&sctx, PortSpace::Tcp);
+        let (l, _ch, addr) = listen(&sctx, PortSpace::Tcp, 8);
         drop(l);
         addr
     };
@@ -203,7 +170,7 @@ fn a_request_nobody_listens_for_is_rejected() {
 fn ud_peers_find_each_other_through_the_udp_port_space() {
     let d = dev();
     let (sctx, cctx) = (d.open().unwrap(), d.open().unwrap());
-    let (_l, sch, addr) = listen(&sctx, PortSpace::Udp);
+    let (_l, sch, addr) = listen(&sctx, PortSpace::Udp, 8);
     let (c, cch) = client(&cctx, PortSpace::Udp, addr);
     assert_eq!(c.qp_type(), QpType::Ud);
     let (cpd, ccq) = (cctx.alloc_pd().unwrap(), cctx.create_cq(8).unwrap());
