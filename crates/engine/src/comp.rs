@@ -284,13 +284,7 @@ impl Qp {
                 // Selective repeat: the first gap's resend (AckReq, ahead of new data)
                 // and the cumulative ACK that moved past it. Under steady loss nearly
                 // every message has a gap, and Karn's rule leaves no other sample.
-                // Only once the resend has left: an ACK that overtakes a resend still
-                // queued answers the original, and its zero sample would pull the
-                // smoothed round trip, and so the probe timeout, below a gap's refill
-                // (RFC 6298 3, Karn), and make the smallest round trip zero.
-                if !self.sr.queue.contains(&before.0) {
-                    self.rtt.update(ctx.now.saturating_sub(at));
-                }
+                self.rtt.update(ctx.now.saturating_sub(at));
             }
             self.sr_progress();
             self.after_probe(ctx);

@@ -289,11 +289,6 @@ impl Qp {
             let t = self.build_request(idx, k, p, true, ctx);
             // Karn: no RTT sample from what is sent again.
             self.rtt_sample = None;
-            // Its answer is due a round trip from now, not from when it was queued
-            // (`Qp::sr_resend_gap`), and the round trip it gives is measured from here.
-            if let Some(e) = self.sr.resent.get_mut(&p.value()) {
-                *e = (ctx.now, self.sent_psn_end);
-            }
             ctx.counters.selective_retransmits += 1;
             ctx.counters.selective_wait_ns += self.stall_ns(ctx.now);
             ctx.counters.retransmitted_packets += 1;
