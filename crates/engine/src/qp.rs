@@ -419,25 +419,13 @@ impl Qp {
     /// smaller; while a gap the responder reported selectively is being filled, up to
     /// twice that ([`crate::selective`]: what arrives past the gap is held, not in
     /// the peer's receive buffer, so the stream need not stop for the gap's round
-    /// trip), and at most a window past the last packet a report showed received:
-    /// what the responder has received is out of the network, the rest is in
-    /// flight (IRN's in-flight bound), and a resend waits behind all of it in the
-    /// peer's receive queue. (A READ piece's room is checked against [`Qp::win`]: a
-    /// piece larger than the loss window would never fit.)
+    /// trip). (A READ piece's room is checked against [`Qp::win`]: a piece larger
+    /// than the loss window would never fit.)
     pub(crate) fn send_win(&self, ctx: &Ctx<'_>) -> u32 {
         let w = self.win(ctx).min(self.loss_window.unwrap_or(u32::MAX));
         if self.sr.filling_gap() {
-            let c = self.comp_psn;
-            let received = self
-                .sr
-                .sacked
-                .iter()
-                .map(|&p| Psn::new(p).forward_from(c) + 1)
-                .max()
-                .unwrap_or(0);
             w.saturating_mul(2)
                 .min(crate::selective::SR_MAX_HELD_PSNS)
-                .min(received.saturating_add(w))
                 .max(w)
         } else {
             w
