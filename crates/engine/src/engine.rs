@@ -813,7 +813,12 @@ impl Engine {
                 self.active.pop_front();
                 continue;
             };
-            let t = match qp.next_response(&mut ctx) {
+            let response = if qp.response_waiting() {
+                qp.next_response(&mut ctx)
+            } else {
+                None
+            };
+            let t = match response {
                 Some(t) => Some(t),
                 None => qp.next_request(&mut ctx),
             };

@@ -106,6 +106,14 @@ pub(crate) enum Dead {
     Recv(#[allow(dead_code)] RecvWqe, #[allow(dead_code)] Data),
 }
 
+impl Dead {
+    /// Whether dropping `w` frees memory (a heap SGE list, a large INLINE copy, the
+    /// last reference to a region): such a WQE is kept for [`crate::Engine::reclaim`].
+    pub(crate) fn send_frees(w: &SendWqe) -> bool {
+        w.wr.sg_list.spilled() || w.data.as_ref().is_some_and(Data::frees)
+    }
+}
+
 /// Most finished work requests kept for [`crate::Engine::reclaim`]; past that they are
 /// freed at once (an engine whose user never reclaims stays bounded).
 pub(crate) const DEAD_MAX: usize = 64;
@@ -117,7 +125,7 @@ impl Ctx<'_> {
         // Nothing to free (no heap list, no large INLINE copy, no last reference to a
         // region): dropped here, which costs less than the move.
         let frees = match &d {
-            Dead::Send(w) => w.wr.sg_list.spilled() || w.data.as_ref().is_some_and(Data::frees),
+            Dead::Send(w) => Dead::send_frees(w),
             Dead::Recv(w, data) => w.sges.spilled() || data.frees(),
         };
         if !frees {
@@ -726,19 +734,31 @@ impl Qp {
     /// signaled. An error, or a full CQ, moves the QP to the error state (or SQE for
     /// UC/UD local errors, IBTA 10.3.1).
     pub(crate) fn complete_front(&mut self, status: WcStatus, ctx: &mut Ctx<'_>) {
-        let Some(w) = self.sq.pop_front() else { return };
+        // Read where it lies: a WQE is a few hundred bytes, and moving it out of the
+        // queue (and again into the dead list) cost more than completing it.
+        let Some(w) = self.sq.front() else { return };
+        let (rd_counted, end) = (w.rd_counted, w.started.then(|| w.first_psn.add(w.npkts)));
+        let signaled = self.sq_sig_all || w.wr.flags.contains(SendFlags::SIGNALED);
+        let wc = (status != WcStatus::Success || signaled).then(|| self.send_wc(w, status));
+        if Dead::send_frees(w) {
+            // Freed after the answer leaves, not on the way to it.
+            if let Some(w) = self.sq.pop_front() {
+                ctx.bury(Dead::Send(w));
+            }
+        } else {
+            // Nothing to free: dropped in place.
+            self.sq.drain(..1);
+        }
         self.sq_next = self.sq_next.saturating_sub(1);
         self.read_ahead.clear();
-        if w.rd_counted {
+        if rd_counted {
             self.rd_outstanding = self.rd_outstanding.saturating_sub(1);
         }
-        if w.started {
-            self.comp_psn = w.first_psn.add(w.npkts);
+        if let Some(end) = end {
+            self.comp_psn = end;
         }
-        let signaled = self.sq_sig_all || w.wr.flags.contains(SendFlags::SIGNALED);
         let mut ok = true;
-        if status != WcStatus::Success || signaled {
-            let wc = self.send_wc(&w, status);
+        if let Some(wc) = wc {
             ok = ctx.push_wc(self.send_cq, wc, false);
         }
         if status != WcStatus::Success {
@@ -759,8 +779,6 @@ impl Qp {
         } else if !ok {
             self.fail(ctx);
         }
-        // Freed after the answer leaves, not on the way to it.
-        ctx.bury(Dead::Send(w));
     }
 
     /// Takes a receive WQE from the RQ or the SRQ (raising the SRQ limit event).

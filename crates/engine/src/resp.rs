@@ -688,6 +688,13 @@ impl Qp {
     }
 
     /// Builds the next responder packet, if any.
+    /// Whether [`Qp::next_response`] may have a packet to send: a response queued or
+    /// a NAK pending (without either it sends nothing whatever the state). The
+    /// requester's stream asks this before every packet instead of calling it.
+    pub(crate) fn response_waiting(&self) -> bool {
+        !self.out.is_empty() || self.pending_nak.is_some()
+    }
+
     pub(crate) fn next_response(&mut self, ctx: &mut Ctx<'_>) -> Option<Transmit> {
         if !matches!(
             self.state,

@@ -49,9 +49,17 @@ impl Qp {
         av: &AddressVector,
         ctx: &Ctx<'_>,
     ) -> Transmit {
-        let empty = PacketRepr {
-            payload: &[],
-            ..*repr
+        // (The requester's and responder's reprs come without a payload: used as they
+        // are, not copied.)
+        let stripped;
+        let empty = if repr.payload.is_empty() {
+            repr
+        } else {
+            stripped = PacketRepr {
+                payload: &[],
+                ..*repr
+            };
+            &stripped
         };
         let hdr = empty.buffer_len() - rverbs_wire::icrc::ICRC_LEN;
         let pad = len.wrapping_neg() & 3;

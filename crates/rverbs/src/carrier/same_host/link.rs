@@ -354,39 +354,56 @@ impl SameHost {
     /// none is known or the last one ended; `None` (send over UDP) when nobody there
     /// takes a ring, until [`RETRY_NS`] after the last try.
     pub(crate) fn writer_for(&self, dst: IpAddr, now: u64) -> Option<Handle<'_>> {
+        use std::collections::hash_map::Entry;
         let mut out = self.out.lock().unwrap_or_else(|e| e.into_inner());
         let key = dst.to_canonical();
-        let up = match out.get(&key) {
-            Some(Out::Up(l)) if !l.dead.load(Ordering::Acquire) => true,
-            // (An ended link is replaced at once: a new context may have taken the
-            // address; without one, UDP until the retry.)
-            Some(Out::Absent { retry }) if *retry > now => false,
-            // (Another namespace's thread: UDP, and no verdict on the address.)
-            _ if self.netns.is_some()
-                && crate::carrier::udp::conn::current_netns() != self.netns =>
-            {
-                false
-            }
-            _ => match connect(key) {
+        let other_netns =
+            || self.netns.is_some() && crate::carrier::udp::conn::current_netns() != self.netns;
+        let link = match out.entry(key) {
+            Entry::Occupied(e) => match e.get() {
+                // Taken out of the map while the handle holds the lock (nobody sees it
+                // missing): one lookup per batch, not one per datagram.
+                Out::Up(l) if !l.dead.load(Ordering::Acquire) => match e.remove() {
+                    Out::Up(l) => Some(l),
+                    Out::Absent { .. } => None,
+                },
+                // (An ended link is replaced at once: a new context may have taken the
+                // address; without one, UDP until the retry.)
+                Out::Absent { retry } if *retry > now => None,
+                // (Another namespace's thread: UDP, and no verdict on the address.)
+                _ if other_netns() => None,
+                _ => match connect(key) {
+                    Ok(l) => {
+                        self.register(&l);
+                        e.remove();
+                        Some(Box::new(l))
+                    }
+                    Err(_) => {
+                        *e.into_mut() = Out::Absent {
+                            retry: now + RETRY_NS,
+                        };
+                        None
+                    }
+                },
+            },
+            Entry::Vacant(_) if other_netns() => None,
+            Entry::Vacant(v) => match connect(key) {
                 Ok(l) => {
                     self.register(&l);
-                    out.insert(key, Out::Up(Box::new(l)));
-                    true
+                    Some(Box::new(l))
                 }
                 Err(_) => {
-                    out.insert(
-                        key,
-                        Out::Absent {
-                            retry: now + RETRY_NS,
-                        },
-                    );
-                    false
+                    v.insert(Out::Absent {
+                        retry: now + RETRY_NS,
+                    });
+                    None
                 }
             },
         };
-        up.then_some(Handle {
+        link.map(|link| Handle {
             out,
             key,
+            link: Some(link),
             sh: self,
             pushed: 0,
         })
@@ -415,6 +432,8 @@ impl SameHost {
 pub(crate) struct Handle<'a> {
     out: std::sync::MutexGuard<'a, OutMap>,
     key: IpAddr,
+    /// The link, out of the map until the handle drops (always `Some` until then).
+    link: Option<Box<OutLink>>,
     sh: &'a SameHost,
     pushed: u64,
 }
@@ -428,7 +447,7 @@ impl Handle<'_> {
         len: usize,
         fill: impl FnOnce(&mut [u8]),
     ) -> bool {
-        let Some(Out::Up(l)) = self.out.get_mut(&self.key) else {
+        let Some(l) = self.link.as_mut() else {
             return false;
         };
         if l.writer.push_with(m, len, fill) {
@@ -443,17 +462,17 @@ impl Handle<'_> {
 
 impl Drop for Handle<'_> {
     fn drop(&mut self) {
-        if self.pushed == 0 {
-            return;
-        }
-        let stats = &self.sh.common.stats;
-        stats.tx.fetch_add(self.pushed, Ordering::Relaxed);
-        let Some(Out::Up(l)) = self.out.get_mut(&self.key) else {
+        let Some(mut l) = self.link.take() else {
             return;
         };
-        if l.writer.publish() && l.ring() {
-            stats.doorbells.fetch_add(1, Ordering::Relaxed);
+        if self.pushed > 0 {
+            let stats = &self.sh.common.stats;
+            stats.tx.fetch_add(self.pushed, Ordering::Relaxed);
+            if l.writer.publish() && l.ring() {
+                stats.doorbells.fetch_add(1, Ordering::Relaxed);
+            }
         }
+        self.out.insert(self.key, Out::Up(l));
     }
 }
 
