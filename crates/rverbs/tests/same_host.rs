@@ -612,12 +612,9 @@ fn with_taps_on_the_receiver_datagrams_are_copied_whole() {
             256 << 10,
         );
         let a = end(open(true), 256 << 10);
-        // (A short ACK timeout: corrupted requests are resent soon.)
-        let opts = ConnectOpts {
-            timeout: 12,
-            ..ConnectOpts::default()
-        };
-        connect(&a, &b, &opts);
+        // (The default ACK timeout: a corrupted request is resent on the NAK or the
+        // probe that follows it; a shorter timeout's seven retries ran out under load.)
+        connect(&a, &b, &ConnectOpts::default());
         transfer_all(&a, &b, &SIZES);
         let sb = stats(&b.ctx);
         assert_eq!(sb.rx_in_place, 0, "{sb:?}");
@@ -662,11 +659,7 @@ fn sealed_datagrams_are_copied_whole_and_checked() {
         256 << 10,
     );
     let b = end(open(true), 256 << 10);
-    let opts = ConnectOpts {
-        timeout: 12,
-        ..ConnectOpts::default()
-    };
-    connect(&a, &b, &opts);
+    connect(&a, &b, &ConnectOpts::default());
     transfer_all(&a, &b, &SIZES);
     let sb = stats(&b.ctx);
     let corrupted = a.ctx.fault_stats().corrupted;
