@@ -78,9 +78,11 @@
 //! ```
 
 mod channel;
+mod event;
 mod localhost;
 mod open;
 mod port;
+mod qp;
 mod system;
 
 use crate::error::{Error, Result};
@@ -88,6 +90,7 @@ use crate::verbs::Context;
 use crate::{AhAttr, Gid, Pd, Qp, QpInitAttr, QpModify, QpState, QpType};
 pub use channel::EventChannel;
 use channel::{ChanRef, RawEvent};
+pub use event::{CmEvent, ConnParam, EventKind, UdParam};
 use open::{auto_context, device_for, ephemeral_port, route_source, WILDCARD};
 pub use open::{close, set_context_opener, set_wildcard_device, ContextOpener, WildcardDevice};
 use port::Port;
@@ -118,92 +121,6 @@ fn errno(what: &'static str, e: i32) -> Error {
 
 fn cm_err(what: &'static str, e: rverbs_cm::CmError) -> Error {
     errno(what, e.errno())
-}
-
-/// What happened (`enum rdma_cm_event_type`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EventKind {
-    /// [`CmId::resolve_addr`] found the device and the local address.
-    AddrResolved,
-    /// Address resolution failed (`status`: a negative errno).
-    AddrError,
-    /// [`CmId::resolve_route`] finished.
-    RouteResolved,
-    /// Route resolution failed (`status`: a negative errno).
-    RouteError,
-    /// A peer connects to a listener: `id` is the new ID, `listen_id` the listener.
-    ConnectRequest,
-    /// The connection could not be completed locally (`status`: a negative errno).
-    ConnectError,
-    /// The peer did not answer (`status` -ETIMEDOUT), or a SIDR reply said no
-    /// (`status`: the SIDR status).
-    Unreachable,
-    /// The peer rejected (`status`: the REJ reason, 28 when its consumer rejected;
-    /// 8 when nobody listens on the port).
-    Rejected,
-    /// Connected; for UD, `ud` says where the peer's QP is.
-    Established,
-    /// The connection is gone (the peer's DREQ, or the answer to ours).
-    Disconnected,
-    /// The time-wait period after a disconnect ended.
-    TimewaitExit,
-}
-
-/// Where a UD peer is (`struct rdma_ud_param`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct UdParam {
-    /// The peer's QP number.
-    pub qp_num: u32,
-    /// Its Q_Key.
-    pub qkey: u32,
-    /// The address handle attributes towards it.
-    pub ah_attr: AhAttr,
-}
-
-/// An event (`struct rdma_cm_event`).
-#[derive(Debug, Clone)]
-pub struct CmEvent {
-    /// What happened.
-    pub kind: EventKind,
-    /// The ID it happened to (the new ID for a connect request).
-    pub id: CmId,
-    /// The listener, for a connect request.
-    pub listen_id: Option<CmId>,
-    /// 0, a negative errno, or a reject reason ([`EventKind`] says which).
-    pub status: i32,
-    /// The peer's private data (the user's part of the REQ; the whole field of a REP,
-    /// REJ, RTU or DREQ, as the kernel delivers it).
-    pub private_data: Vec<u8>,
-    /// UD peers: where to send.
-    pub ud: Option<UdParam>,
-}
-
-/// What [`CmId::connect`] and [`CmId::accept`] take (`struct rdma_conn_param`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConnParam {
-    /// Private data: at most 56 bytes in a connect (92 less rdma_cm's header), 196 in
-    /// an accept, 180 in a UD resolve (216 less the header), 136 in a UD accept.
-    pub private_data: Vec<u8>,
-    /// RDMA reads / atomics accepted at once.
-    pub responder_resources: u8,
-    /// RDMA reads / atomics issued at once.
-    pub initiator_depth: u8,
-    /// Transport retries (3 bits).
-    pub retry_count: u8,
-    /// RNR retries (3 bits, 7 = infinite).
-    pub rnr_retry_count: u8,
-}
-
-impl Default for ConnParam {
-    fn default() -> Self {
-        ConnParam {
-            private_data: Vec::new(),
-            responder_resources: 1,
-            initiator_depth: 1,
-            retry_count: 7,
-            rnr_retry_count: 7,
-        }
-    }
 }
 
 #[derive(Default)]
@@ -837,76 +754,6 @@ impl CmId {
         lock(&self.inner.st).route = Some(path);
         self.push(EventKind::RouteResolved, 0);
         Ok(())
-    }
-
-    /// `rdma_create_qp`: a QP of `pd` (which must be on the ID's context) for this
-    /// ID, moved to INIT (RC: no remote access until the CM grants it; UD: rdma_cm's
-    /// Q_Key, and on to RTS, as librdmacm's `ucma_init_ud_qp`). The connection moves
-    /// it on.
-    pub fn create_qp(&self, pd: &Pd, attr: &QpInitAttr<'_>) -> Result<Arc<Qp>> {
-        const VERB: &str = "rdma_create_qp";
-        let ctx = self.context().ok_or(errno(VERB, libc::EINVAL))?;
-        if !Arc::ptr_eq(&pd.context().inner, &ctx.inner) {
-            return Err(errno(VERB, libc::EINVAL));
-        }
-        if lock(&self.inner.st).qp.is_some() {
-            return Err(errno(VERB, libc::EINVAL));
-        }
-        if attr.qp_type != self.qp_type() {
-            return Err(errno(VERB, libc::EINVAL));
-        }
-        let qp = Arc::new(pd.create_qp(attr)?);
-        self.attach_qp(qp.clone())?;
-        Ok(qp)
-    }
-
-    /// The QP type of the port space (UD for UDP, RC otherwise).
-    pub fn qp_type(&self) -> QpType {
-        match self.inner.ps {
-            PortSpace::Udp => QpType::Ud,
-            _ => QpType::Rc,
-        }
-    }
-
-    /// Makes a QP created elsewhere (by the C library's `rdma_create_qp`, on the ID's
-    /// context) the ID's, moved as [`CmId::create_qp`] moves its own.
-    pub fn attach_qp(&self, qp: Arc<Qp>) -> Result<()> {
-        const VERB: &str = "rdma_create_qp";
-        if let Some(s) = self.sys() {
-            if lock(&self.inner.st).qp.is_some() || qp.qp_type != self.qp_type() {
-                return Err(errno(VERB, libc::EINVAL));
-            }
-            system::init_qp(&s, &qp, self.qp_type() == QpType::Ud)?;
-            lock(&self.inner.st).qp = Some(qp);
-            return Ok(());
-        }
-        let port = lock(&self.inner.st)
-            .port
-            .clone()
-            .ok_or(errno(VERB, libc::EINVAL))?;
-        if !Arc::ptr_eq(&qp.pd.ctx.inner, &port.ctx.inner)
-            || lock(&self.inner.st).qp.is_some()
-            || qp.qp_type != self.qp_type()
-        {
-            return Err(errno(VERB, libc::EINVAL));
-        }
-        let want = self.qp_type();
-        let init = QpModify::to(QpState::Init).port(1).pkey_index(0);
-        if want == QpType::Ud {
-            let psn = lock(&self.inner.st).psn;
-            qp.modify(&init.qkey(port::RDMA_UDP_QKEY))?;
-            qp.modify(&QpModify::to(QpState::Rtr))?;
-            qp.modify(&QpModify::to(QpState::Rts).sq_psn(psn))?;
-        } else {
-            qp.modify(&init.access(crate::AccessFlags::NONE))?;
-        }
-        lock(&self.inner.st).qp = Some(qp);
-        Ok(())
-    }
-
-    /// Forgets the ID's QP (`rdma_destroy_qp`), which is destroyed with its last handle.
-    pub fn detach_qp(&self) -> Option<Arc<Qp>> {
-        lock(&self.inner.st).qp.take()
     }
 
     /// `rdma_connect`: a REQ (RC) or SIDR_REQ (UD) to the resolved peer, with
