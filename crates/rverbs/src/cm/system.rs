@@ -207,12 +207,14 @@ fn to_rts(s: &SysId, qp: &Qp, resp: Option<u8>, depth: Option<u8>) -> Result<()>
 fn params<'a>(p: &'a ConnParam, qp: &Qp) -> ibv::ConnParams<'a> {
     ibv::ConnParams {
         private_data: &p.private_data,
-        responder_resources: p.responder_resources,
-        initiator_depth: p.initiator_depth,
-        retry_count: p.retry_count,
-        rnr_retry_count: p.rnr_retry_count,
-        srq: qp._srq.is_some(),
-        qp_num: qp.qp_num(),
+        info: ibv::ConnInfo {
+            responder_resources: p.responder_resources,
+            initiator_depth: p.initiator_depth,
+            retry_count: p.retry_count,
+            rnr_retry_count: p.rnr_retry_count,
+            srq: qp._srq.is_some(),
+            qp_num: qp.qp_num(),
+        },
     }
 }
 

@@ -381,23 +381,14 @@ impl Drop for CmIdHandle {
     }
 }
 
-/// Parameters of `rdma_connect` / `rdma_accept`.
+/// Parameters of `rdma_connect` / `rdma_accept`: what an event reports of the peer's
+/// ([`ConnInfo`]), with the private data to send.
 #[derive(Debug, Clone, Default)]
 pub struct ConnParams<'a> {
     /// Private data (copied by the library).
     pub private_data: &'a [u8],
-    /// RDMA reads / atomics the sender accepts at once.
-    pub responder_resources: u8,
-    /// RDMA reads / atomics the sender issues at once.
-    pub initiator_depth: u8,
-    /// Transport retries.
-    pub retry_count: u8,
-    /// RNR retries.
-    pub rnr_retry_count: u8,
-    /// The QP uses an SRQ.
-    pub srq: bool,
-    /// The QP number.
-    pub qp_num: u32,
+    /// Resources, retries, SRQ and QP number.
+    pub info: ConnInfo,
 }
 
 fn storage(a: &SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
@@ -542,13 +533,13 @@ impl CmIdHandle {
                 p.private_data.as_ptr().cast()
             },
             private_data_len: len,
-            responder_resources: p.responder_resources,
-            initiator_depth: p.initiator_depth,
+            responder_resources: p.info.responder_resources,
+            initiator_depth: p.info.initiator_depth,
             flow_control: 0,
-            retry_count: p.retry_count.min(7),
-            rnr_retry_count: p.rnr_retry_count.min(7),
-            srq: u8::from(p.srq),
-            qp_num: p.qp_num,
+            retry_count: p.info.retry_count.min(7),
+            rnr_retry_count: p.info.rnr_retry_count.min(7),
+            srq: u8::from(p.info.srq),
+            qp_num: p.info.qp_num,
         })
     }
 
